@@ -1,0 +1,396 @@
+//! Typed attributes of instructions.
+//!
+//! [`Attrs`] holds every attribute an opcode may carry, each with its own type; which ones an
+//! opcode may carry is decided by the text parser (it refuses the others) and checked by the
+//! verifier. The field set mirrors `xla.HloInstructionProto`, so the proto conversion is a plain
+//! field-by-field mapping. Rarely used groups are boxed to keep [`Attrs`] small.
+
+use crate::literal::Literal;
+use crate::shape::Shape;
+use crate::sharding::Sharding;
+
+/// `slice={[0:8:2], [1:4]}`: one entry per dimension.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SliceDim {
+    pub start: i64,
+    pub limit: i64,
+    pub stride: i64,
+}
+
+/// `padding=0_0x1_2_1`: low, high and interior padding per dimension.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct PaddingDim {
+    pub low: i64,
+    pub high: i64,
+    pub interior: i64,
+}
+
+/// `window={size=3x3 stride=2x2 pad=0_1x0_1 lhs_dilate=.. rhs_dilate=.. rhs_reversal=0x1}`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct WindowDim {
+    pub size: i64,
+    pub stride: i64,
+    pub padding_low: i64,
+    pub padding_high: i64,
+    pub window_dilation: i64,
+    pub base_dilation: i64,
+    pub window_reversal: bool,
+}
+
+impl Default for WindowDim {
+    fn default() -> Self {
+        WindowDim {
+            size: 1,
+            stride: 1,
+            padding_low: 0,
+            padding_high: 0,
+            window_dilation: 1,
+            base_dilation: 1,
+            window_reversal: false,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct Window {
+    pub dims: Vec<WindowDim>,
+}
+
+/// `dim_labels=b01f_01io->b01f`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct ConvDimensionNumbers {
+    pub input_batch_dimension: i64,
+    pub input_feature_dimension: i64,
+    pub input_spatial_dimensions: Vec<i64>,
+    pub kernel_input_feature_dimension: i64,
+    pub kernel_output_feature_dimension: i64,
+    pub kernel_spatial_dimensions: Vec<i64>,
+    pub output_batch_dimension: i64,
+    pub output_feature_dimension: i64,
+    pub output_spatial_dimensions: Vec<i64>,
+}
+
+/// `lhs_batch_dims={0} lhs_contracting_dims={2} rhs_batch_dims={0} rhs_contracting_dims={1}`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct DotDimensionNumbers {
+    pub lhs_contracting_dimensions: Vec<i64>,
+    pub rhs_contracting_dimensions: Vec<i64>,
+    pub lhs_batch_dimensions: Vec<i64>,
+    pub rhs_batch_dimensions: Vec<i64>,
+}
+
+/// Extra dimension numbers of `ragged-dot`: `lhs_ragged_dims={1}, rhs_group_dims={0}`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct RaggedDotDimensionNumbers {
+    pub lhs_ragged_dimensions: Vec<i64>,
+    pub rhs_group_dimensions: Vec<i64>,
+}
+
+/// `sparsity=L.1@2:4`: structured sparsity of one dot operand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SparsityDescriptor {
+    /// 0 = lhs (`L`), 1 = rhs (`R`).
+    pub index: i32,
+    pub dimension: i64,
+    pub n: i32,
+    pub m: i32,
+}
+
+/// `xla.PrecisionConfig.Precision`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Precision {
+    Default,
+    High,
+    Highest,
+    PackedNibble,
+}
+
+/// `operand_precision={high,default}` and `algorithm=dot_bf16_bf16_f32`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct PrecisionConfig {
+    pub operand_precision: Vec<Precision>,
+    /// `xla.PrecisionConfig.Algorithm` value (0 = unset); the text names live in the printer.
+    pub algorithm: i32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct GatherDimensionNumbers {
+    pub offset_dims: Vec<i64>,
+    pub collapsed_slice_dims: Vec<i64>,
+    pub start_index_map: Vec<i64>,
+    pub index_vector_dim: i64,
+    pub operand_batching_dims: Vec<i64>,
+    pub start_indices_batching_dims: Vec<i64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct ScatterDimensionNumbers {
+    pub update_window_dims: Vec<i64>,
+    pub inserted_window_dims: Vec<i64>,
+    pub scatter_dims_to_operand_dims: Vec<i64>,
+    pub index_vector_dim: i64,
+    pub input_batching_dims: Vec<i64>,
+    pub scatter_indices_batching_dims: Vec<i64>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ComparisonDirection {
+    Eq,
+    Ne,
+    Ge,
+    Gt,
+    Le,
+    Lt,
+}
+
+/// `type=TOTALORDER` on compare.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ComparisonType {
+    Float,
+    TotalOrder,
+    Signed,
+    Unsigned,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Comparison {
+    pub direction: ComparisonDirection,
+    /// `None` when the text gave no `type=` (the default for the element type applies).
+    pub ty: Option<ComparisonType>,
+}
+
+/// Replica groups of a collective, in the three spellings XLA prints.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum ReplicaGroups {
+    /// `replica_groups={{0,1},{2,3}}`.
+    Explicit(Vec<Vec<i64>>),
+    /// `replica_groups=[2,4]<=[4,2]T(1,0)`: `num_groups` groups of `group_size`, from an iota
+    /// over `reshape_dims` transposed by `transpose_perm` (empty = identity).
+    Iota {
+        num_groups: i64,
+        group_size: i64,
+        reshape_dims: Vec<i64>,
+        transpose_perm: Vec<i64>,
+    },
+    /// `replica_groups=mesh['x'=4,'y'=2] {'x'}`: the groups span the named axes of a mesh.
+    Mesh(MeshReplicaGroups),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct MeshReplicaGroups {
+    /// Axis names and sizes of the mesh, major to minor.
+    pub axes: Vec<(String, i64)>,
+    /// Explicit device order of the mesh, when the text gives one.
+    pub device_ids: Option<Vec<i64>>,
+    /// The axes a group spans, as written (`'x'`, or a sub-axis such as `'x':(1)2`).
+    pub group_axes: Vec<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FusionKind {
+    Loop,
+    Input,
+    Output,
+    Custom,
+}
+
+/// `api_version=API_VERSION_TYPED_FFI` etc. (`xla.CustomCallApiVersion`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CustomCallApiVersion {
+    Unspecified,
+    Original,
+    StatusReturning,
+    StatusReturningUnified,
+    TypedFfi,
+}
+
+/// `schedule=SCHEDULE_LATEST` (`xla.CustomCallSchedule`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CustomCallSchedule {
+    None,
+    Latest,
+    Earliest,
+}
+
+/// `output_to_operand_aliasing={{0}: (1, {})}`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct OutputOperandAlias {
+    pub output_index: Vec<i64>,
+    pub operand: i64,
+    pub operand_index: Vec<i64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CustomCallAttrs {
+    pub target: String,
+    pub api_version: CustomCallApiVersion,
+    pub has_side_effect: bool,
+    /// `operand_layout_constraints={f32[2]{0}, ...}`.
+    pub operand_layout_constraints: Option<Vec<Shape>>,
+    pub output_to_operand_aliasing: Vec<OutputOperandAlias>,
+    pub schedule: CustomCallSchedule,
+    /// `padding_type=PADDING_SAME` for convolution-like custom calls (`xla.PaddingType` value).
+    pub padding_type: i32,
+}
+
+impl Default for CustomCallAttrs {
+    fn default() -> Self {
+        CustomCallAttrs {
+            target: String::new(),
+            api_version: CustomCallApiVersion::Original,
+            has_side_effect: false,
+            operand_layout_constraints: None,
+            output_to_operand_aliasing: Vec::new(),
+            schedule: CustomCallSchedule::None,
+            padding_type: 0,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RandomDistribution {
+    Uniform,
+    Normal,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RandomAlgorithm {
+    Default,
+    ThreeFry,
+    Philox,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FftType {
+    Fft,
+    Ifft,
+    Rfft,
+    Irfft,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TransposeKind {
+    NoTranspose,
+    Transpose,
+    Adjoint,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TriangularSolveOptions {
+    pub left_side: bool,
+    pub lower: bool,
+    pub unit_diagonal: bool,
+    pub transpose_a: TransposeKind,
+}
+
+/// `domain={kind="sharding", entry={...}, exit={...}}`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct DomainAttrs {
+    pub kind: String,
+    pub entry: Option<Sharding>,
+    pub exit: Option<Sharding>,
+}
+
+/// `result_accuracy={mode=highest}` or `result_accuracy={tolerance={atol=0 rtol=0 ulps=1}}`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ResultAccuracy {
+    /// `xla.ResultAccuracy.Mode` value.
+    Mode(i32),
+    Tolerance {
+        atol: f64,
+        rtol: f64,
+        ulps: i64,
+    },
+}
+
+/// Every attribute an instruction may carry. `Default` is "none given".
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Attrs {
+    // parameter
+    pub parameter_number: i64,
+    /// `parameter_replication={true,false}`.
+    pub parameter_replication: Option<Vec<bool>>,
+    // constant
+    pub literal: Option<Box<Literal>>,
+    // get-tuple-element
+    pub tuple_index: i64,
+    /// `dimensions={...}` of broadcast, transpose, reverse, reduce, concatenate, sort, map,
+    /// all-gather, all-to-all, reduce-scatter, get/set-dimension-size, ...
+    pub dimensions: Option<Vec<i64>>,
+    pub iota_dimension: i64,
+    pub slice: Option<Vec<SliceDim>>,
+    pub dynamic_slice_sizes: Option<Vec<i64>>,
+    pub padding: Option<Vec<PaddingDim>>,
+    pub comparison: Option<Comparison>,
+    pub window: Option<Box<Window>>,
+    pub conv_dims: Option<Box<ConvDimensionNumbers>>,
+    /// 1 when not given.
+    pub feature_group_count: i64,
+    /// 1 when not given.
+    pub batch_group_count: i64,
+    pub dot_dims: Option<Box<DotDimensionNumbers>>,
+    pub ragged_dot_dims: Option<Box<RaggedDotDimensionNumbers>>,
+    pub sparsity: Vec<SparsityDescriptor>,
+    pub precision: Option<Box<PrecisionConfig>>,
+    pub gather_dims: Option<Box<GatherDimensionNumbers>>,
+    pub gather_slice_sizes: Option<Vec<i64>>,
+    pub scatter_dims: Option<Box<ScatterDimensionNumbers>>,
+    pub indices_are_sorted: bool,
+    pub unique_indices: bool,
+    pub exponent_bits: i32,
+    pub mantissa_bits: i32,
+    pub epsilon: f32,
+    pub feature_index: i64,
+    // collectives and channels
+    pub channel_id: Option<i64>,
+    pub replica_groups: Option<Box<ReplicaGroups>>,
+    pub use_global_device_ids: bool,
+    pub constrain_layout: bool,
+    pub source_target_pairs: Option<Vec<(i64, i64)>>,
+    pub is_host_transfer: bool,
+    // custom-call
+    pub custom_call: Option<Box<CustomCallAttrs>>,
+    // fusion
+    pub fusion_kind: Option<FusionKind>,
+    // infeed / outfeed
+    pub infeed_config: Option<String>,
+    pub outfeed_config: Option<String>,
+    pub outfeed_shape: Option<Box<Shape>>,
+    // rng
+    pub distribution: Option<RandomDistribution>,
+    pub rng_algorithm: Option<RandomAlgorithm>,
+    /// rng-get-and-update-state's `delta=`.
+    pub delta: i64,
+    // sort / topk
+    pub is_stable: bool,
+    pub k: i64,
+    pub largest: bool,
+    // linear algebra
+    pub triangular_solve: Option<TriangularSolveOptions>,
+    /// cholesky's `lower=`.
+    pub lower: bool,
+    pub fft_type: Option<FftType>,
+    pub fft_length: Option<Vec<i64>>,
+    // domain, async, copy-start
+    pub domain: Option<Box<DomainAttrs>>,
+    pub async_execution_thread: Option<String>,
+    pub cross_program_prefetch_index: Option<i64>,
+    /// call's `is_composite=true`.
+    pub is_composite: bool,
+    pub result_accuracy: Option<ResultAccuracy>,
+    /// Metadata of the op that an `original_value` or similar free-form attribute names; kept as
+    /// written (XLA treats it as an opaque string too).
+    pub original_value: Option<String>,
+    /// `statistics={visualizing_index=1,stat-0=0.5}` kept as written.
+    pub statistics_viz: Option<String>,
+    /// scan: `is_reverse`, `num_carries`, `is_associative`.
+    pub scan: Option<Box<ScanAttrs>>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct ScanAttrs {
+    pub dimension: i64,
+    pub is_reverse: bool,
+    pub num_carries: i64,
+    pub is_associative: Option<bool>,
+}

@@ -1,0 +1,187 @@
+//! Instructions and the typed ids that name instructions and computations.
+
+use std::fmt;
+
+use smallvec::SmallVec;
+
+use crate::attrs::Attrs;
+use crate::metadata::{FrontendAttributes, OpMetadata};
+use crate::opcode::Opcode;
+use crate::shape::Shape;
+use crate::sharding::Sharding;
+
+macro_rules! entity_id {
+    ($(#[$doc:meta])* $name:ident, $prefix:literal) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(u32);
+
+        impl $name {
+            pub fn new(index: usize) -> $name {
+                $name(u32::try_from(index).expect("more than u32::MAX entities"))
+            }
+
+            /// The dense index, for side tables.
+            pub fn index(self) -> usize {
+                self.0 as usize
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, concat!($prefix, "{}"), self.0)
+            }
+        }
+    };
+}
+
+entity_id!(
+    /// An instruction of a [`crate::Module`]: an index into the module's instruction arena.
+    /// Ids are module-wide, so a side table over all instructions is a `Vec` of
+    /// [`crate::Module::instr_capacity`] entries.
+    InstrId,
+    "instr"
+);
+entity_id!(
+    /// A computation of a [`crate::Module`].
+    CompId,
+    "comp"
+);
+
+pub type Operands = SmallVec<[InstrId; 2]>;
+
+/// One HLO instruction.
+///
+/// `operands`, `users`, `control_predecessors` and `control_successors` are kept consistent by
+/// the mutation API of [`crate::Module`]; change them only through it.
+#[derive(Clone, Debug)]
+pub struct Instruction {
+    pub name: String,
+    pub opcode: Opcode,
+    pub shape: Shape,
+    pub(crate) operands: Operands,
+    /// The computation this instruction belongs to.
+    pub parent: CompId,
+    /// Called computations in XLA's order: `to_apply` for reduce/map/sort/all-reduce/scatter/
+    /// call/reduce-window; `[condition, body]` for while; the branches for conditional
+    /// (`[true, false]` for the predicated form); `calls` for fusion/async/custom-call;
+    /// `[select, scatter]` for select-and-scatter.
+    pub called: SmallVec<[CompId; 1]>,
+    /// Distinct users, in the order they started using this instruction.
+    pub(crate) users: Vec<InstrId>,
+    pub(crate) control_predecessors: Vec<InstrId>,
+    pub(crate) control_successors: Vec<InstrId>,
+    pub attrs: Attrs,
+    pub sharding: Option<Sharding>,
+    pub metadata: Option<OpMetadata>,
+    pub frontend_attributes: FrontendAttributes,
+    /// Free-form backend configuration (usually JSON), as written.
+    pub backend_config: Option<String>,
+    /// True when the conditional was written with `true_computation=`/`false_computation=`.
+    pub predicated_conditional: bool,
+}
+
+impl Instruction {
+    /// A new instruction with no operands, users or attributes; add it with
+    /// [`crate::Module::add_instruction`].
+    pub fn new(name: impl Into<String>, opcode: Opcode, shape: Shape) -> Instruction {
+        Instruction {
+            name: name.into(),
+            opcode,
+            shape,
+            operands: Operands::new(),
+            parent: CompId::new(0),
+            called: SmallVec::new(),
+            users: Vec::new(),
+            control_predecessors: Vec::new(),
+            control_successors: Vec::new(),
+            attrs: Attrs {
+                feature_group_count: 1,
+                batch_group_count: 1,
+                ..Attrs::default()
+            },
+            sharding: None,
+            metadata: None,
+            frontend_attributes: FrontendAttributes::new(),
+            backend_config: None,
+            predicated_conditional: false,
+        }
+    }
+
+    pub fn with_operands(mut self, operands: &[InstrId]) -> Instruction {
+        self.operands = operands.iter().copied().collect();
+        self
+    }
+
+    pub fn with_called(mut self, called: &[CompId]) -> Instruction {
+        self.called = called.iter().copied().collect();
+        self
+    }
+
+    pub fn operands(&self) -> &[InstrId] {
+        &self.operands
+    }
+
+    pub fn users(&self) -> &[InstrId] {
+        &self.users
+    }
+
+    pub fn control_predecessors(&self) -> &[InstrId] {
+        &self.control_predecessors
+    }
+
+    pub fn control_successors(&self) -> &[InstrId] {
+        &self.control_successors
+    }
+
+    pub fn operand(&self, i: usize) -> InstrId {
+        self.operands[i]
+    }
+
+    /// `to_apply` of reduce, map, sort, all-reduce, scatter, call, ... (the first called
+    /// computation).
+    pub fn to_apply(&self) -> Option<CompId> {
+        self.called.first().copied()
+    }
+
+    pub fn while_condition(&self) -> Option<CompId> {
+        (self.opcode == Opcode::While)
+            .then(|| self.called.first().copied())
+            .flatten()
+    }
+
+    pub fn while_body(&self) -> Option<CompId> {
+        (self.opcode == Opcode::While)
+            .then(|| self.called.get(1).copied())
+            .flatten()
+    }
+
+    /// True for instructions whose effects are visible beyond their result.
+    pub fn has_side_effect(&self) -> bool {
+        use Opcode::*;
+        match self.opcode {
+            Send
+            | SendDone
+            | Recv
+            | RecvDone
+            | Rng
+            | RngGetAndUpdateState
+            | Infeed
+            | Outfeed
+            | AllReduceStart
+            | AllReduceDone
+            | AllGatherStart
+            | AllGatherDone
+            | CollectivePermuteStart
+            | CollectivePermuteDone => true,
+            CustomCall => self
+                .attrs
+                .custom_call
+                .as_ref()
+                .is_some_and(|c| c.has_side_effect),
+            AllReduce | AllGather | AllToAll | ReduceScatter | CollectivePermute
+            | CollectiveBroadcast | RaggedAllToAll => self.attrs.constrain_layout,
+            _ => false,
+        }
+    }
+}

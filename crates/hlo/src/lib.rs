@@ -1,0 +1,25 @@
+//! The HLO IR of Tessera: element types, shapes, layouts, literals, shardings, instructions,
+//! computations and modules, with the text format, `xla.HloModuleProto` and the verifier.
+//!
+//! Start with [`Module`]: it owns every computation and instruction in arenas indexed by
+//! [`CompId`] and [`InstrId`], and its mutation API keeps operands, users and control edges
+//! consistent.
+
+pub mod attrs;
+pub mod instruction;
+pub mod literal;
+pub mod metadata;
+pub mod module;
+pub mod opcode;
+pub mod shape;
+pub mod sharding;
+pub mod types;
+
+pub use attrs::Attrs;
+pub use instruction::{CompId, InstrId, Instruction};
+pub use literal::{Literal, LiteralData};
+pub use module::{Computation, Module, ModuleConfig, MutationError, Schedule};
+pub use opcode::Opcode;
+pub use shape::{ArrayShape, Layout, Shape};
+pub use sharding::{Sharding, ShardingKind, TileAssignment};
+pub use types::ElementType;

@@ -1,0 +1,606 @@
+//! Computations and modules, and the mutation API that keeps def-use edges consistent.
+//!
+//! A [`Module`] owns two arenas: every instruction of every computation (indexed by
+//! [`InstrId`]) and every computation (indexed by [`CompId`]). Removed entries leave a hole, so
+//! ids stay valid for side tables; [`Module::instr_capacity`] is the length a dense side table
+//! needs. Invariants kept by every method here:
+//! - an operand of an instruction is a live instruction of the same computation;
+//! - `users` of X lists each instruction that has X as an operand exactly once, and nothing else;
+//! - control edges are mirrored (`a` in `b.control_predecessors` iff `b` in `a.control_successors`);
+//! - instruction and computation names are unique in the module.
+
+use std::collections::HashMap;
+
+use indexmap::IndexMap;
+
+use crate::instruction::{CompId, InstrId, Instruction};
+use crate::metadata::{FrontendAttributes, StackFrameIndex};
+use crate::opcode::Opcode;
+use crate::shape::Shape;
+use crate::sharding::Sharding;
+
+/// A computation: an ordered list of instructions with parameters and a root.
+#[derive(Clone, Debug)]
+pub struct Computation {
+    pub name: String,
+    /// Instructions in their stored order (the text order after parsing).
+    pub(crate) instrs: Vec<InstrId>,
+    /// Parameters by parameter number (`None` for a number not yet added).
+    pub(crate) params: Vec<Option<InstrId>>,
+    pub(crate) root: Option<InstrId>,
+    /// `execution_thread="..."` when not the main thread.
+    pub execution_thread: Option<String>,
+    /// True for computations written with `ENTRY`.
+    pub is_entry: bool,
+}
+
+impl Computation {
+    pub fn instructions(&self) -> &[InstrId] {
+        &self.instrs
+    }
+
+    /// Parameter instructions by parameter number.
+    pub fn parameters(&self) -> impl Iterator<Item = InstrId> + '_ {
+        self.params.iter().flatten().copied()
+    }
+
+    pub fn parameter(&self, number: usize) -> Option<InstrId> {
+        self.params.get(number).copied().flatten()
+    }
+
+    pub fn num_parameters(&self) -> usize {
+        self.params.len()
+    }
+
+    pub fn root(&self) -> Option<InstrId> {
+        self.root
+    }
+}
+
+/// How an output aliases an input (`input_output_alias={ {0}: (0, {}, may-alias) }`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AliasKind {
+    MayAlias,
+    MustAlias,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct InputOutputAlias {
+    pub output_index: Vec<i64>,
+    pub parameter_number: i64,
+    pub parameter_index: Vec<i64>,
+    pub kind: AliasKind,
+}
+
+/// `buffer_donor={ (0, {}), (1, {0}) }`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct BufferDonor {
+    pub parameter_number: i64,
+    pub parameter_index: Vec<i64>,
+}
+
+/// `entry_computation_layout={(f32[2]{0}, s32[])->f32[2]{0}}`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ProgramShape {
+    pub parameters: Vec<Shape>,
+    pub result: Shape,
+}
+
+/// Everything in the `HloModule` header line besides the name.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct ModuleConfig {
+    pub entry_computation_layout: Option<ProgramShape>,
+    pub input_output_alias: Vec<InputOutputAlias>,
+    pub buffer_donor: Vec<BufferDonor>,
+    /// 1 when not given.
+    pub replica_count: i64,
+    /// 1 when not given.
+    pub num_partitions: i64,
+    pub allow_spmd_sharding_propagation_to_parameters: Option<Vec<bool>>,
+    pub allow_spmd_sharding_propagation_to_output: Option<Vec<bool>>,
+    pub alias_passthrough_params: bool,
+    pub use_spmd_partitioning: bool,
+    pub spmd_output_sharding: Option<Sharding>,
+    pub spmd_parameters_shardings: Option<Vec<Sharding>>,
+    pub frontend_attributes: FrontendAttributes,
+}
+
+/// The order instructions execute in, per computation (`is_scheduled=true`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Schedule {
+    pub sequences: IndexMap<CompId, Vec<InstrId>>,
+}
+
+/// Errors of the mutation API: they point at a caller's mistake, named by instruction.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum MutationError {
+    #[error("%{0}: cannot remove an instruction that still has users ({1})")]
+    HasUsers(String, String),
+    #[error("%{0}: operand %{1} belongs to another computation")]
+    CrossComputation(String, String),
+    #[error("%{name}: operand index {index} out of range (it has {count} operands)")]
+    OperandIndex {
+        name: String,
+        index: usize,
+        count: usize,
+    },
+    #[error("name `{0}` is already used in the module")]
+    DuplicateName(String),
+    #[error("%{0}: parameter number {1} is already taken in computation {2}")]
+    DuplicateParameter(String, i64, String),
+}
+
+#[derive(Clone, Debug)]
+pub struct Module {
+    pub name: String,
+    instrs: Vec<Option<Instruction>>,
+    comps: Vec<Option<Computation>>,
+    /// Computations in stored order (callees before callers after parsing XLA text).
+    comp_order: Vec<CompId>,
+    entry: Option<CompId>,
+    pub config: ModuleConfig,
+    pub schedule: Option<Schedule>,
+    pub stack_frames: StackFrameIndex,
+    /// Every instruction and computation name in use, for uniqueness.
+    names: HashMap<String, u32>,
+}
+
+impl Module {
+    pub fn new(name: impl Into<String>) -> Module {
+        Module {
+            name: name.into(),
+            instrs: Vec::new(),
+            comps: Vec::new(),
+            comp_order: Vec::new(),
+            entry: None,
+            config: ModuleConfig {
+                replica_count: 1,
+                num_partitions: 1,
+                ..ModuleConfig::default()
+            },
+            schedule: None,
+            stack_frames: StackFrameIndex::default(),
+            names: HashMap::new(),
+        }
+    }
+
+    // ----- lookup -----
+
+    pub fn instr(&self, id: InstrId) -> &Instruction {
+        self.instrs[id.index()]
+            .as_ref()
+            .expect("use of a removed instruction")
+    }
+
+    /// Mutable access to an instruction's own fields. Operands, users and control edges are not
+    /// reachable through it; use the mutation methods for those.
+    pub fn instr_mut(&mut self, id: InstrId) -> &mut Instruction {
+        self.instrs[id.index()]
+            .as_mut()
+            .expect("use of a removed instruction")
+    }
+
+    pub fn try_instr(&self, id: InstrId) -> Option<&Instruction> {
+        self.instrs.get(id.index()).and_then(Option::as_ref)
+    }
+
+    pub fn comp(&self, id: CompId) -> &Computation {
+        self.comps[id.index()]
+            .as_ref()
+            .expect("use of a removed computation")
+    }
+
+    pub fn comp_mut(&mut self, id: CompId) -> &mut Computation {
+        self.comps[id.index()]
+            .as_mut()
+            .expect("use of a removed computation")
+    }
+
+    pub fn try_comp(&self, id: CompId) -> Option<&Computation> {
+        self.comps.get(id.index()).and_then(Option::as_ref)
+    }
+
+    /// Length a dense side table over instruction ids needs.
+    pub fn instr_capacity(&self) -> usize {
+        self.instrs.len()
+    }
+
+    /// Length a dense side table over computation ids needs.
+    pub fn comp_capacity(&self) -> usize {
+        self.comps.len()
+    }
+
+    /// Number of live instructions in the module.
+    pub fn instruction_count(&self) -> usize {
+        self.instrs.iter().filter(|i| i.is_some()).count()
+    }
+
+    /// Computations in stored order.
+    pub fn computations(&self) -> &[CompId] {
+        &self.comp_order
+    }
+
+    pub fn entry(&self) -> Option<CompId> {
+        self.entry
+    }
+
+    pub fn set_entry(&mut self, comp: CompId) {
+        if let Some(old) = self.entry {
+            if let Some(c) = self.comps[old.index()].as_mut() {
+                c.is_entry = false;
+            }
+        }
+        self.comp_mut(comp).is_entry = true;
+        self.entry = Some(comp);
+    }
+
+    pub fn operands(&self, id: InstrId) -> &[InstrId] {
+        &self.instr(id).operands
+    }
+
+    pub fn users(&self, id: InstrId) -> &[InstrId] {
+        &self.instr(id).users
+    }
+
+    pub fn find_computation(&self, name: &str) -> Option<CompId> {
+        self.comp_order
+            .iter()
+            .copied()
+            .find(|&c| self.comp(c).name == name)
+    }
+
+    pub fn find_instruction(&self, name: &str) -> Option<InstrId> {
+        self.instrs
+            .iter()
+            .enumerate()
+            .find(|(_, i)| i.as_ref().is_some_and(|i| i.name == name))
+            .map(|(k, _)| InstrId::new(k))
+    }
+
+    pub fn is_name_used(&self, name: &str) -> bool {
+        self.names.contains_key(name)
+    }
+
+    /// A name not yet used in the module, made from `base` with XLA's `.N` suffixes.
+    pub fn unique_name(&mut self, base: &str) -> String {
+        let stem = match base.rsplit_once('.') {
+            Some((s, n))
+                if !s.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) && !n.is_empty() =>
+            {
+                s
+            }
+            _ => base,
+        };
+        if !self.names.contains_key(base) {
+            return base.to_string();
+        }
+        let mut n = self.names.get(stem).copied().unwrap_or(0).max(1);
+        loop {
+            let candidate = format!("{stem}.{n}");
+            if !self.names.contains_key(&candidate) {
+                self.names.insert(stem.to_string(), n + 1);
+                return candidate;
+            }
+            n += 1;
+        }
+    }
+
+    fn claim_name(&mut self, name: &str) -> Result<(), MutationError> {
+        if self.names.contains_key(name) {
+            return Err(MutationError::DuplicateName(name.to_string()));
+        }
+        self.names.insert(name.to_string(), 0);
+        Ok(())
+    }
+
+    // ----- building -----
+
+    /// Adds an empty computation with a name that must be unused.
+    pub fn add_computation(&mut self, name: impl Into<String>) -> Result<CompId, MutationError> {
+        let name = name.into();
+        self.claim_name(&name)?;
+        let id = CompId::new(self.comps.len());
+        self.comps.push(Some(Computation {
+            name,
+            instrs: Vec::new(),
+            params: Vec::new(),
+            root: None,
+            execution_thread: None,
+            is_entry: false,
+        }));
+        self.comp_order.push(id);
+        Ok(id)
+    }
+
+    /// Appends `instr` to computation `comp`, registering it as a user of its operands. A
+    /// parameter takes its place by `attrs.parameter_number`. The first instruction added
+    /// becomes the root until [`Module::set_root`] says otherwise; later ones too (XLA's parser
+    /// makes the last instruction the root when none is marked `ROOT`).
+    pub fn add_instruction(
+        &mut self,
+        comp: CompId,
+        mut instr: Instruction,
+    ) -> Result<InstrId, MutationError> {
+        for &op in &instr.operands {
+            let o = self.instr(op);
+            if o.parent != comp {
+                return Err(MutationError::CrossComputation(
+                    instr.name.clone(),
+                    o.name.clone(),
+                ));
+            }
+        }
+        let id = InstrId::new(self.instrs.len());
+        if instr.opcode == Opcode::Parameter {
+            let n = instr.attrs.parameter_number;
+            let c = self.comp(comp);
+            let slot = usize::try_from(n).ok();
+            if slot.is_none() || slot.is_some_and(|s| c.params.get(s).copied().flatten().is_some())
+            {
+                return Err(MutationError::DuplicateParameter(
+                    instr.name.clone(),
+                    n,
+                    c.name.clone(),
+                ));
+            }
+        }
+        self.claim_name(&instr.name)?;
+        instr.parent = comp;
+        instr.users.clear();
+        instr.control_predecessors.clear();
+        instr.control_successors.clear();
+        let mut seen: smallvec::SmallVec<[InstrId; 4]> = smallvec::SmallVec::new();
+        for &op in &instr.operands {
+            if !seen.contains(&op) {
+                seen.push(op);
+            }
+        }
+        for op in seen {
+            self.instrs[op.index()].as_mut().unwrap().users.push(id);
+        }
+        let is_param = instr.opcode == Opcode::Parameter;
+        let pnum = instr.attrs.parameter_number as usize;
+        self.instrs.push(Some(instr));
+        let c = self.comp_mut(comp);
+        c.instrs.push(id);
+        if is_param {
+            if c.params.len() <= pnum {
+                c.params.resize(pnum + 1, None);
+            }
+            c.params[pnum] = Some(id);
+        }
+        c.root = Some(id);
+        Ok(id)
+    }
+
+    pub fn set_root(&mut self, comp: CompId, root: InstrId) {
+        self.comp_mut(comp).root = Some(root);
+    }
+
+    // ----- def-use edits -----
+
+    /// Makes operand `index` of `user` be `new`.
+    pub fn replace_operand(
+        &mut self,
+        user: InstrId,
+        index: usize,
+        new: InstrId,
+    ) -> Result<(), MutationError> {
+        let u = self.instr(user);
+        if index >= u.operands.len() {
+            return Err(MutationError::OperandIndex {
+                name: u.name.clone(),
+                index,
+                count: u.operands.len(),
+            });
+        }
+        if self.instr(new).parent != u.parent {
+            return Err(MutationError::CrossComputation(
+                u.name.clone(),
+                self.instr(new).name.clone(),
+            ));
+        }
+        let old = u.operands[index];
+        if old == new {
+            return Ok(());
+        }
+        self.instr_mut(user).operands[index] = new;
+        if !self.instr(user).operands.contains(&old) {
+            self.instr_mut(old).users.retain(|&x| x != user);
+        }
+        if !self.instr(new).users.contains(&user) {
+            self.instr_mut(new).users.push(user);
+        }
+        Ok(())
+    }
+
+    /// Replaces every operand use of `old` by `new` (and the root, if `old` is a root).
+    pub fn replace_all_uses_with(
+        &mut self,
+        old: InstrId,
+        new: InstrId,
+    ) -> Result<(), MutationError> {
+        if old == new {
+            return Ok(());
+        }
+        if self.instr(new).parent != self.instr(old).parent {
+            return Err(MutationError::CrossComputation(
+                self.instr(old).name.clone(),
+                self.instr(new).name.clone(),
+            ));
+        }
+        let users = std::mem::take(&mut self.instr_mut(old).users);
+        for &u in &users {
+            if u == new {
+                // `new` uses `old` (e.g. new = copy(old)): keep that edge.
+                continue;
+            }
+            for op in self.instr_mut(u).operands.iter_mut() {
+                if *op == old {
+                    *op = new;
+                }
+            }
+            if !self.instr(new).users.contains(&u) {
+                self.instr_mut(new).users.push(u);
+            }
+        }
+        if users.contains(&new) {
+            self.instr_mut(old).users.push(new);
+        }
+        let parent = self.instr(old).parent;
+        if self.comp(parent).root == Some(old) {
+            self.comp_mut(parent).root = Some(new);
+        }
+        Ok(())
+    }
+
+    /// Removes an instruction that has no users; its operands lose it as a user and its control
+    /// edges are dropped (predecessors are not rewired; see XLA's `RemoveInstruction`).
+    pub fn remove_instruction(&mut self, id: InstrId) -> Result<(), MutationError> {
+        let i = self.instr(id);
+        if !i.users.is_empty() {
+            let names: Vec<String> = i
+                .users
+                .iter()
+                .map(|&u| format!("%{}", self.instr(u).name))
+                .collect();
+            return Err(MutationError::HasUsers(i.name.clone(), names.join(", ")));
+        }
+        let instr = self.instrs[id.index()].take().unwrap();
+        for &op in &instr.operands {
+            if let Some(o) = self.instrs[op.index()].as_mut() {
+                o.users.retain(|&x| x != id);
+            }
+        }
+        for &p in &instr.control_predecessors {
+            self.instr_mut(p).control_successors.retain(|&x| x != id);
+        }
+        for &s in &instr.control_successors {
+            self.instr_mut(s).control_predecessors.retain(|&x| x != id);
+        }
+        self.names.remove(&instr.name);
+        let c = self.comp_mut(instr.parent);
+        c.instrs.retain(|&x| x != id);
+        if instr.opcode == Opcode::Parameter {
+            for p in c.params.iter_mut() {
+                if *p == Some(id) {
+                    *p = None;
+                }
+            }
+        }
+        if c.root == Some(id) {
+            c.root = c.instrs.last().copied();
+        }
+        if let Some(s) = self.schedule.as_mut() {
+            if let Some(seq) = s.sequences.get_mut(&instr.parent) {
+                seq.retain(|&x| x != id);
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes a computation and all its instructions. Callers must no longer call it.
+    pub fn remove_computation(&mut self, comp: CompId) {
+        let Some(c) = self.comps[comp.index()].take() else {
+            return;
+        };
+        for id in c.instrs {
+            if let Some(i) = self.instrs[id.index()].take() {
+                self.names.remove(&i.name);
+            }
+        }
+        self.names.remove(&c.name);
+        self.comp_order.retain(|&x| x != comp);
+        if let Some(s) = self.schedule.as_mut() {
+            s.sequences.shift_remove(&comp);
+        }
+        if self.entry == Some(comp) {
+            self.entry = None;
+        }
+    }
+
+    /// Moves the stored order of computations (e.g. to put callees first).
+    pub fn set_computation_order(&mut self, order: Vec<CompId>) {
+        debug_assert_eq!(order.len(), self.comp_order.len());
+        self.comp_order = order;
+    }
+
+    /// Replaces the stored order of a computation's instructions (must be a permutation).
+    pub fn set_instruction_order(&mut self, comp: CompId, order: Vec<InstrId>) {
+        debug_assert_eq!(order.len(), self.comp(comp).instrs.len());
+        self.comp_mut(comp).instrs = order;
+    }
+
+    pub fn add_control_dependency(&mut self, pred: InstrId, succ: InstrId) {
+        if !self.instr(pred).control_successors.contains(&succ) {
+            self.instr_mut(pred).control_successors.push(succ);
+            self.instr_mut(succ).control_predecessors.push(pred);
+        }
+    }
+
+    pub fn remove_control_dependency(&mut self, pred: InstrId, succ: InstrId) {
+        self.instr_mut(pred)
+            .control_successors
+            .retain(|&x| x != succ);
+        self.instr_mut(succ)
+            .control_predecessors
+            .retain(|&x| x != pred);
+    }
+
+    /// Renames an instruction; the new name must be unused.
+    pub fn rename_instruction(&mut self, id: InstrId, name: String) -> Result<(), MutationError> {
+        if self.instr(id).name == name {
+            return Ok(());
+        }
+        self.claim_name(&name)?;
+        let old = std::mem::replace(&mut self.instr_mut(id).name, name);
+        self.names.remove(&old);
+        Ok(())
+    }
+
+    /// Computations that instruction `id` calls.
+    pub fn called_computations(&self, id: InstrId) -> &[CompId] {
+        &self.instr(id).called
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::ElementType::F32;
+
+    fn param(n: i64, name: &str) -> Instruction {
+        let mut i = Instruction::new(name, Opcode::Parameter, Shape::array(F32, &[4]));
+        i.attrs.parameter_number = n;
+        i
+    }
+
+    #[test]
+    fn users_follow_edits() {
+        let mut m = Module::new("m");
+        let c = m.add_computation("main").unwrap();
+        let p0 = m.add_instruction(c, param(0, "p0")).unwrap();
+        let p1 = m.add_instruction(c, param(1, "p1")).unwrap();
+        let add = m
+            .add_instruction(
+                c,
+                Instruction::new("add", Opcode::Add, Shape::array(F32, &[4]))
+                    .with_operands(&[p0, p0]),
+            )
+            .unwrap();
+        assert_eq!(m.users(p0), &[add]);
+        m.replace_operand(add, 1, p1).unwrap();
+        assert_eq!(m.users(p0), &[add]);
+        assert_eq!(m.users(p1), &[add]);
+        m.replace_all_uses_with(p0, p1).unwrap();
+        assert!(m.users(p0).is_empty());
+        assert_eq!(m.operands(add), &[p1, p1]);
+        assert_eq!(m.comp(c).root(), Some(add));
+        assert!(m.remove_instruction(p1).is_err());
+        m.remove_instruction(p0).unwrap();
+        assert_eq!(m.comp(c).parameter(0), None);
+        assert_eq!(m.unique_name("add"), "add.1");
+        assert_eq!(m.unique_name("add"), "add.2");
+        assert_eq!(m.unique_name("fresh"), "fresh");
+    }
+}

@@ -16,7 +16,12 @@
 //!
 //! Unused function-table slots are typed [`Unused`]; their position matters,
 //! their signature does not.
-#![allow(non_camel_case_types, non_snake_case, dead_code)]
+#![allow(
+    non_camel_case_types,
+    non_snake_case,
+    non_upper_case_globals,
+    dead_code
+)]
 
 use std::ffi::{c_char, c_int, c_void};
 use std::mem::{offset_of, size_of};

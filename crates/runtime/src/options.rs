@@ -215,7 +215,10 @@ impl CompileOptions {
                 num_replicas: self.num_replicas as i64,
                 num_partitions: self.num_partitions as i64,
                 use_spmd_partitioning: self.use_spmd_partitioning,
-                device_assignment: self.device_assignment.as_ref().map(DeviceAssignment::to_proto),
+                device_assignment: self
+                    .device_assignment
+                    .as_ref()
+                    .map(DeviceAssignment::to_proto),
                 ..Default::default()
             }),
             compile_portable_executable: false,

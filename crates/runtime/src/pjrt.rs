@@ -821,6 +821,18 @@ impl Drop for LoadedExecutable {
     }
 }
 
+impl std::fmt::Debug for LoadedExecutable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadedExecutable")
+            .field(
+                "devices",
+                &self.devices.iter().map(Device::id).collect::<Vec<_>>(),
+            )
+            .field("num_outputs", &self.num_outputs)
+            .finish()
+    }
+}
+
 impl LoadedExecutable {
     fn new(client: &Client, raw: *mut PJRT_LoadedExecutable) -> Result<Self> {
         if raw.is_null() {

@@ -11,9 +11,11 @@ pub mod ffi;
 pub mod options;
 pub mod pjrt;
 pub mod shape;
+pub mod signature;
 
 pub use element::{Bf16, Complex, ElementType, NativeType, F16};
 pub use error::{Error, ErrorCode, Result};
 pub use options::{CompileOptions, DeviceAssignment};
 pub use pjrt::{Buffer, Client, Device, ExecuteOptions, LoadedExecutable, Plugin, Program};
 pub use shape::ArrayShape;
+pub use signature::Alias;

@@ -13,6 +13,7 @@ pub mod module;
 pub mod opcode;
 pub mod shape;
 pub mod sharding;
+pub mod tiling;
 pub mod types;
 
 pub use attrs::Attrs;

@@ -16,6 +16,8 @@ pub const TILE_COMBINE_DIM: i64 = i64::MIN;
 
 pub type Dims = SmallVec<[i64; 4]>;
 
+// Arrays are by far the most common shape, so they stay inline rather than boxed.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Shape {
     Array(ArrayShape),

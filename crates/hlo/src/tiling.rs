@@ -1,0 +1,806 @@
+//! The sharding algebra: what a sharding means for a given shape and set of devices.
+//!
+//! A tiled sharding splits an array into a grid of tiles; `tile_assignment` says which device
+//! holds which tile. Trailing tile dimensions may be *subgroup* dimensions
+//! (`last_tile_dim_replicate` or `last_tile_dims={...}`): devices that differ only in those hold
+//! the same tile (replicated) or their own part of a manual region. Dimensions of the data that
+//! do not divide evenly get `ceil(size / tiles)` per tile, the last tiles padded, as the SPMD
+//! partitioner expects.
+//!
+//! The functions here never materialise a device list for an iota tile assignment unless the
+//! result needs one (e.g. a transpose that an iota form cannot express).
+
+use smallvec::SmallVec;
+
+use crate::sharding::{Sharding, ShardingKind, SubgroupType, TileAssignment, TiledSharding};
+
+type Dims = SmallVec<[i64; 4]>;
+
+/// Row-major strides of `dims`.
+fn strides(dims: &[i64]) -> Dims {
+    let mut s: Dims = SmallVec::from_elem(1, dims.len());
+    for i in (0..dims.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * dims[i + 1];
+    }
+    s
+}
+
+/// The multi-index of row-major position `linear` in `dims`.
+fn unravel(mut linear: i64, dims: &[i64]) -> Dims {
+    let mut idx: Dims = SmallVec::from_elem(0, dims.len());
+    for i in (0..dims.len()).rev() {
+        if dims[i] > 0 {
+            idx[i] = linear % dims[i];
+            linear /= dims[i];
+        }
+    }
+    idx
+}
+
+fn ravel(idx: &[i64], dims: &[i64]) -> i64 {
+    idx.iter().zip(strides(dims)).map(|(i, s)| i * s).sum()
+}
+
+impl TileAssignment {
+    /// An iota assignment `[dims]<=[n]` (devices 0..n in row-major order).
+    pub fn iota(dims: &[i64]) -> TileAssignment {
+        let n: i64 = dims.iter().product();
+        TileAssignment::Iota {
+            dims: dims.iter().copied().collect(),
+            reshape_dims: SmallVec::from_slice(&[n]),
+            transpose_perm: SmallVec::new(),
+        }
+    }
+
+    pub fn rank(&self) -> usize {
+        self.dims().len()
+    }
+
+    /// The device at row-major position `linear` of the assignment.
+    pub fn device_at_linear(&self, linear: i64) -> i64 {
+        match self {
+            TileAssignment::Explicit { devices, .. } => devices[linear as usize],
+            TileAssignment::Iota {
+                reshape_dims,
+                transpose_perm,
+                ..
+            } => {
+                if transpose_perm.is_empty() {
+                    return linear;
+                }
+                // Position in the transposed array, then back to the iota's own index.
+                let tdims: Dims = transpose_perm
+                    .iter()
+                    .map(|&p| reshape_dims[p as usize])
+                    .collect();
+                let t = unravel(linear, &tdims);
+                let mut orig: Dims = SmallVec::from_elem(0, reshape_dims.len());
+                for (i, &p) in transpose_perm.iter().enumerate() {
+                    orig[p as usize] = t[i];
+                }
+                ravel(&orig, reshape_dims)
+            }
+        }
+    }
+
+    /// The device holding the tile at multi-index `index`.
+    pub fn device_at(&self, index: &[i64]) -> i64 {
+        self.device_at_linear(ravel(index, self.dims()))
+    }
+
+    /// Every device id in row-major order of the assignment.
+    pub fn devices(&self) -> Vec<i64> {
+        match self {
+            TileAssignment::Explicit { devices, .. } => devices.clone(),
+            _ => (0..self.num_devices())
+                .map(|l| self.device_at_linear(l))
+                .collect(),
+        }
+    }
+
+    /// The tile multi-index of every device: `result[d]` is the index where device `d` stands
+    /// (`None` for ids that do not appear). Device ids must be below `num_device_ids`.
+    pub fn index_of_devices(&self, num_device_ids: usize) -> Vec<Option<Dims>> {
+        let mut out = vec![None; num_device_ids];
+        for l in 0..self.num_devices() {
+            let d = self.device_at_linear(l) as usize;
+            if d < out.len() {
+                out[d] = Some(unravel(l, self.dims()));
+            }
+        }
+        out
+    }
+
+    /// The same devices viewed with other dimensions of equal product.
+    pub fn reshape(&self, new_dims: &[i64]) -> Option<TileAssignment> {
+        if new_dims.iter().product::<i64>() != self.num_devices() {
+            return None;
+        }
+        Some(match self {
+            TileAssignment::Explicit { devices, .. } => TileAssignment::Explicit {
+                dims: new_dims.iter().copied().collect(),
+                devices: devices.clone(),
+            },
+            TileAssignment::Iota {
+                reshape_dims,
+                transpose_perm,
+                ..
+            } => TileAssignment::Iota {
+                dims: new_dims.iter().copied().collect(),
+                reshape_dims: reshape_dims.clone(),
+                transpose_perm: transpose_perm.clone(),
+            },
+        })
+    }
+
+    /// The assignment with its dimensions permuted: new dimension `i` is old dimension
+    /// `perm[i]`. Stays an iota when the iota's own dimensions line up with the assignment's.
+    pub fn transpose(&self, perm: &[usize]) -> TileAssignment {
+        let dims = self.dims();
+        let new_dims: Dims = perm.iter().map(|&p| dims[p]).collect();
+        if let TileAssignment::Iota {
+            dims: d,
+            reshape_dims,
+            transpose_perm,
+        } = self
+        {
+            // A plain iota over [n] reshaped to `dims` is the iota over `dims` itself.
+            let plain;
+            let reshape_dims = if transpose_perm.is_empty() {
+                plain = d.clone();
+                &plain
+            } else {
+                reshape_dims
+            };
+            // When the assignment's dims are exactly the transposed iota dims, compose perms.
+            let tdims: Dims = if transpose_perm.is_empty() {
+                reshape_dims.clone()
+            } else {
+                transpose_perm
+                    .iter()
+                    .map(|&p| reshape_dims[p as usize])
+                    .collect()
+            };
+            if tdims.as_slice() == d.as_slice() {
+                let base: Dims = if transpose_perm.is_empty() {
+                    (0..reshape_dims.len() as i64).collect()
+                } else {
+                    transpose_perm.clone()
+                };
+                let composed: Dims = perm.iter().map(|&p| base[p]).collect();
+                let identity = composed.iter().enumerate().all(|(i, &p)| p == i as i64);
+                if identity {
+                    // Canonical spelling of a plain iota: `<=[n]`.
+                    return TileAssignment::iota(&new_dims);
+                }
+                return TileAssignment::Iota {
+                    dims: new_dims,
+                    reshape_dims: reshape_dims.clone(),
+                    transpose_perm: composed,
+                };
+            }
+        }
+        let old_strides = strides(dims);
+        let n = self.num_devices();
+        let mut devices = Vec::with_capacity(n as usize);
+        for l in 0..n {
+            let idx = unravel(l, &new_dims);
+            let old: i64 = perm
+                .iter()
+                .enumerate()
+                .map(|(i, &p)| idx[i] * old_strides[p])
+                .sum();
+            devices.push(self.device_at_linear(old));
+        }
+        TileAssignment::Explicit {
+            dims: new_dims,
+            devices,
+        }
+    }
+
+    /// True if both assign the same device to every tile (whatever their spelling).
+    pub fn same_devices(&self, other: &TileAssignment) -> bool {
+        self.dims() == other.dims()
+            && (0..self.num_devices())
+                .all(|l| self.device_at_linear(l) == other.device_at_linear(l))
+    }
+}
+
+impl TiledSharding {
+    /// Number of trailing subgroup (replicated/manual/...) dimensions of the tile assignment.
+    pub fn num_subgroup_dims(&self) -> usize {
+        if self.replicate_on_last_tile_dim {
+            1
+        } else {
+            self.last_tile_dims.len()
+        }
+    }
+
+    /// Tile dimensions that split the data (the assignment's rank minus subgroup dimensions).
+    pub fn data_rank(&self) -> usize {
+        self.tile_assignment
+            .rank()
+            .saturating_sub(self.num_subgroup_dims())
+    }
+
+    /// Tiles per data dimension.
+    pub fn data_tile_dims(&self) -> &[i64] {
+        &self.tile_assignment.dims()[..self.data_rank()]
+    }
+
+    /// The type of each subgroup dimension.
+    pub fn subgroup_types(&self) -> Vec<SubgroupType> {
+        if self.replicate_on_last_tile_dim {
+            vec![SubgroupType::Replicated]
+        } else {
+            self.last_tile_dims.clone()
+        }
+    }
+
+    /// How many devices hold each tile (product of replicated subgroup dimensions).
+    pub fn replication_factor(&self) -> i64 {
+        let dims = self.tile_assignment.dims();
+        let r = self.data_rank();
+        self.subgroup_types()
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| **t == SubgroupType::Replicated)
+            .map(|(i, _)| dims[r + i])
+            .product()
+    }
+}
+
+/// Per-dimension size of one tile of `dims` split `tiles` ways: `ceil(dim / tiles)`.
+pub fn tile_shape(dims: &[i64], tiles: &[i64]) -> Dims {
+    dims.iter()
+        .zip(tiles)
+        .map(|(&d, &t)| if t <= 0 { d } else { (d + t - 1) / t })
+        .collect()
+}
+
+/// Offset and (clamped) limit of tile `index` of `dims` split by `tiles`; uneven tiles at the
+/// end are short (or empty), as the partitioner pads them.
+pub fn tile_bounds(dims: &[i64], tiles: &[i64], index: &[i64]) -> (Dims, Dims) {
+    let ts = tile_shape(dims, tiles);
+    let start: Dims = index
+        .iter()
+        .zip(&ts)
+        .zip(dims)
+        .map(|((&i, &t), &d)| (i * t).min(d))
+        .collect();
+    let limit: Dims = start
+        .iter()
+        .zip(&ts)
+        .zip(dims)
+        .map(|((&s, &t), &d)| (s + t).min(d))
+        .collect();
+    (start, limit)
+}
+
+impl Sharding {
+    /// Tiled sharding helper: `{devices=[dims]<=[n]}` with `replicate_last` marking the last
+    /// dimension as replication.
+    pub fn tiled(tile_assignment: TileAssignment, replicate_last: bool) -> Sharding {
+        Sharding::new(ShardingKind::Tiled(TiledSharding {
+            tile_assignment,
+            replicate_on_last_tile_dim: replicate_last,
+            last_tile_dims: Vec::new(),
+        }))
+    }
+
+    pub fn as_tiled(&self) -> Option<&TiledSharding> {
+        match &self.kind {
+            ShardingKind::Tiled(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    /// True if every device holds the whole value (replicated, or tiled with one tile).
+    pub fn is_fully_replicated(&self) -> bool {
+        match &self.kind {
+            ShardingKind::Replicated => true,
+            ShardingKind::Tiled(t) => {
+                t.data_tile_dims().iter().all(|&d| d == 1)
+                    && t.subgroup_types()
+                        .iter()
+                        .all(|s| *s == SubgroupType::Replicated)
+            }
+            ShardingKind::Tuple(e) => e.iter().all(Sharding::is_fully_replicated),
+            _ => false,
+        }
+    }
+
+    /// The number of tiles per data dimension for an array of rank `rank` (all ones when not
+    /// tiled); `None` when a tiled sharding's data rank differs from `rank`.
+    pub fn tiles_per_dim(&self, rank: usize) -> Option<Dims> {
+        match &self.kind {
+            ShardingKind::Tiled(t) if t.data_rank() == rank => {
+                Some(t.data_tile_dims().iter().copied().collect())
+            }
+            ShardingKind::Tiled(_) => None,
+            _ => Some(SmallVec::from_elem(1, rank)),
+        }
+    }
+
+    /// The shape of the piece each device holds (the padded tile for uneven dimensions).
+    pub fn shard_shape(&self, dims: &[i64]) -> Option<Dims> {
+        let tiles = self.tiles_per_dim(dims.len())?;
+        Some(tile_shape(dims, &tiles))
+    }
+
+    /// Where device `device`'s piece starts and ends in the full array (limits clamped to the
+    /// array; a padded tile may be shorter or empty). `None` if the device holds no tile.
+    pub fn device_bounds(&self, dims: &[i64], device: i64) -> Option<(Dims, Dims)> {
+        match &self.kind {
+            ShardingKind::Replicated
+            | ShardingKind::Manual
+            | ShardingKind::Unknown
+            | ShardingKind::Unreduced => Some((
+                SmallVec::from_elem(0, dims.len()),
+                dims.iter().copied().collect(),
+            )),
+            ShardingKind::Maximal(d) => (*d == device).then(|| {
+                (
+                    SmallVec::from_elem(0, dims.len()),
+                    dims.iter().copied().collect(),
+                )
+            }),
+            ShardingKind::Tiled(t) => {
+                if t.data_rank() != dims.len() {
+                    return None;
+                }
+                let ta = &t.tile_assignment;
+                let linear = (0..ta.num_devices()).find(|&l| ta.device_at_linear(l) == device)?;
+                let idx = unravel(linear, ta.dims());
+                Some(tile_bounds(dims, t.data_tile_dims(), &idx[..t.data_rank()]))
+            }
+            ShardingKind::Tuple(_) => None,
+        }
+    }
+
+    /// Groups of devices that differ only along the tile dimensions `along` (for a collective
+    /// over those dimensions), each group ordered by its position along them. Groups are
+    /// ordered by the remaining dimensions.
+    pub fn device_groups(&self, along: &[usize]) -> Option<Vec<Vec<i64>>> {
+        let t = self.as_tiled()?;
+        let ta = &t.tile_assignment;
+        let dims = ta.dims();
+        if along.iter().any(|&a| a >= dims.len()) {
+            return None;
+        }
+        let others: Vec<usize> = (0..dims.len()).filter(|d| !along.contains(d)).collect();
+        let group_dims: Dims = along.iter().map(|&a| dims[a]).collect();
+        let outer_dims: Dims = others.iter().map(|&o| dims[o]).collect();
+        let n_groups: i64 = outer_dims.iter().product();
+        let group_size: i64 = group_dims.iter().product();
+        let mut groups = Vec::with_capacity(n_groups as usize);
+        for g in 0..n_groups {
+            let outer = unravel(g, &outer_dims);
+            let mut group = Vec::with_capacity(group_size as usize);
+            for k in 0..group_size {
+                let inner = unravel(k, &group_dims);
+                let mut idx: Dims = SmallVec::from_elem(0, dims.len());
+                for (i, &o) in others.iter().enumerate() {
+                    idx[o] = outer[i];
+                }
+                for (i, &a) in along.iter().enumerate() {
+                    idx[a] = inner[i];
+                }
+                group.push(ta.device_at(&idx));
+            }
+            groups.push(group);
+        }
+        Some(groups)
+    }
+
+    /// The sharding of `transpose(x, perm)` given x's sharding: data tile dimensions permute,
+    /// subgroup dimensions stay last.
+    pub fn transpose(&self, perm: &[usize]) -> Option<Sharding> {
+        let t = match &self.kind {
+            ShardingKind::Tiled(t) => t,
+            ShardingKind::Tuple(_) => return None,
+            _ => return Some(self.clone()),
+        };
+        if perm.len() != t.data_rank() {
+            return None;
+        }
+        let mut full: Vec<usize> = perm.to_vec();
+        full.extend(t.data_rank()..t.tile_assignment.rank());
+        let mut out = self.clone();
+        if let ShardingKind::Tiled(nt) = &mut out.kind {
+            nt.tile_assignment = t.tile_assignment.transpose(&full);
+        }
+        Some(out)
+    }
+
+    /// Like this sharding but with every data dimension replicated except `keep`: the tiles of
+    /// the other dimensions move into a trailing replicated subgroup.
+    pub fn partially_replicate_except(&self, keep: &[usize]) -> Option<Sharding> {
+        let t = self.as_tiled()?;
+        if t.subgroup_types()
+            .iter()
+            .any(|s| *s != SubgroupType::Replicated)
+        {
+            return None;
+        }
+        let r = t.data_rank();
+        let dims = t.tile_assignment.dims();
+        // Move the dimensions that become replicated next to the existing replication dim.
+        let mut perm: Vec<usize> = (0..r).filter(|d| keep.contains(d)).collect();
+        let dropped: Vec<usize> = (0..r).filter(|d| !keep.contains(d)).collect();
+        let mut new_data: Dims = (0..r)
+            .map(|d| if keep.contains(&d) { dims[d] } else { 1 })
+            .collect();
+        let repl: i64 = dropped.iter().map(|&d| dims[d]).product::<i64>() * t.replication_factor();
+        // Build the permuted assignment: kept dims (in order), then dropped dims, then old
+        // replication dim; then reshape to data dims with 1s plus one replication dim.
+        perm.extend(dropped.iter().copied());
+        perm.extend(r..t.tile_assignment.rank());
+        let moved = t.tile_assignment.transpose(&perm);
+        if repl == 1 {
+            return Some(Sharding::tiled(moved.reshape(&new_data)?, false));
+        }
+        new_data.push(repl);
+        Some(Sharding::tiled(moved.reshape(&new_data)?, true))
+    }
+
+    /// True if every device's piece under `self` lies inside its piece under `coarser` (so
+    /// `self` is at least as fine), for an array of `dims` over device ids `0..num_devices`.
+    pub fn refines(&self, coarser: &Sharding, dims: &[i64], num_devices: i64) -> bool {
+        (0..num_devices).all(|d| {
+            match (self.device_bounds(dims, d), coarser.device_bounds(dims, d)) {
+                (Some((s1, l1)), Some((s2, l2))) => {
+                    (0..dims.len()).all(|i| l1[i] <= s1[i] || (s1[i] >= s2[i] && l1[i] <= l2[i]))
+                }
+                (None, _) => true,
+                (Some(_), None) => false,
+            }
+        })
+    }
+
+    /// Combines two shardings of the same array when they agree: a replicated side gives way
+    /// to the other; two tilings that tile disjoint dimensions with compatible devices merge
+    /// into one that tiles both. `None` when they conflict.
+    pub fn merge(&self, other: &Sharding, dims: &[i64], num_devices: i64) -> Option<Sharding> {
+        if self.is_fully_replicated() {
+            return Some(other.clone());
+        }
+        if other.is_fully_replicated() || self.refines(other, dims, num_devices) {
+            return Some(self.clone());
+        }
+        if other.refines(self, dims, num_devices) {
+            return Some(other.clone());
+        }
+        // Try: tile each dimension by the larger of the two, devices by intersection of pieces.
+        let a = self.tiles_per_dim(dims.len())?;
+        let b = other.tiles_per_dim(dims.len())?;
+        let tiles: Dims = a
+            .iter()
+            .zip(&b)
+            .map(|(&x, &y)| {
+                if x == 1 {
+                    y
+                } else if y == 1 || x == y {
+                    x
+                } else {
+                    0
+                }
+            })
+            .collect();
+        if tiles.contains(&0) {
+            return None;
+        }
+        let n_tiles: i64 = tiles.iter().product();
+        if n_tiles > num_devices || num_devices % n_tiles != 0 {
+            return None;
+        }
+        // Each tile of the merged grid goes to the devices whose pieces under both contain it.
+        let repl = num_devices / n_tiles;
+        let mut devices = vec![-1i64; num_devices as usize];
+        let mut fill: Vec<i64> = vec![0; n_tiles as usize];
+        let ts = tile_shape(dims, &tiles);
+        for d in 0..num_devices {
+            let (s1, l1) = self.device_bounds(dims, d)?;
+            let (s2, l2) = other.device_bounds(dims, d)?;
+            let start: Dims = (0..dims.len()).map(|i| s1[i].max(s2[i])).collect();
+            let limit: Dims = (0..dims.len()).map(|i| l1[i].min(l2[i])).collect();
+            // The intersection must be exactly one merged tile.
+            let idx: Dims = (0..dims.len())
+                .map(|i| if ts[i] == 0 { 0 } else { start[i] / ts[i] })
+                .collect();
+            let (es, el) = tile_bounds(dims, &tiles, &idx);
+            if es != start || el != limit {
+                return None;
+            }
+            let t = ravel(&idx, &tiles) as usize;
+            if fill[t] >= repl {
+                return None;
+            }
+            devices[t * repl as usize + fill[t] as usize] = d;
+            fill[t] += 1;
+        }
+        let mut tdims = tiles.clone();
+        if repl > 1 {
+            tdims.push(repl);
+        }
+        Some(Sharding::tiled(
+            TileAssignment::Explicit {
+                dims: tdims,
+                devices,
+            },
+            repl > 1,
+        ))
+    }
+}
+
+/// How the dimensions of a reshape from `from` to `to` group: each group is (source dims,
+/// target dims) with equal element counts, the smallest such groups in order.
+pub fn reshape_groups(from: &[i64], to: &[i64]) -> Option<Vec<(Vec<usize>, Vec<usize>)>> {
+    if from.iter().product::<i64>() != to.iter().product::<i64>() {
+        return None;
+    }
+    let mut groups = Vec::new();
+    let (mut i, mut j) = (0, 0);
+    while i < from.len() || j < to.len() {
+        let (mut gi, mut gj) = (Vec::new(), Vec::new());
+        let (mut pi, mut pj) = (1i64, 1i64);
+        loop {
+            if (pi <= pj || j >= to.len())
+                && i < from.len()
+                && (pi < pj || gi.is_empty() || j >= to.len())
+            {
+                pi *= from[i];
+                gi.push(i);
+                i += 1;
+            } else if j < to.len() && (pj < pi || gj.is_empty()) {
+                pj *= to[j];
+                gj.push(j);
+                j += 1;
+            } else {
+                break;
+            }
+            if pi == pj && !gi.is_empty() && !gj.is_empty() {
+                // Absorb trailing size-1 dims into this group so groups stay minimal but total.
+                break;
+            }
+        }
+        if pi != pj {
+            return None;
+        }
+        groups.push((gi, gj));
+    }
+    Some(groups)
+}
+
+impl Sharding {
+    /// The sharding of `reshape(x)` from dimensions `from` to `to`, given x's sharding, when it
+    /// can be kept exactly: within each group of dimensions the tiling must sit on the major
+    /// source dimension and divide the major target dimension (or be moved to a target
+    /// dimension whose size it divides when the group is 1:1). `None` when the sharding cannot
+    /// be kept (the caller falls back, e.g. to replication).
+    pub fn reshape(&self, from: &[i64], to: &[i64]) -> Option<Sharding> {
+        let t = match &self.kind {
+            ShardingKind::Tiled(t) => t,
+            ShardingKind::Tuple(_) => return None,
+            _ => return Some(self.clone()),
+        };
+        if t.data_rank() != from.len() {
+            return None;
+        }
+        let groups = reshape_groups(from, to)?;
+        let src_tiles = t.data_tile_dims();
+        let mut target_tiles: Dims = SmallVec::from_elem(1, to.len());
+        for (gi, gj) in &groups {
+            let sharded: Vec<usize> = gi.iter().copied().filter(|&d| src_tiles[d] > 1).collect();
+            if sharded.is_empty() {
+                continue;
+            }
+            // Only the most major source dim of the group may be sharded, and its tile count
+            // must divide the most major target dim of size > 1 and be an exact split of it.
+            if sharded.len() > 1 || sharded[0] != gi[0] {
+                // Allow a sharded minor dim when every more-major dim of the group is size 1.
+                if sharded.len() > 1
+                    || gi
+                        .iter()
+                        .take_while(|&&d| d != sharded[0])
+                        .any(|&d| from[d] != 1)
+                {
+                    return None;
+                }
+            }
+            let s = sharded[0];
+            let n = src_tiles[s];
+            if from[s] % n != 0 {
+                return None;
+            }
+            let major = gj.iter().copied().find(|&d| to[d] > 1)?;
+            if to[major] % n != 0 {
+                return None;
+            }
+            target_tiles[major] = n;
+        }
+        let mut dims: Dims = target_tiles.clone();
+        dims.extend(t.tile_assignment.dims()[t.data_rank()..].iter().copied());
+        let ta = t.tile_assignment.reshape(&dims)?;
+        let mut out = self.clone();
+        if let ShardingKind::Tiled(nt) = &mut out.kind {
+            nt.tile_assignment = ta;
+        }
+        Some(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn iota_t(dims: &[i64], reshape: &[i64], perm: &[i64]) -> TileAssignment {
+        TileAssignment::Iota {
+            dims: dims.iter().copied().collect(),
+            reshape_dims: reshape.iter().copied().collect(),
+            transpose_perm: perm.iter().copied().collect(),
+        }
+    }
+
+    #[test]
+    fn iota_with_transpose_lists_devices_like_xla() {
+        // [2,4]<=[4,2]T(1,0): iota(8).reshape(4,2).T = [[0,2,4,6],[1,3,5,7]].
+        let t = iota_t(&[2, 4], &[4, 2], &[1, 0]);
+        assert_eq!(t.devices(), vec![0, 2, 4, 6, 1, 3, 5, 7]);
+        // [1,4,2]<=[2,4]T(1,0) (the example's parameter): [[0,4],[1,5],[2,6],[3,7]].
+        let t = iota_t(&[1, 4, 2], &[2, 4], &[1, 0]);
+        assert_eq!(t.devices(), vec![0, 4, 1, 5, 2, 6, 3, 7]);
+    }
+
+    #[test]
+    fn transpose_keeps_iota_form_when_it_can() {
+        let t = TileAssignment::iota(&[4, 2]);
+        let tt = t.transpose(&[1, 0]);
+        assert!(matches!(tt, TileAssignment::Iota { .. }));
+        assert_eq!(tt.devices(), vec![0, 2, 4, 6, 1, 3, 5, 7]);
+        // Back again gives the plain iota.
+        assert!(tt.transpose(&[1, 0]).same_devices(&t));
+        assert_eq!(tt.transpose(&[1, 0]), t);
+    }
+
+    #[test]
+    fn uneven_tiles_are_padded_at_the_end() {
+        let s = Sharding::tiled(TileAssignment::iota(&[4]), false);
+        assert_eq!(s.shard_shape(&[10]).unwrap().as_slice(), &[3]);
+        let b: Vec<_> = (0..4).map(|d| s.device_bounds(&[10], d).unwrap()).collect();
+        let pieces: Vec<(i64, i64)> = b.iter().map(|(s, l)| (s[0], l[0])).collect();
+        assert_eq!(pieces, vec![(0, 3), (3, 6), (6, 9), (9, 10)]);
+    }
+
+    #[test]
+    fn device_groups_along_a_dimension() {
+        // devices=[2,4]<=[8]: groups along dim 1 are the rows, along dim 0 the columns.
+        let s = Sharding::tiled(TileAssignment::iota(&[2, 4]), false);
+        assert_eq!(
+            s.device_groups(&[1]).unwrap(),
+            vec![vec![0, 1, 2, 3], vec![4, 5, 6, 7]]
+        );
+        assert_eq!(
+            s.device_groups(&[0]).unwrap(),
+            vec![vec![0, 4], vec![1, 5], vec![2, 6], vec![3, 7]]
+        );
+    }
+
+    #[test]
+    fn partial_replication_moves_tiles_to_the_replicated_dim() {
+        let s = Sharding::tiled(TileAssignment::iota(&[2, 4]), false);
+        let p = s.partially_replicate_except(&[0]).unwrap();
+        let t = p.as_tiled().unwrap();
+        assert!(t.replicate_on_last_tile_dim);
+        assert_eq!(t.tile_assignment.dims(), &[2, 1, 4]);
+        assert_eq!(t.tile_assignment.devices(), (0..8).collect::<Vec<_>>());
+        assert_eq!(t.replication_factor(), 4);
+        assert!(s.refines(&p, &[8, 8], 8));
+        assert!(!p.refines(&s, &[8, 8], 8));
+    }
+
+    #[test]
+    fn merge_tilings_of_disjoint_dims() {
+        // a: rows over 2 (replicated over 4); b: columns over 4 (replicated over 2), compatible.
+        let a = Sharding::tiled(iota_t(&[2, 1, 4], &[8], &[]), true);
+        let b = Sharding::tiled(iota_t(&[1, 4, 2], &[2, 4], &[1, 0]), true);
+        let m = a.merge(&b, &[8, 8], 8).unwrap();
+        assert_eq!(m.as_tiled().unwrap().data_tile_dims(), &[2, 4]);
+        assert!(m.refines(&a, &[8, 8], 8) && m.refines(&b, &[8, 8], 8));
+        // Conflicting: rows by 2 in different device orders.
+        let c = Sharding::tiled(
+            TileAssignment::Explicit {
+                dims: SmallVec::from_slice(&[2]),
+                devices: vec![1, 0],
+            },
+            false,
+        );
+        let d = Sharding::tiled(TileAssignment::iota(&[2]), false);
+        assert!(c.merge(&d, &[4], 2).is_none());
+    }
+
+    #[test]
+    fn reshape_keeps_major_dim_sharding() {
+        let s = Sharding::tiled(TileAssignment::iota(&[4, 1]), false);
+        // [8,6] -> [8,2,3]: dim 0 keeps its 4 tiles.
+        let r = s.reshape(&[8, 6], &[8, 2, 3]).unwrap();
+        assert_eq!(r.as_tiled().unwrap().data_tile_dims(), &[4, 1, 1]);
+        // [8,6] -> [48]: sharding of the major dim carries over.
+        let r = s.reshape(&[8, 6], &[48]).unwrap();
+        assert_eq!(r.as_tiled().unwrap().data_tile_dims(), &[4]);
+        // [8,6] sharded on dim 1 -> [48] cannot be kept.
+        let s1 = Sharding::tiled(TileAssignment::iota(&[1, 2]), false);
+        assert!(s1.reshape(&[8, 6], &[48]).is_none());
+        // [6] -> [2,3] with 4 tiles: 4 does not divide 2.
+        let s2 = Sharding::tiled(TileAssignment::iota(&[4]), false);
+        assert!(s2.reshape(&[8], &[2, 4]).is_none());
+    }
+
+    #[test]
+    fn reshape_groups_are_minimal() {
+        let g = reshape_groups(&[2, 3, 4], &[6, 2, 2]).unwrap();
+        assert_eq!(g, vec![(vec![0, 1], vec![0]), (vec![2], vec![1, 2])]);
+        assert!(reshape_groups(&[2, 3], &[5]).is_none());
+    }
+
+    fn arb_dims() -> impl Strategy<Value = Vec<i64>> {
+        prop::collection::vec(1i64..5, 1..4)
+    }
+
+    proptest! {
+        /// Every element of the array is in exactly `replication` device pieces.
+        #[test]
+        fn tiles_cover_the_array_exactly(dims in arb_dims(), seed in 0u64..1000, repl in 1i64..3) {
+            let tiles: Vec<i64> = dims.iter().enumerate().map(|(i, &d)| 1 + ((seed >> (2 * i)) as i64 % d.max(1))).collect();
+            let mut tdims = tiles.clone();
+            if repl > 1 { tdims.push(repl); }
+            let n: i64 = tdims.iter().product();
+            let s = Sharding::tiled(TileAssignment::iota(&tdims), repl > 1);
+            let total: i64 = dims.iter().product();
+            let mut count = vec![0i64; total as usize];
+            for d in 0..n {
+                let (st, li) = s.device_bounds(&dims, d).unwrap();
+                let shard = s.shard_shape(&dims).unwrap();
+                for i in 0..dims.len() { prop_assert!(li[i] - st[i] <= shard[i]); }
+                for l in 0..total {
+                    let idx = unravel(l, &dims);
+                    if (0..dims.len()).all(|i| idx[i] >= st[i] && idx[i] < li[i]) { count[l as usize] += 1; }
+                }
+            }
+            prop_assert!(count.iter().all(|&c| c == repl));
+        }
+
+        /// Transposing a tile assignment and back is the identity on devices.
+        #[test]
+        fn transpose_round_trip(dims in arb_dims(), rot in 0usize..3) {
+            let r = dims.len();
+            let perm: Vec<usize> = (0..r).map(|i| (i + rot) % r).collect();
+            let mut inv = vec![0; r];
+            for (i, &p) in perm.iter().enumerate() { inv[p] = i; }
+            let t = TileAssignment::iota(&dims);
+            let back = t.transpose(&perm).transpose(&inv);
+            prop_assert!(back.same_devices(&t));
+            // A transposed iota still lists every device once.
+            let mut devs = t.transpose(&perm).devices();
+            devs.sort();
+            prop_assert_eq!(devs, (0..dims.iter().product::<i64>()).collect::<Vec<_>>());
+        }
+
+        /// A sharding kept through reshape and reshaped back gives the same device pieces.
+        #[test]
+        fn reshape_round_trip(a in 1i64..4, b in 1i64..4, c in 1i64..4, tiles in 1i64..3) {
+            let from = [a * tiles, b, c];
+            let to = [a * tiles * b, c];
+            let s = Sharding::tiled(TileAssignment::iota(&[tiles, 1, 1]), false);
+            if let Some(r) = s.reshape(&from, &to) {
+                let back = r.reshape(&to, &from).unwrap();
+                for d in 0..tiles {
+                    prop_assert_eq!(back.device_bounds(&from, d), s.device_bounds(&from, d));
+                }
+            } else {
+                prop_assert!(false, "major-dim sharding must survive a merge reshape");
+            }
+        }
+    }
+}

@@ -10,6 +10,7 @@ pub mod error;
 pub mod ffi;
 pub mod options;
 pub mod pjrt;
+pub mod runtime;
 pub mod shape;
 pub mod signature;
 
@@ -17,5 +18,9 @@ pub use element::{Bf16, Complex, ElementType, NativeType, F16};
 pub use error::{Error, ErrorCode, Result};
 pub use options::{CompileOptions, DeviceAssignment};
 pub use pjrt::{Buffer, Client, Device, ExecuteOptions, LoadedExecutable, Plugin, Program};
+pub use runtime::{
+    BufferHandle, CompileRequest, ExecutableHandle, ExecutableInfo, ExecuteConfig, MemoryStats,
+    Plan, PlanInput, PlanStep, Runtime,
+};
 pub use shape::ArrayShape;
 pub use signature::Alias;

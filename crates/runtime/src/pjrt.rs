@@ -716,17 +716,13 @@ impl Buffer {
 
     /// Copies the array to the host in dense row-major layout.
     pub fn to_host_bytes(&self) -> Result<Vec<u8>> {
-        let mut q = PJRT_Buffer_ToHostBuffer_Args::new();
-        q.src = self.raw;
-        self.plugin().call(
-            "PJRT_Buffer_ToHostBuffer (size query)",
-            self.client.api().PJRT_Buffer_ToHostBuffer,
-            &mut q,
-        )?;
-        if let Some(ev) = Event::new(self.plugin(), q.event) {
-            ev.wait("PJRT_Buffer_ToHostBuffer (size query)")?;
-        }
-        let mut out = vec![0u8; q.dst_size];
+        // The dense size follows from the shape; asking the plugin for it
+        // would cost a second call and event.
+        let shape = self.shape()?;
+        let size = shape
+            .byte_size()
+            .ok_or_else(|| Error::InvalidArgument(format!("invalid buffer shape {shape}")))?;
+        let mut out = vec![0u8; size as usize];
         let mut a = PJRT_Buffer_ToHostBuffer_Args::new();
         a.src = self.raw;
         a.dst = out.as_mut_ptr().cast();

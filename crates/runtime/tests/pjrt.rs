@@ -492,3 +492,20 @@ fn run_time_failures_surface_through_completion_events() {
         }
     }
 }
+
+#[test]
+fn missing_plugin_is_a_clear_error() {
+    let err = tessera_runtime::Plugin::load(std::path::Path::new("/nonexistent/xla_cpu_pjrt.so"))
+        .err()
+        .expect("loading a missing plugin must fail");
+    assert!(err.to_string().contains("scripts/install-pjrt.sh"), "{err}");
+    // A file that is not a shared object.
+    let err = tessera_runtime::Plugin::load(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("Cargo.toml")
+            .as_path(),
+    )
+    .err()
+    .expect("loading a non-library must fail");
+    assert!(matches!(err, Error::PluginLoad { .. }), "{err}");
+}

@@ -535,3 +535,51 @@ fn memory_manager_evicts_lru_to_host_and_restores_on_use() {
     assert_eq!(rt.memory_stats(1).unwrap().evictions, 0);
     rt.set_memory_budget(0, None).unwrap();
 }
+
+#[test]
+fn runtime_is_shared_between_threads() {
+    let rt = runtime();
+    let exe = rt.compile(&add_request(2)).unwrap();
+    std::thread::scope(|s| {
+        for t in 0..2 {
+            let rt = &rt;
+            s.spawn(move || {
+                for i in 0..20 {
+                    let v = (t * 100 + i) as f32;
+                    let a = rt.upload(t, &[v, 1.0], &[2]).unwrap();
+                    let b = rt.upload(t, &[1f32, v], &[2]).unwrap();
+                    let exe_t = if t == 0 {
+                        exe
+                    } else {
+                        rt.compile(&add_request(2)).unwrap()
+                    };
+                    // Device 1 cannot run the device-0 executable: checked.
+                    if t == 1 {
+                        assert!(rt.execute(exe_t, &[vec![a, b]], SINGLE).is_err());
+                        rt.release_executable(exe_t).unwrap();
+                        rt.release(a).unwrap();
+                        rt.release(b).unwrap();
+                        continue;
+                    }
+                    let out = rt
+                        .execute(
+                            exe_t,
+                            &[vec![a, b]],
+                            ExecuteConfig {
+                                release_inputs: true,
+                                ..SINGLE
+                            },
+                        )
+                        .unwrap();
+                    assert_eq!(
+                        rt.download::<f32>(out[0][0]).unwrap(),
+                        vec![v + 1.0, v + 1.0]
+                    );
+                    rt.release(out[0][0]).unwrap();
+                }
+            });
+        }
+    });
+    assert_eq!(rt.live_buffers(), 0);
+    assert_eq!(rt.compilations(), 1);
+}

@@ -354,6 +354,7 @@ impl ClientInner {
         )?;
         Ok(Device {
             raw,
+            owner: self.raw as usize,
             id: id.id,
             local_hardware_id: hw.local_hardware_id,
             kind: String::from_utf8_lossy(str_from_raw(kind.device_kind, kind.device_kind_size))
@@ -374,6 +375,8 @@ impl ClientInner {
 #[derive(Clone, Debug)]
 pub struct Device {
     raw: *mut PJRT_Device,
+    /// Address of the owning `PJRT_Client`, to refuse devices of another client.
+    owner: usize,
     id: i32,
     local_hardware_id: i32,
     kind: String,
@@ -567,6 +570,12 @@ impl Client {
             return Err(Error::InvalidArgument(format!(
                 "{shape} needs {expected} bytes, got {}",
                 bytes.len()
+            )));
+        }
+        if device.owner != self.inner.raw as usize {
+            return Err(Error::InvalidArgument(format!(
+                "device {} belongs to another client",
+                device.id
             )));
         }
         let mut a = PJRT_Client_BufferFromHostBuffer_Args::new();
@@ -985,6 +994,15 @@ impl LoadedExecutable {
             return Err(Error::InvalidArgument(format!(
                 "argument list {k} has {} arguments, list 0 has {num_args}",
                 l.len()
+            )));
+        }
+        if let Some((k, i)) = args.iter().enumerate().find_map(|(k, l)| {
+            l.iter()
+                .position(|b| !Arc::ptr_eq(&b.client, &self.client.inner))
+                .map(|i| (k, i))
+        }) {
+            return Err(Error::InvalidArgument(format!(
+                "argument {i} of list {k} belongs to another client"
             )));
         }
         let raw_args: Vec<Vec<*mut PJRT_Buffer>> = args

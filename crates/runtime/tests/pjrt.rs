@@ -509,3 +509,28 @@ fn missing_plugin_is_a_clear_error() {
     .expect("loading a non-library must fail");
     assert!(matches!(err, Error::PluginLoad { .. }), "{err}");
 }
+
+#[test]
+fn objects_of_another_client_are_refused() {
+    let other = tessera_runtime::Client::cpu(1).unwrap();
+    let c = client();
+    let err = c
+        .buffer_from_host(&[1f32], &[1], &other.devices()[0])
+        .unwrap_err();
+    assert!(err.to_string().contains("another client"), "{err}");
+    let exe = c
+        .compile(
+            &Program::mlir(
+                "func.func @main(%a: tensor<1xf32>) -> tensor<1xf32> {\n  return %a : tensor<1xf32>\n}",
+            ),
+            &CompileOptions::default(),
+        )
+        .unwrap();
+    let foreign = other
+        .buffer_from_host(&[1f32], &[1], &other.devices()[0])
+        .unwrap();
+    let err = exe
+        .execute(&[vec![&foreign]], &ExecuteOptions::default())
+        .unwrap_err();
+    assert!(err.to_string().contains("another client"), "{err}");
+}

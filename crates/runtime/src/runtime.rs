@@ -565,19 +565,23 @@ impl Runtime {
         config: ExecuteConfig,
     ) -> Result<Vec<Vec<BufferHandle>>> {
         let mut st = self.lock();
-        let out = self.execute_locked(&mut st, exe, args, config)?;
+        let release = |_: usize| config.release_inputs;
+        let out = self.execute_locked(&mut st, exe, args, &release, config.explode_tuple)?;
         if config.release_executable {
             st.release_executable(exe)?;
         }
         Ok(out)
     }
 
+    /// `release(i)`: the caller gives up its reference to argument `i` of
+    /// every list (which also makes it a donation candidate).
     fn execute_locked(
         &self,
         st: &mut State,
         exe_h: ExecutableHandle,
         args: &[Vec<BufferHandle>],
-        config: ExecuteConfig,
+        release: &dyn Fn(usize) -> bool,
+        explode_tuple: bool,
     ) -> Result<Vec<Vec<BufferHandle>>> {
         let (exe, info) = {
             let e = st.executable(exe_h)?;
@@ -642,7 +646,7 @@ impl Runtime {
         let mut non_donatable = Vec::new();
         for a in &info.aliases {
             let p = a.parameter;
-            let ok = config.release_inputs
+            let ok = release(p)
                 && args.iter().all(|list| {
                     let h = list[p];
                     list.iter().filter(|&&x| x == h).count() == 1
@@ -699,16 +703,16 @@ impl Runtime {
                     st.insert_array(device, shape.clone(), size, b)
                 })
                 .collect();
-            if config.explode_tuple {
+            if explode_tuple {
                 result.push(handles);
             } else {
                 result.push(vec![st.insert(Node::Tuple(handles))]);
             }
         }
-        if config.release_inputs {
-            let mut seen = std::collections::HashSet::new();
-            for &h in &all_inputs {
-                if seen.insert(h) && st.buffers.contains_key(&h) {
+        let mut seen = std::collections::HashSet::new();
+        for list in args {
+            for (i, &h) in list.iter().enumerate() {
+                if release(i) && seen.insert(h) && st.buffers.contains_key(&h) {
                     st.release(h)?;
                 }
             }
@@ -803,8 +807,12 @@ impl Runtime {
             }
             Err(e) => Err(e),
         };
+        // Handles are never reused, so a produced handle that is no longer
+        // live was consumed by a later step (released or donated).
         for h in produced.into_iter().flatten().flatten() {
-            st.release(h)?;
+            if st.buffers.contains_key(&h) {
+                st.release(h)?;
+            }
         }
         kept
     }
@@ -815,7 +823,29 @@ impl Runtime {
         plan: &Plan,
         produced: &mut Vec<Vec<Vec<BufferHandle>>>,
     ) -> Result<()> {
+        // Last step reading each (step, output) pair; requested outputs live on.
+        let mut last_use: HashMap<(usize, usize), usize> = HashMap::new();
         for (s, step) in plan.steps.iter().enumerate() {
+            for input in step.args.iter().flatten() {
+                if let PlanInput::Output { step, index } = *input {
+                    last_use.insert((step, index), s);
+                }
+            }
+        }
+        for &(step, index) in &plan.outputs {
+            last_use.remove(&(step, index));
+        }
+        for (s, step) in plan.steps.iter().enumerate() {
+            // An intermediate read for the last time here is handed over to
+            // the execution: released afterwards, donated if aliased.
+            let consumed = |i: usize| {
+                step.args.iter().all(|list| match list.get(i) {
+                    Some(PlanInput::Output { step, index }) => {
+                        last_use.get(&(*step, *index)) == Some(&s)
+                    }
+                    _ => false,
+                })
+            };
             let args: Vec<Vec<BufferHandle>> = step
                 .args
                 .iter()
@@ -844,16 +874,7 @@ impl Runtime {
                 .collect::<std::result::Result<Vec<_>, String>>()
                 .map_err(|message| Error::Plan { step: s, message })?;
             let outs = self
-                .execute_locked(
-                    st,
-                    step.executable,
-                    &args,
-                    ExecuteConfig {
-                        release_inputs: false,
-                        explode_tuple: true,
-                        release_executable: false,
-                    },
-                )
+                .execute_locked(st, step.executable, &args, &consumed, true)
                 .map_err(|e| Error::Plan {
                     step: s,
                     message: e.to_string(),

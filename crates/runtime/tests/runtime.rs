@@ -583,3 +583,49 @@ fn runtime_is_shared_between_threads() {
     assert_eq!(rt.live_buffers(), 0);
     assert_eq!(rt.compilations(), 1);
 }
+
+#[test]
+fn plan_donates_intermediates_at_their_last_use() {
+    let rt = runtime();
+    let add = rt.compile(&add_request(3)).unwrap();
+    // mul aliases its output with parameter 0.
+    let mul = rt
+        .compile(
+            &CompileRequest::new(binary("multiply", 3), CompileOptions::default())
+                .with_aliases(&[(0, 0)]),
+        )
+        .unwrap();
+    let x = rt.upload(0, &[1f32, 2.0, 3.0], &[3]).unwrap();
+    let y = rt.upload(0, &[4f32, 5.0, 6.0], &[3]).unwrap();
+    let out = |step, index| PlanInput::Output { step, index };
+    // s0 = x + y; s1 = s0 * y (s0's last use: donated); s2 = s1 * x (s1 is
+    // requested, so it is kept and copied, not donated).
+    let plan = Plan {
+        steps: vec![
+            PlanStep {
+                executable: add,
+                args: vec![vec![PlanInput::Handle(x), PlanInput::Handle(y)]],
+            },
+            PlanStep {
+                executable: mul,
+                args: vec![vec![out(0, 0), PlanInput::Handle(y)]],
+            },
+            PlanStep {
+                executable: mul,
+                args: vec![vec![out(1, 0), PlanInput::Handle(x)]],
+            },
+        ],
+        outputs: vec![(1, 0), (2, 0)],
+    };
+    let kept = rt.execute_plan(&plan).unwrap();
+    let (xs, ys) = ([1f32, 2.0, 3.0], [4f32, 5.0, 6.0]);
+    let s1: Vec<f32> = (0..3).map(|i| (xs[i] + ys[i]) * ys[i]).collect();
+    let s2: Vec<f32> = (0..3).map(|i| s1[i] * xs[i]).collect();
+    assert_eq!(rt.download::<f32>(kept[0][0]).unwrap(), s1);
+    assert_eq!(rt.download::<f32>(kept[1][0]).unwrap(), s2);
+    assert_eq!(rt.memory_stats(0).unwrap().donated, 1, "only s0 is donated");
+    // Plan inputs given as handles are never consumed.
+    assert_eq!(rt.download::<f32>(x).unwrap(), xs);
+    assert_eq!(rt.download::<f32>(y).unwrap(), ys);
+    assert_eq!(rt.live_buffers(), 4);
+}

@@ -233,16 +233,8 @@ impl Runtime {
     /// Compiles `request` unless an identical one (same program bytes, options
     /// and aliases) is cached; either way the caller gets one reference.
     pub fn compile(&self, request: &CompileRequest) -> Result<ExecutableHandle> {
-        request.options.validate()?;
-        let mut aliases = request.aliases.clone();
-        aliases.sort();
-        aliases.dedup();
-        let key = CacheKey {
-            format: request.program.format(),
-            code: request.program.code().to_vec(),
-            options: request.options.encode()?,
-            aliases: aliases.clone(),
-        };
+        let key = cache_key(request)?;
+        let aliases = key.aliases.clone();
         {
             let mut st = self.lock();
             if let Some(&h) = st.by_key.get(&key) {
@@ -333,6 +325,13 @@ impl Runtime {
             },
         );
         Ok(h)
+    }
+
+    /// The handle of an already compiled, identical request, if any, without
+    /// compiling and without adding a reference.
+    pub fn lookup(&self, request: &CompileRequest) -> Result<Option<ExecutableHandle>> {
+        let key = cache_key(request)?;
+        Ok(self.lock().by_key.get(&key).copied())
     }
 
     /// Facts about a cached executable.
@@ -883,6 +882,21 @@ impl Runtime {
         }
         Ok(())
     }
+}
+
+/// The cache key: exact program bytes, serialized options and the sorted
+/// alias set (hashing the bytes is the fingerprint; equality is exact).
+fn cache_key(request: &CompileRequest) -> Result<CacheKey> {
+    request.options.validate()?;
+    let mut aliases = request.aliases.clone();
+    aliases.sort();
+    aliases.dedup();
+    Ok(CacheKey {
+        format: request.program.format(),
+        code: request.program.code().to_vec(),
+        options: request.options.encode()?,
+        aliases,
+    })
 }
 
 fn plan_output(

@@ -41,7 +41,9 @@ const SINGLE: ExecuteConfig = ExecuteConfig {
 #[test]
 fn compilation_cache_compiles_once_per_program_and_options() {
     let rt = runtime();
+    assert_eq!(rt.lookup(&add_request(4)).unwrap(), None);
     let a = rt.compile(&add_request(4)).unwrap();
+    assert_eq!(rt.lookup(&add_request(4)).unwrap(), Some(a));
     let b = rt.compile(&add_request(4)).unwrap();
     assert_eq!(a, b);
     assert_eq!(rt.compilations(), 1);

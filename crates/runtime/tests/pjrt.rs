@@ -534,3 +534,51 @@ fn objects_of_another_client_are_refused() {
         .unwrap_err();
     assert!(err.to_string().contains("another client"), "{err}");
 }
+
+#[test]
+fn errors_of_already_completed_events_are_reported() {
+    // A donated buffer's ready event is complete from the start and carries
+    // an error; it must not read as success.
+    let c = client();
+    let exe = c
+        .compile(
+            &Program::mlir(
+                "func.func @main(%a: tensor<2xf32> {tf.aliasing_output = 0 : i32}) -> tensor<2xf32> {\n  %0 = stablehlo.negate %a : tensor<2xf32>\n  return %0 : tensor<2xf32>\n}",
+            ),
+            &CompileOptions::default(),
+        )
+        .unwrap();
+    let a = upload(&[1f32, 2.0], &[2], 0);
+    let out = exe
+        .execute(&[vec![&a]], &ExecuteOptions::default())
+        .unwrap();
+    assert_eq!(out[0][0].to_vec::<f32>().unwrap(), vec![-1.0, -2.0]);
+    assert!(a.is_deleted().unwrap());
+    let err = a.ready().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Pjrt {
+                call: "PJRT_Buffer_ReadyEvent",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(a.to_vec::<f32>().is_err());
+    // Using it again is refused, not undefined.
+    let err = exe
+        .execute(&[vec![&a]], &ExecuteOptions::default())
+        .unwrap_err();
+    assert!(matches!(err, Error::Pjrt { .. }), "{err}");
+    // With the parameter marked non-donatable the plugin copies instead.
+    let b = upload(&[3f32, 4.0], &[2], 0);
+    let keep = ExecuteOptions {
+        non_donatable_input_indices: vec![0],
+        launch_id: 0,
+    };
+    let out = exe.execute(&[vec![&b]], &keep).unwrap();
+    assert_eq!(out[0][0].to_vec::<f32>().unwrap(), vec![-3.0, -4.0]);
+    assert!(!b.is_deleted().unwrap());
+    assert_eq!(b.to_vec::<f32>().unwrap(), vec![3.0, 4.0]);
+}

@@ -582,3 +582,40 @@ fn errors_of_already_completed_events_are_reported() {
     assert!(!b.is_deleted().unwrap());
     assert_eq!(b.to_vec::<f32>().unwrap(), vec![3.0, 4.0]);
 }
+
+#[test]
+fn replicas_times_partitions_follow_the_device_assignment() {
+    // 2 replicas x 2 partitions on devices [[3, 1], [0, 2]]: every device must
+    // report the (replica, partition) pair the assignment gives it.
+    let text = manual_module(
+        &[],
+        &["tensor<ui32>", "tensor<ui32>"],
+        "    %r = stablehlo.replica_id : tensor<ui32>\n    %p = stablehlo.partition_id : tensor<ui32>\n    return %r, %p : tensor<ui32>, tensor<ui32>",
+    );
+    let assignment = vec![vec![3i64, 1], vec![0, 2]];
+    let options = CompileOptions {
+        num_replicas: 2,
+        num_partitions: 2,
+        use_spmd_partitioning: true,
+        device_assignment: Some(DeviceAssignment::new(assignment.clone()).unwrap()),
+    };
+    let exe = client().compile(&Program::mlir(text), &options).unwrap();
+    assert_eq!((exe.num_replicas(), exe.num_partitions()), (2, 2));
+    let out = exe
+        .execute(&vec![Vec::new(); 4], &ExecuteOptions::default())
+        .unwrap();
+    let mut seen = Vec::new();
+    for (k, o) in out.iter().enumerate() {
+        let r = o[0].to_vec::<u32>().unwrap()[0] as usize;
+        let p = o[1].to_vec::<u32>().unwrap()[0] as usize;
+        let device = i64::from(exe.devices()[k].id());
+        assert_eq!(
+            assignment[r][p], device,
+            "list {k}: replica {r}, partition {p}"
+        );
+        assert_eq!(i64::from(o[0].device_id().unwrap()), device);
+        seen.push((r, p));
+    }
+    seen.sort();
+    assert_eq!(seen, vec![(0, 0), (0, 1), (1, 0), (1, 1)]);
+}

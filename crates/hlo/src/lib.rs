@@ -5,6 +5,7 @@
 //! [`CompId`] and [`InstrId`], and its mutation API keeps operands, users and control edges
 //! consistent.
 
+pub mod analysis;
 pub mod attrs;
 pub mod instruction;
 pub mod literal;

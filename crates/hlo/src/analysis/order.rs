@@ -1,0 +1,176 @@
+//! Instruction and computation orders.
+//!
+//! [`post_order`] puts every instruction after its operands and its control predecessors (as
+//! XLA's `MakeInstructionPostOrder`), and is deterministic: roots are visited in stored order,
+//! operands left to right. Instructions unreachable from the root (dead code, side effects)
+//! appear too, after the operands they use.
+
+use crate::instruction::{CompId, InstrId};
+use crate::module::Module;
+
+/// Instructions of `comp`, each after its operands and control predecessors.
+pub fn post_order(module: &Module, comp: CompId) -> Vec<InstrId> {
+    let c = module.comp(comp);
+    let mut state = vec![0u8; module.instr_capacity()]; // 0 new, 1 on stack, 2 done
+    let mut out = Vec::with_capacity(c.instructions().len());
+    // Start from the root first so that its cone comes out in a natural order, then any
+    // instruction not reached from it (in stored order).
+    let starts = c.root().into_iter().chain(c.instructions().iter().copied());
+    let mut stack: Vec<(InstrId, usize)> = Vec::new();
+    for start in starts {
+        if state[start.index()] != 0 {
+            continue;
+        }
+        stack.push((start, 0));
+        state[start.index()] = 1;
+        while let Some(&mut (id, ref mut next)) = stack.last_mut() {
+            let i = module.instr(id);
+            let n_ops = i.operands().len();
+            let preds = i.control_predecessors();
+            let k = *next;
+            if k < n_ops + preds.len() {
+                *next += 1;
+                let dep = if k < n_ops {
+                    i.operands()[k]
+                } else {
+                    preds[k - n_ops]
+                };
+                // A cycle (state 1) would be a malformed module; skip the back edge.
+                if state[dep.index()] == 0 {
+                    state[dep.index()] = 1;
+                    stack.push((dep, 0));
+                }
+            } else {
+                state[id.index()] = 2;
+                out.push(id);
+                stack.pop();
+            }
+        }
+    }
+    out
+}
+
+/// The reverse of [`post_order`]: every instruction before its users.
+pub fn reverse_post_order(module: &Module, comp: CompId) -> Vec<InstrId> {
+    let mut v = post_order(module, comp);
+    v.reverse();
+    v
+}
+
+/// Computations reachable from the entry (or all computations when there is no entry), each
+/// after every computation it calls: callees first, the entry last. Computations not reachable
+/// from the entry are not listed unless `include_unreachable`; then they come last, callees
+/// before callers among themselves.
+pub fn computation_post_order(module: &Module, include_unreachable: bool) -> Vec<CompId> {
+    let mut state = vec![0u8; module.comp_capacity()];
+    let mut out = Vec::new();
+    let mut visit = |root: CompId, out: &mut Vec<CompId>| {
+        if state[root.index()] != 0 {
+            return;
+        }
+        let mut stack: Vec<(CompId, Vec<CompId>, usize)> = vec![(root, callees(module, root), 0)];
+        state[root.index()] = 1;
+        while let Some((id, cs, k)) = stack.last_mut() {
+            if *k < cs.len() {
+                let next = cs[*k];
+                *k += 1;
+                if state[next.index()] == 0 {
+                    state[next.index()] = 1;
+                    let n = callees(module, next);
+                    stack.push((next, n, 0));
+                }
+            } else {
+                let id = *id;
+                state[id.index()] = 2;
+                out.push(id);
+                stack.pop();
+            }
+        }
+    };
+    match module.entry() {
+        Some(e) => {
+            visit(e, &mut out);
+            if include_unreachable {
+                for &c in module.computations() {
+                    visit(c, &mut out);
+                }
+            }
+        }
+        None => {
+            for &c in module.computations() {
+                visit(c, &mut out);
+            }
+        }
+    }
+    out
+}
+
+/// Computations called by any instruction of `comp`, in instruction order, without repeats.
+pub(crate) fn callees(module: &Module, comp: CompId) -> Vec<CompId> {
+    let mut v = Vec::new();
+    for &i in module.comp(comp).instructions() {
+        for &c in module.called_computations(i) {
+            if !v.contains(&c) && module.try_comp(c).is_some() {
+                v.push(c);
+            }
+        }
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::testutil::*;
+    use crate::opcode::Opcode;
+
+    #[test]
+    fn post_order_puts_operands_and_control_predecessors_first() {
+        let mut b = Builder::new("m");
+        let c = b.comp("main");
+        let p = b.param(c, 0, f32v(4));
+        let neg = b.op(c, "neg", Opcode::Negate, f32v(4), &[p]);
+        let exp = b.op(c, "exp", Opcode::Exp, f32v(4), &[p]);
+        let add = b.op(c, "add", Opcode::Add, f32v(4), &[neg, exp]);
+        // exp must run before neg.
+        b.m.add_control_dependency(exp, neg);
+        b.m.set_root(c, add);
+        let order = post_order(&b.m, c);
+        assert_eq!(order, vec![p, exp, neg, add]);
+        assert_eq!(reverse_post_order(&b.m, c), vec![add, neg, exp, p]);
+    }
+
+    #[test]
+    fn post_order_includes_dead_instructions() {
+        let mut b = Builder::new("m");
+        let c = b.comp("main");
+        let p = b.param(c, 0, f32v(4));
+        let dead = b.op(c, "dead", Opcode::Negate, f32v(4), &[p]);
+        let root = b.op(c, "root", Opcode::Exp, f32v(4), &[p]);
+        b.m.set_root(c, root);
+        assert_eq!(post_order(&b.m, c), vec![p, root, dead]);
+    }
+
+    #[test]
+    fn computation_order_is_callees_first() {
+        let mut b = Builder::new("m");
+        let add = b.scalar_add("add");
+        let body = b.comp("body");
+        let bp = b.param(body, 0, f32v(4));
+        let zero = b.op(body, "zero", Opcode::Constant, f32s(), &[]);
+        let red = b.op(body, "red", Opcode::Reduce, f32s(), &[bp, zero]);
+        b.m.instr_mut(red).called.push(add);
+        let main = b.comp("main");
+        let p = b.param(main, 0, f32v(4));
+        let call = b.op(main, "call", Opcode::Call, f32s(), &[p]);
+        b.m.instr_mut(call).called.push(body);
+        b.m.set_entry(main);
+        let unused = b.comp("unused");
+        b.param(unused, 0, f32s());
+        assert_eq!(computation_post_order(&b.m, false), vec![add, body, main]);
+        assert_eq!(
+            computation_post_order(&b.m, true),
+            vec![add, body, main, unused]
+        );
+    }
+}

@@ -27,6 +27,31 @@ fn dispatch(c: &mut Criterion) {
         bench.iter(|| exe.execute(&[vec![&a, &b]], &opts).unwrap())
     });
 
+    // The same add, partitioned over 8 devices (one launch, 8 argument lists).
+    let client8 = Client::cpu(8).unwrap();
+    let manual = ADD
+        .replace(
+            "%a: tensor<4xf32>, %b: tensor<4xf32>) -> tensor<4xf32>",
+            "%a: tensor<4xf32> {mhlo.sharding = \"{manual}\"}, %b: tensor<4xf32> {mhlo.sharding = \"{manual}\"}) -> (tensor<4xf32> {mhlo.sharding = \"{manual}\"})",
+        );
+    let exe8 = client8
+        .compile(&Program::mlir(manual), &CompileOptions::partitioned(8))
+        .unwrap();
+    let bufs: Vec<(_, _)> = client8
+        .devices()
+        .iter()
+        .map(|d| {
+            (
+                client8.buffer_from_host(&[1f32; 4], &[4], d).unwrap(),
+                client8.buffer_from_host(&[2f32; 4], &[4], d).unwrap(),
+            )
+        })
+        .collect();
+    let lists: Vec<Vec<_>> = bufs.iter().map(|(a, b)| vec![a, b]).collect();
+    g.bench_function("pjrt_execute_add_f32x4_8_devices", |bench| {
+        bench.iter(|| exe8.execute(&lists, &opts).unwrap())
+    });
+
     let rt = Runtime::new(client.clone());
     let h = rt
         .compile(&CompileRequest::new(

@@ -12,6 +12,7 @@ pub mod literal;
 pub mod metadata;
 pub mod module;
 pub mod opcode;
+pub mod proto;
 pub mod shape;
 pub mod sharding;
 pub mod tiling;

@@ -1,0 +1,656 @@
+//! Module -> `xla.HloModuleProto`.
+
+use std::collections::HashMap;
+
+use super::messages as pb;
+use super::values::*;
+use crate::attrs::*;
+use crate::instruction::{CompId, InstrId};
+use crate::module::{AliasKind, Module, ProgramShape};
+use crate::opcode::Opcode;
+use crate::shape::Shape;
+
+/// Proto ids of the exported computations and instructions.
+struct Ids {
+    comp: HashMap<CompId, i64>,
+    instr: HashMap<InstrId, i64>,
+}
+
+/// Computations in an order where every callee comes before its callers: a depth-first post-order
+/// over the call graph, starting from the module's stored order, so a stored order that already
+/// has callees first is kept as it is.
+pub(crate) fn callee_first_order(m: &Module) -> Vec<CompId> {
+    let mut state: HashMap<CompId, u8> = HashMap::new(); // 1 = on stack, 2 = done
+    let mut out = Vec::with_capacity(m.computations().len());
+    for &root in m.computations() {
+        if state.contains_key(&root) {
+            continue;
+        }
+        // Iterative DFS: (computation, callees still to visit).
+        let mut stack: Vec<(CompId, Vec<CompId>)> = vec![(root, callees(m, root))];
+        state.insert(root, 1);
+        while let Some((c, todo)) = stack.last_mut() {
+            if let Some(next) = todo.pop() {
+                if m.try_comp(next).is_some() && !state.contains_key(&next) {
+                    state.insert(next, 1);
+                    let cs = callees(m, next);
+                    stack.push((next, cs));
+                }
+            } else {
+                let c = *c;
+                state.insert(c, 2);
+                out.push(c);
+                stack.pop();
+            }
+        }
+    }
+    out
+}
+
+/// Called computations of a computation's instructions, reversed so that popping from the end
+/// visits them in instruction order.
+fn callees(m: &Module, c: CompId) -> Vec<CompId> {
+    let mut v: Vec<CompId> = Vec::new();
+    for &i in m.comp(c).instructions() {
+        for &k in &m.instr(i).called {
+            if !v.contains(&k) {
+                v.push(k);
+            }
+        }
+    }
+    v.reverse();
+    v
+}
+
+/// The computation's instructions with every operand and control predecessor before its user;
+/// the stored order is kept where it already is one.
+pub(crate) fn def_before_use_order(m: &Module, c: CompId) -> Vec<InstrId> {
+    let comp = m.comp(c);
+    let mut done: HashMap<InstrId, bool> = HashMap::new(); // false = on stack
+    let mut out = Vec::with_capacity(comp.instructions().len());
+    for &root in comp.instructions() {
+        if done.contains_key(&root) {
+            continue;
+        }
+        let mut stack: Vec<(InstrId, usize)> = vec![(root, 0)];
+        done.insert(root, false);
+        while let Some((i, k)) = stack.last_mut() {
+            let instr = m.instr(*i);
+            let deps = instr.operands().len() + instr.control_predecessors().len();
+            if *k < deps {
+                let d = if *k < instr.operands().len() {
+                    instr.operands()[*k]
+                } else {
+                    instr.control_predecessors()[*k - instr.operands().len()]
+                };
+                *k += 1;
+                // A dependency on the stack is a cycle; it is left in place and the cycle shows
+                // up as a forward reference that XLA's verifier reports.
+                if let std::collections::hash_map::Entry::Vacant(v) = done.entry(d) {
+                    v.insert(false);
+                    stack.push((d, 0));
+                }
+            } else {
+                let i = *i;
+                done.insert(i, true);
+                out.push(i);
+                stack.pop();
+            }
+        }
+    }
+    out
+}
+
+/// The entry's program shape as the instructions give it (parameters by number, root shape).
+pub(crate) fn derived_program_shape(m: &Module, c: CompId) -> ProgramShape {
+    let comp = m.comp(c);
+    ProgramShape {
+        parameters: (0..comp.num_parameters())
+            .map(|n| {
+                comp.parameter(n)
+                    .map_or(Shape::Tuple(Vec::new()), |p| m.instr(p).shape.clone())
+            })
+            .collect(),
+        result: comp
+            .root()
+            .map_or(Shape::Tuple(Vec::new()), |r| m.instr(r).shape.clone()),
+    }
+}
+
+pub(crate) fn program_shape_to_proto(
+    ps: &ProgramShape,
+    names: Vec<String>,
+) -> pb::ProgramShapeProto {
+    pb::ProgramShapeProto {
+        parameters: ps.parameters.iter().map(shape_to_proto).collect(),
+        result: Some(shape_to_proto(&ps.result)),
+        parameter_names: names,
+    }
+}
+
+fn parameter_names(m: &Module, c: CompId) -> Vec<String> {
+    let comp = m.comp(c);
+    (0..comp.num_parameters())
+        .map(|n| {
+            comp.parameter(n)
+                .map_or(String::new(), |p| m.instr(p).name.clone())
+        })
+        .collect()
+}
+
+pub(crate) fn module_to_proto(m: &Module) -> pb::HloModuleProto {
+    let order = callee_first_order(m);
+    let mut ids = Ids {
+        comp: HashMap::new(),
+        instr: HashMap::new(),
+    };
+    let mut instr_orders = Vec::with_capacity(order.len());
+    for (ci, &c) in order.iter().enumerate() {
+        ids.comp.insert(c, ci as i64);
+        let io = def_before_use_order(m, c);
+        for (k, &i) in io.iter().enumerate() {
+            ids.instr.insert(i, ((ci as i64) << 32) | k as i64);
+        }
+        instr_orders.push(io);
+    }
+    let fusion_called: Vec<CompId> = order
+        .iter()
+        .flat_map(|&c| m.comp(c).instructions().iter().copied())
+        .filter(|&i| m.instr(i).opcode == Opcode::Fusion)
+        .flat_map(|i| m.instr(i).called.iter().copied())
+        .collect();
+
+    let computations = order
+        .iter()
+        .zip(&instr_orders)
+        .map(|(&c, io)| {
+            let comp = m.comp(c);
+            pb::HloComputationProto {
+                name: comp.name.clone(),
+                instructions: io.iter().map(|&i| instr_to_proto(m, i, &ids)).collect(),
+                program_shape: Some(program_shape_to_proto(
+                    &derived_program_shape(m, c),
+                    parameter_names(m, c),
+                )),
+                id: ids.comp[&c],
+                root_id: comp.root().map_or(-1, |r| ids.instr[&r]),
+                is_fusion_computation: fusion_called.contains(&c),
+                execution_thread: comp.execution_thread.clone().unwrap_or_default(),
+            }
+        })
+        .collect();
+
+    let mut p = pb::HloModuleProto {
+        name: m.name.clone(),
+        computations,
+        ..Default::default()
+    };
+    if let Some(e) = m.entry() {
+        p.entry_computation_name = m.comp(e).name.clone();
+        p.entry_computation_id = ids.comp[&e];
+        let ps = m
+            .config
+            .entry_computation_layout
+            .clone()
+            .unwrap_or_else(|| derived_program_shape(m, e));
+        p.host_program_shape = Some(program_shape_to_proto(&ps, parameter_names(m, e)));
+    }
+    let cfg = &m.config;
+    if !cfg.input_output_alias.is_empty() {
+        p.input_output_alias = Some(pb::HloInputOutputAliasProto {
+            entries: cfg
+                .input_output_alias
+                .iter()
+                .map(|a| pb::AliasEntryProto {
+                    output_shape_index: a.output_index.clone(),
+                    parameter_number: a.parameter_number,
+                    parameter_shape_index: a.parameter_index.clone(),
+                    kind: match a.kind {
+                        AliasKind::MayAlias => 1,
+                        AliasKind::MustAlias => 2,
+                    },
+                })
+                .collect(),
+        });
+    }
+    if !cfg.buffer_donor.is_empty() {
+        p.buffer_donor = Some(pb::HloBufferDonorProto {
+            entries: cfg
+                .buffer_donor
+                .iter()
+                .map(|d| pb::BufferDonorEntryProto {
+                    parameter_number: d.parameter_number,
+                    parameter_shape_index: d.parameter_index.clone(),
+                })
+                .collect(),
+        });
+    }
+    p.spmd_output_sharding = cfg.spmd_output_sharding.as_ref().map(sharding_to_proto);
+    p.spmd_parameters_shardings = cfg
+        .spmd_parameters_shardings
+        .iter()
+        .flatten()
+        .map(sharding_to_proto)
+        .collect();
+    if !cfg.frontend_attributes.is_empty() {
+        p.frontend_attributes = Some(frontend_attributes_to_proto(&cfg.frontend_attributes));
+    }
+    if let Some(s) = &m.schedule {
+        p.schedule = Some(pb::HloScheduleProto {
+            sequences: s
+                .sequences
+                .iter()
+                .filter_map(|(c, seq)| {
+                    let cid = *ids.comp.get(c)?;
+                    Some((
+                        cid,
+                        pb::InstructionSequence {
+                            instruction_ids: seq
+                                .iter()
+                                .filter_map(|i| ids.instr.get(i).copied())
+                                .collect(),
+                        },
+                    ))
+                })
+                .collect(),
+        });
+    }
+    if !m.stack_frames.is_empty() {
+        let s = &m.stack_frames;
+        p.stack_frame_index = Some(pb::StackFrameIndexProto {
+            file_names: s.file_names.clone(),
+            function_names: s.function_names.clone(),
+            file_locations: s
+                .file_locations
+                .iter()
+                .map(|l| pb::FileLocationProto {
+                    file_name_id: l.file_name_id,
+                    function_name_id: l.function_name_id,
+                    line: l.line,
+                    end_line: l.end_line,
+                    column: l.column,
+                    end_column: l.end_column,
+                })
+                .collect(),
+            stack_frames: s
+                .stack_frames
+                .iter()
+                .map(|f| pb::StackFrameProto {
+                    file_location_id: f.file_location_id,
+                    parent_frame_id: f.parent_frame_id,
+                })
+                .collect(),
+        });
+    }
+    p
+}
+
+pub(crate) fn comparison_direction_name(d: ComparisonDirection) -> &'static str {
+    match d {
+        ComparisonDirection::Eq => "EQ",
+        ComparisonDirection::Ne => "NE",
+        ComparisonDirection::Ge => "GE",
+        ComparisonDirection::Gt => "GT",
+        ComparisonDirection::Le => "LE",
+        ComparisonDirection::Lt => "LT",
+    }
+}
+
+pub(crate) fn comparison_type_name(t: ComparisonType) -> &'static str {
+    match t {
+        ComparisonType::Float => "FLOAT",
+        ComparisonType::TotalOrder => "TOTALORDER",
+        ComparisonType::Signed => "SIGNED",
+        ComparisonType::Unsigned => "UNSIGNED",
+    }
+}
+
+pub(crate) fn fusion_kind_name(k: FusionKind) -> &'static str {
+    match k {
+        FusionKind::Loop => "kLoop",
+        FusionKind::Input => "kInput",
+        FusionKind::Output => "kOutput",
+        FusionKind::Custom => "kCustom",
+    }
+}
+
+fn precision_value(p: Precision) -> i32 {
+    match p {
+        Precision::Default => 0,
+        Precision::High => 1,
+        Precision::Highest => 2,
+        Precision::PackedNibble => 3,
+    }
+}
+
+fn dot_dims_to_proto(d: &DotDimensionNumbers) -> pb::DotDimensionNumbers {
+    pb::DotDimensionNumbers {
+        lhs_contracting_dimensions: d.lhs_contracting_dimensions.clone(),
+        rhs_contracting_dimensions: d.rhs_contracting_dimensions.clone(),
+        lhs_batch_dimensions: d.lhs_batch_dimensions.clone(),
+        rhs_batch_dimensions: d.rhs_batch_dimensions.clone(),
+    }
+}
+
+fn instr_to_proto(m: &Module, id: InstrId, ids: &Ids) -> pb::HloInstructionProto {
+    let i = m.instr(id);
+    let a = &i.attrs;
+    let mut p = pb::HloInstructionProto {
+        name: i.name.clone(),
+        opcode: i.opcode.name().to_string(),
+        shape: Some(shape_to_proto(&i.shape)),
+        id: ids.instr[&id],
+        operand_ids: i.operands().iter().map(|o| ids.instr[o]).collect(),
+        control_predecessor_ids: i
+            .control_predecessors()
+            .iter()
+            .map(|o| ids.instr[o])
+            .collect(),
+        called_computation_ids: i
+            .called
+            .iter()
+            .map(|c| ids.comp.get(c).copied().unwrap_or(-1))
+            .collect(),
+        metadata: i.metadata.as_ref().map(metadata_to_proto),
+        sharding: i.sharding.as_ref().map(sharding_to_proto),
+        backend_config: i.backend_config.clone().unwrap_or_default().into_bytes(),
+        parameter_number: a.parameter_number,
+        tuple_index: a.tuple_index,
+        feature_group_count: a.feature_group_count,
+        batch_group_count: a.batch_group_count,
+        exponent_bits: a.exponent_bits,
+        mantissa_bits: a.mantissa_bits,
+        epsilon: a.epsilon,
+        feature_index: a.feature_index,
+        channel_id: a.channel_id.unwrap_or(0),
+        indices_are_sorted: a.indices_are_sorted,
+        unique_indices: a.unique_indices,
+        use_global_device_ids: a.use_global_device_ids,
+        constrain_layout: a.constrain_layout,
+        is_host_transfer: a.is_host_transfer,
+        delta: a.delta,
+        is_stable: a.is_stable,
+        k: a.k,
+        largest: a.largest,
+        is_composite: a.is_composite,
+        cross_program_prefetch_index: a.cross_program_prefetch_index.map(|x| x as i32),
+        async_execution_thread: a.async_execution_thread.clone().unwrap_or_default(),
+        ..Default::default()
+    };
+    if !i.frontend_attributes.is_empty() {
+        p.frontend_attributes = Some(frontend_attributes_to_proto(&i.frontend_attributes));
+    }
+    if let Some(r) = &a.parameter_replication {
+        p.parameter_replication = Some(pb::ParameterReplication {
+            replicated_at_leaf_buffers: r.clone(),
+        });
+    }
+    p.literal = a.literal.as_deref().map(literal_to_proto);
+    match (i.opcode, &a.dimensions) {
+        (_, Some(d)) => p.dimensions = d.clone(),
+        (Opcode::Iota, None) => p.dimensions = vec![a.iota_dimension],
+        (Opcode::Scan, None) => {
+            if let Some(s) = &a.scan {
+                p.dimensions = vec![s.dimension];
+            }
+        }
+        _ => {}
+    }
+    if let Some(s) = &a.slice {
+        p.slice_dimensions = s
+            .iter()
+            .map(|d| pb::SliceDimensions {
+                start: d.start,
+                limit: d.limit,
+                stride: d.stride,
+            })
+            .collect();
+    }
+    if let Some(s) = &a.dynamic_slice_sizes {
+        p.dynamic_slice_sizes = s.clone();
+    }
+    if let Some(pad) = &a.padding {
+        p.padding_config = Some(pb::PaddingConfig {
+            dimensions: pad
+                .iter()
+                .map(|d| pb::PaddingConfigDimension {
+                    edge_padding_low: d.low,
+                    edge_padding_high: d.high,
+                    interior_padding: d.interior,
+                })
+                .collect(),
+        });
+    }
+    if let Some(c) = &a.comparison {
+        p.comparison_direction = comparison_direction_name(c.direction).to_string();
+        if let Some(t) = c.ty {
+            p.comparison_type = comparison_type_name(t).to_string();
+        }
+    }
+    if let Some(w) = &a.window {
+        p.window = Some(pb::Window {
+            dimensions: w
+                .dims
+                .iter()
+                .map(|d| pb::WindowDimension {
+                    size: d.size,
+                    stride: d.stride,
+                    padding_low: d.padding_low,
+                    padding_high: d.padding_high,
+                    window_dilation: d.window_dilation,
+                    base_dilation: d.base_dilation,
+                    window_reversal: d.window_reversal,
+                })
+                .collect(),
+        });
+    }
+    if let Some(c) = &a.conv_dims {
+        p.convolution_dimension_numbers = Some(pb::ConvolutionDimensionNumbers {
+            input_batch_dimension: c.input_batch_dimension,
+            input_feature_dimension: c.input_feature_dimension,
+            input_spatial_dimensions: c.input_spatial_dimensions.clone(),
+            kernel_input_feature_dimension: c.kernel_input_feature_dimension,
+            kernel_output_feature_dimension: c.kernel_output_feature_dimension,
+            kernel_spatial_dimensions: c.kernel_spatial_dimensions.clone(),
+            output_batch_dimension: c.output_batch_dimension,
+            output_feature_dimension: c.output_feature_dimension,
+            output_spatial_dimensions: c.output_spatial_dimensions.clone(),
+        });
+    }
+    match &a.ragged_dot_dims {
+        // XLA keeps a ragged dot's dimension numbers inside the ragged ones.
+        Some(r) => {
+            p.ragged_dot_dimension_numbers = Some(pb::RaggedDotDimensionNumbers {
+                dot_dimension_numbers: a.dot_dims.as_deref().map(dot_dims_to_proto),
+                lhs_ragged_dimensions: r.lhs_ragged_dimensions.clone(),
+                rhs_group_dimensions: r.rhs_group_dimensions.clone(),
+            })
+        }
+        None => p.dot_dimension_numbers = a.dot_dims.as_deref().map(dot_dims_to_proto),
+    }
+    p.dot_sparsity = a
+        .sparsity
+        .iter()
+        .map(|s| pb::SparsityDescriptor {
+            r#type: 1,
+            index: s.index,
+            dimension: s.dimension as i32,
+            n: s.n,
+            m: s.m,
+        })
+        .collect();
+    if let Some(pc) = &a.precision {
+        p.precision_config = Some(pb::PrecisionConfig {
+            operand_precision: pc
+                .operand_precision
+                .iter()
+                .map(|&x| precision_value(x))
+                .collect(),
+            algorithm: pc.algorithm,
+        });
+    }
+    if let Some(g) = &a.gather_dims {
+        p.gather_dimension_numbers = Some(pb::GatherDimensionNumbers {
+            offset_dims: g.offset_dims.clone(),
+            collapsed_slice_dims: g.collapsed_slice_dims.clone(),
+            start_index_map: g.start_index_map.clone(),
+            index_vector_dim: g.index_vector_dim,
+            operand_batching_dims: g.operand_batching_dims.clone(),
+            start_indices_batching_dims: g.start_indices_batching_dims.clone(),
+        });
+    }
+    if let Some(s) = &a.gather_slice_sizes {
+        p.gather_slice_sizes = s.clone();
+    }
+    if let Some(s) = &a.scatter_dims {
+        p.scatter_dimension_numbers = Some(pb::ScatterDimensionNumbers {
+            update_window_dims: s.update_window_dims.clone(),
+            inserted_window_dims: s.inserted_window_dims.clone(),
+            scatter_dims_to_operand_dims: s.scatter_dims_to_operand_dims.clone(),
+            index_vector_dim: s.index_vector_dim,
+            input_batching_dims: s.input_batching_dims.clone(),
+            scatter_indices_batching_dims: s.scatter_indices_batching_dims.clone(),
+        });
+    }
+    if let Some(g) = &a.replica_groups {
+        replica_groups_to_proto(g, &mut p);
+    }
+    if let Some(st) = &a.source_target_pairs {
+        p.source_target_pairs = st
+            .iter()
+            .map(|&(source, target)| pb::SourceTarget { source, target })
+            .collect();
+    }
+    if let Some(cc) = &a.custom_call {
+        p.custom_call_target = cc.target.clone();
+        p.custom_call_api_version = match cc.api_version {
+            CustomCallApiVersion::Unspecified => 0,
+            CustomCallApiVersion::Original => 1,
+            CustomCallApiVersion::StatusReturning => 2,
+            CustomCallApiVersion::StatusReturningUnified => 3,
+            CustomCallApiVersion::TypedFfi => 4,
+        };
+        p.custom_call_has_side_effect = cc.has_side_effect;
+        if let Some(shapes) = &cc.operand_layout_constraints {
+            p.constrain_layout = true;
+            p.operand_shapes_with_layout = shapes.iter().map(shape_to_proto).collect();
+        }
+        p.output_operand_aliasing = cc
+            .output_to_operand_aliasing
+            .iter()
+            .map(|o| pb::OutputOperandAliasing {
+                output_shape_index: o.output_index.clone(),
+                operand_index: o.operand,
+                operand_shape_index: o.operand_index.clone(),
+            })
+            .collect();
+        p.custom_call_schedule = match cc.schedule {
+            CustomCallSchedule::None => 0,
+            CustomCallSchedule::Latest => 1,
+            CustomCallSchedule::Earliest => 2,
+        };
+        p.padding_type = cc.padding_type;
+    }
+    if let Some(k) = a.fusion_kind {
+        p.fusion_kind = fusion_kind_name(k).to_string();
+    }
+    if let Some(c) = &a.infeed_config {
+        p.infeed_config = c.clone().into_bytes();
+    }
+    if let Some(c) = &a.outfeed_config {
+        p.outfeed_config = c.clone().into_bytes();
+    }
+    p.outfeed_shape = a.outfeed_shape.as_deref().map(shape_to_proto);
+    if let Some(d) = a.distribution {
+        p.distribution = match d {
+            RandomDistribution::Uniform => 1,
+            RandomDistribution::Normal => 2,
+        };
+    }
+    if let Some(r) = a.rng_algorithm {
+        p.rng_algorithm = match r {
+            RandomAlgorithm::Default => 0,
+            RandomAlgorithm::ThreeFry => 1,
+            RandomAlgorithm::Philox => 2,
+        };
+    }
+    if let Some(t) = &a.triangular_solve {
+        p.triangular_solve_options = Some(pb::TriangularSolveOptions {
+            left_side: t.left_side,
+            lower: t.lower,
+            unit_diagonal: t.unit_diagonal,
+            transpose_a: match t.transpose_a {
+                TransposeKind::NoTranspose => 1,
+                TransposeKind::Transpose => 2,
+                TransposeKind::Adjoint => 3,
+            },
+        });
+    }
+    if i.opcode == Opcode::Cholesky || a.lower {
+        p.cholesky_options = Some(pb::CholeskyOptions { lower: a.lower });
+    }
+    if let Some(f) = a.fft_type {
+        p.fft_type = match f {
+            FftType::Fft => 0,
+            FftType::Ifft => 1,
+            FftType::Rfft => 2,
+            FftType::Irfft => 3,
+        };
+    }
+    if let Some(l) = &a.fft_length {
+        p.fft_length = l.clone();
+    }
+    if let Some(d) = &a.domain {
+        p.domain_entry_sharding = d.entry.as_ref().map(sharding_to_proto);
+        p.domain_exit_sharding = d.exit.as_ref().map(sharding_to_proto);
+    }
+    if let Some(r) = &a.result_accuracy {
+        p.result_accuracy = Some(match *r {
+            ResultAccuracy::Mode(mode) => pb::ResultAccuracy {
+                mode: Some(mode),
+                tolerance: None,
+            },
+            ResultAccuracy::Tolerance { atol, rtol, ulps } => pb::ResultAccuracy {
+                mode: None,
+                tolerance: Some(pb::ResultAccuracyTolerance { atol, rtol, ulps }),
+            },
+        });
+    }
+    if let Some(s) = &a.statistics_viz {
+        p.statistics_viz = Some(statistics_to_proto(s));
+    }
+    if let Some(s) = &a.scan {
+        p.is_reverse = s.is_reverse;
+        p.num_carries = s.num_carries;
+        p.is_associative = match s.is_associative {
+            None => 0,
+            Some(true) => 1,
+            Some(false) => 2,
+        };
+    }
+    p
+}
+
+/// `visualizing_index=1,stat-0=0.5` (the text form the IR keeps) -> `xla.StatisticsViz`.
+/// Pieces that do not read as `name=number` keep their text as the name with value 0, so
+/// nothing is silently dropped; import prints the same text back.
+fn statistics_to_proto(s: &str) -> pb::StatisticsViz {
+    let mut out = pb::StatisticsViz::default();
+    let body = s.trim().trim_start_matches('{').trim_end_matches('}');
+    for piece in body.split(',').map(str::trim).filter(|x| !x.is_empty()) {
+        match piece.split_once('=') {
+            Some(("visualizing_index", v)) if v.trim().parse::<i64>().is_ok() => {
+                out.stat_index_to_visualize = v.trim().parse().unwrap();
+            }
+            Some((k, v)) if v.trim().parse::<f64>().is_ok() => out.statistics.push(pb::Statistic {
+                stat_name: k.trim().to_string(),
+                stat_val: v.trim().parse().unwrap(),
+            }),
+            _ => out.statistics.push(pb::Statistic {
+                stat_name: piece.to_string(),
+                stat_val: 0.0,
+            }),
+        }
+    }
+    out
+}

@@ -1,0 +1,785 @@
+//! `xla.HloModuleProto` -> Module.
+
+use std::collections::HashMap;
+
+use super::export::{
+    comparison_direction_name, comparison_type_name, derived_program_shape, fusion_kind_name,
+};
+use super::messages as pb;
+use super::values::*;
+use super::ProtoError;
+use crate::attrs::*;
+use crate::instruction::{CompId, InstrId, Instruction};
+use crate::metadata::{FileLocation, StackFrame, StackFrameIndex};
+use crate::module::{AliasKind, BufferDonor, InputOutputAlias, Module, ProgramShape, Schedule};
+use crate::opcode::Opcode;
+use crate::types::ElementType;
+
+fn err(place: impl Into<String>, message: impl Into<String>) -> ProtoError {
+    ProtoError::Invalid {
+        place: place.into(),
+        message: message.into(),
+    }
+}
+
+fn at_instr(p: &pb::HloInstructionProto) -> String {
+    format!("instruction %{} (id {})", p.name, p.id)
+}
+
+/// Opcodes whose text always carries `dimensions={...}`, so an empty list is still "given".
+fn always_has_dimensions(op: Opcode) -> bool {
+    use Opcode::*;
+    matches!(
+        op,
+        Broadcast
+            | Transpose
+            | Reverse
+            | Reduce
+            | Concatenate
+            | Sort
+            | Map
+            | AllGather
+            | AllGatherStart
+            | ReduceScatter
+            | GetDimensionSize
+            | SetDimensionSize
+    )
+}
+
+pub(crate) fn module_from_proto(p: &pb::HloModuleProto) -> Result<Module, ProtoError> {
+    let mut m = Module::new(p.name.clone());
+    let module_place = format!("module `{}`", p.name);
+
+    // Computations first (names and ids), so calls can be resolved in any order.
+    let mut comp_of: HashMap<i64, CompId> = HashMap::new();
+    for c in &p.computations {
+        let place = format!("computation `{}` (id {})", c.name, c.id);
+        let id = m
+            .add_computation(c.name.clone())
+            .map_err(|e| err(&place, e.to_string()))?;
+        if comp_of.insert(c.id, id).is_some() {
+            return Err(err(place, "computation id used twice"));
+        }
+        if !c.execution_thread.is_empty() {
+            m.comp_mut(id).execution_thread = Some(c.execution_thread.clone());
+        }
+    }
+
+    let mut instr_of: HashMap<i64, InstrId> = HashMap::new();
+    for c in &p.computations {
+        import_computation(&mut m, c, &comp_of, &mut instr_of)?;
+    }
+
+    // Entry: by id, else by name, else (old protos) the last computation.
+    let entry = comp_of
+        .get(&p.entry_computation_id)
+        .copied()
+        .filter(|&e| {
+            p.entry_computation_name.is_empty() || m.comp(e).name == p.entry_computation_name
+        })
+        .or_else(|| m.find_computation(&p.entry_computation_name))
+        .or_else(|| {
+            (p.entry_computation_name.is_empty() && p.entry_computation_id == 0)
+                .then(|| m.computations().last().copied())
+                .flatten()
+        });
+    match entry {
+        Some(e) => m.set_entry(e),
+        None if p.computations.is_empty() => {}
+        None => {
+            return Err(err(
+                module_place,
+                format!(
+                    "entry computation (id {}, name `{}`) is not among the computations",
+                    p.entry_computation_id, p.entry_computation_name
+                ),
+            ))
+        }
+    }
+
+    if let (Some(hps), Some(e)) = (&p.host_program_shape, m.entry()) {
+        let ps = program_shape_from_proto(hps).map_err(|e| err("host_program_shape", e))?;
+        // The IR keeps a layout only when it says more than the instructions do.
+        if ps != derived_program_shape(&m, e) {
+            m.config.entry_computation_layout = Some(ps);
+        }
+    }
+    if let Some(io) = &p.input_output_alias {
+        for a in &io.entries {
+            m.config.input_output_alias.push(InputOutputAlias {
+                output_index: a.output_shape_index.clone(),
+                parameter_number: a.parameter_number,
+                parameter_index: a.parameter_shape_index.clone(),
+                kind: match a.kind {
+                    0 | 1 => AliasKind::MayAlias,
+                    2 => AliasKind::MustAlias,
+                    k => return Err(err("input_output_alias", format!("unknown alias kind {k}"))),
+                },
+            });
+        }
+    }
+    if let Some(d) = &p.buffer_donor {
+        m.config.buffer_donor = d
+            .entries
+            .iter()
+            .map(|d| BufferDonor {
+                parameter_number: d.parameter_number,
+                parameter_index: d.parameter_shape_index.clone(),
+            })
+            .collect();
+    }
+    m.config.spmd_output_sharding = p
+        .spmd_output_sharding
+        .as_ref()
+        .map(sharding_from_proto)
+        .transpose()
+        .map_err(|e| err("spmd_output_sharding", e))?;
+    if !p.spmd_parameters_shardings.is_empty() {
+        m.config.spmd_parameters_shardings = Some(
+            p.spmd_parameters_shardings
+                .iter()
+                .map(sharding_from_proto)
+                .collect::<Result<_, _>>()
+                .map_err(|e| err("spmd_parameters_shardings", e))?,
+        );
+    }
+    if let Some(f) = &p.frontend_attributes {
+        m.config.frontend_attributes = frontend_attributes_from_proto(f);
+    }
+    if let Some(s) = &p.schedule {
+        let mut sched = Schedule::default();
+        // In the module's computation order, which is how the text lists them.
+        for c in &p.computations {
+            let Some(seq) = s.sequences.get(&c.id) else {
+                continue;
+            };
+            let ids = seq
+                .instruction_ids
+                .iter()
+                .map(|i| {
+                    instr_of.get(i).copied().ok_or_else(|| {
+                        err(
+                            format!("schedule of computation `{}`", c.name),
+                            format!("instruction id {i} does not exist"),
+                        )
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            sched.sequences.insert(comp_of[&c.id], ids);
+        }
+        if let Some(k) = s.sequences.keys().find(|k| !comp_of.contains_key(k)) {
+            return Err(err(
+                "schedule",
+                format!("computation id {k} does not exist"),
+            ));
+        }
+        m.schedule = Some(sched);
+    }
+    if let Some(s) = &p.stack_frame_index {
+        m.stack_frames = StackFrameIndex {
+            file_names: s.file_names.clone(),
+            function_names: s.function_names.clone(),
+            file_locations: s
+                .file_locations
+                .iter()
+                .map(|l| FileLocation {
+                    file_name_id: l.file_name_id,
+                    function_name_id: l.function_name_id,
+                    line: l.line,
+                    end_line: l.end_line,
+                    column: l.column,
+                    end_column: l.end_column,
+                })
+                .collect(),
+            stack_frames: s
+                .stack_frames
+                .iter()
+                .map(|f| StackFrame {
+                    file_location_id: f.file_location_id,
+                    parent_frame_id: f.parent_frame_id,
+                })
+                .collect(),
+        };
+    }
+    Ok(m)
+}
+
+pub(crate) fn program_shape_from_proto(p: &pb::ProgramShapeProto) -> Result<ProgramShape, String> {
+    Ok(ProgramShape {
+        parameters: p
+            .parameters
+            .iter()
+            .map(shape_from_proto)
+            .collect::<Result<_, _>>()?,
+        result: shape_from_proto(
+            p.result
+                .as_ref()
+                .ok_or_else(|| "program shape without a result".to_string())?,
+        )?,
+    })
+}
+
+fn import_computation(
+    m: &mut Module,
+    c: &pb::HloComputationProto,
+    comp_of: &HashMap<i64, CompId>,
+    instr_of: &mut HashMap<i64, InstrId>,
+) -> Result<(), ProtoError> {
+    let cid = comp_of[&c.id];
+    let cplace = format!("computation `{}` (id {})", c.name, c.id);
+    // Proto index of each instruction id of this computation.
+    let mut local: HashMap<i64, usize> = HashMap::new();
+    for (k, ip) in c.instructions.iter().enumerate() {
+        if local.insert(ip.id, k).is_some() || instr_of.contains_key(&ip.id) {
+            return Err(err(at_instr(ip), "instruction id used twice"));
+        }
+    }
+    // Add in an operands-first order (protos from XLA already are), then restore the proto's.
+    let n = c.instructions.len();
+    let mut state = vec![0u8; n]; // 0 new, 1 on stack, 2 added
+    let mut added: Vec<InstrId> = vec![InstrId::new(0); n];
+    for start in 0..n {
+        if state[start] != 0 {
+            continue;
+        }
+        let mut stack: Vec<(usize, usize)> = vec![(start, 0)];
+        state[start] = 1;
+        while let Some(&mut (k, ref mut next)) = stack.last_mut() {
+            let ip = &c.instructions[k];
+            if *next < ip.operand_ids.len() {
+                let oid = ip.operand_ids[*next];
+                *next += 1;
+                let Some(&o) = local.get(&oid) else {
+                    let other = if instr_of.contains_key(&oid) {
+                        "belongs to another computation"
+                    } else {
+                        "does not exist"
+                    };
+                    return Err(err(at_instr(ip), format!("operand id {oid} {other}")));
+                };
+                match state[o] {
+                    0 => {
+                        state[o] = 1;
+                        stack.push((o, 0));
+                    }
+                    1 => {
+                        return Err(err(
+                            at_instr(ip),
+                            format!("operand %{} forms a cycle", c.instructions[o].name),
+                        ))
+                    }
+                    _ => {}
+                }
+            } else {
+                let instr =
+                    instruction_from_proto(m, ip, &local, &added, comp_of, c.instructions.len())?;
+                let id = m
+                    .add_instruction(cid, instr)
+                    .map_err(|e| err(at_instr(ip), e.to_string()))?;
+                added[k] = id;
+                instr_of.insert(ip.id, id);
+                state[k] = 2;
+                stack.pop();
+            }
+        }
+    }
+    m.set_instruction_order(cid, added.clone());
+    // Users in the proto's order, as if the instructions had been added in it.
+    for &id in &added {
+        m.instr_mut(id).users.clear();
+    }
+    for &id in &added {
+        let ops: Vec<InstrId> = m.instr(id).operands().to_vec();
+        for (k, &o) in ops.iter().enumerate() {
+            if !ops[..k].contains(&o) {
+                m.instr_mut(o).users.push(id);
+            }
+        }
+    }
+    for (k, ip) in c.instructions.iter().enumerate() {
+        for pid in &ip.control_predecessor_ids {
+            let &pk = local.get(pid).ok_or_else(|| {
+                err(
+                    at_instr(ip),
+                    format!("control predecessor id {pid} is not in the computation"),
+                )
+            })?;
+            m.add_control_dependency(added[pk], added[k]);
+        }
+    }
+    if n > 0 {
+        let &rk = local.get(&c.root_id).ok_or_else(|| {
+            err(
+                &cplace,
+                format!(
+                    "root id {} is not an instruction of the computation",
+                    c.root_id
+                ),
+            )
+        })?;
+        m.set_root(cid, added[rk]);
+    }
+    Ok(())
+}
+
+fn instruction_from_proto(
+    m: &Module,
+    p: &pb::HloInstructionProto,
+    local: &HashMap<i64, usize>,
+    added: &[InstrId],
+    comp_of: &HashMap<i64, CompId>,
+    comp_size: usize,
+) -> Result<Instruction, ProtoError> {
+    let place = at_instr(p);
+    let e = |msg: String| err(&place, msg);
+    let opcode =
+        Opcode::from_name(&p.opcode).ok_or_else(|| e(format!("unknown opcode `{}`", p.opcode)))?;
+    let shape =
+        shape_from_proto(p.shape.as_ref().ok_or_else(|| e("no shape".into()))?).map_err(&e)?;
+    let operands: Vec<InstrId> = p.operand_ids.iter().map(|o| added[local[o]]).collect();
+    let called = p
+        .called_computation_ids
+        .iter()
+        .map(|c| {
+            comp_of
+                .get(c)
+                .copied()
+                .ok_or_else(|| e(format!("called computation id {c} does not exist")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut i = Instruction::new(p.name.clone(), opcode, shape)
+        .with_operands(&operands)
+        .with_called(&called);
+    i.metadata = p
+        .metadata
+        .as_ref()
+        .map(metadata_from_proto)
+        .filter(|md| !md.is_empty());
+    i.sharding = p
+        .sharding
+        .as_ref()
+        .map(sharding_from_proto)
+        .transpose()
+        .map_err(|s| e(format!("sharding: {s}")))?;
+    if let Some(f) = &p.frontend_attributes {
+        i.frontend_attributes = frontend_attributes_from_proto(f);
+    }
+    if !p.backend_config.is_empty() {
+        i.backend_config = Some(
+            String::from_utf8(p.backend_config.clone())
+                .map_err(|_| e("backend_config is not UTF-8".into()))?,
+        );
+    }
+    if opcode == Opcode::Conditional {
+        i.predicated_conditional = operands
+            .first()
+            .is_some_and(|&o| m.instr(o).shape.element_type() == ElementType::Pred);
+    }
+    attrs_from_proto(&mut i.attrs, opcode, p, comp_size).map_err(e)?;
+    Ok(i)
+}
+
+fn utf8(b: &[u8], what: &str) -> Result<String, String> {
+    String::from_utf8(b.to_vec()).map_err(|_| format!("{what} is not UTF-8"))
+}
+
+fn attrs_from_proto(
+    a: &mut Attrs,
+    op: Opcode,
+    p: &pb::HloInstructionProto,
+    comp_size: usize,
+) -> Result<(), String> {
+    if op == Opcode::Parameter && !(0..comp_size as i64).contains(&p.parameter_number) {
+        return Err(format!(
+            "parameter number {} is out of range for a computation of {comp_size} instructions",
+            p.parameter_number
+        ));
+    }
+    a.parameter_number = p.parameter_number;
+    a.parameter_replication = p
+        .parameter_replication
+        .as_ref()
+        .map(|r| r.replicated_at_leaf_buffers.clone());
+    if let Some(l) = &p.literal {
+        a.literal = Some(Box::new(
+            literal_from_proto(l).map_err(|s| format!("literal: {s}"))?,
+        ));
+    } else if op == Opcode::Constant {
+        return Err("constant without a literal".into());
+    }
+    a.tuple_index = p.tuple_index;
+    match op {
+        Opcode::Iota => {
+            a.iota_dimension = *p
+                .dimensions
+                .first()
+                .ok_or_else(|| "iota without an iota dimension".to_string())?;
+        }
+        Opcode::Scan => {}
+        _ if always_has_dimensions(op) || !p.dimensions.is_empty() => {
+            a.dimensions = Some(p.dimensions.clone())
+        }
+        _ => {}
+    }
+    if op == Opcode::Slice || !p.slice_dimensions.is_empty() {
+        a.slice = Some(
+            p.slice_dimensions
+                .iter()
+                .map(|s| SliceDim {
+                    start: s.start,
+                    limit: s.limit,
+                    stride: s.stride,
+                })
+                .collect(),
+        );
+    }
+    if op == Opcode::DynamicSlice || !p.dynamic_slice_sizes.is_empty() {
+        a.dynamic_slice_sizes = Some(p.dynamic_slice_sizes.clone());
+    }
+    a.padding = p.padding_config.as_ref().map(|pc| {
+        pc.dimensions
+            .iter()
+            .map(|d| PaddingDim {
+                low: d.edge_padding_low,
+                high: d.edge_padding_high,
+                interior: d.interior_padding,
+            })
+            .collect()
+    });
+    if !p.comparison_direction.is_empty() {
+        let direction = [
+            ComparisonDirection::Eq,
+            ComparisonDirection::Ne,
+            ComparisonDirection::Ge,
+            ComparisonDirection::Gt,
+            ComparisonDirection::Le,
+            ComparisonDirection::Lt,
+        ]
+        .into_iter()
+        .find(|&d| comparison_direction_name(d) == p.comparison_direction)
+        .ok_or_else(|| format!("unknown comparison direction `{}`", p.comparison_direction))?;
+        let ty = if p.comparison_type.is_empty() {
+            None
+        } else {
+            Some(
+                [
+                    ComparisonType::Float,
+                    ComparisonType::TotalOrder,
+                    ComparisonType::Signed,
+                    ComparisonType::Unsigned,
+                ]
+                .into_iter()
+                .find(|&t| comparison_type_name(t) == p.comparison_type)
+                .ok_or_else(|| format!("unknown comparison type `{}`", p.comparison_type))?,
+            )
+        };
+        a.comparison = Some(Comparison { direction, ty });
+    } else if op == Opcode::Compare {
+        return Err("compare without a comparison direction".into());
+    }
+    a.window = p.window.as_ref().map(|w| {
+        Box::new(Window {
+            dims: w
+                .dimensions
+                .iter()
+                .map(|d| WindowDim {
+                    size: d.size,
+                    stride: d.stride,
+                    padding_low: d.padding_low,
+                    padding_high: d.padding_high,
+                    window_dilation: d.window_dilation,
+                    base_dilation: d.base_dilation,
+                    window_reversal: d.window_reversal,
+                })
+                .collect(),
+        })
+    });
+    a.conv_dims = p.convolution_dimension_numbers.as_ref().map(|c| {
+        Box::new(ConvDimensionNumbers {
+            input_batch_dimension: c.input_batch_dimension,
+            input_feature_dimension: c.input_feature_dimension,
+            input_spatial_dimensions: c.input_spatial_dimensions.clone(),
+            kernel_input_feature_dimension: c.kernel_input_feature_dimension,
+            kernel_output_feature_dimension: c.kernel_output_feature_dimension,
+            kernel_spatial_dimensions: c.kernel_spatial_dimensions.clone(),
+            output_batch_dimension: c.output_batch_dimension,
+            output_feature_dimension: c.output_feature_dimension,
+            output_spatial_dimensions: c.output_spatial_dimensions.clone(),
+        })
+    });
+    // Absent means 1 (proto3 default 0).
+    a.feature_group_count = if p.feature_group_count == 0 {
+        1
+    } else {
+        p.feature_group_count
+    };
+    a.batch_group_count = if p.batch_group_count == 0 {
+        1
+    } else {
+        p.batch_group_count
+    };
+    let dot = |d: &pb::DotDimensionNumbers| {
+        Box::new(DotDimensionNumbers {
+            lhs_contracting_dimensions: d.lhs_contracting_dimensions.clone(),
+            rhs_contracting_dimensions: d.rhs_contracting_dimensions.clone(),
+            lhs_batch_dimensions: d.lhs_batch_dimensions.clone(),
+            rhs_batch_dimensions: d.rhs_batch_dimensions.clone(),
+        })
+    };
+    a.dot_dims = p.dot_dimension_numbers.as_ref().map(dot);
+    if let Some(r) = &p.ragged_dot_dimension_numbers {
+        if a.dot_dims.is_none() {
+            a.dot_dims = r.dot_dimension_numbers.as_ref().map(dot);
+        }
+        a.ragged_dot_dims = Some(Box::new(RaggedDotDimensionNumbers {
+            lhs_ragged_dimensions: r.lhs_ragged_dimensions.clone(),
+            rhs_group_dimensions: r.rhs_group_dimensions.clone(),
+        }));
+    }
+    a.sparsity = p
+        .dot_sparsity
+        .iter()
+        .map(|s| SparsityDescriptor {
+            index: s.index,
+            dimension: s.dimension as i64,
+            n: s.n,
+            m: s.m,
+        })
+        .collect();
+    if let Some(pc) = &p.precision_config {
+        a.precision = Some(Box::new(PrecisionConfig {
+            operand_precision: pc
+                .operand_precision
+                .iter()
+                .map(|&v| match v {
+                    0 => Ok(Precision::Default),
+                    1 => Ok(Precision::High),
+                    2 => Ok(Precision::Highest),
+                    3 => Ok(Precision::PackedNibble),
+                    _ => Err(format!("unknown operand precision {v}")),
+                })
+                .collect::<Result<_, _>>()?,
+            algorithm: pc.algorithm,
+        }));
+    }
+    a.gather_dims = p.gather_dimension_numbers.as_ref().map(|g| {
+        Box::new(GatherDimensionNumbers {
+            offset_dims: g.offset_dims.clone(),
+            collapsed_slice_dims: g.collapsed_slice_dims.clone(),
+            start_index_map: g.start_index_map.clone(),
+            index_vector_dim: g.index_vector_dim,
+            operand_batching_dims: g.operand_batching_dims.clone(),
+            start_indices_batching_dims: g.start_indices_batching_dims.clone(),
+        })
+    });
+    if op == Opcode::Gather || !p.gather_slice_sizes.is_empty() {
+        a.gather_slice_sizes = Some(p.gather_slice_sizes.clone());
+    }
+    a.scatter_dims = p.scatter_dimension_numbers.as_ref().map(|s| {
+        Box::new(ScatterDimensionNumbers {
+            update_window_dims: s.update_window_dims.clone(),
+            inserted_window_dims: s.inserted_window_dims.clone(),
+            scatter_dims_to_operand_dims: s.scatter_dims_to_operand_dims.clone(),
+            index_vector_dim: s.index_vector_dim,
+            input_batching_dims: s.input_batching_dims.clone(),
+            scatter_indices_batching_dims: s.scatter_indices_batching_dims.clone(),
+        })
+    });
+    a.indices_are_sorted = p.indices_are_sorted;
+    a.unique_indices = p.unique_indices;
+    a.exponent_bits = p.exponent_bits;
+    a.mantissa_bits = p.mantissa_bits;
+    a.epsilon = p.epsilon;
+    a.feature_index = p.feature_index;
+    a.channel_id = (p.channel_id != 0).then_some(p.channel_id);
+    a.replica_groups = replica_groups_from_proto(p)?.map(Box::new);
+    a.use_global_device_ids = p.use_global_device_ids;
+    a.constrain_layout = p.constrain_layout && op != Opcode::CustomCall;
+    if matches!(
+        op,
+        Opcode::CollectivePermute | Opcode::CollectivePermuteStart
+    ) || !p.source_target_pairs.is_empty()
+    {
+        a.source_target_pairs = Some(
+            p.source_target_pairs
+                .iter()
+                .map(|s| (s.source, s.target))
+                .collect(),
+        );
+    }
+    a.is_host_transfer = p.is_host_transfer;
+    if op == Opcode::CustomCall {
+        a.custom_call = Some(Box::new(CustomCallAttrs {
+            target: p.custom_call_target.clone(),
+            api_version: match p.custom_call_api_version {
+                0 => CustomCallApiVersion::Unspecified,
+                1 => CustomCallApiVersion::Original,
+                2 => CustomCallApiVersion::StatusReturning,
+                3 => CustomCallApiVersion::StatusReturningUnified,
+                4 => CustomCallApiVersion::TypedFfi,
+                v => return Err(format!("unknown custom-call api version {v}")),
+            },
+            has_side_effect: p.custom_call_has_side_effect,
+            operand_layout_constraints: if p.constrain_layout {
+                Some(
+                    p.operand_shapes_with_layout
+                        .iter()
+                        .map(shape_from_proto)
+                        .collect::<Result<_, _>>()?,
+                )
+            } else {
+                None
+            },
+            output_to_operand_aliasing: p
+                .output_operand_aliasing
+                .iter()
+                .map(|o| OutputOperandAlias {
+                    output_index: o.output_shape_index.clone(),
+                    operand: o.operand_index,
+                    operand_index: o.operand_shape_index.clone(),
+                })
+                .collect(),
+            schedule: match p.custom_call_schedule {
+                0 => CustomCallSchedule::None,
+                1 => CustomCallSchedule::Latest,
+                2 => CustomCallSchedule::Earliest,
+                v => return Err(format!("unknown custom-call schedule {v}")),
+            },
+            padding_type: p.padding_type,
+        }));
+    }
+    if !p.fusion_kind.is_empty() {
+        a.fusion_kind = Some(
+            [
+                FusionKind::Loop,
+                FusionKind::Input,
+                FusionKind::Output,
+                FusionKind::Custom,
+            ]
+            .into_iter()
+            .find(|&k| fusion_kind_name(k) == p.fusion_kind)
+            .ok_or_else(|| format!("unknown fusion kind `{}`", p.fusion_kind))?,
+        );
+    } else if op == Opcode::Fusion {
+        return Err("fusion without a fusion kind".into());
+    }
+    if !p.infeed_config.is_empty() {
+        a.infeed_config = Some(utf8(&p.infeed_config, "infeed_config")?);
+    }
+    if !p.outfeed_config.is_empty() {
+        a.outfeed_config = Some(utf8(&p.outfeed_config, "outfeed_config")?);
+    }
+    a.outfeed_shape = p
+        .outfeed_shape
+        .as_ref()
+        .map(shape_from_proto)
+        .transpose()?
+        .map(Box::new);
+    a.distribution = match p.distribution {
+        0 => None,
+        1 => Some(RandomDistribution::Uniform),
+        2 => Some(RandomDistribution::Normal),
+        v => return Err(format!("unknown random distribution {v}")),
+    };
+    if op == Opcode::RngBitGenerator || p.rng_algorithm != 0 {
+        a.rng_algorithm = Some(match p.rng_algorithm {
+            0 => RandomAlgorithm::Default,
+            1 => RandomAlgorithm::ThreeFry,
+            2 => RandomAlgorithm::Philox,
+            v => return Err(format!("unknown rng algorithm {v}")),
+        });
+    }
+    a.delta = p.delta;
+    a.is_stable = p.is_stable;
+    a.k = p.k;
+    a.largest = p.largest;
+    if let Some(t) = &p.triangular_solve_options {
+        a.triangular_solve = Some(TriangularSolveOptions {
+            left_side: t.left_side,
+            lower: t.lower,
+            unit_diagonal: t.unit_diagonal,
+            transpose_a: match t.transpose_a {
+                1 => TransposeKind::NoTranspose,
+                2 => TransposeKind::Transpose,
+                3 => TransposeKind::Adjoint,
+                v => return Err(format!("unknown triangular-solve transpose {v}")),
+            },
+        });
+    }
+    a.lower = p.cholesky_options.as_ref().is_some_and(|c| c.lower);
+    if op == Opcode::Fft {
+        a.fft_type = Some(match p.fft_type {
+            0 => FftType::Fft,
+            1 => FftType::Ifft,
+            2 => FftType::Rfft,
+            3 => FftType::Irfft,
+            v => return Err(format!("unknown fft type {v}")),
+        });
+        a.fft_length = Some(p.fft_length.clone());
+    } else if !p.fft_length.is_empty() {
+        a.fft_length = Some(p.fft_length.clone());
+    }
+    if op == Opcode::Domain {
+        a.domain = Some(Box::new(DomainAttrs {
+            kind: "sharding".to_string(),
+            entry: p
+                .domain_entry_sharding
+                .as_ref()
+                .map(sharding_from_proto)
+                .transpose()?,
+            exit: p
+                .domain_exit_sharding
+                .as_ref()
+                .map(sharding_from_proto)
+                .transpose()?,
+        }));
+    }
+    if !p.async_execution_thread.is_empty() {
+        a.async_execution_thread = Some(p.async_execution_thread.clone());
+    }
+    a.cross_program_prefetch_index = p.cross_program_prefetch_index.map(i64::from);
+    a.is_composite = p.is_composite;
+    a.result_accuracy = match &p.result_accuracy {
+        None => None,
+        Some(pb::ResultAccuracy {
+            tolerance: Some(t), ..
+        }) => Some(ResultAccuracy::Tolerance {
+            atol: t.atol,
+            rtol: t.rtol,
+            ulps: t.ulps,
+        }),
+        Some(r) => Some(ResultAccuracy::Mode(r.mode.unwrap_or(0))),
+    };
+    if let Some(s) = &p.statistics_viz {
+        if s.stat_index_to_visualize != 0 || !s.statistics.is_empty() {
+            a.statistics_viz = Some(statistics_from_proto(s));
+        }
+    }
+    if op == Opcode::Scan {
+        a.scan = Some(Box::new(ScanAttrs {
+            dimension: p.dimensions.first().copied().unwrap_or(0),
+            is_reverse: p.is_reverse,
+            num_carries: p.num_carries,
+            is_associative: match p.is_associative {
+                0 => None,
+                1 => Some(true),
+                2 => Some(false),
+                v => return Err(format!("unknown is_associative value {v}")),
+            },
+        }));
+    }
+    Ok(())
+}
+
+fn statistics_from_proto(s: &pb::StatisticsViz) -> String {
+    let mut out = format!("visualizing_index={}", s.stat_index_to_visualize);
+    for st in &s.statistics {
+        out.push(',');
+        out.push_str(&st.stat_name);
+        if !(st.stat_val == 0.0 && st.stat_name.contains('=')) {
+            out.push('=');
+            out.push_str(&st.stat_val.to_string());
+        }
+    }
+    out
+}

@@ -1,0 +1,24 @@
+//! Generic passes that later passes rely on.
+
+pub mod dce;
+pub mod flatten_call_graph;
+pub mod inline;
+pub mod tuple_simplify;
+
+#[cfg(test)]
+pub(crate) mod testutil;
+
+pub use dce::{Dce, DceOptions};
+pub use flatten_call_graph::FlattenCallGraph;
+pub use inline::{CallInliner, InlineOptions};
+pub use tuple_simplify::{TupleSimplifier, TupleSimplifyOptions};
+
+use crate::Registry;
+
+/// Registers the generic passes.
+pub fn register(r: &mut Registry) {
+    r.add::<Dce>()
+        .add::<CallInliner>()
+        .add::<FlattenCallGraph>()
+        .add::<TupleSimplifier>();
+}

@@ -1,0 +1,174 @@
+//! Tuple simplification, after XLA's `TupleSimplifier`.
+//!
+//! - `get-tuple-element(tuple(a0, ..., an), i)` becomes `ai`;
+//! - `tuple(get-tuple-element(x, 0), ..., get-tuple-element(x, n-1))` becomes `x` when `x` has
+//!   exactly those n elements (shapes compared without layouts).
+//!
+//! Instructions are visited operands first, so chains of `get-tuple-element` through nested
+//! tuples fold in one run. Replaced instructions, and operands that become unused, are removed
+//! (side-effect-free ones, as DCE would). With `exclude_entry_computation`, the entry is left
+//! alone (its root tuple is often part of the program's interface).
+
+use tessera_hlo::analysis::post_order;
+use tessera_hlo::{InstrId, Module, Opcode};
+
+use crate::options::{parse_bool, unknown_key, OptionDoc, PassOptions};
+use crate::registry::RegisteredPass;
+use crate::util::{is_removable, remove_with_dead_operands, SideEffects};
+use crate::{Pass, Result};
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TupleSimplifyOptions {
+    /// Leave the entry computation alone (default false).
+    pub exclude_entry_computation: bool,
+}
+
+impl PassOptions for TupleSimplifyOptions {
+    const DOCS: &'static [OptionDoc] = &[OptionDoc {
+        key: "exclude_entry_computation",
+        default: "false",
+        doc: "do not simplify the entry computation",
+    }];
+
+    fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
+        match key {
+            "exclude_entry_computation" => self.exclude_entry_computation = parse_bool(value)?,
+            _ => return Err(unknown_key(key, Self::DOCS)),
+        }
+        Ok(())
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct TupleSimplifier {
+    pub options: TupleSimplifyOptions,
+    pub replaced: usize,
+}
+
+impl RegisteredPass for TupleSimplifier {
+    type Options = TupleSimplifyOptions;
+    const NAME: &'static str = "tuple-simplify";
+    const DOC: &'static str =
+        "fold get-tuple-element(tuple(...)) and tuple(get-tuple-element(x, 0..n)) into x";
+    fn with_options(options: TupleSimplifyOptions) -> TupleSimplifier {
+        TupleSimplifier {
+            options,
+            replaced: 0,
+        }
+    }
+}
+
+/// The value `id` can be replaced by, if any.
+fn replacement(module: &Module, id: InstrId) -> Option<InstrId> {
+    let i = module.instr(id);
+    match i.opcode {
+        Opcode::GetTupleElement => {
+            let t = *i.operands().first()?;
+            let tuple = module.instr(t);
+            if tuple.opcode != Opcode::Tuple {
+                return None;
+            }
+            let k = usize::try_from(i.attrs.tuple_index).ok()?;
+            let e = *tuple.operands().get(k)?;
+            module.instr(e).shape.compatible(&i.shape).then_some(e)
+        }
+        Opcode::Tuple => {
+            let mut src = None;
+            for (k, &op) in i.operands().iter().enumerate() {
+                let g = module.instr(op);
+                if g.opcode != Opcode::GetTupleElement || g.attrs.tuple_index != k as i64 {
+                    return None;
+                }
+                let x = *g.operands().first()?;
+                if *src.get_or_insert(x) != x {
+                    return None;
+                }
+            }
+            let x = src?;
+            module.instr(x).shape.compatible(&i.shape).then_some(x)
+        }
+        _ => None,
+    }
+}
+
+impl Pass for TupleSimplifier {
+    fn name(&self) -> &str {
+        Self::NAME
+    }
+
+    fn run(&mut self, module: &mut Module) -> Result<bool> {
+        self.replaced = 0;
+        for c in module.computations().to_vec() {
+            if self.options.exclude_entry_computation && module.entry() == Some(c) {
+                continue;
+            }
+            let effects = SideEffects::new(module);
+            for id in post_order(module, c) {
+                if module.try_instr(id).is_none() {
+                    continue;
+                }
+                let Some(new) = replacement(module, id) else {
+                    continue;
+                };
+                module.replace_all_uses_with(id, new)?;
+                self.replaced += 1;
+                if is_removable(module, id, &effects) {
+                    remove_with_dead_operands(module, id, &effects)?;
+                }
+            }
+        }
+        Ok(self.replaced > 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::passes::testutil::*;
+
+    #[test]
+    fn folds_gte_chains_through_nested_tuples() {
+        let mut b = Builder::new("m");
+        let c = b.comp("main");
+        let p0 = b.param(c, 0, f32v(4));
+        let p1 = b.param(c, 1, f32s());
+        let inner = b.tuple(c, "inner", &[p0, p1]);
+        let outer = b.tuple(c, "outer", &[inner, p1]);
+        let g0 = b.gte(c, "g0", outer, 0);
+        let g00 = b.gte(c, "g00", g0, 0);
+        let r = b.op(c, "r", Opcode::Negate, f32v(4), &[g00]);
+        b.m.set_root(c, r);
+        let mut pass = TupleSimplifier::default();
+        assert!(pass.run(&mut b.m).unwrap());
+        assert_eq!(b.m.operands(r), &[p0]);
+        assert_eq!(names(&b.m, c), ["main.p0", "main.p1", "r"]);
+        assert!(!pass.run(&mut b.m).unwrap());
+    }
+
+    #[test]
+    fn rebuilt_tuple_becomes_its_source_unless_reordered() {
+        let mut b = Builder::new("m");
+        let st = tuple(&[f32v(4), f32s()]);
+        let c = b.comp("main");
+        let p = b.param(c, 0, st.clone());
+        let a = b.gte(c, "a", p, 0);
+        let n = b.gte(c, "n", p, 1);
+        let same = b.tuple(c, "same", &[a, n]);
+        let swapped_src = b.param(c, 1, tuple(&[f32s(), f32s()]));
+        let x = b.gte(c, "x", swapped_src, 1);
+        let y = b.gte(c, "y", swapped_src, 0);
+        let swapped = b.tuple(c, "swapped", &[x, y]);
+        let root = b.tuple(c, "root", &[same, swapped]);
+        b.m.set_root(c, root);
+        b.m.set_entry(c);
+        let mut excl = TupleSimplifier::with_options(TupleSimplifyOptions {
+            exclude_entry_computation: true,
+        });
+        assert!(!excl.run(&mut b.m).unwrap());
+        let mut pass = TupleSimplifier::default();
+        assert!(pass.run(&mut b.m).unwrap());
+        assert_eq!(b.m.operands(root), &[p, swapped]);
+        assert_eq!(b.m.operands(swapped), &[x, y]);
+        assert!(b.m.try_instr(a).is_none() && b.m.try_instr(n).is_none());
+    }
+}

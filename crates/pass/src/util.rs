@@ -1,0 +1,160 @@
+//! Helpers shared by passes: cloning computations, removing dead code, ordering computations.
+
+use std::collections::HashMap;
+
+use tessera_hlo::analysis::{computation_post_order, post_order};
+use tessera_hlo::{CompId, InstrId, Module, Opcode};
+
+use crate::Result;
+
+/// True if the instruction has an effect beyond its result, looking into the computations it
+/// calls (a `while` whose body does an outfeed has a side effect), as XLA's `HasSideEffect`.
+pub struct SideEffects {
+    comp_has: Vec<Option<bool>>,
+}
+
+impl SideEffects {
+    pub fn new(module: &Module) -> SideEffects {
+        let mut s = SideEffects {
+            comp_has: vec![None; module.comp_capacity()],
+        };
+        // Callees first, so each computation looks only one level down.
+        for c in computation_post_order(module, true) {
+            let has = module
+                .comp(c)
+                .instructions()
+                .iter()
+                .any(|&i| s.instr_has(module, i));
+            s.comp_has[c.index()] = Some(has);
+        }
+        s
+    }
+
+    pub fn instr_has(&self, module: &Module, id: InstrId) -> bool {
+        let i = module.instr(id);
+        i.has_side_effect()
+            || i.called.iter().any(|c| {
+                self.comp_has
+                    .get(c.index())
+                    .copied()
+                    .flatten()
+                    .unwrap_or(false)
+            })
+    }
+}
+
+/// Removes `id` and then every operand that became unused, transitively, skipping parameters,
+/// roots, side-effecting instructions and ones with control edges. `id` itself must be unused.
+pub fn remove_with_dead_operands(
+    module: &mut Module,
+    id: InstrId,
+    effects: &SideEffects,
+) -> Result<usize> {
+    let mut removed = 0;
+    let mut work = vec![id];
+    while let Some(x) = work.pop() {
+        if module.try_instr(x).is_none() {
+            continue;
+        }
+        let ops: Vec<InstrId> = module.operands(x).to_vec();
+        module.remove_instruction(x)?;
+        removed += 1;
+        for op in ops {
+            if module.try_instr(op).is_some() && is_removable(module, op, effects) {
+                work.push(op);
+            }
+        }
+    }
+    Ok(removed)
+}
+
+/// True for an unused instruction that DCE may delete.
+pub fn is_removable(module: &Module, id: InstrId, effects: &SideEffects) -> bool {
+    let i = module.instr(id);
+    i.users().is_empty()
+        && module.comp(i.parent).root() != Some(id)
+        && i.opcode != Opcode::Parameter
+        && i.control_predecessors().is_empty()
+        && i.control_successors().is_empty()
+        && !effects.instr_has(module, id)
+}
+
+/// Clones `comp` into a new computation named `<name>.<suffix>` (made unique). Instructions
+/// are named `<name>.<suffix>` too; called computations are shared, not cloned. Parameters,
+/// root, control edges, the execution thread and the schedule (if any) carry over.
+pub fn clone_computation(module: &mut Module, comp: CompId, suffix: &str) -> Result<CompId> {
+    let name = module.comp(comp).name.clone();
+    let new_name = module.unique_name(&format!("{name}.{suffix}"));
+    let new = module.add_computation(new_name)?;
+    module.comp_mut(new).execution_thread = module.comp(comp).execution_thread.clone();
+    let mut map: HashMap<InstrId, InstrId> = HashMap::new();
+    for id in post_order(module, comp) {
+        let src = module.instr(id);
+        let ops: Vec<InstrId> = src.operands().iter().map(|o| map[o]).collect();
+        let mut copy = src.clone().with_operands(&ops);
+        copy.name = module.unique_name(&format!("{}.{suffix}", src.name));
+        let nid = module.add_instruction(new, copy)?;
+        map.insert(id, nid);
+    }
+    copy_control_edges(module, comp, &map);
+    if let Some(r) = module.comp(comp).root() {
+        module.set_root(new, map[&r]);
+    }
+    // Keep the stored order of the original.
+    let order: Vec<InstrId> = module
+        .comp(comp)
+        .instructions()
+        .iter()
+        .map(|i| map[i])
+        .collect();
+    module.set_instruction_order(new, order);
+    if let Some(s) = module.schedule.as_mut() {
+        if let Some(seq) = s.sequences.get(&comp) {
+            let seq: Vec<InstrId> = seq.iter().filter_map(|i| map.get(i).copied()).collect();
+            s.sequences.insert(new, seq);
+        }
+    }
+    Ok(new)
+}
+
+fn copy_control_edges(module: &mut Module, comp: CompId, map: &HashMap<InstrId, InstrId>) {
+    let mut edges = Vec::new();
+    for &id in module.comp(comp).instructions() {
+        for &s in module.instr(id).control_successors() {
+            edges.push((map[&id], map[&s]));
+        }
+    }
+    for (a, b) in edges {
+        module.add_control_dependency(a, b);
+    }
+}
+
+/// Reorders the stored computations so that every callee comes before its callers (the order
+/// XLA prints), keeping the existing relative order otherwise where possible.
+pub fn sort_computations_callees_first(module: &mut Module) {
+    let order = computation_post_order(module, true);
+    if order != module.computations() {
+        module.set_computation_order(order);
+    }
+}
+
+/// Removes computations not reachable from the entry. Returns how many were removed.
+pub fn remove_unreachable_computations(module: &mut Module) -> usize {
+    if module.entry().is_none() {
+        return 0;
+    }
+    let mut reachable = vec![false; module.comp_capacity()];
+    for c in computation_post_order(module, false) {
+        reachable[c.index()] = true;
+    }
+    let dead: Vec<CompId> = module
+        .computations()
+        .iter()
+        .copied()
+        .filter(|c| !reachable[c.index()])
+        .collect();
+    for &c in &dead {
+        module.remove_computation(c);
+    }
+    dead.len()
+}

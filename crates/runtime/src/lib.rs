@@ -37,14 +37,17 @@
 pub mod element;
 pub mod error;
 pub mod ffi;
+pub mod host;
 pub mod options;
 pub mod pjrt;
 pub mod runtime;
 pub mod shape;
+pub mod sharded;
 pub mod signature;
 
 pub use element::{Bf16, Complex, ElementType, NativeType, F16};
 pub use error::{Error, ErrorCode, Result};
+pub use host::{HostArray, HostValue, Scalar};
 pub use options::{CompileOptions, DeviceAssignment};
 pub use pjrt::{Buffer, Client, Device, ExecuteOptions, LoadedExecutable, Plugin, Program};
 pub use runtime::{
@@ -52,4 +55,5 @@ pub use runtime::{
     Plan, PlanInput, PlanStep, Runtime,
 };
 pub use shape::ArrayShape;
+pub use sharded::{assemble, shard_shape, split, Assembled, ReplicaMismatch, ShardError};
 pub use signature::Alias;

@@ -14,10 +14,12 @@
 //!
 //! See docs/passes.md.
 
+pub mod driver;
 pub mod options;
 pub mod passes;
 pub mod pipeline;
 pub mod registry;
+pub mod stats;
 pub mod util;
 
 pub use options::{OptionDoc, PassOptions};

@@ -17,6 +17,7 @@ pub mod shape;
 pub mod sharding;
 pub mod tiling;
 pub mod types;
+pub mod verify;
 
 pub use attrs::Attrs;
 pub use instruction::{CompId, InstrId, Instruction};

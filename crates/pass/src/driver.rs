@@ -111,7 +111,17 @@ pub fn run_opt(
         pipeline.dump_to(dir.clone(), hooks.print);
     }
     let report = pipeline.run_with_report(&mut module)?;
-    let text = (hooks.print)(&module);
+    let mut text = (hooks.print)(&module);
+    for (pass, remark) in &report.remarks {
+        if !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(&format!("\n// {pass}:\n"));
+        for line in remark.lines() {
+            text.push_str(&format!("// {line}").trim_end().to_string());
+            text.push('\n');
+        }
+    }
     Ok(OptOutput {
         text,
         report,
@@ -194,5 +204,15 @@ mod tests {
             ..spec
         };
         assert!(run_opt("bad", &spec, &r, &hooks).is_ok());
+        // Analysis printers append their report as comments.
+        let spec = OptSpec {
+            passes: "print-call-graph".into(),
+            ..OptSpec::default()
+        };
+        let out = run_opt("m", &spec, &r, &hooks).unwrap();
+        assert_eq!(
+            out.text,
+            "m 1\n\n// print-call-graph:\n// main: context=control-flow depth=0 callers=[]\n// flattened: true\n"
+        );
     }
 }

@@ -77,6 +77,13 @@ pub trait Pass {
     /// Transforms `module`; returns whether anything changed. A pass that returns `Ok(false)`
     /// must have left the module as it found it.
     fn run(&mut self, module: &mut Module) -> Result<bool>;
+
+    /// Text the last run wants shown to the user (analysis printers use it); the pipeline
+    /// collects it into [`RunReport::remarks`] and `tessera opt` prints it after the module
+    /// as `//` comments.
+    fn remarks(&mut self) -> Option<String> {
+        None
+    }
 }
 
 impl<P: Pass + ?Sized> Pass for Box<P> {
@@ -85,5 +92,8 @@ impl<P: Pass + ?Sized> Pass for Box<P> {
     }
     fn run(&mut self, module: &mut Module) -> Result<bool> {
         (**self).run(module)
+    }
+    fn remarks(&mut self) -> Option<String> {
+        (**self).remarks()
     }
 }

@@ -132,6 +132,8 @@ pub struct RunReport {
     pub changed: bool,
     /// Files written by the dumper.
     pub dumped: Vec<PathBuf>,
+    /// `(pass, text)` from [`Pass::remarks`], in run order.
+    pub remarks: Vec<(String, String)>,
 }
 
 impl RunReport {
@@ -377,6 +379,9 @@ impl Pipeline {
         let t0 = Instant::now();
         let changed = run_named(p, module)?;
         let dt = t0.elapsed();
+        if let Some(text) = p.remarks() {
+            st.report.remarks.push((name.clone(), text));
+        }
         tracing::info!(
             "{name}: {} in {:.3} ms",
             if changed { "changed" } else { "unchanged" },

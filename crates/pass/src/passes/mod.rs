@@ -3,6 +3,7 @@
 pub mod dce;
 pub mod flatten_call_graph;
 pub mod inline;
+pub mod print;
 pub mod tuple_simplify;
 
 #[cfg(test)]
@@ -11,6 +12,7 @@ pub(crate) mod testutil;
 pub use dce::{Dce, DceOptions};
 pub use flatten_call_graph::FlattenCallGraph;
 pub use inline::{CallInliner, InlineOptions};
+pub use print::{PrintCallGraph, PrintLiveness, PrintPointsTo};
 pub use tuple_simplify::{TupleSimplifier, TupleSimplifyOptions};
 
 use crate::Registry;
@@ -20,5 +22,8 @@ pub fn register(r: &mut Registry) {
     r.add::<Dce>()
         .add::<CallInliner>()
         .add::<FlattenCallGraph>()
-        .add::<TupleSimplifier>();
+        .add::<TupleSimplifier>()
+        .add::<PrintPointsTo>()
+        .add::<PrintCallGraph>()
+        .add::<PrintLiveness>();
 }

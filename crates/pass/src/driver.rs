@@ -118,7 +118,7 @@ pub fn run_opt(
         }
         text.push_str(&format!("\n// {pass}:\n"));
         for line in remark.lines() {
-            text.push_str(&format!("// {line}").trim_end().to_string());
+            text.push_str(format!("// {line}").trim_end());
             text.push('\n');
         }
     }

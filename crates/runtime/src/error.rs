@@ -93,6 +93,12 @@ pub enum Error {
     },
     #[error("plan step {step}: {message}")]
     Plan { step: usize, message: String },
+    /// Splitting or assembling a sharded value failed.
+    #[error(transparent)]
+    Shard(#[from] crate::sharded::ShardError),
+    /// A module given to the equivalence harness cannot be run as asked.
+    #[error("{module}: {message}")]
+    Module { module: String, message: String },
 }
 
 impl Error {

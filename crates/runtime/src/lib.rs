@@ -37,6 +37,7 @@
 pub mod element;
 pub mod error;
 pub mod ffi;
+pub mod harness;
 pub mod host;
 pub mod options;
 pub mod pjrt;
@@ -47,6 +48,7 @@ pub mod signature;
 
 pub use element::{Bf16, Complex, ElementType, NativeType, F16};
 pub use error::{Error, ErrorCode, Result};
+pub use harness::{check_equivalence, CompareOptions, EquivalenceReport, OutputReport, Tolerance};
 pub use host::{HostArray, HostValue, Scalar};
 pub use options::{CompileOptions, DeviceAssignment};
 pub use pjrt::{Buffer, Client, Device, ExecuteOptions, LoadedExecutable, Plugin, Program};

@@ -1,0 +1,813 @@
+//! The equivalence harness: does a partitioned module compute what the original computes?
+//!
+//! The original module runs on one device with its shardings ignored; the partitioned
+//! (per-device) module runs on `N` devices. Both get the same global inputs: the original takes
+//! them whole, the partitioned module takes the pieces [`crate::sharded::split`] cuts by the
+//! original's entry parameter shardings (a parameter without one is replicated). The per-device
+//! outputs are put back together by the original's root sharding
+//! ([`crate::sharded::assemble`], which also reports replicas that disagree) and compared with
+//! the original's outputs, element by element, with a tolerance by element type.
+//!
+//! Both modules are converted to `xla.HloModuleProto` on a prepared clone:
+//! * original: every sharding removed, the entry's parameter and root layouts cleared (so the
+//!   plugin returns row-major data), compiled for 1 replica and 1 partition;
+//! * partitioned: every sharding removed, then MANUAL on each entry parameter and on the root (a
+//!   tuple of MANUALs for a tuple root), layouts cleared as above, compiled with
+//!   `num_partitions = N` and SPMD partitioning on, so XLA runs it as is (see ORACLE.md).
+//!
+//! Limits: entry parameters must be arrays (no tuple parameters); a tuple root may not nest.
+
+use std::fmt;
+
+use tessera_hlo::{ElementType as HloElementType, Layout, Module, Shape, Sharding, ShardingKind};
+
+use crate::element::{Bf16 as Bf16Bits, F16 as F16Bits};
+use crate::error::{Error, Result};
+use crate::host::{decode, hlo_type, runtime_type, HostArray, HostValue, Scalar};
+use crate::options::CompileOptions;
+use crate::pjrt::{Buffer, Client, ExecuteOptions, Program};
+use crate::sharded::{self, ReplicaMismatch};
+
+/// `|actual - expected| <= abs + rel * |expected|` (numpy's `allclose` rule).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Tolerance {
+    pub rel: f64,
+    pub abs: f64,
+}
+
+impl Tolerance {
+    pub const EXACT: Tolerance = Tolerance { rel: 0.0, abs: 0.0 };
+
+    /// The default for an element type: exact for integers and pred; for floats a few units of
+    /// the type's precision, since a partitioned program may sum in another order.
+    pub fn for_type(ty: HloElementType) -> Tolerance {
+        use HloElementType::*;
+        let t = |rel, abs| Tolerance { rel, abs };
+        match ty {
+            F64 | C128 => t(1e-9, 1e-12),
+            F32 | C64 => t(1e-5, 1e-6),
+            F16 => t(5e-3, 1e-3),
+            BF16 => t(2e-2, 1e-2),
+            F8E4M3 | F8E4M3FN | F8E4M3FNUZ | F8E4M3B11FNUZ | F8E3M4 => t(0.25, 1e-2),
+            F8E5M2 | F8E5M2FNUZ => t(0.5, 1e-2),
+            F4E2M1FN | F8E8M0FNU => t(1.0, 0.5),
+            _ => Tolerance::EXACT,
+        }
+    }
+}
+
+impl fmt::Display for Tolerance {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if *self == Tolerance::EXACT {
+            f.write_str("exact")
+        } else {
+            write!(f, "rel {:e} + abs {:e}", self.rel, self.abs)
+        }
+    }
+}
+
+/// One element that differs beyond the tolerance.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ElementMismatch {
+    pub index: Vec<i64>,
+    pub expected: Scalar,
+    pub actual: Scalar,
+}
+
+/// How one output of the partitioned module compares with the original's.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OutputReport {
+    /// Index among the flattened outputs (tuple leaves in pre-order).
+    pub index: usize,
+    /// The global shape, `f32[8,32]`.
+    pub shape: String,
+    pub tolerance: Tolerance,
+    /// Largest `|actual - expected|` (infinite when one side is NaN or infinite and the other
+    /// is not).
+    pub max_abs_error: f64,
+    /// Largest `|actual - expected| / |expected|` over elements with a non-zero expected value
+    /// (infinite when an expected zero came out non-zero).
+    pub max_rel_error: f64,
+    /// Elements outside the tolerance.
+    pub mismatched: u64,
+    pub first_mismatch: Option<ElementMismatch>,
+    /// Devices that should hold equal replicas of this output but do not.
+    pub replica_mismatches: Vec<ReplicaMismatch>,
+    pub replica_mismatch_count: u64,
+}
+
+impl OutputReport {
+    pub fn passed(&self) -> bool {
+        self.mismatched == 0 && self.replica_mismatch_count == 0
+    }
+}
+
+impl fmt::Display for OutputReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "output {} {}: {} max abs error {:e}, max rel error {:e} ({})",
+            self.index,
+            self.shape,
+            if self.passed() { "ok" } else { "DIFFERS" },
+            self.max_abs_error,
+            self.max_rel_error,
+            self.tolerance
+        )?;
+        if self.mismatched > 0 {
+            write!(f, "; {} elements outside the tolerance", self.mismatched)?;
+            if let Some(m) = &self.first_mismatch {
+                write!(
+                    f,
+                    ", first at {:?}: expected {}, got {}",
+                    m.index, m.expected, m.actual
+                )?;
+            }
+        }
+        if self.replica_mismatch_count > 0 {
+            write!(f, "; {} replica disagreements", self.replica_mismatch_count)?;
+            for m in &self.replica_mismatches {
+                write!(f, "\n    {m}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The comparison of every output.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EquivalenceReport {
+    pub num_devices: usize,
+    pub outputs: Vec<OutputReport>,
+}
+
+impl EquivalenceReport {
+    pub fn passed(&self) -> bool {
+        self.outputs.iter().all(OutputReport::passed)
+    }
+}
+
+impl fmt::Display for EquivalenceReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for o in &self.outputs {
+            writeln!(f, "{o}")?;
+        }
+        write!(
+            f,
+            "{} on {} devices",
+            if self.passed() {
+                "equivalent"
+            } else {
+                "NOT equivalent"
+            },
+            self.num_devices
+        )
+    }
+}
+
+fn module_error(m: &Module, message: impl Into<String>) -> Error {
+    Error::Module {
+        module: m.name.clone(),
+        message: message.into(),
+    }
+}
+
+/// The entry computation's parameter shapes, by parameter number.
+pub fn entry_parameter_shapes(m: &Module) -> Result<Vec<Shape>> {
+    let e = m
+        .entry()
+        .ok_or_else(|| module_error(m, "has no entry computation"))?;
+    let c = m.comp(e);
+    (0..c.num_parameters())
+        .map(|i| {
+            c.parameter(i)
+                .map(|p| m.instr(p).shape.clone())
+                .ok_or_else(|| module_error(m, format!("entry parameter {i} is missing")))
+        })
+        .collect()
+}
+
+/// The sharding of each entry parameter (replicated when it has none).
+pub fn entry_parameter_shardings(m: &Module) -> Result<Vec<Sharding>> {
+    let e = m
+        .entry()
+        .ok_or_else(|| module_error(m, "has no entry computation"))?;
+    let c = m.comp(e);
+    Ok(c.parameters()
+        .map(|p| {
+            m.instr(p)
+                .sharding
+                .clone()
+                .unwrap_or_else(Sharding::replicated)
+        })
+        .collect())
+}
+
+/// The entry root's shape and sharding (replicated when it has none).
+pub fn root_shape_and_sharding(m: &Module) -> Result<(Shape, Sharding)> {
+    let e = m
+        .entry()
+        .ok_or_else(|| module_error(m, "has no entry computation"))?;
+    let root = m
+        .comp(e)
+        .root()
+        .ok_or_else(|| module_error(m, "the entry computation has no root"))?;
+    let i = m.instr(root);
+    Ok((
+        i.shape.clone(),
+        i.sharding.clone().unwrap_or_else(Sharding::replicated),
+    ))
+}
+
+fn strip(m: &Module) -> Module {
+    let mut out = m.clone();
+    for id in ids_of(&out) {
+        out.instr_mut(id).sharding = None;
+    }
+    out.config.entry_computation_layout = None;
+    out.config.spmd_output_sharding = None;
+    out.config.spmd_parameters_shardings = None;
+    out.config.use_spmd_partitioning = false;
+    if let Some(e) = out.entry() {
+        let c = out.comp(e);
+        let mut ends: Vec<_> = c.parameters().collect();
+        ends.extend(c.root());
+        for id in ends {
+            out.instr_mut(id).shape.clear_layouts();
+        }
+    }
+    // XLA's parser gives every shape the default layout; the plugin refuses a literal without
+    // one ("LiteralProto has no layout"), so fill in what the text left out.
+    for id in ids_of(&out) {
+        let i = out.instr_mut(id);
+        default_layouts(&mut i.shape);
+        if let Some(l) = i.attrs.literal.as_deref_mut() {
+            literal_default_layouts(l);
+        }
+    }
+    out
+}
+
+fn ids_of(m: &Module) -> Vec<tessera_hlo::InstrId> {
+    m.computations()
+        .iter()
+        .flat_map(|&c| m.comp(c).instructions().to_vec())
+        .collect()
+}
+
+/// Gives every array without a layout the default (descending) one.
+fn default_layouts(shape: &mut Shape) {
+    match shape {
+        Shape::Array(a) if a.layout.is_none() => a.layout = Some(Layout::descending(a.rank())),
+        Shape::Tuple(e) => e.iter_mut().for_each(default_layouts),
+        _ => {}
+    }
+}
+
+fn literal_default_layouts(l: &mut tessera_hlo::Literal) {
+    default_layouts(&mut l.shape);
+    if let tessera_hlo::LiteralData::Tuple(e) = &mut l.data {
+        e.iter_mut().for_each(literal_default_layouts);
+    }
+}
+
+/// The original module as the harness runs it: no shardings, default entry layouts.
+pub fn prepare_original(m: &Module) -> Module {
+    let mut out = strip(m);
+    out.config.num_partitions = 1;
+    out.config.replica_count = 1;
+    out
+}
+
+/// The partitioned module as the harness runs it: MANUAL shardings on the entry parameters and
+/// root (a tuple of MANUALs for a tuple root), none elsewhere, default entry layouts.
+pub fn prepare_partitioned(m: &Module, num_devices: usize) -> Result<Module> {
+    let mut out = strip(m);
+    let e = out
+        .entry()
+        .ok_or_else(|| module_error(m, "has no entry computation"))?;
+    let c = out.comp(e);
+    let params: Vec<_> = c.parameters().collect();
+    let root = c
+        .root()
+        .ok_or_else(|| module_error(m, "the entry computation has no root"))?;
+    for p in params {
+        out.instr_mut(p).sharding = Some(Sharding::manual());
+    }
+    let root_shape = out.instr(root).shape.clone();
+    out.instr_mut(root).sharding = Some(if root_shape.is_tuple() {
+        Sharding::tuple(vec![Sharding::manual(); root_shape.leaf_count()])
+    } else {
+        Sharding::manual()
+    });
+    out.config.num_partitions = num_devices as i64;
+    out.config.replica_count = 1;
+    out.config.use_spmd_partitioning = true;
+    Ok(out)
+}
+
+/// Compiles `m` as is (no preparation) with `options` and runs it with one argument list per
+/// device; returns the flattened outputs of every device.
+pub fn run_module(
+    client: &Client,
+    m: &Module,
+    options: &CompileOptions,
+    args: &[Vec<HostArray>],
+) -> Result<Vec<Vec<HostArray>>> {
+    let program = Program::HloProto(tessera_hlo::proto::to_proto_bytes(m));
+    let exe = client.compile(&program, options)?;
+    let devices = exe.devices().to_vec();
+    if devices.len() != args.len() {
+        return Err(module_error(
+            m,
+            format!(
+                "runs on {} devices, got {} argument lists",
+                devices.len(),
+                args.len()
+            ),
+        ));
+    }
+    let mut buffers: Vec<Vec<Buffer>> = Vec::with_capacity(args.len());
+    for (list, dev) in args.iter().zip(&devices) {
+        let mut bufs = Vec::with_capacity(list.len());
+        for (i, a) in list.iter().enumerate() {
+            let ty = runtime_type(a.ty).ok_or_else(|| {
+                Error::UnsupportedType(format!(
+                    "argument {i} is {}: the PJRT bindings carry no {} buffers",
+                    a.shape_string(),
+                    a.ty
+                ))
+            })?;
+            bufs.push(client.buffer_from_host_bytes(ty, &a.data, &a.dims, dev)?);
+        }
+        buffers.push(bufs);
+    }
+    let refs: Vec<Vec<&Buffer>> = buffers.iter().map(|l| l.iter().collect()).collect();
+    let outs = exe.execute(&refs, &ExecuteOptions::default())?;
+    outs.into_iter()
+        .map(|list| {
+            list.into_iter()
+                .map(|b| {
+                    let ty = hlo_type(b.element_type()?);
+                    let dims = b.dims()?;
+                    HostArray::new(ty, dims, b.to_host_bytes()?)
+                })
+                .collect()
+        })
+        .collect()
+}
+
+fn leaf_shapes(shape: &Shape) -> Result<Vec<Shape>> {
+    match shape {
+        Shape::Tuple(e) => {
+            if e.iter().any(Shape::is_tuple) {
+                return Err(Error::InvalidArgument(
+                    "a nested tuple root is not supported by the harness".into(),
+                ));
+            }
+            Ok(e.clone())
+        }
+        s => Ok(vec![s.clone()]),
+    }
+}
+
+/// Runs the original module on one device with `inputs` (one global value per entry
+/// parameter) and returns its flattened outputs.
+pub fn run_original(
+    client: &Client,
+    original: &Module,
+    inputs: &[HostValue],
+) -> Result<Vec<HostArray>> {
+    let prepared = prepare_original(original);
+    let args = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            v.as_array().cloned().ok_or_else(|| {
+                module_error(
+                    original,
+                    format!("entry parameter {i} is a tuple: not supported"),
+                )
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mut outs = run_module(client, &prepared, &CompileOptions::default(), &[args])?;
+    Ok(outs.pop().unwrap_or_default())
+}
+
+/// Splits `inputs` by the original's parameter shardings, runs the partitioned module on
+/// `num_devices` devices, and assembles its outputs by the original's root sharding.
+pub fn run_partitioned(
+    client: &Client,
+    original: &Module,
+    partitioned: &Module,
+    num_devices: usize,
+    inputs: &[HostValue],
+) -> Result<Vec<sharded::Assembled>> {
+    let shapes = entry_parameter_shapes(original)?;
+    let shardings = entry_parameter_shardings(original)?;
+    if inputs.len() != shapes.len() {
+        return Err(module_error(
+            original,
+            format!(
+                "takes {} parameters, got {} inputs",
+                shapes.len(),
+                inputs.len()
+            ),
+        ));
+    }
+    let part_shapes = entry_parameter_shapes(partitioned)?;
+    if part_shapes.len() != shapes.len() {
+        return Err(module_error(
+            partitioned,
+            format!(
+                "takes {} parameters, the original takes {}",
+                part_shapes.len(),
+                shapes.len()
+            ),
+        ));
+    }
+    let mut args: Vec<Vec<HostArray>> = vec![Vec::new(); num_devices];
+    for (i, ((v, shape), s)) in inputs.iter().zip(&shapes).zip(&shardings).enumerate() {
+        let want = sharded::shard_shape(shape, s, num_devices)?;
+        if !want.compatible(&part_shapes[i]) {
+            return Err(module_error(
+                partitioned,
+                format!(
+                    "entry parameter {i} is {:?}, but sharding the original's {:?} gives {:?} per device",
+                    part_shapes[i], shape, want
+                ),
+            ));
+        }
+        for (d, piece) in sharded::split(v, shape, s, num_devices)?
+            .into_iter()
+            .enumerate()
+        {
+            match piece {
+                HostValue::Array(a) => args[d].push(a),
+                HostValue::Tuple(_) => {
+                    return Err(module_error(
+                        original,
+                        format!("entry parameter {i} is a tuple: not supported"),
+                    ))
+                }
+            }
+        }
+    }
+    let prepared = prepare_partitioned(partitioned, num_devices)?;
+    let outs = run_module(
+        client,
+        &prepared,
+        &CompileOptions::partitioned(num_devices),
+        &args,
+    )?;
+    let (root_shape, root_sharding) = root_shape_and_sharding(original)?;
+    let leaves = leaf_shapes(&root_shape)?;
+    let leaf_shardings = sharded::leaf_shardings(&root_shape, &root_sharding)?;
+    let mut result = Vec::with_capacity(leaves.len());
+    for (k, (shape, s)) in leaves.iter().zip(&leaf_shardings).enumerate() {
+        let pieces: Vec<HostValue> = outs
+            .iter()
+            .map(|list| {
+                list.get(k).cloned().map(HostValue::Array).ok_or_else(|| {
+                    module_error(
+                        partitioned,
+                        format!(
+                            "has {} outputs, the original has {}",
+                            list.len(),
+                            leaves.len()
+                        ),
+                    )
+                })
+            })
+            .collect::<Result<_>>()?;
+        let mut a = sharded::assemble(&pieces, shape, s)?;
+        // Report leaf indices in terms of the original's flattened outputs.
+        if root_shape.is_tuple() {
+            for m in &mut a.mismatches {
+                m.leaf = vec![k];
+            }
+        }
+        result.push(a);
+    }
+    Ok(result)
+}
+
+/// Compares one output with the original's.
+pub fn compare_arrays(
+    index: usize,
+    expected: &HostArray,
+    actual: &HostArray,
+    tolerance: Tolerance,
+) -> Result<OutputReport> {
+    if expected.ty != actual.ty || expected.dims != actual.dims {
+        return Err(Error::ShapeMismatch(format!(
+            "output {index}: the original gives {}, the partitioned module {}",
+            expected.shape_string(),
+            actual.shape_string()
+        )));
+    }
+    let mut r = OutputReport {
+        index,
+        shape: expected.shape_string(),
+        tolerance,
+        max_abs_error: 0.0,
+        max_rel_error: 0.0,
+        mismatched: 0,
+        first_mismatch: None,
+        replica_mismatches: Vec::new(),
+        replica_mismatch_count: 0,
+    };
+    let w = expected.ty.byte_size();
+    for k in 0..expected.element_count() {
+        let (eb, ab) = (
+            &expected.data[k * w..(k + 1) * w],
+            &actual.data[k * w..(k + 1) * w],
+        );
+        if eb == ab {
+            continue;
+        }
+        let (e, a) = (decode(expected.ty, eb), decode(actual.ty, ab));
+        let parts: Vec<(f64, f64)> = match (e, a) {
+            (Scalar::Complex(er, ei), Scalar::Complex(ar, ai)) => vec![(er, ar), (ei, ai)],
+            (e, a) => vec![(e.as_f64(), a.as_f64())],
+        };
+        let mut ok = true;
+        for (x, y) in parts {
+            let (abs, rel) = element_error(x, y);
+            r.max_abs_error = r.max_abs_error.max(abs);
+            r.max_rel_error = r.max_rel_error.max(rel);
+            ok &= abs <= tolerance.abs + tolerance.rel * x.abs();
+        }
+        if let (Scalar::Int(x), Scalar::Int(y)) = (e, a) {
+            ok = x == y;
+        }
+        if !ok {
+            r.mismatched += 1;
+            if r.first_mismatch.is_none() {
+                r.first_mismatch = Some(ElementMismatch {
+                    index: crate::host::unravel(k, &expected.dims),
+                    expected: e,
+                    actual: a,
+                });
+            }
+        }
+    }
+    Ok(r)
+}
+
+/// Absolute and relative error of `actual` against `expected`; equal NaNs and equal infinities
+/// are no error.
+fn element_error(expected: f64, actual: f64) -> (f64, f64) {
+    if expected == actual || (expected.is_nan() && actual.is_nan()) {
+        return (0.0, 0.0);
+    }
+    let abs = (actual - expected).abs();
+    let abs = if abs.is_nan() { f64::INFINITY } else { abs };
+    let rel = if expected == 0.0 {
+        f64::INFINITY
+    } else {
+        abs / expected.abs()
+    };
+    (abs, rel)
+}
+
+/// What to compare with.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CompareOptions {
+    /// Replaces the per-type default tolerance of every floating-point output.
+    pub float_tolerance: Option<Tolerance>,
+}
+
+/// Runs `original` on one device and `partitioned` on `num_devices` devices with the same global
+/// `inputs` and compares every output.
+pub fn check_equivalence(
+    client: &Client,
+    original: &Module,
+    partitioned: &Module,
+    num_devices: usize,
+    inputs: &[HostValue],
+    options: CompareOptions,
+) -> Result<EquivalenceReport> {
+    if client.devices().len() < num_devices {
+        return Err(Error::InvalidArgument(format!(
+            "the client has {} devices, {num_devices} needed",
+            client.devices().len()
+        )));
+    }
+    let expected = run_original(client, original, inputs)?;
+    let actual = run_partitioned(client, original, partitioned, num_devices, inputs)?;
+    if expected.len() != actual.len() {
+        return Err(module_error(
+            partitioned,
+            format!(
+                "gives {} outputs, the original {}",
+                actual.len(),
+                expected.len()
+            ),
+        ));
+    }
+    let mut outputs = Vec::with_capacity(expected.len());
+    for (k, (e, a)) in expected.iter().zip(actual).enumerate() {
+        let arr = a
+            .value
+            .as_array()
+            .ok_or_else(|| Error::InvalidArgument(format!("output {k} assembled into a tuple")))?;
+        let tolerance = match options.float_tolerance {
+            Some(t) if e.ty.is_float() || e.ty.is_complex() => t,
+            _ => Tolerance::for_type(e.ty),
+        };
+        let mut r = compare_arrays(k, e, arr, tolerance)?;
+        r.replica_mismatches = a.mismatches;
+        r.replica_mismatch_count = a.mismatch_count;
+        outputs.push(r);
+    }
+    Ok(EquivalenceReport {
+        num_devices,
+        outputs,
+    })
+}
+
+/// A small deterministic generator (splitmix64) for test inputs.
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [-1, 1).
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
+    }
+}
+
+/// A random array: floats uniform in [-1, 1) (finite fp8/fp4 values drawn from their bit
+/// patterns), integers small (in [-8, 8) for signed, [0, 16) for unsigned, narrower for
+/// sub-byte types), pred 0 or 1.
+pub fn random_array(ty: HloElementType, dims: &[i64], rng: &mut Rng) -> HostArray {
+    use HloElementType::*;
+    let mut a = HostArray::zeros(ty, dims);
+    let n = a.element_count();
+    let w = ty.byte_size();
+    for k in 0..n {
+        let out = &mut a.data[k * w..(k + 1) * w];
+        match ty {
+            Pred => out[0] = (rng.next_u64() & 1) as u8,
+            F32 => out.copy_from_slice(&(rng.unit() as f32).to_le_bytes()),
+            F64 => out.copy_from_slice(&rng.unit().to_le_bytes()),
+            F16 => out.copy_from_slice(&F16Bits::from_f32(rng.unit() as f32).0.to_le_bytes()),
+            BF16 => out.copy_from_slice(&Bf16Bits::from_f32(rng.unit() as f32).0.to_le_bytes()),
+            C64 => {
+                out[..4].copy_from_slice(&(rng.unit() as f32).to_le_bytes());
+                out[4..].copy_from_slice(&(rng.unit() as f32).to_le_bytes());
+            }
+            C128 => {
+                out[..8].copy_from_slice(&rng.unit().to_le_bytes());
+                out[8..].copy_from_slice(&rng.unit().to_le_bytes());
+            }
+            t if t.is_float() => loop {
+                let b = (rng.next_u64() & 0xff) as u8;
+                let bits = t.bit_width();
+                let b = if bits < 8 { b & ((1 << bits) - 1) } else { b };
+                let v = crate::host::decode_minifloat(t, b);
+                if v.is_finite() && v.abs() <= 4.0 {
+                    out[0] = b;
+                    break;
+                }
+            },
+            t if t.is_integral() => {
+                let bits = t.bit_width().min(4);
+                let range = 1u64 << (bits - 1).max(1);
+                let v: i64 = if t.is_signed_int() {
+                    (rng.next_u64() % (2 * range)) as i64 - range as i64
+                } else {
+                    (rng.next_u64() % (2 * range)) as i64
+                };
+                let v = if t.bit_width() <= 2 {
+                    // s1/s2/u1/u2: stay within the type.
+                    let m = (1i64 << t.bit_width()) - 1;
+                    v & m
+                } else {
+                    v
+                };
+                let bytes = v.to_le_bytes();
+                out.copy_from_slice(&bytes[..w]);
+            }
+            _ => {}
+        }
+    }
+    a
+}
+
+/// Random global inputs for the entry parameters of `m`.
+pub fn random_inputs(m: &Module, seed: u64) -> Result<Vec<HostValue>> {
+    let mut rng = Rng::new(seed);
+    fn value(s: &Shape, rng: &mut Rng) -> Result<HostValue> {
+        match s {
+            Shape::Array(a) => {
+                if !a.is_static() {
+                    return Err(Error::InvalidArgument(format!(
+                        "dynamic shape {:?} has no random input",
+                        a.dims
+                    )));
+                }
+                Ok(HostValue::Array(random_array(a.ty, &a.dims, rng)))
+            }
+            Shape::Tuple(e) => Ok(HostValue::Tuple(
+                e.iter().map(|c| value(c, rng)).collect::<Result<_>>()?,
+            )),
+            other => Err(Error::UnsupportedType(format!(
+                "{:?} has no host value",
+                other.element_type()
+            ))),
+        }
+    }
+    let shardings = entry_parameter_shardings(m)?;
+    entry_parameter_shapes(m)?
+        .iter()
+        .zip(&shardings)
+        .map(|(s, sh)| {
+            // A manual parameter takes one piece per device: not meaningful for an original.
+            if matches!(sh.kind, ShardingKind::Manual) {
+                return Err(module_error(
+                    m,
+                    "an entry parameter of the original has a MANUAL sharding",
+                ));
+            }
+            value(s, &mut rng)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compare_reports_errors_and_tolerance() {
+        let e = HostArray::f32(&[4], &[1.0, 2.0, 0.0, f32::NAN]).unwrap();
+        let a = HostArray::f32(&[4], &[1.000001, 2.5, 0.0, f32::NAN]).unwrap();
+        let r = compare_arrays(0, &e, &a, Tolerance::for_type(HloElementType::F32)).unwrap();
+        assert_eq!(r.mismatched, 1);
+        assert!((r.max_abs_error - 0.5).abs() < 1e-9);
+        assert!((r.max_rel_error - 0.25).abs() < 1e-9);
+        let m = r.first_mismatch.unwrap();
+        assert_eq!(m.index, vec![1]);
+        assert_eq!(m.actual, Scalar::Float(2.5));
+        // An expected zero that comes out non-zero has an infinite relative error.
+        let a = HostArray::f32(&[4], &[1.0, 2.0, 1e-7, f32::NAN]).unwrap();
+        let r = compare_arrays(0, &e, &a, Tolerance::for_type(HloElementType::F32)).unwrap();
+        assert_eq!(r.mismatched, 0, "within abs 1e-6");
+        assert_eq!(r.max_rel_error, f64::INFINITY);
+        // NaN against a number is a mismatch.
+        let a = HostArray::f32(&[4], &[f32::NAN, 2.0, 0.0, f32::NAN]).unwrap();
+        let r = compare_arrays(0, &e, &a, Tolerance::for_type(HloElementType::F32)).unwrap();
+        assert_eq!(r.mismatched, 1);
+        // Integers are exact.
+        let e = HostArray::s32(&[2], &[1, 2]).unwrap();
+        let a = HostArray::s32(&[2], &[1, 3]).unwrap();
+        let r = compare_arrays(3, &e, &a, Tolerance::for_type(HloElementType::S32)).unwrap();
+        assert!(!r.passed());
+        assert!(r
+            .to_string()
+            .starts_with("output 3 s32[2]: DIFFERS max abs error 1e0"));
+        // Shapes must agree.
+        assert!(compare_arrays(
+            0,
+            &e,
+            &HostArray::s32(&[1], &[1]).unwrap(),
+            Tolerance::EXACT
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn random_arrays_are_deterministic_and_in_range() {
+        let a = random_array(HloElementType::F32, &[100], &mut Rng::new(7));
+        let b = random_array(HloElementType::F32, &[100], &mut Rng::new(7));
+        assert_eq!(a, b);
+        assert!(a.to_f32().unwrap().iter().all(|v| (-1.0..1.0).contains(v)));
+        let c = random_array(HloElementType::F32, &[100], &mut Rng::new(8));
+        assert_ne!(a, c);
+        for &ty in HloElementType::ALL.iter().filter(|t| t.is_array_type()) {
+            let r = random_array(ty, &[64], &mut Rng::new(1));
+            for k in 0..64 {
+                match r.get(k) {
+                    Scalar::Float(x) => assert!(x.is_finite() && x.abs() <= 4.0, "{ty}: {x}"),
+                    Scalar::Int(i) => assert!((-16..16).contains(&i), "{ty}: {i}"),
+                    _ => {}
+                }
+            }
+        }
+    }
+}

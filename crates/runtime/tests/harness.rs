@@ -1,0 +1,177 @@
+//! The equivalence harness on the real plugin, with modules built through the IR API: a
+//! correct hand-partitioned module passes, and the same module with its all-reduce replaced by
+//! a copy fails (wrong values and replicas that disagree).
+
+mod common;
+
+use tessera_hlo::attrs::ReplicaGroups;
+use tessera_hlo::{
+    CompId, ElementType, InstrId, Instruction, Literal, Module, Opcode, Shape, Sharding,
+    TileAssignment,
+};
+use tessera_runtime::harness::{self, run_partitioned};
+use tessera_runtime::{check_equivalence, CompareOptions, HostArray, HostValue};
+
+use common::client;
+
+fn f32s(dims: &[i64]) -> Shape {
+    Shape::array(ElementType::F32, dims)
+}
+
+fn add_computation(m: &mut Module, name: &str) -> CompId {
+    let c = m.add_computation(name).unwrap();
+    let x = m
+        .add_instruction(c, param(&format!("{name}.x"), 0, f32s(&[])))
+        .unwrap();
+    let y = m
+        .add_instruction(c, param(&format!("{name}.y"), 1, f32s(&[])))
+        .unwrap();
+    m.add_instruction(
+        c,
+        Instruction::new(format!("{name}.sum"), Opcode::Add, f32s(&[])).with_operands(&[x, y]),
+    )
+    .unwrap();
+    c
+}
+
+fn param(name: &str, n: i64, shape: Shape) -> Instruction {
+    let mut i = Instruction::new(name, Opcode::Parameter, shape);
+    i.attrs.parameter_number = n;
+    i
+}
+
+/// `(x + y, sum(x + y))` with x, y: f32[len]; with `shard = Some(pieces)` the per-device
+/// program on 2 devices (an all-reduce makes the sum global), else the original with
+/// shardings `devices=[2]` on x, y and the sum, `replicated` on the total.
+fn sum_module(len: i64, piece: Option<i64>) -> (Module, InstrId) {
+    let mut m = Module::new(if piece.is_some() { "sum_spmd" } else { "sum" });
+    let add = add_computation(&mut m, "add");
+    let e = m.add_computation("main").unwrap();
+    m.set_entry(e);
+    let n = piece.unwrap_or(len);
+    let tiled = Sharding::tiled(TileAssignment::iota(&[2]), false);
+    let mut x = param("x", 0, f32s(&[n]));
+    let mut y = param("y", 1, f32s(&[n]));
+    if piece.is_none() {
+        x.sharding = Some(tiled.clone());
+        y.sharding = Some(tiled.clone());
+    }
+    let x = m.add_instruction(e, x).unwrap();
+    let y = m.add_instruction(e, y).unwrap();
+    let s = m
+        .add_instruction(
+            e,
+            Instruction::new("s", Opcode::Add, f32s(&[n])).with_operands(&[x, y]),
+        )
+        .unwrap();
+    let mut zero = Instruction::new("zero", Opcode::Constant, f32s(&[]));
+    zero.attrs.literal = Some(Box::new(Literal::f32(0.0)));
+    let zero = m.add_instruction(e, zero).unwrap();
+    let mut r = Instruction::new("total", Opcode::Reduce, f32s(&[]))
+        .with_operands(&[s, zero])
+        .with_called(&[add]);
+    r.attrs.dimensions = Some(vec![0]);
+    let mut total = m.add_instruction(e, r).unwrap();
+    let mut collective = total;
+    if piece.is_some() {
+        let mut ar = Instruction::new("all-reduce", Opcode::AllReduce, f32s(&[]))
+            .with_operands(&[total])
+            .with_called(&[add]);
+        ar.attrs.channel_id = Some(1);
+        ar.attrs.replica_groups = Some(Box::new(ReplicaGroups::Explicit(vec![vec![0, 1]])));
+        ar.attrs.use_global_device_ids = true;
+        total = m.add_instruction(e, ar).unwrap();
+        collective = total;
+    }
+    let mut root = Instruction::new(
+        "root",
+        Opcode::Tuple,
+        Shape::tuple(vec![f32s(&[n]), f32s(&[])]),
+    )
+    .with_operands(&[s, total]);
+    if piece.is_none() {
+        root.sharding = Some(Sharding::tuple(vec![tiled, Sharding::replicated()]));
+    }
+    let root = m.add_instruction(e, root).unwrap();
+    m.set_root(e, root);
+    (m, collective)
+}
+
+fn inputs(len: i64) -> Vec<HostValue> {
+    let x: Vec<f32> = (0..len).map(|i| i as f32 * 0.5).collect();
+    let y: Vec<f32> = (0..len).map(|i| 1.0 - i as f32).collect();
+    vec![
+        HostValue::Array(HostArray::f32(&[len], &x).unwrap()),
+        HostValue::Array(HostArray::f32(&[len], &y).unwrap()),
+    ]
+}
+
+#[test]
+fn hand_partitioned_sum_is_equivalent() {
+    // Even (8 = 2 x 4) and uneven (5 -> padded tiles of 3) splits.
+    for (len, piece) in [(8, 4), (5, 3)] {
+        let (orig, _) = sum_module(len, None);
+        let (part, _) = sum_module(len, Some(piece));
+        let ins = inputs(len);
+        let expected = harness::run_original(client(), &orig, &ins).unwrap();
+        let x: Vec<f32> = (0..len).map(|i| 1.0 - i as f32 * 0.5).collect();
+        assert_eq!(expected[0].to_f32().unwrap(), x);
+        assert_eq!(expected[1].to_f32().unwrap(), vec![x.iter().sum::<f32>()]);
+        let report =
+            check_equivalence(client(), &orig, &part, 2, &ins, CompareOptions::default()).unwrap();
+        assert!(report.passed(), "{report}");
+        assert_eq!(report.outputs.len(), 2);
+        assert_eq!(report.outputs[0].shape, format!("f32[{len}]"));
+        assert_eq!(report.outputs[1].max_abs_error, 0.0);
+    }
+}
+
+#[test]
+fn sum_without_its_all_reduce_is_caught() {
+    let (orig, _) = sum_module(8, None);
+    let (mut part, ar) = sum_module(8, Some(4));
+    // Replace the all-reduce by a copy of its operand: each device keeps its partial sum.
+    let operand = part.instr(ar).operands()[0];
+    let e = part.entry().unwrap();
+    let root = part.comp(e).root().unwrap();
+    let copy = part
+        .add_instruction(
+            e,
+            Instruction::new("partial", Opcode::Copy, f32s(&[])).with_operands(&[operand]),
+        )
+        .unwrap();
+    // Adding an instruction makes it the root; the tuple stays the root.
+    part.set_root(e, root);
+    part.replace_all_uses_with(ar, copy).unwrap();
+    part.remove_instruction(ar).unwrap();
+    let ins = inputs(8);
+    let report =
+        check_equivalence(client(), &orig, &part, 2, &ins, CompareOptions::default()).unwrap();
+    assert!(!report.passed());
+    assert!(report.outputs[0].passed(), "{report}");
+    let total = &report.outputs[1];
+    // x + y = 1 - i/2: device 0 sums i = 0..4 (1), device 1 sums i = 4..8 (-7); total -6.
+    // Device 0's value is kept: off by 7.
+    assert_eq!(total.replica_mismatch_count, 1);
+    let m = &total.replica_mismatches[0];
+    assert_eq!(m.leaf, vec![1]);
+    assert_eq!((m.reference.0, m.other.0), (0, 1));
+    assert_eq!(m.reference.1.as_f64(), 1.0);
+    assert_eq!(m.other.1.as_f64(), -7.0);
+    assert_eq!(total.mismatched, 1);
+    assert!((total.max_abs_error - 7.0).abs() < 1e-6, "{report}");
+    let text = report.to_string();
+    assert!(text.contains("NOT equivalent on 2 devices"), "{text}");
+    assert!(
+        text.contains("device 0 has 1.0, device 1 has -7.0"),
+        "{text}"
+    );
+}
+
+#[test]
+fn mismatched_parameter_shapes_are_refused() {
+    let (orig, _) = sum_module(8, None);
+    let (part, _) = sum_module(8, Some(3));
+    let e = run_partitioned(client(), &orig, &part, 2, &inputs(8)).unwrap_err();
+    assert!(e.to_string().contains("entry parameter 0"), "{e}");
+}

@@ -425,6 +425,13 @@ fn instr_to_proto(m: &Module, id: InstrId, ids: &Ids) -> pb::HloInstructionProto
         p.comparison_direction = comparison_direction_name(c.direction).to_string();
         if let Some(t) = c.ty {
             p.comparison_type = comparison_type_name(t).to_string();
+            p.comparison_order = match t {
+                ComparisonType::Float => "PARTIAL",
+                ComparisonType::TotalOrder | ComparisonType::Signed | ComparisonType::Unsigned => {
+                    "TOTAL"
+                }
+            }
+            .to_string();
         }
     }
     if let Some(w) = &a.window {

@@ -375,7 +375,8 @@ fn instruction_from_proto(
             .first()
             .is_some_and(|&o| m.instr(o).shape.element_type() == ElementType::Pred);
     }
-    attrs_from_proto(&mut i.attrs, opcode, p, comp_size).map_err(e)?;
+    let operand_type = operands.first().map(|&o| m.instr(o).shape.element_type());
+    attrs_from_proto(&mut i.attrs, opcode, operand_type, p, comp_size).map_err(e)?;
     Ok(i)
 }
 
@@ -386,6 +387,7 @@ fn utf8(b: &[u8], what: &str) -> Result<String, String> {
 fn attrs_from_proto(
     a: &mut Attrs,
     op: Opcode,
+    operand_type: Option<ElementType>,
     p: &pb::HloInstructionProto,
     comp_size: usize,
 ) -> Result<(), String> {
@@ -401,9 +403,8 @@ fn attrs_from_proto(
         .as_ref()
         .map(|r| r.replicated_at_leaf_buffers.clone());
     if let Some(l) = &p.literal {
-        a.literal = Some(Box::new(
-            literal_from_proto(l).map_err(|s| format!("literal: {s}"))?,
-        ));
+        let lit = literal_from_proto(l).map_err(|s| format!("literal: {s}"))?;
+        a.literal = Some(Box::new(lit));
     } else if op == Opcode::Constant {
         return Err("constant without a literal".into());
     }
@@ -458,8 +459,15 @@ fn attrs_from_proto(
         .into_iter()
         .find(|&d| comparison_direction_name(d) == p.comparison_direction)
         .ok_or_else(|| format!("unknown comparison direction `{}`", p.comparison_direction))?;
+        let float_operands = operand_type.is_some_and(|t| t.is_float() || t.is_complex());
         let ty = if p.comparison_type.is_empty() {
-            None
+            // Recent XLA writes only the order; only a total order on floats is not the default.
+            match p.comparison_order.as_str() {
+                "" | "PARTIAL" => None,
+                "TOTAL" if float_operands => Some(ComparisonType::TotalOrder),
+                "TOTAL" => None,
+                other => return Err(format!("unknown comparison order `{other}`")),
+            }
         } else {
             Some(
                 [

@@ -56,6 +56,11 @@ pub struct LayoutProto {
     pub dynamic_shape_metadata_prefix_bytes: i64,
     #[prost(message, repeated, tag = "17")]
     pub split_configs: Vec<SplitConfigProto>,
+    /// Tessera's own field, not XLA's: true when the IR shape had no layout and the default
+    /// one was written because XLA requires one. XLA skips the unknown field; our reader drops
+    /// such layouts again, so "no layout" survives a round trip.
+    #[prost(bool, tag = "50001")]
+    pub tessera_default_filled: bool,
 }
 
 #[derive(Clone, PartialEq, ::prost::Message)]
@@ -675,8 +680,12 @@ pub struct HloInstructionProto {
     /// `xla.RandomAlgorithm`: 0 DEFAULT, 1 THREE_FRY, 2 PHILOX.
     #[prost(int32, tag = "70")]
     pub rng_algorithm: i32,
+    /// Deprecated in recent XLA in favour of `comparison_order`; still written for older readers.
     #[prost(string, tag = "72")]
     pub comparison_type: String,
+    /// `TOTAL` or `PARTIAL` (recent XLA).
+    #[prost(string, tag = "102")]
+    pub comparison_order: String,
     #[prost(int32, optional, tag = "80")]
     pub cross_program_prefetch_index: Option<i32>,
     /// `xla.PaddingType`.

@@ -353,6 +353,7 @@ fn rich_module_round_trips() {
     assert_eq!(sh.r#type, 3);
     assert_eq!(sh.tile_assignment_dimensions, vec![2, 4]);
     assert_eq!(sh.iota_reshape_dims, vec![8]);
+    assert_eq!(sh.iota_transpose_perm, vec![0]);
     // Instructions are written operands-first and ids are unique.
     let mut seen = std::collections::HashSet::new();
     for c in &p.computations {

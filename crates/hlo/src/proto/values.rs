@@ -25,7 +25,14 @@ pub(crate) fn shape_to_proto(s: &Shape) -> pb::ShapeProto {
             dimensions: a.dims.to_vec(),
             is_dynamic_dimension: (0..a.rank()).map(|d| a.is_dynamic_dim(d)).collect(),
             tuple_shapes: Vec::new(),
-            layout: a.layout.as_ref().map(layout_to_proto),
+            // XLA wants a layout on every array shape (a constant's must equal its literal's).
+            layout: Some(match &a.layout {
+                Some(l) => layout_to_proto(l),
+                None => pb::LayoutProto {
+                    tessera_default_filled: true,
+                    ..layout_to_proto(&Layout::descending(a.rank()))
+                },
+            }),
         },
         Shape::Tuple(e) => pb::ShapeProto {
             element_type: ElementType::Tuple.proto_value(),
@@ -94,7 +101,12 @@ pub(crate) fn shape_from_proto(p: &pb::ShapeProto) -> VResult<Shape> {
                 ty,
                 dims: p.dimensions.iter().copied().collect(),
                 dynamic,
-                layout: p.layout.as_ref().map(layout_from_proto).transpose()?,
+                layout: p
+                    .layout
+                    .as_ref()
+                    .filter(|l| !l.tessera_default_filled)
+                    .map(layout_from_proto)
+                    .transpose()?,
             })
         }
     })
@@ -155,6 +167,7 @@ pub(crate) fn layout_to_proto(l: &Layout) -> pb::LayoutProto {
                 split_indices: s.split_indices.clone(),
             })
             .collect(),
+        tessera_default_filled: false,
     }
 }
 
@@ -511,7 +524,7 @@ pub(crate) fn sharding_to_proto(s: &Sharding) -> pb::OpSharding {
                 } => {
                     p.tile_assignment_dimensions = dims.to_vec();
                     p.iota_reshape_dims = reshape_dims.to_vec();
-                    p.iota_transpose_perm = transpose_perm.iter().map(|&x| x as i32).collect();
+                    p.iota_transpose_perm = perm_to_proto(transpose_perm, reshape_dims.len());
                 }
             }
         }
@@ -569,7 +582,7 @@ pub(crate) fn sharding_from_proto(p: &pb::OpSharding) -> VResult<Sharding> {
                 TileAssignment::Iota {
                     dims,
                     reshape_dims: p.iota_reshape_dims.iter().copied().collect(),
-                    transpose_perm: p.iota_transpose_perm.iter().map(|&x| x as i64).collect(),
+                    transpose_perm: perm_from_proto(&p.iota_transpose_perm),
                 }
             } else {
                 if p.tile_assignment_devices.len() as i64 != n {
@@ -610,6 +623,24 @@ pub(crate) fn sharding_from_proto(p: &pb::OpSharding) -> VResult<Sharding> {
     })
 }
 
+/// XLA wants one transpose entry per reshape dimension (identity spelled out); the IR keeps
+/// the identity as an empty list.
+fn perm_to_proto(perm: &[i64], n: usize) -> Vec<i32> {
+    if perm.is_empty() {
+        (0..n as i32).collect()
+    } else {
+        perm.iter().map(|&x| x as i32).collect()
+    }
+}
+
+fn perm_from_proto<T: FromIterator<i64>>(perm: &[i32]) -> T {
+    if perm.iter().enumerate().all(|(k, &x)| x as usize == k) {
+        std::iter::empty().collect()
+    } else {
+        perm.iter().map(|&x| x as i64).collect()
+    }
+}
+
 fn is_permutation(perm: &[i32], n: usize) -> bool {
     let mut seen = vec![false; n];
     perm.len() == n
@@ -648,7 +679,7 @@ pub(crate) fn replica_groups_to_proto(g: &ReplicaGroups, p: &mut pb::HloInstruct
                 num_replica_groups: *num_groups,
                 num_devices_per_group: *group_size,
                 iota_reshape_dims: reshape_dims.clone(),
-                iota_transpose_perm: transpose_perm.iter().map(|&x| x as i32).collect(),
+                iota_transpose_perm: perm_to_proto(transpose_perm, reshape_dims.len()),
             });
         }
         ReplicaGroups::Mesh(m) => {
@@ -688,7 +719,7 @@ pub(crate) fn replica_groups_from_proto(
             num_groups: i.num_replica_groups,
             group_size: i.num_devices_per_group,
             reshape_dims: i.iota_reshape_dims.clone(),
-            transpose_perm: i.iota_transpose_perm.iter().map(|&x| x as i64).collect(),
+            transpose_perm: perm_from_proto(&i.iota_transpose_perm),
         }));
     }
     if let Some(c) = &p.collective_device_list {

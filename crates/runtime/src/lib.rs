@@ -39,6 +39,7 @@ pub mod error;
 pub mod ffi;
 pub mod harness;
 pub mod host;
+pub mod npy;
 pub mod options;
 pub mod pjrt;
 pub mod runtime;

@@ -32,7 +32,10 @@ fn reads_numpy_files() {
     assert_eq!(floats(&a), vec![0.0, 1.0, 2.0, 3.0]);
 
     let a = load("bool.npy", None);
-    assert_eq!((a.get(0), a.get(1)), (Scalar::Pred(true), Scalar::Pred(false)));
+    assert_eq!(
+        (a.get(0), a.get(1)),
+        (Scalar::Pred(true), Scalar::Pred(false))
+    );
 
     let a = load("c64.npy", None);
     assert_eq!(a.get(1), Scalar::Complex(3.0, -4.0));

@@ -23,7 +23,7 @@ use tessera_hlo::{ElementType as HloElementType, Layout, Module, Shape, Sharding
 
 use crate::element::{Bf16 as Bf16Bits, F16 as F16Bits};
 use crate::error::{Error, Result};
-use crate::host::{decode, hlo_type, runtime_type, HostArray, HostValue, Scalar};
+use crate::host::{decode, hlo_type, runtime_type, shape_string, HostArray, HostValue, Scalar};
 use crate::options::CompileOptions;
 use crate::pjrt::{Buffer, Client, ExecuteOptions, Program};
 use crate::sharded::{self, ReplicaMismatch};
@@ -220,14 +220,21 @@ pub fn root_shape_and_sharding(m: &Module) -> Result<(Shape, Sharding)> {
 }
 
 fn strip(m: &Module) -> Module {
-    let mut out = m.clone();
+    let mut out = normalize_layouts(m);
     for id in ids_of(&out) {
         out.instr_mut(id).sharding = None;
     }
-    out.config.entry_computation_layout = None;
     out.config.spmd_output_sharding = None;
     out.config.spmd_parameters_shardings = None;
     out.config.use_spmd_partitioning = false;
+    out
+}
+
+/// A clone whose entry parameters and root have the default layout (so the plugin takes and
+/// returns row-major data) and whose every shape has a layout.
+pub fn normalize_layouts(m: &Module) -> Module {
+    let mut out = m.clone();
+    out.config.entry_computation_layout = None;
     if let Some(e) = out.entry() {
         let c = out.comp(e);
         let mut ends: Vec<_> = c.parameters().collect();
@@ -406,16 +413,6 @@ pub fn run_partitioned(
 ) -> Result<Vec<sharded::Assembled>> {
     let shapes = entry_parameter_shapes(original)?;
     let shardings = entry_parameter_shardings(original)?;
-    if inputs.len() != shapes.len() {
-        return Err(module_error(
-            original,
-            format!(
-                "takes {} parameters, got {} inputs",
-                shapes.len(),
-                inputs.len()
-            ),
-        ));
-    }
     let part_shapes = entry_parameter_shapes(partitioned)?;
     if part_shapes.len() != shapes.len() {
         return Err(module_error(
@@ -427,18 +424,73 @@ pub fn run_partitioned(
             ),
         ));
     }
-    let mut args: Vec<Vec<HostArray>> = vec![Vec::new(); num_devices];
-    for (i, ((v, shape), s)) in inputs.iter().zip(&shapes).zip(&shardings).enumerate() {
+    for (i, (shape, s)) in shapes.iter().zip(&shardings).enumerate() {
         let want = sharded::shard_shape(shape, s, num_devices)?;
         if !want.compatible(&part_shapes[i]) {
             return Err(module_error(
                 partitioned,
                 format!(
-                    "entry parameter {i} is {:?}, but sharding the original's {:?} gives {:?} per device",
-                    part_shapes[i], shape, want
+                    "entry parameter {i} is {}, but sharding the original's {} gives {} per device",
+                    shape_string(&part_shapes[i]),
+                    shape_string(shape),
+                    shape_string(&want)
                 ),
             ));
         }
+    }
+    let args = split_inputs(original, num_devices, inputs)?;
+    let prepared = prepare_partitioned(partitioned, num_devices)?;
+    let outs = run_module(
+        client,
+        &prepared,
+        &CompileOptions::partitioned(num_devices),
+        &args,
+    )?;
+    assemble_outputs(original, partitioned, &outs)
+}
+
+/// Runs a module that carries shardings on `num_devices` devices and lets XLA's own SPMD
+/// partitioner partition it: global `inputs` are split by the entry parameter shardings, the
+/// outputs assembled by the root sharding (missing shardings mean replicated).
+pub fn run_xla_partitioned(
+    client: &Client,
+    m: &Module,
+    num_devices: usize,
+    inputs: &[HostValue],
+) -> Result<Vec<sharded::Assembled>> {
+    let args = split_inputs(m, num_devices, inputs)?;
+    let mut prepared = normalize_layouts(m);
+    prepared.config.num_partitions = num_devices as i64;
+    prepared.config.use_spmd_partitioning = true;
+    let outs = run_module(
+        client,
+        &prepared,
+        &CompileOptions::partitioned(num_devices),
+        &args,
+    )?;
+    assemble_outputs(m, m, &outs)
+}
+
+/// Cuts global inputs into per-device argument lists by `m`'s entry parameter shardings.
+pub fn split_inputs(
+    m: &Module,
+    num_devices: usize,
+    inputs: &[HostValue],
+) -> Result<Vec<Vec<HostArray>>> {
+    let shapes = entry_parameter_shapes(m)?;
+    let shardings = entry_parameter_shardings(m)?;
+    if inputs.len() != shapes.len() {
+        return Err(module_error(
+            m,
+            format!(
+                "takes {} parameters, got {} inputs",
+                shapes.len(),
+                inputs.len()
+            ),
+        ));
+    }
+    let mut args: Vec<Vec<HostArray>> = vec![Vec::new(); num_devices];
+    for (i, ((v, shape), s)) in inputs.iter().zip(&shapes).zip(&shardings).enumerate() {
         for (d, piece) in sharded::split(v, shape, s, num_devices)?
             .into_iter()
             .enumerate()
@@ -447,20 +499,22 @@ pub fn run_partitioned(
                 HostValue::Array(a) => args[d].push(a),
                 HostValue::Tuple(_) => {
                     return Err(module_error(
-                        original,
+                        m,
                         format!("entry parameter {i} is a tuple: not supported"),
                     ))
                 }
             }
         }
     }
-    let prepared = prepare_partitioned(partitioned, num_devices)?;
-    let outs = run_module(
-        client,
-        &prepared,
-        &CompileOptions::partitioned(num_devices),
-        &args,
-    )?;
+    Ok(args)
+}
+
+/// Assembles per-device flattened outputs of `ran` by the root sharding of `original`.
+fn assemble_outputs(
+    original: &Module,
+    ran: &Module,
+    outs: &[Vec<HostArray>],
+) -> Result<Vec<sharded::Assembled>> {
     let (root_shape, root_sharding) = root_shape_and_sharding(original)?;
     let leaves = leaf_shapes(&root_shape)?;
     let leaf_shardings = sharded::leaf_shardings(&root_shape, &root_sharding)?;
@@ -469,16 +523,17 @@ pub fn run_partitioned(
         let pieces: Vec<HostValue> = outs
             .iter()
             .map(|list| {
-                list.get(k).cloned().map(HostValue::Array).ok_or_else(|| {
-                    module_error(
-                        partitioned,
+                if list.len() != leaves.len() {
+                    return Err(module_error(
+                        ran,
                         format!(
                             "has {} outputs, the original has {}",
                             list.len(),
                             leaves.len()
                         ),
-                    )
-                })
+                    ));
+                }
+                Ok(HostValue::Array(list[k].clone()))
             })
             .collect::<Result<_>>()?;
         let mut a = sharded::assemble(&pieces, shape, s)?;

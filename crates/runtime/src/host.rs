@@ -243,6 +243,21 @@ impl HostValue {
     }
 }
 
+/// `f32[4,8]`, `(f32[2], s32[])`: a shape in HLO's text spelling, without layouts.
+pub fn shape_string(shape: &Shape) -> String {
+    match shape {
+        Shape::Array(a) => {
+            let d: Vec<String> = a.dims.iter().map(i64::to_string).collect();
+            format!("{}[{}]", a.ty, d.join(","))
+        }
+        Shape::Tuple(e) => {
+            let parts: Vec<String> = e.iter().map(shape_string).collect();
+            format!("({})", parts.join(", "))
+        }
+        other => other.element_type().name().to_string(),
+    }
+}
+
 /// The PJRT element type of an HLO element type, when the bindings carry it.
 pub fn runtime_type(ty: HloElementType) -> Option<ElementType> {
     ElementType::ALL.into_iter().find(|t| t.name() == ty.name())

@@ -175,3 +175,16 @@ fn mismatched_parameter_shapes_are_refused() {
     let e = run_partitioned(client(), &orig, &part, 2, &inputs(8)).unwrap_err();
     assert!(e.to_string().contains("entry parameter 0"), "{e}");
 }
+
+#[test]
+fn xla_partitions_the_sharded_original_to_the_same_values() {
+    let (orig, _) = sum_module(5, None);
+    let ins = inputs(5);
+    let expected = harness::run_original(client(), &orig, &ins).unwrap();
+    let got = harness::run_xla_partitioned(client(), &orig, 2, &ins).unwrap();
+    assert_eq!(got.len(), 2);
+    for (e, g) in expected.iter().zip(&got) {
+        assert_eq!(g.mismatch_count, 0);
+        assert_eq!(g.value, HostValue::Array(e.clone()));
+    }
+}

@@ -2,10 +2,11 @@
 
 use std::collections::HashMap;
 
+use super::import::{default_present, predicated_by_type, statistics_from_proto, OPTIONAL_FIELDS};
 use super::messages as pb;
 use super::values::*;
 use crate::attrs::*;
-use crate::instruction::{CompId, InstrId};
+use crate::instruction::{CompId, InstrId, Instruction};
 use crate::module::{AliasKind, Module, ProgramShape};
 use crate::opcode::Opcode;
 use crate::shape::Shape;
@@ -196,6 +197,28 @@ pub(crate) fn module_to_proto(m: &Module) -> pb::HloModuleProto {
         p.host_program_shape = Some(program_shape_to_proto(&ps, parameter_names(m, e)));
     }
     let cfg = &m.config;
+    p.tessera = Some(pb::TesseraModuleExt {
+        no_entry_computation_layout: cfg.entry_computation_layout.is_none(),
+        replica_count: cfg.replica_count,
+        num_partitions: cfg.num_partitions,
+        use_spmd_partitioning: cfg.use_spmd_partitioning,
+        alias_passthrough_params: cfg.alias_passthrough_params,
+        allow_spmd_sharding_propagation_to_parameters: cfg
+            .allow_spmd_sharding_propagation_to_parameters
+            .clone()
+            .unwrap_or_default(),
+        has_allow_spmd_sharding_propagation_to_parameters: cfg
+            .allow_spmd_sharding_propagation_to_parameters
+            .is_some(),
+        allow_spmd_sharding_propagation_to_output: cfg
+            .allow_spmd_sharding_propagation_to_output
+            .clone()
+            .unwrap_or_default(),
+        has_allow_spmd_sharding_propagation_to_output: cfg
+            .allow_spmd_sharding_propagation_to_output
+            .is_some(),
+        has_spmd_parameters_shardings: cfg.spmd_parameters_shardings.is_some(),
+    });
     if !cfg.input_output_alias.is_empty() {
         p.input_output_alias = Some(pb::HloInputOutputAliasProto {
             entries: cfg
@@ -538,8 +561,9 @@ fn instr_to_proto(m: &Module, id: InstrId, ids: &Ids) -> pb::HloInstructionProto
             CustomCallApiVersion::TypedFfi => 4,
         };
         p.custom_call_has_side_effect = cc.has_side_effect;
+        // A custom-call's constrain_layout means "operand layouts given" in XLA.
+        p.constrain_layout = cc.operand_layout_constraints.is_some();
         if let Some(shapes) = &cc.operand_layout_constraints {
-            p.constrain_layout = true;
             p.operand_shapes_with_layout = shapes.iter().map(shape_to_proto).collect();
         }
         p.output_operand_aliasing = cc
@@ -626,6 +650,9 @@ fn instr_to_proto(m: &Module, id: InstrId, ids: &Ids) -> pb::HloInstructionProto
     if let Some(s) = &a.statistics_viz {
         p.statistics_viz = Some(statistics_to_proto(s));
     }
+    if let Some(ext) = tessera_ext(m, i, &p) {
+        p.tessera = Some(ext);
+    }
     if let Some(s) = &a.scan {
         p.is_reverse = s.is_reverse;
         p.num_carries = s.num_carries;
@@ -636,6 +663,62 @@ fn instr_to_proto(m: &Module, id: InstrId, ids: &Ids) -> pb::HloInstructionProto
         };
     }
     p
+}
+
+/// Whether the IR instruction has an optional attribute (see [`OPTIONAL_FIELDS`]).
+fn ir_present(field: &str, i: &Instruction) -> bool {
+    let a = &i.attrs;
+    match field {
+        "dimensions" => a.dimensions.is_some(),
+        "slice" => a.slice.is_some(),
+        "dynamic_slice_sizes" => a.dynamic_slice_sizes.is_some(),
+        "gather_slice_sizes" => a.gather_slice_sizes.is_some(),
+        "source_target_pairs" => a.source_target_pairs.is_some(),
+        "fft_length" => a.fft_length.is_some(),
+        "fft_type" => a.fft_type.is_some(),
+        "rng_algorithm" => a.rng_algorithm.is_some(),
+        "metadata" => i.metadata.is_some(),
+        "backend_config" => i.backend_config.is_some(),
+        "infeed_config" => a.infeed_config.is_some(),
+        "outfeed_config" => a.outfeed_config.is_some(),
+        "async_execution_thread" => a.async_execution_thread.is_some(),
+        "channel_id" => a.channel_id.is_some(),
+        "domain" => a.domain.is_some(),
+        "custom_call" => a.custom_call.is_some(),
+        "scan" => a.scan.is_some(),
+        _ => false,
+    }
+}
+
+/// What the IR holds beyond what XLA's fields of `p` say, if anything.
+fn tessera_ext(
+    m: &Module,
+    i: &Instruction,
+    p: &pb::HloInstructionProto,
+) -> Option<pb::TesseraInstructionExt> {
+    let mut ext = pb::TesseraInstructionExt::default();
+    for &f in OPTIONAL_FIELDS {
+        match (ir_present(f, i), default_present(f, i.opcode, p)) {
+            (true, false) => ext.present.push(f.to_string()),
+            (false, true) => ext.absent.push(f.to_string()),
+            _ => {}
+        }
+    }
+    let a = &i.attrs;
+    if let Some(d) = a.domain.as_ref().filter(|d| d.kind != "sharding") {
+        ext.domain_kind = Some(d.kind.clone());
+    }
+    if let Some(text) = &a.statistics_viz {
+        if statistics_from_proto(&statistics_to_proto(text)) != *text {
+            ext.statistics_viz = Some(text.clone());
+        }
+    }
+    ext.original_value = a.original_value.clone();
+    ext.custom_call_constrain_layout = i.opcode == Opcode::CustomCall && a.constrain_layout;
+    if i.predicated_conditional != predicated_by_type(m, i.opcode, i.operands()) {
+        ext.predicated_conditional = Some(i.predicated_conditional);
+    }
+    (ext != pb::TesseraInstructionExt::default()).then_some(ext)
 }
 
 /// `visualizing_index=1,stat-0=0.5` (the text form the IR keeps) -> `xla.StatisticsViz`.

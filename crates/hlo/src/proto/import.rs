@@ -46,6 +46,81 @@ fn always_has_dimensions(op: Opcode) -> bool {
     )
 }
 
+/// The optional attributes whose presence XLA's fields alone may not tell (an empty list, a
+/// zero, an empty string all read as "not given"); [`default_present`] is the reading of XLA's
+/// fields, and Tessera's extension field lists the exceptions.
+pub(crate) const OPTIONAL_FIELDS: &[&str] = &[
+    "dimensions",
+    "slice",
+    "dynamic_slice_sizes",
+    "gather_slice_sizes",
+    "source_target_pairs",
+    "fft_length",
+    "fft_type",
+    "rng_algorithm",
+    "metadata",
+    "backend_config",
+    "infeed_config",
+    "outfeed_config",
+    "async_execution_thread",
+    "channel_id",
+    "domain",
+    "custom_call",
+    "scan",
+];
+
+/// Whether an optional attribute is given, as XLA's fields of `p` say.
+pub(crate) fn default_present(field: &str, op: Opcode, p: &pb::HloInstructionProto) -> bool {
+    use Opcode::*;
+    match field {
+        "dimensions" => {
+            !matches!(op, Iota | Scan) && (always_has_dimensions(op) || !p.dimensions.is_empty())
+        }
+        "slice" => op == Slice || !p.slice_dimensions.is_empty(),
+        "dynamic_slice_sizes" => op == DynamicSlice || !p.dynamic_slice_sizes.is_empty(),
+        "gather_slice_sizes" => op == Gather || !p.gather_slice_sizes.is_empty(),
+        "source_target_pairs" => {
+            matches!(op, CollectivePermute | CollectivePermuteStart)
+                || !p.source_target_pairs.is_empty()
+        }
+        "fft_length" => op == Fft || !p.fft_length.is_empty(),
+        "fft_type" => op == Fft,
+        "rng_algorithm" => op == RngBitGenerator || p.rng_algorithm != 0,
+        "metadata" => p
+            .metadata
+            .as_ref()
+            .is_some_and(|m| !metadata_from_proto(m).is_empty()),
+        "backend_config" => !p.backend_config.is_empty(),
+        "infeed_config" => !p.infeed_config.is_empty(),
+        "outfeed_config" => !p.outfeed_config.is_empty(),
+        "async_execution_thread" => !p.async_execution_thread.is_empty(),
+        "channel_id" => p.channel_id != 0,
+        "domain" => op == Domain,
+        "custom_call" => op == CustomCall,
+        "scan" => op == Scan,
+        _ => false,
+    }
+}
+
+/// Reads presence: XLA's fields, corrected by Tessera's extension when there is one.
+struct Presence<'a> {
+    op: Opcode,
+    p: &'a pb::HloInstructionProto,
+}
+
+impl Presence<'_> {
+    fn has(&self, field: &str) -> bool {
+        let ext = self.p.tessera.as_ref();
+        if ext.is_some_and(|e| e.absent.iter().any(|f| f == field)) {
+            false
+        } else if ext.is_some_and(|e| e.present.iter().any(|f| f == field)) {
+            true
+        } else {
+            default_present(field, self.op, self.p)
+        }
+    }
+}
+
 pub(crate) fn module_from_proto(p: &pb::HloModuleProto) -> Result<Module, ProtoError> {
     let mut m = Module::new(p.name.clone());
     let module_place = format!("module `{}`", p.name);
@@ -99,10 +174,27 @@ pub(crate) fn module_from_proto(p: &pb::HloModuleProto) -> Result<Module, ProtoE
 
     if let (Some(hps), Some(e)) = (&p.host_program_shape, m.entry()) {
         let ps = program_shape_from_proto(hps).map_err(|e| err("host_program_shape", e))?;
-        // The IR keeps a layout only when it says more than the instructions do.
-        if ps != derived_program_shape(&m, e) {
+        let keep = match &p.tessera {
+            Some(ext) => !ext.no_entry_computation_layout,
+            // An XLA proto: keep the layout only when it says more than the instructions do.
+            None => ps != derived_program_shape(&m, e),
+        };
+        if keep {
             m.config.entry_computation_layout = Some(ps);
         }
+    }
+    if let Some(ext) = &p.tessera {
+        let cfg = &mut m.config;
+        cfg.replica_count = ext.replica_count.max(1);
+        cfg.num_partitions = ext.num_partitions.max(1);
+        cfg.use_spmd_partitioning = ext.use_spmd_partitioning;
+        cfg.alias_passthrough_params = ext.alias_passthrough_params;
+        cfg.allow_spmd_sharding_propagation_to_parameters = ext
+            .has_allow_spmd_sharding_propagation_to_parameters
+            .then(|| ext.allow_spmd_sharding_propagation_to_parameters.clone());
+        cfg.allow_spmd_sharding_propagation_to_output = ext
+            .has_allow_spmd_sharding_propagation_to_output
+            .then(|| ext.allow_spmd_sharding_propagation_to_output.clone());
     }
     if let Some(io) = &p.input_output_alias {
         for a in &io.entries {
@@ -134,7 +226,11 @@ pub(crate) fn module_from_proto(p: &pb::HloModuleProto) -> Result<Module, ProtoE
         .map(sharding_from_proto)
         .transpose()
         .map_err(|e| err("spmd_output_sharding", e))?;
-    if !p.spmd_parameters_shardings.is_empty() {
+    let has_param_shardings = match &p.tessera {
+        Some(ext) => ext.has_spmd_parameters_shardings,
+        None => !p.spmd_parameters_shardings.is_empty(),
+    };
+    if has_param_shardings {
         m.config.spmd_parameters_shardings = Some(
             p.spmd_parameters_shardings
                 .iter()
@@ -350,11 +446,13 @@ fn instruction_from_proto(
     let mut i = Instruction::new(p.name.clone(), opcode, shape)
         .with_operands(&operands)
         .with_called(&called);
-    i.metadata = p
-        .metadata
-        .as_ref()
-        .map(metadata_from_proto)
-        .filter(|md| !md.is_empty());
+    let presence = Presence { op: opcode, p };
+    i.metadata = presence.has("metadata").then(|| {
+        p.metadata
+            .as_ref()
+            .map(metadata_from_proto)
+            .unwrap_or_default()
+    });
     i.sharding = p
         .sharding
         .as_ref()
@@ -364,20 +462,39 @@ fn instruction_from_proto(
     if let Some(f) = &p.frontend_attributes {
         i.frontend_attributes = frontend_attributes_from_proto(f);
     }
-    if !p.backend_config.is_empty() {
+    if presence.has("backend_config") {
         i.backend_config = Some(
             String::from_utf8(p.backend_config.clone())
                 .map_err(|_| e("backend_config is not UTF-8".into()))?,
         );
     }
-    if opcode == Opcode::Conditional {
-        i.predicated_conditional = operands
-            .first()
-            .is_some_and(|&o| m.instr(o).shape.element_type() == ElementType::Pred);
+    i.predicated_conditional = predicated_by_type(m, opcode, &operands);
+    if let Some(ext) = &p.tessera {
+        if let Some(f) = ext
+            .present
+            .iter()
+            .chain(&ext.absent)
+            .find(|f| !OPTIONAL_FIELDS.contains(&f.as_str()))
+        {
+            return Err(e(format!(
+                "unknown Tessera attribute `{f}` in the extension field"
+            )));
+        }
+        if let Some(flag) = ext.predicated_conditional {
+            i.predicated_conditional = flag;
+        }
     }
     let operand_type = operands.first().map(|&o| m.instr(o).shape.element_type());
     attrs_from_proto(&mut i.attrs, opcode, operand_type, p, comp_size).map_err(e)?;
     Ok(i)
+}
+
+/// A conditional is written with true/false computations when its predicate is a `pred`.
+pub(crate) fn predicated_by_type(m: &Module, op: Opcode, operands: &[InstrId]) -> bool {
+    op == Opcode::Conditional
+        && operands
+            .first()
+            .is_some_and(|&o| m.instr(o).shape.element_type() == ElementType::Pred)
 }
 
 fn utf8(b: &[u8], what: &str) -> Result<String, String> {
@@ -391,6 +508,9 @@ fn attrs_from_proto(
     p: &pb::HloInstructionProto,
     comp_size: usize,
 ) -> Result<(), String> {
+    let presence = Presence { op, p };
+    let has = |f: &str| presence.has(f);
+    let ext = p.tessera.as_ref();
     if op == Opcode::Parameter && !(0..comp_size as i64).contains(&p.parameter_number) {
         return Err(format!(
             "parameter number {} is out of range for a computation of {comp_size} instructions",
@@ -416,13 +536,10 @@ fn attrs_from_proto(
                 .first()
                 .ok_or_else(|| "iota without an iota dimension".to_string())?;
         }
-        Opcode::Scan => {}
-        _ if always_has_dimensions(op) || !p.dimensions.is_empty() => {
-            a.dimensions = Some(p.dimensions.clone())
-        }
+        _ if has("dimensions") => a.dimensions = Some(p.dimensions.clone()),
         _ => {}
     }
-    if op == Opcode::Slice || !p.slice_dimensions.is_empty() {
+    if has("slice") {
         a.slice = Some(
             p.slice_dimensions
                 .iter()
@@ -434,7 +551,7 @@ fn attrs_from_proto(
                 .collect(),
         );
     }
-    if op == Opcode::DynamicSlice || !p.dynamic_slice_sizes.is_empty() {
+    if has("dynamic_slice_sizes") {
         a.dynamic_slice_sizes = Some(p.dynamic_slice_sizes.clone());
     }
     a.padding = p.padding_config.as_ref().map(|pc| {
@@ -580,7 +697,7 @@ fn attrs_from_proto(
             start_indices_batching_dims: g.start_indices_batching_dims.clone(),
         })
     });
-    if op == Opcode::Gather || !p.gather_slice_sizes.is_empty() {
+    if has("gather_slice_sizes") {
         a.gather_slice_sizes = Some(p.gather_slice_sizes.clone());
     }
     a.scatter_dims = p.scatter_dimension_numbers.as_ref().map(|s| {
@@ -599,15 +716,11 @@ fn attrs_from_proto(
     a.mantissa_bits = p.mantissa_bits;
     a.epsilon = p.epsilon;
     a.feature_index = p.feature_index;
-    a.channel_id = (p.channel_id != 0).then_some(p.channel_id);
+    a.channel_id = has("channel_id").then_some(p.channel_id);
     a.replica_groups = replica_groups_from_proto(p)?.map(Box::new);
     a.use_global_device_ids = p.use_global_device_ids;
     a.constrain_layout = p.constrain_layout && op != Opcode::CustomCall;
-    if matches!(
-        op,
-        Opcode::CollectivePermute | Opcode::CollectivePermuteStart
-    ) || !p.source_target_pairs.is_empty()
-    {
+    if has("source_target_pairs") {
         a.source_target_pairs = Some(
             p.source_target_pairs
                 .iter()
@@ -616,7 +729,7 @@ fn attrs_from_proto(
         );
     }
     a.is_host_transfer = p.is_host_transfer;
-    if op == Opcode::CustomCall {
+    if has("custom_call") {
         a.custom_call = Some(Box::new(CustomCallAttrs {
             target: p.custom_call_target.clone(),
             api_version: match p.custom_call_api_version {
@@ -671,10 +784,10 @@ fn attrs_from_proto(
     } else if op == Opcode::Fusion {
         return Err("fusion without a fusion kind".into());
     }
-    if !p.infeed_config.is_empty() {
+    if has("infeed_config") {
         a.infeed_config = Some(utf8(&p.infeed_config, "infeed_config")?);
     }
-    if !p.outfeed_config.is_empty() {
+    if has("outfeed_config") {
         a.outfeed_config = Some(utf8(&p.outfeed_config, "outfeed_config")?);
     }
     a.outfeed_shape = p
@@ -689,7 +802,7 @@ fn attrs_from_proto(
         2 => Some(RandomDistribution::Normal),
         v => return Err(format!("unknown random distribution {v}")),
     };
-    if op == Opcode::RngBitGenerator || p.rng_algorithm != 0 {
+    if has("rng_algorithm") {
         a.rng_algorithm = Some(match p.rng_algorithm {
             0 => RandomAlgorithm::Default,
             1 => RandomAlgorithm::ThreeFry,
@@ -715,7 +828,7 @@ fn attrs_from_proto(
         });
     }
     a.lower = p.cholesky_options.as_ref().is_some_and(|c| c.lower);
-    if op == Opcode::Fft {
+    if has("fft_type") {
         a.fft_type = Some(match p.fft_type {
             0 => FftType::Fft,
             1 => FftType::Ifft,
@@ -723,13 +836,15 @@ fn attrs_from_proto(
             3 => FftType::Irfft,
             v => return Err(format!("unknown fft type {v}")),
         });
-        a.fft_length = Some(p.fft_length.clone());
-    } else if !p.fft_length.is_empty() {
+    }
+    if has("fft_length") {
         a.fft_length = Some(p.fft_length.clone());
     }
-    if op == Opcode::Domain {
+    if has("domain") {
         a.domain = Some(Box::new(DomainAttrs {
-            kind: "sharding".to_string(),
+            kind: ext
+                .and_then(|e| e.domain_kind.clone())
+                .unwrap_or_else(|| "sharding".to_string()),
             entry: p
                 .domain_entry_sharding
                 .as_ref()
@@ -742,7 +857,7 @@ fn attrs_from_proto(
                 .transpose()?,
         }));
     }
-    if !p.async_execution_thread.is_empty() {
+    if has("async_execution_thread") {
         a.async_execution_thread = Some(p.async_execution_thread.clone());
     }
     a.cross_program_prefetch_index = p.cross_program_prefetch_index.map(i64::from);
@@ -758,12 +873,18 @@ fn attrs_from_proto(
         }),
         Some(r) => Some(ResultAccuracy::Mode(r.mode.unwrap_or(0))),
     };
-    if let Some(s) = &p.statistics_viz {
+    if let Some(text) = ext.and_then(|e| e.statistics_viz.clone()) {
+        a.statistics_viz = Some(text);
+    } else if let Some(s) = &p.statistics_viz {
         if s.stat_index_to_visualize != 0 || !s.statistics.is_empty() {
             a.statistics_viz = Some(statistics_from_proto(s));
         }
     }
-    if op == Opcode::Scan {
+    a.original_value = ext.and_then(|e| e.original_value.clone());
+    if ext.is_some_and(|e| e.custom_call_constrain_layout) {
+        a.constrain_layout = true;
+    }
+    if has("scan") {
         a.scan = Some(Box::new(ScanAttrs {
             dimension: p.dimensions.first().copied().unwrap_or(0),
             is_reverse: p.is_reverse,
@@ -779,7 +900,7 @@ fn attrs_from_proto(
     Ok(())
 }
 
-fn statistics_from_proto(s: &pb::StatisticsViz) -> String {
+pub(crate) fn statistics_from_proto(s: &pb::StatisticsViz) -> String {
     let mut out = format!("visualizing_index={}", s.stat_index_to_visualize);
     for st in &s.statistics {
         out.push(',');

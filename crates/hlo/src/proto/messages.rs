@@ -721,6 +721,64 @@ pub struct HloInstructionProto {
     /// `xla.TriState`: 0 UNSPECIFIED, 1 TRUE, 2 FALSE.
     #[prost(int32, tag = "96")]
     pub is_associative: i32,
+    /// Tessera's own field, not XLA's (XLA skips it): what the IR holds beyond XLA's fields.
+    #[prost(message, optional, tag = "50001")]
+    pub tessera: Option<TesseraInstructionExt>,
+}
+
+/// IR facts an `HloInstructionProto` has no field for, written only when there are any, so that
+/// a module survives Tessera -> proto -> Tessera exactly. XLA ignores the field.
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct TesseraInstructionExt {
+    /// Optional attributes the IR has (perhaps empty) where the XLA fields alone read as "none"
+    /// (e.g. `metadata`, `dimensions`, `channel_id`).
+    #[prost(string, repeated, tag = "1")]
+    pub present: Vec<String>,
+    /// Optional attributes the IR lacks where the XLA fields alone read as given.
+    #[prost(string, repeated, tag = "2")]
+    pub absent: Vec<String>,
+    /// A domain's kind when not `sharding`.
+    #[prost(string, optional, tag = "3")]
+    pub domain_kind: Option<String>,
+    /// `statistics={...}` exactly as the IR keeps it.
+    #[prost(string, optional, tag = "4")]
+    pub statistics_viz: Option<String>,
+    /// `original_value={...}` as the IR keeps it (XLA's structured form is not written).
+    #[prost(string, optional, tag = "5")]
+    pub original_value: Option<String>,
+    /// `constrain_layout` of a custom-call beyond its operand layout constraints.
+    #[prost(bool, tag = "6")]
+    pub custom_call_constrain_layout: bool,
+    /// Set when the IR's flag differs from what the predicate's type says.
+    #[prost(bool, optional, tag = "7")]
+    pub predicated_conditional: Option<bool>,
+}
+
+/// Module-level IR facts `HloModuleProto` has no field for (the text header's settings that XLA
+/// keeps in its module config); XLA ignores the field.
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct TesseraModuleExt {
+    /// The IR has no `entry_computation_layout` (the host program shape was derived).
+    #[prost(bool, tag = "1")]
+    pub no_entry_computation_layout: bool,
+    #[prost(int64, tag = "2")]
+    pub replica_count: i64,
+    #[prost(int64, tag = "3")]
+    pub num_partitions: i64,
+    #[prost(bool, tag = "4")]
+    pub use_spmd_partitioning: bool,
+    #[prost(bool, tag = "5")]
+    pub alias_passthrough_params: bool,
+    #[prost(bool, repeated, packed = "false", tag = "6")]
+    pub allow_spmd_sharding_propagation_to_parameters: Vec<bool>,
+    #[prost(bool, tag = "7")]
+    pub has_allow_spmd_sharding_propagation_to_parameters: bool,
+    #[prost(bool, repeated, packed = "false", tag = "8")]
+    pub allow_spmd_sharding_propagation_to_output: Vec<bool>,
+    #[prost(bool, tag = "9")]
+    pub has_allow_spmd_sharding_propagation_to_output: bool,
+    #[prost(bool, tag = "10")]
+    pub has_spmd_parameters_shardings: bool,
 }
 
 #[derive(Clone, PartialEq, ::prost::Message)]
@@ -856,6 +914,9 @@ pub struct HloModuleProto {
     pub stack_frame_index: Option<StackFrameIndexProto>,
     #[prost(message, optional, tag = "19")]
     pub frontend_attributes: Option<FrontendAttributes>,
+    /// Tessera's own field, not XLA's (XLA skips it).
+    #[prost(message, optional, tag = "50001")]
+    pub tessera: Option<TesseraModuleExt>,
 }
 
 // ---------------------------------------------------------------- xla.proto

@@ -427,8 +427,84 @@ fn config_round_trips() {
     m.config.allow_spmd_sharding_propagation_to_parameters = Some(vec![false, true]);
     let back = from_proto_with_config_bytes(&to_proto_with_config_bytes(&m)).unwrap();
     assert_same(&m, &back);
+    // The plain form carries them in Tessera's extension field.
     let plain = from_proto_bytes(&to_proto_bytes(&m)).unwrap();
-    assert_eq!(plain.config.num_partitions, 1);
+    assert_same(&m, &plain);
+    // Without the extension (as XLA writes protos) they fall back to the defaults.
+    let mut bare = m.to_proto();
+    bare.tessera = None;
+    let xla_like = module_from_proto(&bare).unwrap();
+    assert_eq!(xla_like.config.num_partitions, 1);
+    assert!(xla_like.config.entry_computation_layout.is_some());
+}
+
+#[test]
+fn presence_the_xla_fields_cannot_tell_survives() {
+    let mut m = Module::new("presence");
+    let br = m.add_computation("br").unwrap();
+    param(&mut m, br, 0, "bp", f32v(&[4]));
+    let e = m.add_computation("main").unwrap();
+    let p = param(&mut m, e, 0, "p", f32v(&[4]));
+    let pr = param(&mut m, e, 1, "pr", Shape::scalar(Pred));
+    let mut n = Instruction::new("n", Opcode::Negate, f32v(&[4])).with_operands(&[p]);
+    n.metadata = Some(OpMetadata::default());
+    n.backend_config = Some(String::new());
+    n.attrs.dimensions = Some(vec![]);
+    n.attrs.channel_id = Some(0);
+    n.attrs.async_execution_thread = Some(String::new());
+    n.attrs.statistics_viz = Some("{visualizing_index=1,stat-0=5e-1}".into());
+    n.attrs.original_value = Some("{\"p\" {}}".into());
+    let n = m.add_instruction(e, n).unwrap();
+    // A broadcast without dimensions and a domain of another kind.
+    let b = m
+        .add_instruction(
+            e,
+            Instruction::new("b", Opcode::Broadcast, f32v(&[4])).with_operands(&[n]),
+        )
+        .unwrap();
+    let mut d = Instruction::new("d", Opcode::Domain, f32v(&[4])).with_operands(&[b]);
+    d.attrs.domain = Some(Box::new(DomainAttrs {
+        kind: "my_domain".into(),
+        entry: None,
+        exit: None,
+    }));
+    let d = m.add_instruction(e, d).unwrap();
+    let mut cc = Instruction::new("cc", Opcode::CustomCall, f32v(&[4])).with_operands(&[d]);
+    cc.attrs.custom_call = Some(Box::new(CustomCallAttrs {
+        target: "foo".into(),
+        ..Default::default()
+    }));
+    cc.attrs.constrain_layout = true;
+    let cc = m.add_instruction(e, cc).unwrap();
+    // A conditional written with branch_computations although its selector is a pred.
+    let mut cond = Instruction::new("cond", Opcode::Conditional, f32v(&[4]))
+        .with_operands(&[pr, cc, cc])
+        .with_called(&[br, br]);
+    cond.predicated_conditional = false;
+    m.add_instruction(e, cond).unwrap();
+    m.set_entry(e);
+    // An entry layout equal to what the instructions say is still "given".
+    let ps = ProgramShape {
+        parameters: vec![f32v(&[4]), Shape::scalar(Pred)],
+        result: f32v(&[4]),
+    };
+    m.config.entry_computation_layout = Some(ps);
+    m.config.spmd_parameters_shardings = Some(vec![]);
+    let proto = round_trip(&m);
+    let ext = proto.computations[1].instructions[2]
+        .tessera
+        .as_ref()
+        .unwrap();
+    assert_eq!(
+        ext.present,
+        vec![
+            "dimensions",
+            "metadata",
+            "backend_config",
+            "async_execution_thread",
+            "channel_id"
+        ]
+    );
 }
 
 #[test]

@@ -1,0 +1,412 @@
+//! `tessera run` and `tessera compare`: running modules on the PJRT CPU plugin.
+//!
+//! * `tessera run FILE [--devices N] [--per-device] [--inputs DIR | --random --seed S]
+//!   [--outputs DIR]` runs a module. With one device its shardings are ignored. With `N > 1`
+//!   the module's shardings say how global inputs are split and outputs assembled, and XLA's own
+//!   SPMD partitioner partitions it; with `--per-device` the module is taken as already
+//!   partitioned (MANUAL on its parameters and root) and runs as is on every device.
+//! * `tessera compare ORIGINAL PARTITIONED --devices N` runs the equivalence harness
+//!   ([`tessera_runtime::harness`]) and prints, per output, the max absolute and relative
+//!   errors; it reports `false` (exit status 1) when an output differs.
+//!
+//! Files: inputs are `DIR/arg<i>.npy` (parameter number `i`; `DIR/<parameter name>.npy` is
+//! tried next), per-device inputs `DIR/arg<i>.dev<d>.npy`; outputs are `DIR/out<k>.npy` (the
+//! flattened outputs, tuple leaves in order), per-device outputs `DIR/out<k>.dev<d>.npy`. The
+//! `.npy` format and its element-type mapping (bf16 and fp8 as raw bits) are described in
+//! [`tessera_runtime::npy`]. Modules are read as HLO text, or as a serialized
+//! `xla.HloModuleProto` when the file ends in `.pb`.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use tessera_hlo::Module;
+use tessera_runtime::harness::{self, CompareOptions, Tolerance};
+use tessera_runtime::{npy, Client, HostArray, HostValue};
+
+/// Parses module text; `Err` carries a `line:col: message` text.
+pub type ParseFn = fn(&str) -> std::result::Result<Module, String>;
+
+#[derive(Clone, Debug, clap::Args)]
+pub struct RunArgs {
+    /// The module: HLO text, or a serialized HloModuleProto (`.pb`).
+    pub file: PathBuf,
+    /// Number of devices (partitions).
+    #[arg(long, default_value_t = 1)]
+    pub devices: usize,
+    /// The module is already partitioned: run it as is on every device.
+    #[arg(long)]
+    pub per_device: bool,
+    /// Directory of `arg<i>.npy` inputs (or `arg<i>.dev<d>.npy` per device).
+    #[arg(long, conflicts_with = "random")]
+    pub inputs: Option<PathBuf>,
+    /// Random inputs (the default when no --inputs is given).
+    #[arg(long)]
+    pub random: bool,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Directory to write `out<k>.npy` into; without it a summary is printed.
+    #[arg(long)]
+    pub outputs: Option<PathBuf>,
+}
+
+#[derive(Clone, Debug, clap::Args)]
+pub struct CompareArgs {
+    /// The module before partitioning (shardings on its parameters and root).
+    pub original: PathBuf,
+    /// The per-device module.
+    pub partitioned: PathBuf,
+    #[arg(long)]
+    pub devices: usize,
+    /// Directory of global `arg<i>.npy` inputs; random inputs otherwise.
+    #[arg(long)]
+    pub inputs: Option<PathBuf>,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Relative tolerance for floating-point outputs (default: by element type).
+    #[arg(long, requires = "atol")]
+    pub rtol: Option<f64>,
+    /// Absolute tolerance for floating-point outputs.
+    #[arg(long, requires = "rtol")]
+    pub atol: Option<f64>,
+}
+
+/// Reads a module from HLO text (with `parse`) or from HloModuleProto bytes (`.pb`).
+pub fn load_module(path: &Path, parse: ParseFn) -> Result<Module> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    if path.extension().is_some_and(|e| e == "pb") {
+        return tessera_hlo::proto::from_proto_bytes(&bytes)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()));
+    }
+    let text = String::from_utf8(bytes)
+        .map_err(|_| anyhow::anyhow!("{}: not UTF-8 text", path.display()))?;
+    parse(&text).map_err(|e| anyhow::anyhow!("{}:{e}", path.display()))
+}
+
+fn read_npy(path: &Path, expected: Option<tessera_hlo::ElementType>) -> Result<HostArray> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    npy::read(&bytes, expected).with_context(|| format!("{}", path.display()))
+}
+
+fn write_npy(path: &Path, a: &HostArray) -> Result<()> {
+    std::fs::write(path, npy::write(a)).with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// Global inputs from `dir`, checked against the entry parameter shapes.
+pub fn read_inputs(m: &Module, dir: &Path) -> Result<Vec<HostValue>> {
+    let shapes = harness::entry_parameter_shapes(m)?;
+    let entry = m.entry().context("the module has no entry computation")?;
+    let mut out = Vec::with_capacity(shapes.len());
+    for (i, shape) in shapes.iter().enumerate() {
+        let a = shape
+            .as_array()
+            .with_context(|| format!("parameter {i} is not an array: not supported"))?;
+        let mut path = dir.join(format!("arg{i}.npy"));
+        if !path.exists() {
+            if let Some(p) = m.comp(entry).parameter(i) {
+                let named = dir.join(format!("{}.npy", m.instr(p).name));
+                if named.exists() {
+                    path = named;
+                }
+            }
+        }
+        let v = read_npy(&path, Some(a.ty))?;
+        if v.dims != a.dims.as_slice() {
+            bail!(
+                "{}: parameter {i} is {}, the file holds {}",
+                path.display(),
+                tessera_runtime::host::shape_string(shape),
+                v.shape_string()
+            );
+        }
+        out.push(HostValue::Array(v));
+    }
+    Ok(out)
+}
+
+/// Per-device inputs for an already partitioned module: `arg<i>.dev<d>.npy`, else `arg<i>.npy`
+/// for every device.
+fn read_per_device_inputs(m: &Module, dir: &Path, n: usize) -> Result<Vec<Vec<HostArray>>> {
+    let shapes = harness::entry_parameter_shapes(m)?;
+    let mut out = vec![Vec::new(); n];
+    for (i, shape) in shapes.iter().enumerate() {
+        let a = shape
+            .as_array()
+            .with_context(|| format!("parameter {i} is not an array: not supported"))?;
+        for (d, list) in out.iter_mut().enumerate() {
+            let own = dir.join(format!("arg{i}.dev{d}.npy"));
+            let path = if own.exists() {
+                own
+            } else {
+                dir.join(format!("arg{i}.npy"))
+            };
+            let v = read_npy(&path, Some(a.ty))?;
+            if v.dims != a.dims.as_slice() {
+                bail!(
+                    "{}: parameter {i} is {} per device, the file holds {}",
+                    path.display(),
+                    tessera_runtime::host::shape_string(shape),
+                    v.shape_string()
+                );
+            }
+            list.push(v);
+        }
+    }
+    Ok(out)
+}
+
+fn summary(a: &HostArray) -> String {
+    let n = a.element_count();
+    let shown: Vec<String> = (0..n.min(8)).map(|k| a.get(k).to_string()).collect();
+    format!(
+        "{} [{}{}]",
+        a.shape_string(),
+        shown.join(", "),
+        if n > 8 { ", ..." } else { "" }
+    )
+}
+
+/// `tessera run`: returns the text to print.
+pub fn run(args: &RunArgs, parse: ParseFn) -> Result<String> {
+    if args.devices == 0 {
+        bail!("--devices must be at least 1");
+    }
+    let m = load_module(&args.file, parse)?;
+    let client = Client::cpu(args.devices.max(1))?;
+    let mut text = String::new();
+    // Per device outputs (per-device mode) or global outputs.
+    let outputs: Vec<(String, HostArray)> = if args.per_device {
+        let inputs = match &args.inputs {
+            Some(dir) => read_per_device_inputs(&m, dir, args.devices)?,
+            None => (0..args.devices)
+                .map(|d| {
+                    harness::random_inputs(&m, args.seed ^ (d as u64).wrapping_mul(0x9e37)).map(
+                        |v| {
+                            v.into_iter()
+                                .filter_map(|x| x.as_array().cloned())
+                                .collect()
+                        },
+                    )
+                })
+                .collect::<Result<_, _>>()?,
+        };
+        let prepared = harness::prepare_partitioned(&m, args.devices)?;
+        let outs = harness::run_module(
+            &client,
+            &prepared,
+            &tessera_runtime::CompileOptions::partitioned(args.devices),
+            &inputs,
+        )?;
+        outs.into_iter()
+            .enumerate()
+            .flat_map(|(d, list)| {
+                list.into_iter()
+                    .enumerate()
+                    .map(move |(k, a)| (format!("out{k}.dev{d}"), a))
+            })
+            .collect()
+    } else {
+        let inputs = match &args.inputs {
+            Some(dir) => read_inputs(&m, dir)?,
+            None => harness::random_inputs(&m, args.seed)?,
+        };
+        if args.devices == 1 {
+            harness::run_original(&client, &m, &inputs)?
+                .into_iter()
+                .enumerate()
+                .map(|(k, a)| (format!("out{k}"), a))
+                .collect()
+        } else {
+            let mut outs = Vec::new();
+            for (k, a) in harness::run_xla_partitioned(&client, &m, args.devices, &inputs)?
+                .into_iter()
+                .enumerate()
+            {
+                for mm in &a.mismatches {
+                    text.push_str(&format!("warning: out{k}: replicas disagree: {mm}\n"));
+                }
+                let arr = a
+                    .value
+                    .as_array()
+                    .cloned()
+                    .context("a nested tuple output is not supported")?;
+                outs.push((format!("out{k}"), arr));
+            }
+            outs
+        }
+    };
+    if let Some(dir) = &args.outputs {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        for (name, a) in &outputs {
+            let path = dir.join(format!("{name}.npy"));
+            write_npy(&path, a)?;
+            text.push_str(&format!(
+                "{name}: {} -> {}\n",
+                a.shape_string(),
+                path.display()
+            ));
+        }
+    } else {
+        for (name, a) in &outputs {
+            text.push_str(&format!("{name}: {}\n", summary(a)));
+        }
+    }
+    Ok(text)
+}
+
+/// `tessera compare`: the report text and whether every output matched.
+pub fn compare(args: &CompareArgs, parse: ParseFn) -> Result<(String, bool)> {
+    if args.devices == 0 {
+        bail!("--devices must be at least 1");
+    }
+    let original = load_module(&args.original, parse)?;
+    let partitioned = load_module(&args.partitioned, parse)?;
+    let inputs = match &args.inputs {
+        Some(dir) => read_inputs(&original, dir)?,
+        None => harness::random_inputs(&original, args.seed)?,
+    };
+    let client = Client::cpu(args.devices)?;
+    let options = CompareOptions {
+        float_tolerance: match (args.rtol, args.atol) {
+            (Some(rel), Some(abs)) => Some(Tolerance { rel, abs }),
+            _ => None,
+        },
+    };
+    let report = harness::check_equivalence(
+        &client,
+        &original,
+        &partitioned,
+        args.devices,
+        &inputs,
+        options,
+    )?;
+    Ok((format!("{report}\n"), report.passed()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_text(_: &str) -> std::result::Result<Module, String> {
+        Err("1:1: text not supported in this test".into())
+    }
+
+    /// `x + x` for x: f32[4], written as a proto file.
+    fn double_module(dir: &Path) -> PathBuf {
+        use tessera_hlo::{ElementType, Instruction, Opcode, Shape};
+        let mut m = Module::new("double");
+        let e = m.add_computation("main").unwrap();
+        m.set_entry(e);
+        let mut p = Instruction::new("x", Opcode::Parameter, Shape::array(ElementType::F32, &[4]));
+        p.attrs.parameter_number = 0;
+        let x = m.add_instruction(e, p).unwrap();
+        m.add_instruction(
+            e,
+            Instruction::new("y", Opcode::Add, Shape::array(ElementType::F32, &[4]))
+                .with_operands(&[x, x]),
+        )
+        .unwrap();
+        let path = dir.join("double.pb");
+        std::fs::write(&path, tessera_hlo::proto::to_proto_bytes(&m)).unwrap();
+        path
+    }
+
+    #[test]
+    fn run_and_compare_on_the_plugin() {
+        let dir = std::env::temp_dir().join(format!("tessera-run-e2e-{}", std::process::id()));
+        let ins = dir.join("in");
+        std::fs::create_dir_all(&ins).unwrap();
+        let file = double_module(&dir);
+        let a = HostArray::f32(&[4], &[1.0, -2.0, 0.5, 3.0]).unwrap();
+        std::fs::write(ins.join("arg0.npy"), npy::write(&a)).unwrap();
+        let out = dir.join("out");
+        let args = RunArgs {
+            file: file.clone(),
+            devices: 1,
+            per_device: false,
+            inputs: Some(ins.clone()),
+            random: false,
+            seed: 0,
+            outputs: Some(out.clone()),
+        };
+        let text = run(&args, no_text).unwrap();
+        assert!(text.starts_with("out0: f32[4] -> "), "{text}");
+        let got = npy::read(&std::fs::read(out.join("out0.npy")).unwrap(), None).unwrap();
+        assert_eq!(got.to_f32().unwrap(), vec![2.0, -4.0, 1.0, 6.0]);
+        // Per device on 2 devices, printed.
+        let text = run(
+            &RunArgs {
+                devices: 2,
+                per_device: true,
+                outputs: None,
+                ..args
+            },
+            no_text,
+        )
+        .unwrap();
+        assert_eq!(
+            text,
+            "out0.dev0: f32[4] [2.0, -4.0, 1.0, 6.0]\nout0.dev1: f32[4] [2.0, -4.0, 1.0, 6.0]\n"
+        );
+        // A replicated module is its own partitioned form.
+        let (report, ok) = compare(
+            &CompareArgs {
+                original: file.clone(),
+                partitioned: file,
+                devices: 2,
+                inputs: None,
+                seed: 3,
+                rtol: None,
+                atol: None,
+            },
+            no_text,
+        )
+        .unwrap();
+        assert!(ok, "{report}");
+        assert!(
+            report.contains("output 0 f32[4]: ok max abs error 0e0"),
+            "{report}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn inputs_are_read_and_checked() {
+        let dir = std::env::temp_dir().join(format!("tessera-run-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // A module with one f32[2] parameter, by proto.
+        let mut m = Module::new("m");
+        let e = m.add_computation("main").unwrap();
+        m.set_entry(e);
+        let mut p = tessera_hlo::Instruction::new(
+            "x",
+            tessera_hlo::Opcode::Parameter,
+            tessera_hlo::Shape::array(tessera_hlo::ElementType::F32, &[2]),
+        );
+        p.attrs.parameter_number = 0;
+        m.add_instruction(e, p).unwrap();
+        let a = HostArray::f32(&[2], &[1.0, 2.0]).unwrap();
+        std::fs::write(dir.join("x.npy"), npy::write(&a)).unwrap();
+        let got = read_inputs(&m, &dir).unwrap();
+        assert_eq!(got, vec![HostValue::Array(a)]);
+        // Wrong shape: named in the error.
+        let b = HostArray::f32(&[3], &[1.0, 2.0, 3.0]).unwrap();
+        std::fs::write(dir.join("arg0.npy"), npy::write(&b)).unwrap();
+        let e = read_inputs(&m, &dir).unwrap_err().to_string();
+        assert!(
+            e.contains("parameter 0 is f32[2], the file holds f32[3]"),
+            "{e}"
+        );
+        // Proto files load without a text parser; text goes to the parser.
+        let pb = dir.join("m.pb");
+        std::fs::write(&pb, tessera_hlo::proto::to_proto_bytes(&m)).unwrap();
+        assert_eq!(load_module(&pb, no_text).unwrap().name, "m");
+        let txt = dir.join("m.hlo");
+        std::fs::write(&txt, "HloModule m").unwrap();
+        let e = load_module(&txt, no_text).unwrap_err().to_string();
+        assert!(
+            e.ends_with("m.hlo:1:1: text not supported in this test"),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -79,12 +79,23 @@ pub fn is_removable(module: &Module, id: InstrId, effects: &SideEffects) -> bool
         && !effects.instr_has(module, id)
 }
 
+/// `base`, or `base.1`, `base.2`, ... : the first computation name not in use.
+pub fn fresh_computation_name(module: &Module, base: &str) -> String {
+    if module.find_computation(base).is_none() {
+        return base.to_string();
+    }
+    (1..)
+        .map(|n| format!("{base}.{n}"))
+        .find(|c| module.find_computation(c).is_none())
+        .expect("some suffix is free")
+}
+
 /// Clones `comp` into a new computation named `<name>.<suffix>` (made unique). Instructions
 /// are named `<name>.<suffix>` too; called computations are shared, not cloned. Parameters,
 /// root, control edges, the execution thread and the schedule (if any) carry over.
 pub fn clone_computation(module: &mut Module, comp: CompId, suffix: &str) -> Result<CompId> {
     let name = module.comp(comp).name.clone();
-    let new_name = module.unique_name(&format!("{name}.{suffix}"));
+    let new_name = fresh_computation_name(module, &format!("{name}.{suffix}"));
     let new = module.add_computation(new_name)?;
     module.comp_mut(new).execution_thread = module.comp(comp).execution_thread.clone();
     let mut map: HashMap<InstrId, InstrId> = HashMap::new();
@@ -130,12 +141,47 @@ fn copy_control_edges(module: &mut Module, comp: CompId, map: &HashMap<InstrId, 
 }
 
 /// Reorders the stored computations so that every callee comes before its callers (the order
-/// XLA prints), keeping the existing relative order otherwise where possible.
+/// XLA prints): a depth-first walk that starts from each computation in the current stored
+/// order and emits callees first, so an already sorted module keeps its order and new
+/// computations land just before their first caller.
 pub fn sort_computations_callees_first(module: &mut Module) {
-    let order = computation_post_order(module, true);
+    let mut state = vec![0u8; module.comp_capacity()];
+    let mut order = Vec::with_capacity(module.computations().len());
+    for &root in module.computations() {
+        if state[root.index()] != 0 {
+            continue;
+        }
+        state[root.index()] = 1;
+        let mut stack: Vec<(CompId, Vec<CompId>, usize)> = vec![(root, callees(module, root), 0)];
+        while let Some((id, cs, k)) = stack.last_mut() {
+            if *k < cs.len() {
+                let next = cs[*k];
+                *k += 1;
+                if state[next.index()] == 0 {
+                    state[next.index()] = 1;
+                    stack.push((next, callees(module, next), 0));
+                }
+            } else {
+                order.push(*id);
+                stack.pop();
+            }
+        }
+    }
     if order != module.computations() {
         module.set_computation_order(order);
     }
+}
+
+fn callees(module: &Module, comp: CompId) -> Vec<CompId> {
+    let mut v: Vec<CompId> = Vec::new();
+    for &i in module.comp(comp).instructions() {
+        for &c in module.called_computations(i) {
+            if !v.contains(&c) && module.try_comp(c).is_some() {
+                v.push(c);
+            }
+        }
+    }
+    v
 }
 
 /// Removes computations not reachable from the entry. Returns how many were removed.

@@ -403,13 +403,14 @@ impl TuplePointsTo {
         uses
     }
 
-    /// A readable dump, one instruction per line block, as XLA's `ToString` does.
+    /// A readable dump, as XLA's `ToString`: per computation (callees first) and instruction
+    /// (post-order), the buffers at every index; then every buffer with its aliases.
     pub fn dump(&self, module: &Module) -> String {
         let mut out = String::new();
         for c in computation_post_order(module, true) {
             let _ = writeln!(out, "computation {}:", module.comp(c).name);
             for id in post_order(module, c) {
-                let _ = writeln!(out, "  {}:", module.instr(id).name);
+                let _ = writeln!(out, "  %{}:", module.instr(id).name);
                 for (idx, e) in self.points_to(id).iter() {
                     let bufs: Vec<String> = e
                         .buffers
@@ -419,6 +420,25 @@ impl TuplePointsTo {
                     let _ = writeln!(out, "    {{{}}}: {}", join(idx), bufs.join(", "));
                 }
             }
+        }
+        let _ = writeln!(out, "buffers:");
+        for b in &self.buffers {
+            let aliases: Vec<String> = self.aliases[b.id.index()]
+                .iter()
+                .map(|a| {
+                    format!(
+                        "%{}{{{}}}",
+                        module.instr(a.instruction).name,
+                        join(&a.index)
+                    )
+                })
+                .collect();
+            let _ = writeln!(
+                out,
+                "  {}: aliases {}",
+                self.buffer_name(module, b.id),
+                aliases.join(", ")
+            );
         }
         out
     }
@@ -582,7 +602,11 @@ mod tests {
         assert_eq!(uses, ["init", "while"]);
         let dump = a.dump(m);
         assert!(
-            dump.contains("  while:\n    {}: %while[]\n    {0}: %while[0]\n    {1}: %while[1]\n"),
+            dump.contains("  %while:\n    {}: %while[]\n    {0}: %while[0]\n    {1}: %while[1]\n"),
+            "{dump}"
+        );
+        assert!(
+            dump.contains("  %main.p0[]: aliases %main.p0{}, %init{0}\n"),
             "{dump}"
         );
     }

@@ -231,6 +231,9 @@ pub struct CustomCallAttrs {
     pub schedule: CustomCallSchedule,
     /// `padding_type=PADDING_SAME` for convolution-like custom calls (`xla.PaddingType` value).
     pub padding_type: i32,
+    /// True when the one called computation was written `to_apply=` rather than
+    /// `called_computations={...}`.
+    pub uses_to_apply: bool,
 }
 
 impl Default for CustomCallAttrs {
@@ -243,6 +246,7 @@ impl Default for CustomCallAttrs {
             output_to_operand_aliasing: Vec::new(),
             schedule: CustomCallSchedule::None,
             padding_type: 0,
+            uses_to_apply: false,
         }
     }
 }
@@ -385,6 +389,17 @@ pub struct Attrs {
     pub statistics_viz: Option<String>,
     /// scan: `is_reverse`, `num_carries`, `is_associative`.
     pub scan: Option<Box<ScanAttrs>>,
+    /// reshape's `inferred_dimension=N`.
+    pub inferred_dimension: Option<i64>,
+    /// collective-permute's `slice_sizes={{...},...}` (combined form with four operands).
+    pub permute_slice_sizes: Option<Vec<Vec<i64>>>,
+    /// all-reduce's legacy `mode=...` (accepted by XLA and otherwise ignored), as written.
+    pub collective_mode: Option<String>,
+    /// `output_to_operand_aliasing={...}` of fusion and async-start (custom-call keeps its own
+    /// in [`CustomCallAttrs`]).
+    pub output_to_operand_aliasing: Vec<OutputOperandAlias>,
+    /// convolution's `conv_kind=...`, as written.
+    pub conv_kind: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]

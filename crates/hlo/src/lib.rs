@@ -15,6 +15,7 @@ pub mod opcode;
 pub mod proto;
 pub mod shape;
 pub mod sharding;
+pub mod text;
 pub mod tiling;
 pub mod types;
 pub mod verify;

@@ -141,8 +141,11 @@ pub struct Module {
     pub config: ModuleConfig,
     pub schedule: Option<Schedule>,
     pub stack_frames: StackFrameIndex,
-    /// Every instruction and computation name in use, for uniqueness.
+    /// Every instruction name in use, for uniqueness.
     names: HashMap<String, u32>,
+    /// Every computation name in use (a separate namespace, as in XLA: a computation and an
+    /// instruction may both be called `add`).
+    comp_names: HashMap<String, u32>,
 }
 
 impl Module {
@@ -161,6 +164,7 @@ impl Module {
             schedule: None,
             stack_frames: StackFrameIndex::default(),
             names: HashMap::new(),
+            comp_names: HashMap::new(),
         }
     }
 
@@ -261,6 +265,26 @@ impl Module {
         self.names.contains_key(name)
     }
 
+    /// True if a computation of the module has this name.
+    pub fn is_computation_name_used(&self, name: &str) -> bool {
+        self.comp_names.contains_key(name)
+    }
+
+    /// A computation name not yet used in the module, made from `base` with `.N` suffixes.
+    pub fn unique_computation_name(&mut self, base: &str) -> String {
+        if !self.comp_names.contains_key(base) {
+            return base.to_string();
+        }
+        let mut n = 1;
+        loop {
+            let candidate = format!("{base}.{n}");
+            if !self.comp_names.contains_key(&candidate) {
+                return candidate;
+            }
+            n += 1;
+        }
+    }
+
     /// A name not yet used in the module, made from `base` with XLA's `.N` suffixes.
     pub fn unique_name(&mut self, base: &str) -> String {
         let stem = match base.rsplit_once('.') {
@@ -298,7 +322,10 @@ impl Module {
     /// Adds an empty computation with a name that must be unused.
     pub fn add_computation(&mut self, name: impl Into<String>) -> Result<CompId, MutationError> {
         let name = name.into();
-        self.claim_name(&name)?;
+        if self.comp_names.contains_key(&name) {
+            return Err(MutationError::DuplicateName(name));
+        }
+        self.comp_names.insert(name.clone(), 0);
         let id = CompId::new(self.comps.len());
         self.comps.push(Some(Computation {
             name,
@@ -509,7 +536,7 @@ impl Module {
                 self.names.remove(&i.name);
             }
         }
-        self.names.remove(&c.name);
+        self.comp_names.remove(&c.name);
         self.comp_order.retain(|&x| x != comp);
         if let Some(s) = self.schedule.as_mut() {
             s.sequences.shift_remove(&comp);

@@ -1,0 +1,140 @@
+//! XLA's HLO text format: a parser and a printer.
+//!
+//! [`parse_module`] reads everything XLA's `HloModule::ToString()` prints (long form with `%`
+//! names, signatures and operand shapes, and the short form without them), plus the header
+//! attributes, JAX's stack-frame tables, and every attribute of every opcode that XLA's parser
+//! accepts. Errors carry the line and column and say what was expected and what was found; the
+//! parser never panics on any input.
+//!
+//! [`print_module`] prints XLA's canonical long form, which XLA's parser reads back; printing a
+//! parsed module and parsing it again gives an equal module, and printing that again gives the
+//! same bytes. See `docs/text-format.md`.
+
+mod cursor;
+pub(crate) mod float;
+mod parser;
+mod printer;
+mod values;
+
+use crate::module::Module;
+use crate::shape::Shape;
+
+/// A syntax or consistency error in HLO text, with its 1-based position.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{line}:{column}: {message}")]
+pub struct ParseError {
+    pub line: usize,
+    pub column: usize,
+    pub message: String,
+}
+
+/// How [`print_module`] prints.
+#[derive(Clone, Debug)]
+pub struct PrintOptions {
+    /// Names without `%`, no operand shapes, no computation signatures.
+    pub short_form: bool,
+    pub print_metadata: bool,
+    pub print_backend_config: bool,
+}
+
+impl Default for PrintOptions {
+    fn default() -> Self {
+        PrintOptions {
+            short_form: false,
+            print_metadata: true,
+            print_backend_config: true,
+        }
+    }
+}
+
+impl PrintOptions {
+    /// The short form: no `%` sigils, no operand shapes, no signatures.
+    pub fn short() -> PrintOptions {
+        PrintOptions {
+            short_form: true,
+            ..PrintOptions::default()
+        }
+    }
+}
+
+/// Parses one HLO module.
+pub fn parse_module(text: &str) -> Result<Module, ParseError> {
+    parser::Parser::new(text).parse_module()
+}
+
+/// Parses a shape such as `f32[2,<=3]{1,0:T(8,128)}` or `(s32[], token[])`.
+pub fn parse_shape(text: &str) -> Result<Shape, ParseError> {
+    let mut p = parser::Parser::new(text);
+    let s = p.parse_shape()?;
+    if !p.c.at_end()? {
+        return Err(p.c.expected("end of input after the shape"));
+    }
+    Ok(s)
+}
+
+/// Parses a sharding such as `{devices=[2,2]<=[4] last_tile_dim_replicate}`.
+pub fn parse_sharding(text: &str) -> Result<crate::sharding::Sharding, ParseError> {
+    let mut p = parser::Parser::new(text);
+    let s = p.parse_sharding()?;
+    if !p.c.at_end()? {
+        return Err(p.c.expected("end of input after the sharding"));
+    }
+    Ok(s)
+}
+
+/// Parses replica groups in any of their three spellings.
+pub fn parse_replica_groups(text: &str) -> Result<crate::attrs::ReplicaGroups, ParseError> {
+    let mut p = parser::Parser::new(text);
+    let s = p.parse_replica_groups()?;
+    if !p.c.at_end()? {
+        return Err(p.c.expected("end of input after the replica groups"));
+    }
+    Ok(s)
+}
+
+/// Parses a literal of the given shape, e.g. `{ {1, 2}, {3, 4} }` for `f32[2,2]`.
+pub fn parse_literal(shape: &Shape, text: &str) -> Result<crate::literal::Literal, ParseError> {
+    let mut p = parser::Parser::new(text);
+    let l = p.parse_literal(shape)?;
+    if !p.c.at_end()? {
+        return Err(p.c.expected("end of input after the literal"));
+    }
+    Ok(l)
+}
+
+/// Prints a module in XLA's canonical text form.
+pub fn print_module(module: &Module, options: &PrintOptions) -> String {
+    printer::print_module(module, options)
+}
+
+/// A shape as the text format writes it.
+pub fn shape_to_string(shape: &Shape) -> String {
+    printer::shape_string(shape)
+}
+
+/// A sharding as the text format writes it (`{devices=[2]0,1}`).
+pub fn sharding_to_string(s: &crate::sharding::Sharding) -> String {
+    let mut out = String::new();
+    printer::write_sharding(&mut out, s);
+    out
+}
+
+/// The value part of a literal as the text format writes it (`{1, 2}`).
+pub fn literal_to_string(l: &crate::literal::Literal) -> String {
+    let mut out = String::new();
+    printer::write_literal_value(&mut out, l);
+    out
+}
+
+impl Module {
+    /// The module in XLA's canonical long text form.
+    pub fn to_text(&self) -> String {
+        print_module(self, &PrintOptions::default())
+    }
+}
+
+impl std::fmt::Display for Module {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.to_text())
+    }
+}

@@ -1,0 +1,1603 @@
+//! Module, computation and instruction structure of the text format, and per-opcode attributes.
+//!
+//! The attribute table follows XLA's parser (`xla/hlo/parser/hlo_parser.cc`): every opcode accepts
+//! a fixed set of attribute names, an unknown one is an error naming it, and required ones must be
+//! present.
+
+use std::collections::HashMap;
+
+use smallvec::SmallVec;
+
+use super::cursor::Cursor;
+use super::ParseError;
+use crate::attrs::*;
+use crate::instruction::{CompId, InstrId, Instruction};
+use crate::metadata::StackFrameIndex;
+use crate::module::{AliasKind, BufferDonor, InputOutputAlias, Module, ProgramShape, Schedule};
+use crate::opcode::Opcode;
+use crate::shape::Shape;
+use crate::types::ElementType;
+
+pub(super) type PResult<T> = Result<T, ParseError>;
+
+/// Nesting limit for shapes, literals, shardings and inline computations, so that hostile input
+/// cannot overflow the stack.
+const MAX_DEPTH: u32 = 200;
+
+pub(super) struct Parser<'a> {
+    pub c: Cursor<'a>,
+    pub m: Module,
+    /// Computations by their name in the text.
+    comps: HashMap<&'a str, CompId>,
+    /// Instructions of the computation being parsed, by their name in the text.
+    scope: HashMap<&'a str, InstrId>,
+    /// The computation being parsed (for placing inline computations before it).
+    current: Option<CompId>,
+    depth: u32,
+}
+
+/// Called computations gathered from the attributes of one instruction.
+#[derive(Default)]
+struct Calls {
+    to_apply: Option<CompId>,
+    calls: Option<CompId>,
+    condition: Option<CompId>,
+    body: Option<CompId>,
+    true_computation: Option<CompId>,
+    false_computation: Option<CompId>,
+    branches: Option<Vec<CompId>>,
+    select: Option<CompId>,
+    scatter: Option<CompId>,
+    called_computations: Option<Vec<CompId>>,
+}
+
+impl<'a> Parser<'a> {
+    pub fn new(src: &'a str) -> Parser<'a> {
+        Parser {
+            c: Cursor::new(src),
+            m: Module::new(""),
+            comps: HashMap::new(),
+            scope: HashMap::new(),
+            current: None,
+            depth: 0,
+        }
+    }
+
+    pub fn enter(&mut self) -> PResult<()> {
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            return Err(self
+                .c
+                .error_at(self.c.pos, "nesting is too deep (more than 200 levels)"));
+        }
+        Ok(())
+    }
+
+    pub fn leave(&mut self) {
+        self.depth -= 1;
+    }
+
+    // ----- module -----
+
+    pub fn parse_module(mut self) -> PResult<Module> {
+        let mut scheduled = false;
+        let has_header = self.c.eat_keyword("HloModule")?;
+        if has_header {
+            let name = self.c.name("a module name")?;
+            self.m.name = name.to_string();
+            while self.c.eat(b',')? {
+                let at = self.c.pos;
+                let key = self.attr_name()?;
+                self.parse_module_attr(key, at, &mut scheduled)?;
+            }
+        }
+        self.parse_stack_frames()?;
+        let mut entry: Option<CompId> = None;
+        let mut last = None;
+        loop {
+            if self.c.at_end()? {
+                break;
+            }
+            let at = self.c.pos;
+            let is_entry = self.c.eat_keyword("ENTRY")?;
+            let id = self.parse_computation()?;
+            if is_entry {
+                if entry.is_some() {
+                    return Err(self.c.error_at(at, "expects only one ENTRY computation"));
+                }
+                entry = Some(id);
+            }
+            last = Some(id);
+        }
+        let Some(entry) = entry.or(last) else {
+            return Err(self.c.expected("a computation"));
+        };
+        self.m.set_entry(entry);
+        if !has_header {
+            self.m.name = format!("module_{}", self.m.comp(entry).name);
+        }
+        if scheduled {
+            self.m.schedule = Some(schedule_from_order(&self.m));
+        }
+        Ok(self.m)
+    }
+
+    fn parse_module_attr(&mut self, key: &str, at: usize, scheduled: &mut bool) -> PResult<()> {
+        match key {
+            "is_scheduled" => *scheduled = self.bool_value()?,
+            "replica_count" => self.m.config.replica_count = self.c.int("an integer")?,
+            "num_partitions" => self.m.config.num_partitions = self.c.int("an integer")?,
+            "alias_passthrough_params" => {
+                self.m.config.alias_passthrough_params = self.bool_value()?
+            }
+            "entry_computation_layout" => {
+                self.c.expect(b'{', "to start the entry computation layout")?;
+                self.c.expect(b'(', "before the parameter shapes")?;
+                let mut parameters = Vec::new();
+                if !self.c.eat(b')')? {
+                    loop {
+                        parameters.push(self.parse_shape()?);
+                        if self.c.eat(b')')? {
+                            break;
+                        }
+                        self.c.expect(b',', "between parameter shapes")?;
+                    }
+                }
+                if !self.c.eat_str("->")? {
+                    return Err(self.c.expected("'->' before the result shape"));
+                }
+                let result = self.parse_shape()?;
+                self.c
+                    .expect(b'}', "to end the entry computation layout")?;
+                self.m.config.entry_computation_layout = Some(ProgramShape { parameters, result });
+            }
+            "input_output_alias" => {
+                self.c.expect(b'{', "to start input_output_alias")?;
+                let mut list = Vec::new();
+                while !self.c.eat(b'}')? {
+                    let output_index = self.shape_index()?;
+                    self.c.expect(b':', "after the output shape index")?;
+                    self.c.expect(b'(', "before the parameter number")?;
+                    let parameter_number = self.c.int("a parameter number")?;
+                    self.c.expect(b',', "after the parameter number")?;
+                    let parameter_index = self.shape_index()?;
+                    let mut kind = AliasKind::MayAlias;
+                    if self.c.eat(b',')? {
+                        let k = self.c.name("may-alias or must-alias")?;
+                        kind = match k {
+                            "may-alias" => AliasKind::MayAlias,
+                            "must-alias" => AliasKind::MustAlias,
+                            _ => {
+                                return Err(self.c.error_at(
+                                    self.c.pos - k.len(),
+                                    format!("expected may-alias or must-alias, found '{k}'"),
+                                ))
+                            }
+                        };
+                    }
+                    self.c.expect(b')', "to end the alias")?;
+                    list.push(InputOutputAlias {
+                        output_index,
+                        parameter_number,
+                        parameter_index,
+                        kind,
+                    });
+                    if !self.c.eat(b',')? {
+                        self.c.expect(b'}', "to end input_output_alias")?;
+                        break;
+                    }
+                }
+                self.m.config.input_output_alias = list;
+            }
+            "buffer_donor" => {
+                self.c.expect(b'{', "to start buffer_donor")?;
+                let mut list = Vec::new();
+                while !self.c.eat(b'}')? {
+                    self.c.expect(b'(', "before the parameter number")?;
+                    let parameter_number = self.c.int("a parameter number")?;
+                    self.c.expect(b',', "after the parameter number")?;
+                    let parameter_index = self.shape_index()?;
+                    self.c.expect(b')', "to end the buffer donor")?;
+                    list.push(BufferDonor {
+                        parameter_number,
+                        parameter_index,
+                    });
+                    if !self.c.eat(b',')? {
+                        self.c.expect(b'}', "to end buffer_donor")?;
+                        break;
+                    }
+                }
+                self.m.config.buffer_donor = list;
+            }
+            "frontend_attributes" => {
+                self.m.config.frontend_attributes = self.parse_frontend_attributes()?
+            }
+            "allow_spmd_sharding_propagation_to_parameters" => {
+                self.m.config.allow_spmd_sharding_propagation_to_parameters =
+                    Some(self.bool_list_or_bool()?)
+            }
+            "allow_spmd_sharding_propagation_to_output" => {
+                self.m.config.allow_spmd_sharding_propagation_to_output =
+                    Some(self.bool_list_or_bool()?)
+            }
+            _ => {
+                return Err(self
+                    .c
+                    .error_at(at, format!("unexpected attribute '{key}' of HloModule")))
+            }
+        }
+        Ok(())
+    }
+
+    fn parse_stack_frames(&mut self) -> PResult<()> {
+        if !self.c.eat_keyword("FileNames")? {
+            return Ok(());
+        }
+        let mut index = StackFrameIndex::default();
+        while self.c.peek()?.is_some_and(|b| b.is_ascii_digit()) {
+            self.c.int("an index")?;
+            index.file_names.push(self.c.string("a file name")?);
+        }
+        if !self.c.eat_keyword("FunctionNames")? {
+            return Err(self.c.expected("'FunctionNames'"));
+        }
+        while self.c.peek()?.is_some_and(|b| b.is_ascii_digit()) {
+            self.c.int("an index")?;
+            index.function_names.push(self.c.string("a function name")?);
+        }
+        if !self.c.eat_keyword("FileLocations")? {
+            return Err(self.c.expected("'FileLocations'"));
+        }
+        while self.c.peek()?.is_some_and(|b| b.is_ascii_digit()) {
+            self.c.int("an index")?;
+            let mut loc = crate::metadata::FileLocation::default();
+            let mut seen = [false; 6];
+            self.sub_attributes(|p, key, at| {
+                let (slot, field) = match key {
+                    "file_name_id" => (0, &mut loc.file_name_id),
+                    "function_name_id" => (1, &mut loc.function_name_id),
+                    "line" => (2, &mut loc.line),
+                    "end_line" => (3, &mut loc.end_line),
+                    "column" => (4, &mut loc.column),
+                    "end_column" => (5, &mut loc.end_column),
+                    _ => {
+                        return Err(p
+                            .c
+                            .error_at(at, format!("unexpected file location field '{key}'")))
+                    }
+                };
+                seen[slot] = true;
+                *field = p.c.int32("an integer")?;
+                Ok(())
+            })?;
+            if seen.iter().any(|s| !s) {
+                return Err(self.c.error_at(
+                    self.c.pos,
+                    "a file location needs file_name_id, function_name_id, line, end_line, column and end_column",
+                ));
+            }
+            index.file_locations.push(loc);
+        }
+        if !self.c.eat_keyword("StackFrames")? {
+            return Err(self.c.expected("'StackFrames'"));
+        }
+        while self.c.peek()?.is_some_and(|b| b.is_ascii_digit()) {
+            self.c.int("an index")?;
+            let mut frame = crate::metadata::StackFrame::default();
+            let mut seen = [false; 2];
+            self.sub_attributes(|p, key, at| {
+                let (slot, field) = match key {
+                    "file_location_id" => (0, &mut frame.file_location_id),
+                    "parent_frame_id" => (1, &mut frame.parent_frame_id),
+                    _ => {
+                        return Err(p
+                            .c
+                            .error_at(at, format!("unexpected stack frame field '{key}'")))
+                    }
+                };
+                seen[slot] = true;
+                *field = p.c.int32("an integer")?;
+                Ok(())
+            })?;
+            if seen.iter().any(|s| !s) {
+                return Err(self.c.error_at(
+                    self.c.pos,
+                    "a stack frame needs file_location_id and parent_frame_id",
+                ));
+            }
+            index.stack_frames.push(frame);
+        }
+        self.m.stack_frames = index;
+        Ok(())
+    }
+
+    /// `{key=value key=value ...}` (spaces or commas between entries).
+    pub fn sub_attributes(
+        &mut self,
+        mut f: impl FnMut(&mut Self, &'a str, usize) -> PResult<()>,
+    ) -> PResult<()> {
+        self.c.expect(b'{', "to start the attribute list")?;
+        loop {
+            if self.c.eat(b'}')? {
+                return Ok(());
+            }
+            let at = self.c.pos;
+            let key = self.attr_name()?;
+            f(self, key, at)?;
+            self.c.eat(b',')?;
+        }
+    }
+
+    /// `name=`: returns the name.
+    pub fn attr_name(&mut self) -> PResult<&'a str> {
+        let key = self.c.name("an attribute name")?;
+        self.c.expect(b'=', &format!("after attribute name '{key}'"))?;
+        Ok(key)
+    }
+
+    // ----- computations -----
+
+    fn parse_computation(&mut self) -> PResult<CompId> {
+        let name_at = self.c.pos;
+        let name = self.c.name("a computation name")?;
+        if self.c.peek()? == Some(b'(') {
+            // The signature repeats the parameter shapes and the root shape; the instructions
+            // are the truth, as in XLA.
+            self.c.expect(b'(', "")?;
+            if !self.c.eat(b')')? {
+                loop {
+                    self.c.name("a parameter name")?;
+                    self.c.expect(b':', "after the parameter name")?;
+                    self.parse_shape()?;
+                    if self.c.eat(b')')? {
+                        break;
+                    }
+                    self.c.expect(b',', "between parameters")?;
+                }
+            }
+            if !self.c.eat_str("->")? {
+                return Err(self.c.expected("'->' before the result shape"));
+            }
+            self.parse_shape()?;
+        }
+        if self.comps.contains_key(name) {
+            return Err(self
+                .c
+                .error_at(name_at, format!("computation '{name}' is defined twice")));
+        }
+        let id = self.parse_body(name, name_at)?;
+        self.comps.insert(name, id);
+        if self.c.eat(b',')? {
+            let at = self.c.pos;
+            let key = self.attr_name()?;
+            if key != "execution_thread" {
+                return Err(self.c.error_at(
+                    at,
+                    format!("unexpected attribute '{key}' of a computation (only execution_thread)"),
+                ));
+            }
+            let t = self.c.string("a thread name")?;
+            self.m.comp_mut(id).execution_thread = Some(t);
+        }
+        Ok(id)
+    }
+
+    /// `{ instruction+ }` as a new computation named `name`.
+    fn parse_body(&mut self, name: &str, name_at: usize) -> PResult<CompId> {
+        self.enter()?;
+        self.c
+            .expect(b'{', "to start the instruction list")?;
+        let unique = self.m.unique_computation_name(name);
+        let id = self
+            .m
+            .add_computation(unique)
+            .map_err(|e| self.c.error_at(name_at, e.to_string()))?;
+        let outer_scope = std::mem::take(&mut self.scope);
+        let outer_current = self.current.replace(id);
+        let mut root: Option<InstrId> = None;
+        let mut count = 0usize;
+        loop {
+            if self.c.eat(b'}')? {
+                break;
+            }
+            if self.c.at_end()? {
+                return Err(self.c.expected("'}' at the end of the instruction list"));
+            }
+            let at = self.c.pos;
+            let is_root = self.c.eat_keyword("ROOT")?;
+            let instr = self.parse_instruction()?;
+            count += 1;
+            if is_root {
+                if root.is_some() {
+                    return Err(self.c.error_at(at, "a computation has only one ROOT"));
+                }
+                root = Some(instr);
+            }
+        }
+        if count == 0 {
+            return Err(self
+                .c
+                .error_at(self.c.pos - 1, "a computation needs at least one instruction"));
+        }
+        if let Some(r) = root {
+            self.m.set_root(id, r);
+        }
+        self.scope = outer_scope;
+        self.current = outer_current;
+        self.leave();
+        Ok(id)
+    }
+
+    // ----- instructions -----
+
+    fn parse_instruction(&mut self) -> PResult<InstrId> {
+        let name_at = self.c.pos;
+        let name = self.c.name("an instruction name")?;
+        self.c.expect(b'=', "after the instruction name")?;
+        let shape = if self.can_be_shape()? {
+            Some(self.parse_shape()?)
+        } else {
+            None
+        };
+        let op_at = {
+            self.c.skip_ws()?;
+            self.c.pos
+        };
+        let opname = self.c.ident("an opcode")?;
+        let opcode = match Opcode::from_name(opname) {
+            Some(op) => op,
+            None => {
+                let msg = if ["-start", "-update", "-done"].iter().any(|s| {
+                    opname
+                        .strip_suffix(s)
+                        .is_some_and(|base| Opcode::from_name(base).is_some())
+                }) {
+                    format!("the async shorthand '{opname}' is not supported; write async-start/async-update/async-done with calls=")
+                } else {
+                    format!("unknown opcode '{opname}'")
+                };
+                return Err(self.c.error_at(op_at, msg));
+            }
+        };
+        let mut instr = Instruction::new(
+            name,
+            opcode,
+            shape.clone().unwrap_or(Shape::Tuple(Vec::new())),
+        );
+        self.c
+            .expect(b'(', &format!("to start the operands of {opname}"))?;
+        let mut operands: SmallVec<[InstrId; 2]> = SmallVec::new();
+        match opcode {
+            Opcode::Parameter => {
+                let at = self.c.pos;
+                let n = self.c.int("a parameter number")?;
+                if n < 0 {
+                    return Err(self.c.error_at(at, "parameter number must be >= 0"));
+                }
+                instr.attrs.parameter_number = n;
+                self.c.expect(b')', "after the parameter number")?;
+            }
+            Opcode::Constant => {
+                let Some(s) = &shape else {
+                    return Err(self
+                        .c
+                        .error_at(op_at, "a constant needs its shape written before 'constant'"));
+                };
+                let lit = self.parse_literal(s)?;
+                instr.attrs.literal = Some(Box::new(lit));
+                self.c.expect(b')', "after the constant literal")?;
+            }
+            _ => {
+                if !self.c.eat(b')')? {
+                    loop {
+                        operands.push(self.parse_operand()?);
+                        if self.c.eat(b')')? {
+                            break;
+                        }
+                        self.c.expect(b',', "or ')' in the operand list")?;
+                    }
+                }
+            }
+        }
+        self.check_operand_count(opcode, operands.len(), op_at)?;
+        let mut calls = Calls::default();
+        let mut preds: Vec<InstrId> = Vec::new();
+        let mut seen: SmallVec<[&'a str; 8]> = SmallVec::new();
+        if matches!(
+            opcode,
+            Opcode::Dot | Opcode::RaggedDot | Opcode::ScaledDot
+        ) {
+            instr.attrs.dot_dims = Some(Box::default());
+        }
+        if matches!(
+            opcode,
+            Opcode::Gather
+        ) {
+            instr.attrs.gather_dims = Some(Box::default());
+        }
+        if opcode == Opcode::Scatter {
+            instr.attrs.scatter_dims = Some(Box::default());
+        }
+        if opcode == Opcode::CustomCall {
+            instr.attrs.custom_call = Some(Box::default());
+        }
+        while self.c.eat(b',')? {
+            let at = self.c.pos;
+            let key = self.attr_name()?;
+            if seen.contains(&key) {
+                return Err(self
+                    .c
+                    .error_at(at, format!("attribute '{key}' is given twice")));
+            }
+            seen.push(key);
+            let known = self.parse_attr(&mut instr, &operands, &mut calls, &mut preds, key)?;
+            if !known {
+                return Err(self.c.error_at(
+                    at,
+                    format!("unexpected attribute '{key}' for opcode {opname}"),
+                ));
+            }
+        }
+        self.finish_attrs(&mut instr, &operands, calls, &seen, op_at)?;
+        if shape.is_none() {
+            instr.shape = self.infer_shape(opcode, &operands, &instr, op_at)?;
+        } else if opcode == Opcode::Tuple && instr.shape.tuple_elements().len() != operands.len() {
+            return Err(self.c.error_at(
+                op_at,
+                format!(
+                    "tuple shape has {} elements but {} operands are given",
+                    instr.shape.tuple_elements().len(),
+                    operands.len()
+                ),
+            ));
+        }
+        if self.scope.contains_key(name) {
+            return Err(self.c.error_at(
+                name_at,
+                format!("instruction '{name}' is defined twice in this computation"),
+            ));
+        }
+        if self.m.is_name_used(name) {
+            instr.name = self.m.unique_name(name);
+        }
+        instr.operands = operands;
+        let comp = self.current.expect("instructions are parsed inside a computation");
+        let id = self
+            .m
+            .add_instruction(comp, instr)
+            .map_err(|e| self.c.error_at(name_at, e.to_string()))?;
+        self.scope.insert(name, id);
+        for p in preds {
+            self.m.add_control_dependency(p, id);
+        }
+        Ok(id)
+    }
+
+    fn check_operand_count(&self, op: Opcode, n: usize, at: usize) -> PResult<()> {
+        use Opcode::*;
+        let bad = |want: &str| {
+            Err(self.c.error_at(
+                at,
+                format!("{} expects {want} operands, but has {n}", op.name()),
+            ))
+        };
+        match op {
+            Parameter | Constant => Ok(()),
+            Reduce | ReduceWindow if n % 2 != 0 || n == 0 => bad("an even number of"),
+            Scatter if n % 2 == 0 => bad("an odd number of"),
+            DynamicSlice | DynamicUpdateSlice | Conditional | RngBitGenerator
+            | DynamicReshape
+                if n == 0 =>
+            {
+                bad("at least one")
+            }
+            _ => match op.arity() {
+                Some(a) if a != n => bad(&a.to_string()),
+                _ => Ok(()),
+            },
+        }
+    }
+
+    fn parse_operand(&mut self) -> PResult<InstrId> {
+        let declared = if self.can_be_shape()? {
+            Some(self.parse_shape()?)
+        } else {
+            None
+        };
+        let at = {
+            self.c.skip_ws()?;
+            self.c.pos
+        };
+        let name = self.c.name("an operand name")?;
+        let Some(&id) = self.scope.get(name) else {
+            return Err(self
+                .c
+                .error_at(at, format!("instruction '{name}' is not defined")));
+        };
+        if let Some(s) = declared {
+            if !s.compatible(&self.m.instr(id).shape) {
+                return Err(self.c.error_at(
+                    at,
+                    format!(
+                        "the declared operand shape {} is not compatible with the shape {} of '{name}'",
+                        super::printer::shape_string(&s),
+                        super::printer::shape_string(&self.m.instr(id).shape)
+                    ),
+                ));
+            }
+        }
+        Ok(id)
+    }
+
+    /// True if the next tokens start a shape (`f32[`, `(`, `token[`, `b(`).
+    pub fn can_be_shape(&mut self) -> PResult<bool> {
+        match self.c.peek()? {
+            Some(b'(') => Ok(true),
+            Some(c) if c.is_ascii_alphabetic() => {
+                let word = self.c.peek_word()?;
+                let next = self.c.b.get(self.c.pos + word.len()).copied();
+                if word == "b" {
+                    return Ok(next == Some(b'('));
+                }
+                Ok(next == Some(b'[')
+                    && ElementType::from_name(word)
+                        .is_some_and(|t| !matches!(t, ElementType::Tuple | ElementType::Buffer)))
+            }
+            _ => Ok(false),
+        }
+    }
+
+    fn infer_shape(
+        &self,
+        op: Opcode,
+        operands: &[InstrId],
+        instr: &Instruction,
+        at: usize,
+    ) -> PResult<Shape> {
+        let shape_of = |i: usize| self.m.instr(operands[i]).shape.clone();
+        let fail = || {
+            Err(self.c.error_at(
+                at,
+                format!(
+                    "cannot infer the shape of {}; write it before the opcode",
+                    op.name()
+                ),
+            ))
+        };
+        match op {
+            Opcode::GetTupleElement => {
+                let s = &self.m.instr(operands[0]).shape;
+                match s.tuple_elements().get(instr.attrs.tuple_index as usize) {
+                    Some(e) if s.is_tuple() => Ok(e.clone()),
+                    _ => Err(self.c.error_at(
+                        at,
+                        format!(
+                            "tuple index {} is out of range for the operand shape {}",
+                            instr.attrs.tuple_index,
+                            super::printer::shape_string(s)
+                        ),
+                    )),
+                }
+            }
+            Opcode::Tuple => Ok(Shape::Tuple((0..operands.len()).map(shape_of).collect())),
+            Opcode::Compare => match shape_of(0) {
+                Shape::Array(mut a) => {
+                    a.ty = ElementType::Pred;
+                    Ok(Shape::Array(a))
+                }
+                _ => fail(),
+            },
+            _ if (op.is_elementwise() && !matches!(op, Opcode::Convert | Opcode::BitcastConvert | Opcode::Real | Opcode::Imag | Opcode::Complex | Opcode::IsFinite | Opcode::StochasticConvert | Opcode::ReducePrecision))
+                || matches!(op, Opcode::Copy | Opcode::OptimizationBarrier) =>
+            {
+                let idx = if op == Opcode::Select { 1 } else { 0 };
+                if operands.len() <= idx {
+                    return fail();
+                }
+                Ok(shape_of(idx))
+            }
+            _ => fail(),
+        }
+    }
+
+    // ----- attributes -----
+
+    fn comp_ref(&mut self) -> PResult<CompId> {
+        if self.c.peek()? == Some(b'{') {
+            // An inline (anonymous) computation.
+            let at = self.c.pos;
+            let outer = self.current;
+            let id = self.parse_body("anonymous_computation", at)?;
+            if let Some(outer) = outer {
+                let mut order: Vec<CompId> = self
+                    .m
+                    .computations()
+                    .iter()
+                    .copied()
+                    .filter(|&c| c != id)
+                    .collect();
+                let pos = order.iter().position(|&c| c == outer).unwrap_or(order.len());
+                order.insert(pos, id);
+                self.m.set_computation_order(order);
+            }
+            return Ok(id);
+        }
+        let at = {
+            self.c.skip_ws()?;
+            self.c.pos
+        };
+        let name = self.c.name("a computation name")?;
+        self.comps.get(name).copied().ok_or_else(|| {
+            self.c
+                .error_at(at, format!("computation '{name}' is not defined (callees come first)"))
+        })
+    }
+
+    fn comp_list(&mut self) -> PResult<Vec<CompId>> {
+        self.c.expect(b'{', "to start the computation list")?;
+        let mut v = Vec::new();
+        if self.c.eat(b'}')? {
+            return Ok(v);
+        }
+        loop {
+            v.push(self.comp_ref()?);
+            if self.c.eat(b'}')? {
+                return Ok(v);
+            }
+            self.c
+                .expect(b',', "or '}' in the computation list")?;
+        }
+    }
+
+    fn instr_list(&mut self) -> PResult<Vec<InstrId>> {
+        self.c.expect(b'{', "to start the instruction list")?;
+        let mut v = Vec::new();
+        if self.c.eat(b'}')? {
+            return Ok(v);
+        }
+        loop {
+            let at = {
+                self.c.skip_ws()?;
+                self.c.pos
+            };
+            let name = self.c.name("an instruction name")?;
+            let id = self.scope.get(name).copied().ok_or_else(|| {
+                self.c
+                    .error_at(at, format!("instruction '{name}' is not defined"))
+            })?;
+            v.push(id);
+            if self.c.eat(b'}')? {
+                return Ok(v);
+            }
+            self.c
+                .expect(b',', "or '}' in the instruction list")?;
+        }
+    }
+
+    pub fn bool_value(&mut self) -> PResult<bool> {
+        if self.c.eat_keyword("true")? {
+            Ok(true)
+        } else if self.c.eat_keyword("false")? {
+            Ok(false)
+        } else {
+            Err(self.c.expected("true or false"))
+        }
+    }
+
+    fn bool_list_or_bool(&mut self) -> PResult<Vec<bool>> {
+        if self.c.peek()? != Some(b'{') {
+            return Ok(vec![self.bool_value()?]);
+        }
+        self.c.expect(b'{', "")?;
+        let mut v = Vec::new();
+        if self.c.eat(b'}')? {
+            return Ok(v);
+        }
+        loop {
+            v.push(self.bool_value()?);
+            if self.c.eat(b'}')? {
+                return Ok(v);
+            }
+            self.c.expect(b',', "or '}' in the boolean list")?;
+        }
+    }
+
+    /// `{1,2,3}`.
+    pub fn int_list(&mut self, what: &str) -> PResult<Vec<i64>> {
+        self.c.expect(b'{', &format!("to start {what}"))?;
+        let mut v = Vec::new();
+        if self.c.eat(b'}')? {
+            return Ok(v);
+        }
+        loop {
+            v.push(self.c.int("an integer")?);
+            if self.c.eat(b'}')? {
+                return Ok(v);
+            }
+            self.c.expect(b',', &format!("or '}}' in {what}"))?;
+        }
+    }
+
+    /// `{{0,1},{2,3}}`.
+    pub fn int_list_list(&mut self, what: &str) -> PResult<Vec<Vec<i64>>> {
+        self.c.expect(b'{', &format!("to start {what}"))?;
+        let mut v = Vec::new();
+        if self.c.eat(b'}')? {
+            return Ok(v);
+        }
+        loop {
+            v.push(self.int_list(what)?);
+            if self.c.eat(b'}')? {
+                return Ok(v);
+            }
+            self.c.expect(b',', &format!("or '}}' in {what}"))?;
+        }
+    }
+
+    fn shape_index(&mut self) -> PResult<Vec<i64>> {
+        self.int_list("a shape index")
+    }
+
+    fn output_operand_aliasing(&mut self) -> PResult<Vec<OutputOperandAlias>> {
+        self.c
+            .expect(b'{', "to start output_to_operand_aliasing")?;
+        let mut v = Vec::new();
+        if self.c.eat(b'}')? {
+            return Ok(v);
+        }
+        loop {
+            let output_index = self.shape_index()?;
+            self.c.expect(b':', "after the output shape index")?;
+            self.c.expect(b'(', "before the operand number")?;
+            let operand = self.c.int("an operand number")?;
+            self.c.expect(b',', "after the operand number")?;
+            let operand_index = self.shape_index()?;
+            self.c.expect(b')', "to end the alias")?;
+            v.push(OutputOperandAlias {
+                output_index,
+                operand,
+                operand_index,
+            });
+            if self.c.eat(b'}')? {
+                return Ok(v);
+            }
+            self.c
+                .expect(b',', "or '}' in output_to_operand_aliasing")?;
+        }
+    }
+
+    fn enum_word(&mut self, what: &str) -> PResult<(usize, &'a str)> {
+        self.c.skip_ws()?;
+        let at = self.c.pos;
+        let w = self.c.name(what)?;
+        Ok((at, w))
+    }
+
+    fn bad_enum<T>(&self, at: usize, what: &str, w: &str) -> PResult<T> {
+        Err(self.c.error_at(at, format!("expected {what}, found '{w}'")))
+    }
+
+    /// Parses the value of attribute `key`; false if the opcode does not take it.
+    fn parse_attr(
+        &mut self,
+        instr: &mut Instruction,
+        operands: &[InstrId],
+        calls: &mut Calls,
+        preds: &mut Vec<InstrId>,
+        key: &str,
+    ) -> PResult<bool> {
+        use Opcode::*;
+        let op = instr.opcode;
+        // Attributes every instruction may carry.
+        match key {
+            "sharding" => {
+                instr.sharding = Some(self.parse_sharding()?);
+                return Ok(true);
+            }
+            "frontend_attributes" => {
+                instr.frontend_attributes = self.parse_frontend_attributes()?;
+                return Ok(true);
+            }
+            "statistics" => {
+                instr.attrs.statistics_viz = Some(self.c.braced_raw("statistics")?.to_string());
+                return Ok(true);
+            }
+            "parameter_replication" => {
+                instr.attrs.parameter_replication = Some(self.bool_list_or_bool()?);
+                return Ok(true);
+            }
+            "control-predecessors" => {
+                *preds = self.instr_list()?;
+                return Ok(true);
+            }
+            "origin" => {
+                instr.attrs.original_value = Some(self.c.braced_raw("origin")?.to_string());
+                return Ok(true);
+            }
+            "metadata" => {
+                instr.metadata = Some(self.parse_metadata()?);
+                return Ok(true);
+            }
+            "backend_config" => {
+                instr.backend_config = Some(if self.c.peek()? == Some(b'{') {
+                    self.c.braced_raw("backend_config")?.to_string()
+                } else {
+                    self.c.string("a string or {...}")?
+                });
+                return Ok(true);
+            }
+            _ => {}
+        }
+        let a = &mut instr.attrs;
+        let unary_accuracy = matches!(
+            op,
+            Acos | Acosh
+                | Asin
+                | Asinh
+                | Atanh
+                | Expm1
+                | Log
+                | Log1p
+                | Logistic
+                | Sqrt
+                | Cbrt
+                | Rsqrt
+                | Tanh
+                | Erf
+                | Sin
+                | Sinh
+                | Cos
+                | Cosh
+                | Tan
+                | Exp
+        );
+        let collective = matches!(
+            op,
+            AllGather
+                | AllGatherStart
+                | AllReduce
+                | AllReduceStart
+                | ReduceScatter
+                | AllToAll
+                | RaggedAllToAll
+                | CollectiveBroadcast
+        );
+        let dot_like = matches!(op, Dot | RaggedDot | ScaledDot);
+        match (key, op) {
+            ("result_accuracy", _) if unary_accuracy => {
+                a.result_accuracy = Some(self.parse_result_accuracy()?)
+            }
+            ("iota_dimension", Iota) => a.iota_dimension = self.c.int("a dimension")?,
+            ("k", TopK) => a.k = self.c.int("k")?,
+            ("largest", TopK) => a.largest = self.bool_value()?,
+            ("replica_groups", _) if collective => {
+                a.replica_groups = Some(Box::new(self.parse_replica_groups()?))
+            }
+            ("channel_id", _)
+                if collective
+                    || matches!(
+                        op,
+                        CollectivePermute
+                            | CollectivePermuteStart
+                            | Send
+                            | SendDone
+                            | Recv
+                            | RecvDone
+                    ) =>
+            {
+                a.channel_id = Some(self.c.int("a channel id")?)
+            }
+            ("dimensions", AllGather | AllGatherStart | ReduceScatter | AllToAll | RaggedAllToAll) => {
+                a.dimensions = Some(self.int_list("dimensions")?)
+            }
+            ("constrain_layout", AllGather | AllGatherStart | AllReduce | AllReduceStart | ReduceScatter | AllToAll) => {
+                a.constrain_layout = self.bool_value()?
+            }
+            ("use_global_device_ids", AllGather | AllGatherStart | AllReduce | AllReduceStart | ReduceScatter) => {
+                a.use_global_device_ids = self.bool_value()?
+            }
+            ("mode", AllReduce | AllReduceStart | ReduceScatter) => {
+                a.collective_mode = Some(self.c.name("a collective mode")?.to_string())
+            }
+            (
+                "to_apply",
+                AllReduce | AllReduceStart | ReduceScatter | Sort | Call | ReduceWindow | Map
+                | Scan | Reduce | Scatter,
+            ) => calls.to_apply = Some(self.comp_ref()?),
+            ("source_target_pairs", CollectivePermute | CollectivePermuteStart) => {
+                let at = self.c.pos;
+                let pairs = self.int_list_list("source_target_pairs")?;
+                let mut v = Vec::with_capacity(pairs.len());
+                for p in pairs {
+                    if p.len() != 2 {
+                        return Err(self
+                            .c
+                            .error_at(at, "expects 'source_target_pairs=' to be a list of pairs"));
+                    }
+                    v.push((p[0], p[1]));
+                }
+                a.source_target_pairs = Some(v);
+            }
+            ("slice_sizes", CollectivePermute | CollectivePermuteStart) => {
+                a.permute_slice_sizes = Some(self.int_list_list("slice_sizes")?)
+            }
+            ("async_execution_thread", AsyncStart | AsyncUpdate | AsyncDone) => {
+                a.async_execution_thread = Some(self.c.string("a thread name")?)
+            }
+            ("calls", AsyncStart | AsyncUpdate | AsyncDone | Fusion) => {
+                calls.calls = Some(self.comp_ref()?)
+            }
+            ("output_to_operand_aliasing", AsyncStart | Fusion) => {
+                a.output_to_operand_aliasing = self.output_operand_aliasing()?
+            }
+            ("cross_program_prefetch_index", CopyStart) => {
+                a.cross_program_prefetch_index = Some(self.c.int32("an index")? as i64)
+            }
+            ("inferred_dimension", Reshape) => {
+                a.inferred_dimension = Some(self.c.int("a dimension")?)
+            }
+            (
+                "dimensions",
+                Sort | Broadcast | Concatenate | Map | Scan | Reduce | Reverse | Transpose
+                | GetDimensionSize | SetDimensionSize,
+            ) => a.dimensions = Some(self.int_list("dimensions")?),
+            ("is_stable", Sort) => a.is_stable = self.bool_value()?,
+            ("condition", While) => calls.condition = Some(self.comp_ref()?),
+            ("body", While) => calls.body = Some(self.comp_ref()?),
+            ("is_host_transfer", Send | SendDone | Recv | RecvDone) => {
+                a.is_host_transfer = self.bool_value()?
+            }
+            ("index", GetTupleElement) => a.tuple_index = self.c.int("a tuple index")?,
+            ("is_composite", Call) => a.is_composite = self.bool_value()?,
+            ("window", ReduceWindow | Convolution | SelectAndScatter | CustomCall) => {
+                a.window = Some(Box::new(self.parse_window()?))
+            }
+            ("dim_labels", Convolution | CustomCall) => {
+                a.conv_dims = Some(Box::new(self.parse_dim_labels()?))
+            }
+            ("feature_group_count", Convolution | CustomCall) => {
+                a.feature_group_count = self.c.int("a count")?
+            }
+            ("batch_group_count", Convolution | CustomCall) => {
+                a.batch_group_count = self.c.int("a count")?
+            }
+            ("conv_kind", Convolution) => {
+                a.conv_kind = Some(self.c.name("a convolution kind")?.to_string())
+            }
+            ("operand_precision", _) if dot_like || matches!(op, Convolution | CustomCall) => {
+                let list = self.parse_precision_list()?;
+                a.precision.get_or_insert_with(Box::default).operand_precision = list;
+            }
+            ("algorithm", Dot | ScaledDot) => {
+                let (at, w) = self.enum_word("a dot algorithm")?;
+                let Some(v) = algorithm_value(w) else {
+                    return self.bad_enum(at, "a dot algorithm such as dot_bf16_bf16_f32", w);
+                };
+                a.precision.get_or_insert_with(Box::default).algorithm = v;
+            }
+            ("algorithm", RngBitGenerator) => {
+                let (at, w) = self.enum_word("an rng algorithm")?;
+                a.rng_algorithm = Some(match w {
+                    "rng_default" => RandomAlgorithm::Default,
+                    "rng_three_fry" => RandomAlgorithm::ThreeFry,
+                    "rng_philox" => RandomAlgorithm::Philox,
+                    _ => return self.bad_enum(at, "rng_default, rng_three_fry or rng_philox", w),
+                });
+            }
+            ("fft_type", Fft) => {
+                let (at, w) = self.enum_word("an FFT type")?;
+                a.fft_type = Some(match w {
+                    "FFT" => FftType::Fft,
+                    "IFFT" => FftType::Ifft,
+                    "RFFT" => FftType::Rfft,
+                    "IRFFT" => FftType::Irfft,
+                    _ => return self.bad_enum(at, "FFT, IFFT, RFFT or IRFFT", w),
+                });
+            }
+            ("fft_length", Fft) => a.fft_length = Some(self.int_list("fft_length")?),
+            ("left_side" | "lower" | "unit_diagonal" | "transpose_a", TriangularSolve) => {
+                let t = a.triangular_solve.get_or_insert(TriangularSolveOptions {
+                    left_side: false,
+                    lower: false,
+                    unit_diagonal: false,
+                    transpose_a: TransposeKind::NoTranspose,
+                });
+                match key {
+                    "left_side" => t.left_side = self.bool_value()?,
+                    "lower" => t.lower = self.bool_value()?,
+                    "unit_diagonal" => t.unit_diagonal = self.bool_value()?,
+                    _ => {
+                        let (at, w) = self.enum_word("a transpose kind")?;
+                        t.transpose_a = match w {
+                            "NO_TRANSPOSE" => TransposeKind::NoTranspose,
+                            "TRANSPOSE" => TransposeKind::Transpose,
+                            "ADJOINT" => TransposeKind::Adjoint,
+                            _ => {
+                                return self.bad_enum(at, "NO_TRANSPOSE, TRANSPOSE or ADJOINT", w)
+                            }
+                        };
+                    }
+                }
+            }
+            ("lower", Cholesky) => a.lower = self.bool_value()?,
+            ("direction", Compare) => {
+                let (at, w) = self.enum_word("a comparison direction")?;
+                let direction = match w {
+                    "EQ" => ComparisonDirection::Eq,
+                    "NE" => ComparisonDirection::Ne,
+                    "GE" => ComparisonDirection::Ge,
+                    "GT" => ComparisonDirection::Gt,
+                    "LE" => ComparisonDirection::Le,
+                    "LT" => ComparisonDirection::Lt,
+                    _ => return self.bad_enum(at, "EQ, NE, GE, GT, LE or LT", w),
+                };
+                let ty = a.comparison.and_then(|c| c.ty);
+                a.comparison = Some(Comparison { direction, ty });
+            }
+            ("type", Compare) => {
+                let (at, w) = self.enum_word("a comparison type")?;
+                let ty = match w {
+                    "FLOAT" => ComparisonType::Float,
+                    "TOTALORDER" => ComparisonType::TotalOrder,
+                    "SIGNED" => ComparisonType::Signed,
+                    "UNSIGNED" => ComparisonType::Unsigned,
+                    _ => return self.bad_enum(at, "FLOAT, TOTALORDER, SIGNED or UNSIGNED", w),
+                };
+                let direction = a
+                    .comparison
+                    .map_or(ComparisonDirection::Eq, |c| c.direction);
+                a.comparison = Some(Comparison {
+                    direction,
+                    ty: Some(ty),
+                });
+            }
+            ("num_carries", Scan) => {
+                a.scan.get_or_insert_with(Box::default).num_carries = self.c.int("a count")?
+            }
+            ("is_reverse", Scan) => {
+                a.scan.get_or_insert_with(Box::default).is_reverse = self.bool_value()?
+            }
+            ("is_associative", Scan) => {
+                a.scan.get_or_insert_with(Box::default).is_associative = Some(self.bool_value()?)
+            }
+            ("select", SelectAndScatter) => calls.select = Some(self.comp_ref()?),
+            ("scatter", SelectAndScatter) => calls.scatter = Some(self.comp_ref()?),
+            ("slice", Slice) => a.slice = Some(self.parse_slice()?),
+            ("dynamic_slice_sizes", DynamicSlice) => {
+                a.dynamic_slice_sizes = Some(self.int_list("dynamic_slice_sizes")?)
+            }
+            ("epsilon", BatchNormTraining | BatchNormInference | BatchNormGrad) => {
+                let (at, t) = self.c.number_text()?;
+                a.epsilon = t
+                    .parse::<f32>()
+                    .map_err(|_| self.c.error_at(at, format!("expected a number, found '{t}'")))?;
+            }
+            ("feature_index", BatchNormTraining | BatchNormInference | BatchNormGrad) => {
+                a.feature_index = self.c.int("a feature index")?
+            }
+            ("padding", Pad) => a.padding = Some(self.parse_padding()?),
+            ("kind", Fusion) => {
+                let (at, w) = self.enum_word("a fusion kind")?;
+                a.fusion_kind = Some(match w {
+                    "kLoop" => FusionKind::Loop,
+                    "kInput" => FusionKind::Input,
+                    "kOutput" => FusionKind::Output,
+                    "kCustom" => FusionKind::Custom,
+                    _ => return self.bad_enum(at, "kLoop, kInput, kOutput or kCustom", w),
+                });
+            }
+            ("infeed_config", Infeed) => a.infeed_config = Some(self.c.string("a string")?),
+            ("outfeed_config", Outfeed) => a.outfeed_config = Some(self.c.string("a string")?),
+            ("outfeed_shape", Outfeed) => a.outfeed_shape = Some(Box::new(self.parse_shape()?)),
+            ("distribution", Rng) => {
+                let (at, w) = self.enum_word("a distribution")?;
+                a.distribution = Some(match w {
+                    "rng_uniform" => RandomDistribution::Uniform,
+                    "rng_normal" => RandomDistribution::Normal,
+                    _ => return self.bad_enum(at, "rng_uniform or rng_normal", w),
+                });
+            }
+            ("delta", RngGetAndUpdateState) => a.delta = self.c.int("a delta")?,
+            ("exponent_bits", ReducePrecision) => a.exponent_bits = self.c.int32("a bit count")?,
+            ("mantissa_bits", ReducePrecision) => a.mantissa_bits = self.c.int32("a bit count")?,
+            ("true_computation", Conditional) => calls.true_computation = Some(self.comp_ref()?),
+            ("false_computation", Conditional) => {
+                calls.false_computation = Some(self.comp_ref()?)
+            }
+            ("branch_computations", Conditional) => calls.branches = Some(self.comp_list()?),
+            ("custom_call_target", CustomCall) => {
+                a.custom_call.get_or_insert_with(Box::default).target =
+                    self.c.string("a custom-call target")?
+            }
+            ("operand_layout_constraints", CustomCall) => {
+                self.c
+                    .expect(b'{', "to start operand_layout_constraints")?;
+                let mut v = Vec::new();
+                if !self.c.eat(b'}')? {
+                    loop {
+                        v.push(self.parse_shape()?);
+                        if self.c.eat(b'}')? {
+                            break;
+                        }
+                        self.c
+                            .expect(b',', "or '}' in operand_layout_constraints")?;
+                    }
+                }
+                if v.len() != operands.len() {
+                    return Err(self.c.error_at(
+                        self.c.pos,
+                        format!(
+                            "expected {} operand layout constraints, {} given",
+                            operands.len(),
+                            v.len()
+                        ),
+                    ));
+                }
+                a.custom_call
+                    .get_or_insert_with(Box::default)
+                    .operand_layout_constraints = Some(v);
+            }
+            ("custom_call_has_side_effect", CustomCall) => {
+                a.custom_call.get_or_insert_with(Box::default).has_side_effect =
+                    self.bool_value()?
+            }
+            ("to_apply", CustomCall) => {
+                calls.to_apply = Some(self.comp_ref()?);
+            }
+            ("called_computations", CustomCall) => {
+                calls.called_computations = Some(self.comp_list()?)
+            }
+            ("output_to_operand_aliasing", CustomCall) => {
+                a.custom_call
+                    .get_or_insert_with(Box::default)
+                    .output_to_operand_aliasing = self.output_operand_aliasing()?
+            }
+            ("padding_type", CustomCall) => {
+                let (at, w) = self.enum_word("a padding type")?;
+                a.custom_call.get_or_insert_with(Box::default).padding_type = match w {
+                    "PADDING_INVALID" => 0,
+                    "PADDING_VALID" => 1,
+                    "PADDING_SAME" => 2,
+                    _ => return self.bad_enum(at, "PADDING_VALID or PADDING_SAME", w),
+                };
+            }
+            ("literal", CustomCall) => {
+                let shape = self.parse_shape()?;
+                let lit = self.parse_literal(&shape)?;
+                instr.attrs.literal = Some(Box::new(lit));
+            }
+            ("schedule", CustomCall) => {
+                let (at, w) = self.enum_word("a custom-call schedule")?;
+                a.custom_call.get_or_insert_with(Box::default).schedule = match w {
+                    "SCHEDULE_NONE" => CustomCallSchedule::None,
+                    "SCHEDULE_LATEST" => CustomCallSchedule::Latest,
+                    "SCHEDULE_EARLIEST" => CustomCallSchedule::Earliest,
+                    _ => {
+                        return self.bad_enum(
+                            at,
+                            "SCHEDULE_NONE, SCHEDULE_LATEST or SCHEDULE_EARLIEST",
+                            w,
+                        )
+                    }
+                };
+            }
+            ("api_version", CustomCall) => {
+                let (at, w) = self.enum_word("a custom-call API version")?;
+                a.custom_call.get_or_insert_with(Box::default).api_version = match w {
+                    "API_VERSION_ORIGINAL" => CustomCallApiVersion::Original,
+                    "API_VERSION_STATUS_RETURNING" => CustomCallApiVersion::StatusReturning,
+                    "API_VERSION_STATUS_RETURNING_UNIFIED" => {
+                        CustomCallApiVersion::StatusReturningUnified
+                    }
+                    "API_VERSION_TYPED_FFI" => CustomCallApiVersion::TypedFfi,
+                    _ => {
+                        return Err(self.c.error_at(
+                            at,
+                            format!("invalid custom-call API version '{w}'"),
+                        ))
+                    }
+                };
+            }
+            ("lhs_contracting_dims", _) if dot_like => {
+                a.dot_dims.get_or_insert_with(Box::default).lhs_contracting_dimensions =
+                    self.int_list("lhs_contracting_dims")?
+            }
+            ("rhs_contracting_dims", _) if dot_like => {
+                a.dot_dims.get_or_insert_with(Box::default).rhs_contracting_dimensions =
+                    self.int_list("rhs_contracting_dims")?
+            }
+            ("lhs_batch_dims", _) if dot_like => {
+                a.dot_dims.get_or_insert_with(Box::default).lhs_batch_dimensions =
+                    self.int_list("lhs_batch_dims")?
+            }
+            ("rhs_batch_dims", _) if dot_like => {
+                a.dot_dims.get_or_insert_with(Box::default).rhs_batch_dimensions =
+                    self.int_list("rhs_batch_dims")?
+            }
+            ("lhs_ragged_dims", RaggedDot) => {
+                a.ragged_dot_dims
+                    .get_or_insert_with(Box::default)
+                    .lhs_ragged_dimensions = self.int_list("lhs_ragged_dims")?
+            }
+            ("rhs_group_dims", RaggedDot) => {
+                a.ragged_dot_dims
+                    .get_or_insert_with(Box::default)
+                    .rhs_group_dimensions = self.int_list("rhs_group_dims")?
+            }
+            ("offset_dims", Gather) => {
+                a.gather_dims.get_or_insert_with(Box::default).offset_dims =
+                    self.int_list("offset_dims")?
+            }
+            ("collapsed_slice_dims", Gather) => {
+                a.gather_dims
+                    .get_or_insert_with(Box::default)
+                    .collapsed_slice_dims = self.int_list("collapsed_slice_dims")?
+            }
+            ("start_index_map", Gather) => {
+                a.gather_dims.get_or_insert_with(Box::default).start_index_map =
+                    self.int_list("start_index_map")?
+            }
+            ("index_vector_dim", Gather) => {
+                a.gather_dims.get_or_insert_with(Box::default).index_vector_dim =
+                    self.c.int("a dimension")?
+            }
+            ("slice_sizes", Gather) => a.gather_slice_sizes = Some(self.int_list("slice_sizes")?),
+            ("operand_batching_dims", Gather) => {
+                a.gather_dims
+                    .get_or_insert_with(Box::default)
+                    .operand_batching_dims = self.int_list("operand_batching_dims")?
+            }
+            ("start_indices_batching_dims", Gather) => {
+                a.gather_dims
+                    .get_or_insert_with(Box::default)
+                    .start_indices_batching_dims = self.int_list("start_indices_batching_dims")?
+            }
+            ("indices_are_sorted", Gather | Scatter) => a.indices_are_sorted = self.bool_value()?,
+            ("unique_indices", Scatter) => a.unique_indices = self.bool_value()?,
+            ("update_window_dims", Scatter) => {
+                a.scatter_dims
+                    .get_or_insert_with(Box::default)
+                    .update_window_dims = self.int_list("update_window_dims")?
+            }
+            ("inserted_window_dims", Scatter) => {
+                a.scatter_dims
+                    .get_or_insert_with(Box::default)
+                    .inserted_window_dims = self.int_list("inserted_window_dims")?
+            }
+            ("scatter_dims_to_operand_dims", Scatter) => {
+                a.scatter_dims
+                    .get_or_insert_with(Box::default)
+                    .scatter_dims_to_operand_dims = self.int_list("scatter_dims_to_operand_dims")?
+            }
+            ("index_vector_dim", Scatter) => {
+                a.scatter_dims
+                    .get_or_insert_with(Box::default)
+                    .index_vector_dim = self.c.int("a dimension")?
+            }
+            ("input_batching_dims", Scatter) => {
+                a.scatter_dims
+                    .get_or_insert_with(Box::default)
+                    .input_batching_dims = self.int_list("input_batching_dims")?
+            }
+            ("scatter_indices_batching_dims", Scatter) => {
+                a.scatter_dims
+                    .get_or_insert_with(Box::default)
+                    .scatter_indices_batching_dims =
+                    self.int_list("scatter_indices_batching_dims")?
+            }
+            ("domain", Domain) => a.domain = Some(Box::new(self.parse_domain()?)),
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// Checks required attributes and puts called computations in XLA's order.
+    fn finish_attrs(
+        &mut self,
+        instr: &mut Instruction,
+        operands: &[InstrId],
+        calls: Calls,
+        seen: &[&str],
+        at: usize,
+    ) -> PResult<()> {
+        use Opcode::*;
+        let op = instr.opcode;
+        let require = |names: &[&str]| -> PResult<()> {
+            for n in names {
+                if !seen.contains(n) {
+                    return Err(self.c.error_at(
+                        at,
+                        format!("attribute '{n}' is expected for opcode {}", op.name()),
+                    ));
+                }
+            }
+            Ok(())
+        };
+        match op {
+            Iota => require(&["iota_dimension"])?,
+            TopK => require(&["k"])?,
+            AllGather | AllGatherStart => require(&["dimensions"])?,
+            AllReduce | AllReduceStart => require(&["to_apply"])?,
+            ReduceScatter => require(&["to_apply", "dimensions"])?,
+            CollectivePermute | CollectivePermuteStart => require(&["source_target_pairs"])?,
+            AsyncStart => require(&["calls"])?,
+            Sort => require(&["dimensions", "to_apply"])?,
+            While => require(&["condition", "body"])?,
+            GetTupleElement => require(&["index"])?,
+            Call | Map | Reduce | ReduceWindow => require(&["to_apply"])?,
+            Convolution => require(&["dim_labels"])?,
+            Fft => require(&["fft_type", "fft_length"])?,
+            Compare => require(&["direction"])?,
+            Concatenate | Reverse | Transpose | GetDimensionSize | SetDimensionSize => {
+                require(&["dimensions"])?
+            }
+            Scan => require(&["to_apply", "dimensions", "num_carries"])?,
+            SelectAndScatter => require(&["select", "scatter"])?,
+            Slice => require(&["slice"])?,
+            DynamicSlice => require(&["dynamic_slice_sizes"])?,
+            BatchNormTraining | BatchNormInference | BatchNormGrad => {
+                require(&["epsilon", "feature_index"])?
+            }
+            Pad => require(&["padding"])?,
+            Fusion => require(&["calls", "kind"])?,
+            Rng => require(&["distribution"])?,
+            RngGetAndUpdateState => require(&["delta"])?,
+            RngBitGenerator => require(&["algorithm"])?,
+            ReducePrecision => require(&["exponent_bits", "mantissa_bits"])?,
+            CustomCall => require(&["custom_call_target"])?,
+            Gather => require(&[
+                "offset_dims",
+                "collapsed_slice_dims",
+                "start_index_map",
+                "index_vector_dim",
+                "slice_sizes",
+            ])?,
+            Scatter => require(&[
+                "update_window_dims",
+                "inserted_window_dims",
+                "scatter_dims_to_operand_dims",
+                "index_vector_dim",
+                "to_apply",
+            ])?,
+            Domain => require(&["domain"])?,
+            Broadcast => {
+                let scalar = operands
+                    .first()
+                    .is_some_and(|&o| self.m.instr(o).shape.rank() == 0);
+                if !scalar {
+                    require(&["dimensions"])?;
+                }
+            }
+            _ => {}
+        }
+        if let Some(dims) = &instr.attrs.dimensions {
+            if matches!(
+                op,
+                Sort | Concatenate | AllGather | AllGatherStart | ReduceScatter | Scan
+                    | GetDimensionSize | SetDimensionSize
+            ) && dims.len() != 1
+            {
+                return Err(self.c.error_at(
+                    at,
+                    format!("{} expects exactly one dimension in dimensions=", op.name()),
+                ));
+            }
+        }
+        let called: SmallVec<[CompId; 1]> = match op {
+            While => [calls.condition, calls.body].into_iter().flatten().collect(),
+            SelectAndScatter => [calls.select, calls.scatter].into_iter().flatten().collect(),
+            Conditional => {
+                let pred = operands
+                    .first()
+                    .map(|&o| self.m.instr(o).shape.element_type());
+                if let (Some(t), Some(f)) = (calls.true_computation, calls.false_computation) {
+                    if calls.branches.is_some() {
+                        return Err(self.c.error_at(
+                            at,
+                            "conditional takes either true/false_computation or branch_computations",
+                        ));
+                    }
+                    if pred != Some(ElementType::Pred) {
+                        return Err(self.c.error_at(
+                            at,
+                            "true_computation/false_computation need a pred branch selector",
+                        ));
+                    }
+                    instr.predicated_conditional = true;
+                    [t, f].into_iter().collect()
+                } else if let Some(b) = calls.branches {
+                    if pred == Some(ElementType::Pred) {
+                        return Err(self.c.error_at(
+                            at,
+                            "a conditional with a pred selector takes true_computation and false_computation",
+                        ));
+                    }
+                    if b.is_empty() || b.len() + 1 != operands.len() {
+                        return Err(self.c.error_at(
+                            at,
+                            format!(
+                                "conditional has {} branches but {} branch operands",
+                                b.len(),
+                                operands.len().saturating_sub(1)
+                            ),
+                        ));
+                    }
+                    b.into_iter().collect()
+                } else {
+                    return Err(self.c.error_at(
+                        at,
+                        "conditional needs branch_computations= or true_computation=/false_computation=",
+                    ));
+                }
+            }
+            Fusion | AsyncStart | AsyncUpdate | AsyncDone => calls.calls.into_iter().collect(),
+            CustomCall => {
+                if calls.to_apply.is_some() && calls.called_computations.is_some() {
+                    return Err(self.c.error_at(
+                        at,
+                        "a custom-call can't have both to_apply and called_computations",
+                    ));
+                }
+                if let Some(t) = calls.to_apply {
+                    if let Some(cc) = instr.attrs.custom_call.as_mut() {
+                        cc.uses_to_apply = true;
+                    }
+                    [t].into_iter().collect()
+                } else {
+                    calls.called_computations.unwrap_or_default().into_iter().collect()
+                }
+            }
+            _ => calls.to_apply.into_iter().collect(),
+        };
+        instr.called = called;
+        Ok(())
+    }
+}
+
+/// `xla.PrecisionConfig.Algorithm` names as the text spells them (`ALG_` dropped, lower case).
+pub(super) const ALGORITHMS: &[(&str, i32)] = &[
+    ("unset", 0),
+    ("dot_any_f8_any_f8_f32", 1),
+    ("dot_any_f8_any_f8_f32_fast_accum", 2),
+    ("dot_f16_f16_f16", 3),
+    ("dot_f16_f16_f32", 4),
+    ("dot_bf16_bf16_bf16", 5),
+    ("dot_bf16_bf16_f32", 6),
+    ("dot_bf16_bf16_f32_x3", 7),
+    ("dot_bf16_bf16_f32_x6", 8),
+    ("dot_tf32_tf32_f32", 9),
+    ("dot_tf32_tf32_f32_x3", 10),
+    ("dot_f32_f32_f32", 11),
+    ("dot_f64_f64_f64", 12),
+    ("dot_bf16_bf16_f32_x9", 13),
+];
+
+fn algorithm_value(w: &str) -> Option<i32> {
+    let w = w.strip_prefix("alg_").unwrap_or(w);
+    ALGORITHMS
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(w))
+        .map(|&(_, v)| v)
+}
+
+/// XLA's `is_scheduled=true` schedule: every computation except fusion bodies, in text order.
+fn schedule_from_order(m: &Module) -> Schedule {
+    let mut fused = vec![false; m.comp_capacity()];
+    for &c in m.computations() {
+        for &i in m.comp(c).instructions() {
+            let ins = m.instr(i);
+            if ins.opcode == Opcode::Fusion {
+                for &f in &ins.called {
+                    fused[f.index()] = true;
+                }
+            }
+        }
+    }
+    let mut s = Schedule::default();
+    for &c in m.computations() {
+        if !fused[c.index()] {
+            s.sequences.insert(c, m.comp(c).instructions().to_vec());
+        }
+    }
+    s
+}

@@ -1,0 +1,1397 @@
+//! The printer: XLA's canonical text (`HloModule::ToString()`), long form by default.
+
+use std::fmt::Write;
+
+use super::float::format_float;
+use super::parser::ALGORITHMS;
+use super::PrintOptions;
+use crate::attrs::*;
+use crate::instruction::{InstrId, Instruction};
+use crate::literal::{Literal, LiteralData};
+use crate::metadata::{FrontendAttributes, OpMetadata};
+use crate::module::{AliasKind, Module};
+use crate::opcode::Opcode;
+use crate::shape::{DimLevelType, Layout, Shape, TILE_COMBINE_DIM, UNBOUNDED_DIM};
+use crate::sharding::{Sharding, ShardingKind, SubgroupType, TileAssignment};
+use crate::types::ElementType;
+
+/// A shape as the text writes it, layout included.
+pub fn shape_string(s: &Shape) -> String {
+    let mut out = String::new();
+    write_shape(&mut out, s, true);
+    out
+}
+
+pub(super) fn print_module(m: &Module, opts: &PrintOptions) -> String {
+    let mut out = String::with_capacity(m.instr_capacity() * 96 + 256);
+    out.push_str("HloModule ");
+    out.push_str(&m.name);
+    let cfg = &m.config;
+    if m.schedule.is_some() {
+        out.push_str(", is_scheduled=true");
+    }
+    if let Some(l) = &cfg.entry_computation_layout {
+        out.push_str(", entry_computation_layout={(");
+        for (i, p) in l.parameters.iter().enumerate() {
+            if i > 0 {
+                out.push_str(", ");
+            }
+            write_shape(&mut out, p, true);
+        }
+        out.push_str(")->");
+        write_shape(&mut out, &l.result, true);
+        out.push('}');
+    }
+    if !cfg.input_output_alias.is_empty() {
+        out.push_str(", input_output_alias={ ");
+        for (i, a) in cfg.input_output_alias.iter().enumerate() {
+            if i > 0 {
+                out.push_str(", ");
+            }
+            write_index(&mut out, &a.output_index);
+            let _ = write!(out, ": ({}, ", a.parameter_number);
+            write_index(&mut out, &a.parameter_index);
+            out.push_str(match a.kind {
+                AliasKind::MayAlias => ", may-alias)",
+                AliasKind::MustAlias => ", must-alias)",
+            });
+        }
+        out.push_str(" }");
+    }
+    if !cfg.buffer_donor.is_empty() {
+        out.push_str(", buffer_donor={ ");
+        for (i, d) in cfg.buffer_donor.iter().enumerate() {
+            if i > 0 {
+                out.push_str(", ");
+            }
+            let _ = write!(out, "({}, ", d.parameter_number);
+            write_index(&mut out, &d.parameter_index);
+            out.push(')');
+        }
+        out.push_str(" }");
+    }
+    if cfg.alias_passthrough_params {
+        out.push_str(", alias_passthrough_params=true");
+    }
+    if let Some(v) = &cfg.allow_spmd_sharding_propagation_to_parameters {
+        out.push_str(", allow_spmd_sharding_propagation_to_parameters=");
+        write_bools(&mut out, v);
+    }
+    if let Some(v) = &cfg.allow_spmd_sharding_propagation_to_output {
+        out.push_str(", allow_spmd_sharding_propagation_to_output=");
+        write_bools(&mut out, v);
+    }
+    if cfg.replica_count != 1 {
+        let _ = write!(out, ", replica_count={}", cfg.replica_count);
+    }
+    if cfg.num_partitions != 1 {
+        let _ = write!(out, ", num_partitions={}", cfg.num_partitions);
+    }
+    if !cfg.frontend_attributes.is_empty() {
+        out.push_str(", frontend_attributes=");
+        write_frontend_attributes(&mut out, &cfg.frontend_attributes);
+    }
+    out.push_str("\n\n");
+    let sf = &m.stack_frames;
+    if !sf.is_empty() {
+        out.push_str("FileNames\n");
+        for (i, f) in sf.file_names.iter().enumerate() {
+            let _ = write!(out, "{} ", i + 1);
+            write_string(&mut out, f);
+            out.push('\n');
+        }
+        out.push_str("\nFunctionNames\n");
+        for (i, f) in sf.function_names.iter().enumerate() {
+            let _ = write!(out, "{} ", i + 1);
+            write_string(&mut out, f);
+            out.push('\n');
+        }
+        out.push_str("\nFileLocations\n");
+        for (i, l) in sf.file_locations.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "{} {{file_name_id={} function_name_id={} line={} end_line={} column={} end_column={}}}",
+                i + 1,
+                l.file_name_id,
+                l.function_name_id,
+                l.line,
+                l.end_line,
+                l.column,
+                l.end_column
+            );
+        }
+        out.push_str("\nStackFrames\n");
+        for (i, s) in sf.stack_frames.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "{} {{file_location_id={} parent_frame_id={}}}",
+                i + 1,
+                s.file_location_id,
+                s.parent_frame_id
+            );
+        }
+        out.push('\n');
+    }
+    let pct = if opts.short_form { "" } else { "%" };
+    for &c in m.computations() {
+        let comp = m.comp(c);
+        if comp.is_entry {
+            out.push_str("ENTRY ");
+        }
+        out.push_str(pct);
+        out.push_str(&comp.name);
+        if !opts.short_form {
+            out.push_str(" (");
+            let mut first = true;
+            for p in comp.parameters() {
+                if !first {
+                    out.push_str(", ");
+                }
+                first = false;
+                let pi = m.instr(p);
+                out.push_str(&pi.name);
+                out.push_str(": ");
+                write_shape(&mut out, &pi.shape, true);
+            }
+            out.push_str(") -> ");
+            match comp.root() {
+                Some(r) => write_shape(&mut out, &m.instr(r).shape, true),
+                None => out.push_str("()"),
+            }
+        }
+        out.push_str(" {\n");
+        let order: &[InstrId] = m
+            .schedule
+            .as_ref()
+            .and_then(|s| s.sequences.get(&c))
+            .filter(|seq| seq.len() == comp.instructions().len())
+            .map_or(comp.instructions(), |v| v.as_slice());
+        for &id in order {
+            let is_root = comp.root() == Some(id);
+            out.push_str(if is_root { "  ROOT " } else { "  " });
+            write_instruction(&mut out, m, id, opts);
+            out.push('\n');
+        }
+        out.push('}');
+        if let Some(t) = &comp.execution_thread {
+            out.push_str(", execution_thread=");
+            write_string(&mut out, t);
+        }
+        out.push_str("\n\n");
+    }
+    out
+}
+
+fn write_index(out: &mut String, idx: &[i64]) {
+    out.push('{');
+    write_ints(out, idx, ",");
+    out.push('}');
+}
+
+fn write_bools(out: &mut String, v: &[bool]) {
+    out.push('{');
+    for (i, b) in v.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(if *b { "true" } else { "false" });
+    }
+    out.push('}');
+}
+
+fn write_ints(out: &mut String, v: &[i64], sep: &str) {
+    for (i, x) in v.iter().enumerate() {
+        if i > 0 {
+            out.push_str(sep);
+        }
+        let _ = write!(out, "{x}");
+    }
+}
+
+fn write_int_list(out: &mut String, v: &[i64]) {
+    out.push('{');
+    write_ints(out, v, ",");
+    out.push('}');
+}
+
+/// A string in double quotes with C escapes, as XLA's `CEscape`.
+pub(super) fn write_string(out: &mut String, s: &str) {
+    out.push('"');
+    if !s
+        .bytes()
+        .any(|b| b == b'"' || b == b'\\' || b == b'\'' || !(0x20..0x7f).contains(&b))
+    {
+        out.push_str(s);
+    } else {
+        for b in s.bytes() {
+            match b {
+                b'\n' => out.push_str("\\n"),
+                b'\r' => out.push_str("\\r"),
+                b'\t' => out.push_str("\\t"),
+                b'"' => out.push_str("\\\""),
+                b'\'' => out.push_str("\\'"),
+                b'\\' => out.push_str("\\\\"),
+                0x20..=0x7e => out.push(b as char),
+                _ => {
+                    let _ = write!(out, "\\{:03o}", b);
+                }
+            }
+        }
+    }
+    out.push('"');
+}
+
+pub(super) fn write_shape(out: &mut String, s: &Shape, layout: bool) {
+    match s {
+        Shape::Tuple(e) => {
+            out.push('(');
+            for (i, x) in e.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                write_shape(out, x, layout);
+            }
+            out.push(')');
+        }
+        Shape::Token => out.push_str("token[]"),
+        Shape::Opaque => out.push_str("opaque[]"),
+        Shape::Buffer(b) => {
+            out.push_str("b(");
+            write_shape(out, b, layout);
+            out.push(')');
+        }
+        Shape::Array(a) => {
+            out.push_str(a.ty.name());
+            out.push('[');
+            for (i, &d) in a.dims.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                if d == UNBOUNDED_DIM {
+                    out.push('?');
+                } else {
+                    if a.is_dynamic_dim(i) {
+                        out.push_str("<=");
+                    }
+                    let _ = write!(out, "{d}");
+                }
+            }
+            out.push(']');
+            if layout {
+                if let Some(l) = &a.layout {
+                    if !(a.dims.is_empty() && l.minor_to_major.is_empty() && l.is_plain()) {
+                        write_layout(out, l);
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn write_layout(out: &mut String, l: &Layout) {
+    out.push('{');
+    write_ints(out, &l.minor_to_major, ",");
+    if !l.is_plain() {
+        out.push(':');
+        if !l.dim_levels.is_empty() {
+            out.push_str("D(");
+            for (i, d) in l.dim_levels.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push(match d.ty {
+                    DimLevelType::Dense => 'D',
+                    DimLevelType::Compressed => 'C',
+                    DimLevelType::Singleton => 'S',
+                    DimLevelType::LooseCompressed => 'H',
+                });
+                if !d.unique {
+                    out.push('+');
+                }
+                if !d.ordered {
+                    out.push('~');
+                }
+            }
+            out.push(')');
+        }
+        if !l.tiles.is_empty() {
+            out.push('T');
+            for t in &l.tiles {
+                out.push('(');
+                for (i, &d) in t.dims.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    if d == TILE_COMBINE_DIM {
+                        out.push('*');
+                    } else {
+                        let _ = write!(out, "{d}");
+                    }
+                }
+                out.push(')');
+            }
+        }
+        if l.tail_padding_alignment_in_elements > 1 {
+            let _ = write!(out, "L({})", l.tail_padding_alignment_in_elements);
+        }
+        if let Some(t) = l.index_primitive_type {
+            let _ = write!(out, "#({t})");
+        }
+        if let Some(t) = l.pointer_primitive_type {
+            let _ = write!(out, "*({t})");
+        }
+        if l.element_size_in_bits != 0 {
+            let _ = write!(out, "E({})", l.element_size_in_bits);
+        }
+        if l.memory_space != 0 {
+            let _ = write!(out, "S({})", l.memory_space);
+        }
+        if !l.split_configs.is_empty() {
+            out.push_str("SC");
+            for s in &l.split_configs {
+                let _ = write!(out, "({}:", s.dimension);
+                write_ints(out, &s.split_indices, ",");
+                out.push(')');
+            }
+        }
+        if let Some(p) = &l.physical_shape {
+            out.push_str("P(");
+            write_shape(out, p, true);
+            out.push(')');
+        }
+        if l.dynamic_shape_metadata_prefix_bytes != 0 {
+            let _ = write!(out, "M({})", l.dynamic_shape_metadata_prefix_bytes);
+        }
+    }
+    out.push('}');
+}
+
+fn write_instruction(out: &mut String, m: &Module, id: InstrId, opts: &PrintOptions) {
+    let i = m.instr(id);
+    let pct = if opts.short_form { "" } else { "%" };
+    out.push_str(pct);
+    out.push_str(&i.name);
+    out.push_str(" = ");
+    write_shape(out, &i.shape, true);
+    out.push(' ');
+    out.push_str(i.opcode.name());
+    out.push('(');
+    match i.opcode {
+        Opcode::Parameter => {
+            let _ = write!(out, "{}", i.attrs.parameter_number);
+        }
+        Opcode::Constant => {
+            if let Some(l) = &i.attrs.literal {
+                write_literal_value(out, l);
+            }
+        }
+        _ => {
+            for (k, &o) in i.operands().iter().enumerate() {
+                if k > 0 {
+                    out.push_str(", ");
+                }
+                let oi = m.instr(o);
+                if !opts.short_form {
+                    write_shape(out, &oi.shape, true);
+                    out.push(' ');
+                }
+                out.push_str(pct);
+                out.push_str(&oi.name);
+            }
+        }
+    }
+    out.push(')');
+    write_attributes(out, m, i, opts);
+}
+
+fn write_attributes(out: &mut String, m: &Module, i: &Instruction, opts: &PrintOptions) {
+    use Opcode::*;
+    let a = &i.attrs;
+    let pct = if opts.short_form { "" } else { "%" };
+    let comp_name = |k: usize| -> &str { &m.comp(i.called[k]).name };
+    // Opcode-specific attributes, in the order XLA prints them.
+    if let Some(cid) = a.channel_id {
+        let _ = write!(out, ", channel_id={cid}");
+    }
+    match i.opcode {
+        Iota => {
+            let _ = write!(out, ", iota_dimension={}", a.iota_dimension);
+        }
+        GetTupleElement => {
+            let _ = write!(out, ", index={}", a.tuple_index);
+        }
+        Compare => {
+            if let Some(c) = a.comparison {
+                out.push_str(", direction=");
+                out.push_str(match c.direction {
+                    ComparisonDirection::Eq => "EQ",
+                    ComparisonDirection::Ne => "NE",
+                    ComparisonDirection::Ge => "GE",
+                    ComparisonDirection::Gt => "GT",
+                    ComparisonDirection::Le => "LE",
+                    ComparisonDirection::Lt => "LT",
+                });
+                if let Some(t) = c.ty {
+                    out.push_str(", type=");
+                    out.push_str(match t {
+                        ComparisonType::Float => "FLOAT",
+                        ComparisonType::TotalOrder => "TOTALORDER",
+                        ComparisonType::Signed => "SIGNED",
+                        ComparisonType::Unsigned => "UNSIGNED",
+                    });
+                }
+            }
+        }
+        TopK => {
+            let _ = write!(out, ", k={}", a.k);
+            if a.largest {
+                out.push_str(", largest=true");
+            }
+        }
+        _ => {}
+    }
+    if let Some(rg) = &a.replica_groups {
+        out.push_str(", replica_groups=");
+        write_replica_groups(out, rg);
+    }
+    if a.constrain_layout {
+        out.push_str(", constrain_layout=true");
+    }
+    if let Some(d) = &a.dimensions {
+        out.push_str(", dimensions=");
+        write_int_list(out, d);
+    }
+    if a.use_global_device_ids {
+        out.push_str(", use_global_device_ids=true");
+    }
+    if let Some(mode) = &a.collective_mode {
+        let _ = write!(out, ", mode={mode}");
+    }
+    if let Some(p) = &a.source_target_pairs {
+        out.push_str(", source_target_pairs={");
+        for (k, (s, t)) in p.iter().enumerate() {
+            if k > 0 {
+                out.push(',');
+            }
+            let _ = write!(out, "{{{s},{t}}}");
+        }
+        out.push('}');
+    }
+    if let Some(ss) = &a.permute_slice_sizes {
+        out.push_str(", slice_sizes={");
+        for (k, s) in ss.iter().enumerate() {
+            if k > 0 {
+                out.push(',');
+            }
+            write_int_list(out, s);
+        }
+        out.push('}');
+    }
+    if i.opcode == Send || i.opcode == SendDone || i.opcode == Recv || i.opcode == RecvDone {
+        if a.is_host_transfer {
+            out.push_str(", is_host_transfer=true");
+        }
+    }
+    if let Some(s) = &a.slice {
+        out.push_str(", slice={");
+        for (k, d) in s.iter().enumerate() {
+            if k > 0 {
+                out.push_str(", ");
+            }
+            let _ = write!(out, "[{}:{}", d.start, d.limit);
+            if d.stride != 1 {
+                let _ = write!(out, ":{}", d.stride);
+            }
+            out.push(']');
+        }
+        out.push('}');
+    }
+    if let Some(s) = &a.dynamic_slice_sizes {
+        out.push_str(", dynamic_slice_sizes=");
+        write_int_list(out, s);
+    }
+    if let Some(p) = &a.padding {
+        out.push_str(", padding=");
+        let interior = p.iter().any(|d| d.interior != 0);
+        for (k, d) in p.iter().enumerate() {
+            if k > 0 {
+                out.push('x');
+            }
+            let _ = write!(out, "{}_{}", d.low, d.high);
+            if interior {
+                let _ = write!(out, "_{}", d.interior);
+            }
+        }
+    }
+    if let Some(cc) = &a.custom_call {
+        out.push_str(", custom_call_target=");
+        write_string(out, &cc.target);
+    }
+    if let Some(w) = &a.window {
+        out.push_str(", window=");
+        write_window(out, w);
+    }
+    if let Some(d) = &a.conv_dims {
+        out.push_str(", dim_labels=");
+        write_dim_labels(out, d);
+    }
+    if matches!(i.opcode, Convolution | CustomCall) {
+        if a.feature_group_count != 1 {
+            let _ = write!(out, ", feature_group_count={}", a.feature_group_count);
+        }
+        if a.batch_group_count != 1 {
+            let _ = write!(out, ", batch_group_count={}", a.batch_group_count);
+        }
+    }
+    if let Some(k) = &a.conv_kind {
+        let _ = write!(out, ", conv_kind={k}");
+    }
+    if let Some(d) = &a.dot_dims {
+        for (name, v) in [
+            ("lhs_batch_dims", &d.lhs_batch_dimensions),
+            ("lhs_contracting_dims", &d.lhs_contracting_dimensions),
+            ("rhs_batch_dims", &d.rhs_batch_dimensions),
+            ("rhs_contracting_dims", &d.rhs_contracting_dimensions),
+        ] {
+            if !v.is_empty() {
+                let _ = write!(out, ", {name}=");
+                write_int_list(out, v);
+            }
+        }
+    }
+    if let Some(r) = &a.ragged_dot_dims {
+        if !r.lhs_ragged_dimensions.is_empty() {
+            out.push_str(", lhs_ragged_dims=");
+            write_int_list(out, &r.lhs_ragged_dimensions);
+        }
+        if !r.rhs_group_dimensions.is_empty() {
+            out.push_str(", rhs_group_dims=");
+            write_int_list(out, &r.rhs_group_dimensions);
+        }
+    }
+    if let Some(g) = &a.gather_dims {
+        out.push_str(", offset_dims=");
+        write_int_list(out, &g.offset_dims);
+        out.push_str(", collapsed_slice_dims=");
+        write_int_list(out, &g.collapsed_slice_dims);
+        out.push_str(", start_index_map=");
+        write_int_list(out, &g.start_index_map);
+        if !g.operand_batching_dims.is_empty() {
+            out.push_str(", operand_batching_dims=");
+            write_int_list(out, &g.operand_batching_dims);
+        }
+        if !g.start_indices_batching_dims.is_empty() {
+            out.push_str(", start_indices_batching_dims=");
+            write_int_list(out, &g.start_indices_batching_dims);
+        }
+        let _ = write!(out, ", index_vector_dim={}", g.index_vector_dim);
+    }
+    if let Some(s) = &a.gather_slice_sizes {
+        out.push_str(", slice_sizes=");
+        write_int_list(out, s);
+    }
+    if let Some(s) = &a.scatter_dims {
+        out.push_str(", update_window_dims=");
+        write_int_list(out, &s.update_window_dims);
+        out.push_str(", inserted_window_dims=");
+        write_int_list(out, &s.inserted_window_dims);
+        out.push_str(", scatter_dims_to_operand_dims=");
+        write_int_list(out, &s.scatter_dims_to_operand_dims);
+        if !s.input_batching_dims.is_empty() {
+            out.push_str(", input_batching_dims=");
+            write_int_list(out, &s.input_batching_dims);
+        }
+        if !s.scatter_indices_batching_dims.is_empty() {
+            out.push_str(", scatter_indices_batching_dims=");
+            write_int_list(out, &s.scatter_indices_batching_dims);
+        }
+        let _ = write!(out, ", index_vector_dim={}", s.index_vector_dim);
+    }
+    if a.indices_are_sorted {
+        out.push_str(", indices_are_sorted=true");
+    }
+    if a.unique_indices {
+        out.push_str(", unique_indices=true");
+    }
+    if let Some(p) = &a.precision {
+        if !p.operand_precision.is_empty() {
+            out.push_str(", operand_precision={");
+            for (k, x) in p.operand_precision.iter().enumerate() {
+                if k > 0 {
+                    out.push(',');
+                }
+                out.push_str(match x {
+                    Precision::Default => "default",
+                    Precision::High => "high",
+                    Precision::Highest => "highest",
+                    Precision::PackedNibble => "packed_nibble",
+                });
+            }
+            out.push('}');
+        }
+        if p.algorithm != 0 {
+            let name = ALGORITHMS
+                .iter()
+                .find(|(_, v)| *v == p.algorithm)
+                .map_or("unset", |(n, _)| n);
+            let _ = write!(out, ", algorithm={name}");
+        }
+    }
+    match i.opcode {
+        Sort if a.is_stable => out.push_str(", is_stable=true"),
+        BatchNormTraining | BatchNormInference | BatchNormGrad => {
+            out.push_str(", epsilon=");
+            format_float(ElementType::F32, a.epsilon.to_bits() as u64, out);
+            let _ = write!(out, ", feature_index={}", a.feature_index);
+        }
+        ReducePrecision => {
+            let _ = write!(
+                out,
+                ", exponent_bits={}, mantissa_bits={}",
+                a.exponent_bits, a.mantissa_bits
+            );
+        }
+        Rng => {
+            if let Some(d) = a.distribution {
+                out.push_str(match d {
+                    RandomDistribution::Uniform => ", distribution=rng_uniform",
+                    RandomDistribution::Normal => ", distribution=rng_normal",
+                });
+            }
+        }
+        RngBitGenerator => {
+            if let Some(r) = a.rng_algorithm {
+                out.push_str(match r {
+                    RandomAlgorithm::Default => ", algorithm=rng_default",
+                    RandomAlgorithm::ThreeFry => ", algorithm=rng_three_fry",
+                    RandomAlgorithm::Philox => ", algorithm=rng_philox",
+                });
+            }
+        }
+        RngGetAndUpdateState => {
+            let _ = write!(out, ", delta={}", a.delta);
+        }
+        Fft => {
+            if let Some(t) = a.fft_type {
+                out.push_str(match t {
+                    FftType::Fft => ", fft_type=FFT",
+                    FftType::Ifft => ", fft_type=IFFT",
+                    FftType::Rfft => ", fft_type=RFFT",
+                    FftType::Irfft => ", fft_type=IRFFT",
+                });
+            }
+            if let Some(l) = &a.fft_length {
+                out.push_str(", fft_length=");
+                write_int_list(out, l);
+            }
+        }
+        TriangularSolve => {
+            if let Some(t) = a.triangular_solve {
+                if t.left_side {
+                    out.push_str(", left_side=true");
+                }
+                if t.lower {
+                    out.push_str(", lower=true");
+                }
+                if t.unit_diagonal {
+                    out.push_str(", unit_diagonal=true");
+                }
+                out.push_str(match t.transpose_a {
+                    TransposeKind::NoTranspose => ", transpose_a=NO_TRANSPOSE",
+                    TransposeKind::Transpose => ", transpose_a=TRANSPOSE",
+                    TransposeKind::Adjoint => ", transpose_a=ADJOINT",
+                });
+            }
+        }
+        Cholesky if a.lower => out.push_str(", lower=true"),
+        Reshape => {
+            if let Some(d) = a.inferred_dimension {
+                let _ = write!(out, ", inferred_dimension={d}");
+            }
+        }
+        Infeed => {
+            if let Some(c) = &a.infeed_config {
+                out.push_str(", infeed_config=");
+                write_string(out, c);
+            }
+        }
+        Outfeed => {
+            if let Some(s) = &a.outfeed_shape {
+                out.push_str(", outfeed_shape=");
+                write_shape(out, s, true);
+            }
+            if let Some(c) = &a.outfeed_config {
+                out.push_str(", outfeed_config=");
+                write_string(out, c);
+            }
+        }
+        CopyStart => {
+            if let Some(x) = a.cross_program_prefetch_index {
+                let _ = write!(out, ", cross_program_prefetch_index={x}");
+            }
+        }
+        Fusion => {
+            if let Some(k) = a.fusion_kind {
+                out.push_str(match k {
+                    FusionKind::Loop => ", kind=kLoop",
+                    FusionKind::Input => ", kind=kInput",
+                    FusionKind::Output => ", kind=kOutput",
+                    FusionKind::Custom => ", kind=kCustom",
+                });
+            }
+        }
+        Scan => {
+            if let Some(s) = &a.scan {
+                let _ = write!(out, ", num_carries={}", s.num_carries);
+                if s.is_reverse {
+                    out.push_str(", is_reverse=true");
+                }
+                if let Some(x) = s.is_associative {
+                    let _ = write!(out, ", is_associative={x}");
+                }
+            }
+        }
+        Domain => {
+            if let Some(d) = &a.domain {
+                out.push_str(", domain={kind=");
+                write_string(out, &d.kind);
+                if let Some(e) = &d.entry {
+                    out.push_str(", entry=");
+                    write_sharding(out, e);
+                }
+                if let Some(e) = &d.exit {
+                    out.push_str(", exit=");
+                    write_sharding(out, e);
+                }
+                out.push('}');
+            }
+        }
+        _ => {}
+    }
+    if let Some(t) = &a.async_execution_thread {
+        out.push_str(", async_execution_thread=");
+        write_string(out, t);
+    }
+    if let Some(cc) = &a.custom_call {
+        if cc.has_side_effect {
+            out.push_str(", custom_call_has_side_effect=true");
+        }
+        if let Some(l) = &a.literal {
+            out.push_str(", literal=");
+            write_shape(out, &l.shape, true);
+            out.push(' ');
+            write_literal_value(out, l);
+        }
+        if let Some(c) = &cc.operand_layout_constraints {
+            out.push_str(", operand_layout_constraints={");
+            for (k, s) in c.iter().enumerate() {
+                if k > 0 {
+                    out.push_str(", ");
+                }
+                write_shape(out, s, true);
+            }
+            out.push('}');
+        }
+        if !cc.output_to_operand_aliasing.is_empty() {
+            out.push_str(", output_to_operand_aliasing=");
+            write_aliasing(out, &cc.output_to_operand_aliasing);
+        }
+        match cc.padding_type {
+            1 => out.push_str(", padding_type=PADDING_VALID"),
+            2 => out.push_str(", padding_type=PADDING_SAME"),
+            _ => {}
+        }
+        match cc.schedule {
+            CustomCallSchedule::None => {}
+            CustomCallSchedule::Latest => out.push_str(", schedule=SCHEDULE_LATEST"),
+            CustomCallSchedule::Earliest => out.push_str(", schedule=SCHEDULE_EARLIEST"),
+        }
+        match cc.api_version {
+            CustomCallApiVersion::Original | CustomCallApiVersion::Unspecified => {}
+            CustomCallApiVersion::StatusReturning => {
+                out.push_str(", api_version=API_VERSION_STATUS_RETURNING")
+            }
+            CustomCallApiVersion::StatusReturningUnified => {
+                out.push_str(", api_version=API_VERSION_STATUS_RETURNING_UNIFIED")
+            }
+            CustomCallApiVersion::TypedFfi => out.push_str(", api_version=API_VERSION_TYPED_FFI"),
+        }
+    }
+    if !a.output_to_operand_aliasing.is_empty() {
+        out.push_str(", output_to_operand_aliasing=");
+        write_aliasing(out, &a.output_to_operand_aliasing);
+    }
+    // Called computations.
+    let n = i.called.len();
+    match i.opcode {
+        While if n == 2 => {
+            let _ = write!(out, ", condition={pct}{}, body={pct}{}", comp_name(0), comp_name(1));
+        }
+        SelectAndScatter if n == 2 => {
+            let _ = write!(out, ", select={pct}{}, scatter={pct}{}", comp_name(0), comp_name(1));
+        }
+        Conditional if i.predicated_conditional && n == 2 => {
+            let _ = write!(
+                out,
+                ", true_computation={pct}{}, false_computation={pct}{}",
+                comp_name(0),
+                comp_name(1)
+            );
+        }
+        Conditional => {
+            out.push_str(", branch_computations={");
+            for k in 0..n {
+                if k > 0 {
+                    out.push_str(", ");
+                }
+                out.push_str(pct);
+                out.push_str(comp_name(k));
+            }
+            out.push('}');
+        }
+        Fusion | AsyncStart | AsyncUpdate | AsyncDone if n == 1 => {
+            let _ = write!(out, ", calls={pct}{}", comp_name(0));
+        }
+        CustomCall => {
+            let uses_to_apply = a.custom_call.as_ref().is_some_and(|c| c.uses_to_apply);
+            if uses_to_apply && n == 1 {
+                let _ = write!(out, ", to_apply={pct}{}", comp_name(0));
+            } else if n > 0 {
+                out.push_str(", called_computations={");
+                for k in 0..n {
+                    if k > 0 {
+                        out.push_str(", ");
+                    }
+                    out.push_str(pct);
+                    out.push_str(comp_name(k));
+                }
+                out.push('}');
+            }
+        }
+        _ if n == 1 => {
+            let _ = write!(out, ", to_apply={pct}{}", comp_name(0));
+        }
+        _ => {}
+    }
+    if i.opcode == Call && a.is_composite {
+        out.push_str(", is_composite=true");
+    }
+    if let Some(r) = &a.result_accuracy {
+        out.push_str(", result_accuracy=");
+        match r {
+            ResultAccuracy::Mode(m) => {
+                out.push_str(if *m == 1 {
+                    "{mode=HIGHEST}"
+                } else {
+                    "{mode=DEFAULT}"
+                })
+            }
+            ResultAccuracy::Tolerance { atol, rtol, ulps } => {
+                out.push_str("{tolerance={atol=");
+                format_float(ElementType::F64, atol.to_bits(), out);
+                out.push_str(",rtol=");
+                format_float(ElementType::F64, rtol.to_bits(), out);
+                let _ = write!(out, ",ulps={ulps}}}}}");
+            }
+        }
+    }
+    if let Some(p) = &a.parameter_replication {
+        out.push_str(", parameter_replication=");
+        write_bools(out, p);
+    }
+    if let Some(s) = &i.sharding {
+        out.push_str(", sharding=");
+        write_sharding(out, s);
+    }
+    if !i.frontend_attributes.is_empty() {
+        out.push_str(", frontend_attributes=");
+        write_frontend_attributes(out, &i.frontend_attributes);
+    }
+    if let Some(s) = &a.statistics_viz {
+        out.push_str(", statistics=");
+        out.push_str(s);
+    }
+    if !i.control_predecessors().is_empty() {
+        out.push_str(", control-predecessors={");
+        for (k, &p) in i.control_predecessors().iter().enumerate() {
+            if k > 0 {
+                out.push_str(", ");
+            }
+            out.push_str(pct);
+            out.push_str(&m.instr(p).name);
+        }
+        out.push('}');
+    }
+    if let Some(o) = &a.original_value {
+        out.push_str(", origin=");
+        out.push_str(o);
+    }
+    if opts.print_metadata {
+        if let Some(md) = &i.metadata {
+            out.push_str(", metadata=");
+            write_metadata(out, md);
+        }
+    }
+    if opts.print_backend_config {
+        if let Some(b) = &i.backend_config {
+            out.push_str(", backend_config=");
+            if b.starts_with('{') && b.ends_with('}') {
+                out.push_str(b);
+            } else {
+                write_string(out, b);
+            }
+        }
+    }
+}
+
+fn write_aliasing(out: &mut String, v: &[OutputOperandAlias]) {
+    out.push('{');
+    for (k, x) in v.iter().enumerate() {
+        if k > 0 {
+            out.push_str(", ");
+        }
+        write_index(out, &x.output_index);
+        let _ = write!(out, ": ({}, ", x.operand);
+        write_index(out, &x.operand_index);
+        out.push(')');
+    }
+    out.push('}');
+}
+
+fn write_replica_groups(out: &mut String, rg: &ReplicaGroups) {
+    match rg {
+        ReplicaGroups::Explicit(groups) => {
+            out.push('{');
+            for (k, g) in groups.iter().enumerate() {
+                if k > 0 {
+                    out.push(',');
+                }
+                write_int_list(out, g);
+            }
+            out.push('}');
+        }
+        ReplicaGroups::Iota {
+            num_groups,
+            group_size,
+            reshape_dims,
+            transpose_perm,
+        } => {
+            let _ = write!(out, "[{num_groups},{group_size}]<=[");
+            write_ints(out, reshape_dims, ",");
+            out.push(']');
+            if !transpose_perm.is_empty() {
+                out.push_str("T(");
+                write_ints(out, transpose_perm, ",");
+                out.push(')');
+            }
+        }
+        ReplicaGroups::Mesh(g) => {
+            out.push_str("mesh[");
+            for (k, (name, size)) in g.axes.iter().enumerate() {
+                if k > 0 {
+                    out.push(',');
+                }
+                let _ = write!(out, "'{name}'={size}");
+            }
+            out.push(']');
+            if let Some(ids) = &g.device_ids {
+                out.push_str(", device_ids=(");
+                write_ints(out, ids, ",");
+                out.push(')');
+            }
+            out.push_str(" {");
+            for (k, a) in g.group_axes.iter().enumerate() {
+                if k > 0 {
+                    out.push(',');
+                }
+                out.push_str(a);
+            }
+            out.push('}');
+        }
+    }
+}
+
+fn write_window(out: &mut String, w: &Window) {
+    out.push('{');
+    if !w.dims.is_empty() {
+        out.push_str("size=");
+        x_join(out, w.dims.iter().map(|d| d.size));
+        if w.dims.iter().any(|d| d.stride != 1) {
+            out.push_str(" stride=");
+            x_join(out, w.dims.iter().map(|d| d.stride));
+        }
+        if w.dims.iter().any(|d| d.padding_low != 0 || d.padding_high != 0) {
+            out.push_str(" pad=");
+            for (k, d) in w.dims.iter().enumerate() {
+                if k > 0 {
+                    out.push('x');
+                }
+                let _ = write!(out, "{}_{}", d.padding_low, d.padding_high);
+            }
+        }
+        if w.dims.iter().any(|d| d.base_dilation != 1) {
+            out.push_str(" lhs_dilate=");
+            x_join(out, w.dims.iter().map(|d| d.base_dilation));
+        }
+        if w.dims.iter().any(|d| d.window_dilation != 1) {
+            out.push_str(" rhs_dilate=");
+            x_join(out, w.dims.iter().map(|d| d.window_dilation));
+        }
+        if w.dims.iter().any(|d| d.window_reversal) {
+            out.push_str(" rhs_reversal=");
+            x_join(out, w.dims.iter().map(|d| d.window_reversal as i64));
+        }
+    }
+    out.push('}');
+}
+
+fn x_join(out: &mut String, it: impl Iterator<Item = i64>) {
+    for (k, v) in it.enumerate() {
+        if k > 0 {
+            out.push('x');
+        }
+        let _ = write!(out, "{v}");
+    }
+}
+
+fn write_dim_labels(out: &mut String, d: &ConvDimensionNumbers) {
+    fn labels(
+        out: &mut String,
+        rank: usize,
+        a: (i64, char),
+        b: (i64, char),
+        spatial: &[i64],
+    ) {
+        for p in 0..rank as i64 {
+            if p == a.0 {
+                out.push(a.1);
+            } else if p == b.0 {
+                out.push(b.1);
+            } else if let Some(s) = spatial.iter().position(|&x| x == p) {
+                let _ = write!(out, "{s}");
+            } else {
+                out.push('?');
+            }
+        }
+    }
+    let rank = d.input_spatial_dimensions.len() + 2;
+    labels(
+        out,
+        rank,
+        (d.input_batch_dimension, 'b'),
+        (d.input_feature_dimension, 'f'),
+        &d.input_spatial_dimensions,
+    );
+    out.push('_');
+    labels(
+        out,
+        d.kernel_spatial_dimensions.len() + 2,
+        (d.kernel_input_feature_dimension, 'i'),
+        (d.kernel_output_feature_dimension, 'o'),
+        &d.kernel_spatial_dimensions,
+    );
+    out.push_str("->");
+    labels(
+        out,
+        d.output_spatial_dimensions.len() + 2,
+        (d.output_batch_dimension, 'b'),
+        (d.output_feature_dimension, 'f'),
+        &d.output_spatial_dimensions,
+    );
+}
+
+pub(super) fn write_sharding(out: &mut String, s: &Sharding) {
+    if let ShardingKind::Tuple(elems) = &s.kind {
+        out.push('{');
+        for (k, e) in elems.iter().enumerate() {
+            if k > 0 {
+                out.push_str(", ");
+            }
+            write_sharding(out, e);
+        }
+        out.push('}');
+        return;
+    }
+    out.push('{');
+    match &s.kind {
+        ShardingKind::Replicated => out.push_str("replicated"),
+        ShardingKind::Manual => out.push_str("manual"),
+        ShardingKind::Unknown => out.push_str("unknown"),
+        ShardingKind::Unreduced => out.push_str("unreduced"),
+        ShardingKind::Maximal(d) => {
+            let _ = write!(out, "maximal device={d}");
+        }
+        ShardingKind::Tiled(t) => {
+            out.push_str("devices=[");
+            write_ints(out, t.tile_assignment.dims(), ",");
+            out.push(']');
+            match &t.tile_assignment {
+                TileAssignment::Explicit { devices, .. } => write_ints(out, devices, ","),
+                TileAssignment::Iota {
+                    reshape_dims,
+                    transpose_perm,
+                    ..
+                } => {
+                    out.push_str("<=[");
+                    write_ints(out, reshape_dims, ",");
+                    out.push(']');
+                    if !transpose_perm.is_empty() {
+                        out.push_str("T(");
+                        write_ints(out, transpose_perm, ",");
+                        out.push(')');
+                    }
+                }
+            }
+            if t.replicate_on_last_tile_dim {
+                out.push_str(" last_tile_dim_replicate");
+            }
+            if !t.last_tile_dims.is_empty() {
+                out.push_str(" last_tile_dims={");
+                for (k, d) in t.last_tile_dims.iter().enumerate() {
+                    if k > 0 {
+                        out.push_str(", ");
+                    }
+                    out.push_str(match d {
+                        SubgroupType::Replicated => "replicated",
+                        SubgroupType::Manual => "manual",
+                        SubgroupType::Maximal => "maximal",
+                        SubgroupType::Unreduced => "unreduced",
+                    });
+                }
+                out.push('}');
+            }
+        }
+        ShardingKind::Tuple(_) => {}
+    }
+    if let Some(g) = s.shard_group {
+        let _ = write!(
+            out,
+            " {} {}",
+            if g.shard_as { "shard_as" } else { "shard_like" },
+            g.id
+        );
+    }
+    if !s.metadata.is_empty() {
+        out.push_str(" metadata=");
+        if s.metadata.len() == 1 {
+            write_metadata(out, &s.metadata[0]);
+        } else {
+            out.push('{');
+            for (k, md) in s.metadata.iter().enumerate() {
+                if k > 0 {
+                    out.push_str(", ");
+                }
+                write_metadata(out, md);
+            }
+            out.push('}');
+        }
+    }
+    out.push('}');
+}
+
+pub(super) fn write_metadata(out: &mut String, md: &OpMetadata) {
+    out.push('{');
+    let mut first = true;
+    let mut sep = |out: &mut String| {
+        if !first {
+            out.push(' ');
+        }
+        first = false;
+    };
+    for (name, v) in [("op_type", &md.op_type), ("op_name", &md.op_name), ("source_file", &md.source_file)] {
+        if !v.is_empty() {
+            sep(out);
+            out.push_str(name);
+            out.push('=');
+            write_string(out, v);
+        }
+    }
+    for (name, v) in [
+        ("source_line", md.source_line),
+        ("source_end_line", md.source_end_line),
+        ("source_column", md.source_column),
+        ("source_end_column", md.source_end_column),
+    ] {
+        if v != 0 {
+            sep(out);
+            let _ = write!(out, "{name}={v}");
+        }
+    }
+    if !md.profile_type.is_empty() {
+        sep(out);
+        out.push_str("profile_type={");
+        for (k, p) in md.profile_type.iter().enumerate() {
+            if k > 0 {
+                out.push(',');
+            }
+            match p {
+                0 => out.push_str("INVALID"),
+                1 => out.push_str("WINDOW"),
+                2 => out.push_str("FLAG"),
+                3 => out.push_str("INTEGER"),
+                x => {
+                    let _ = write!(out, "{x}");
+                }
+            }
+        }
+        out.push('}');
+    }
+    if !md.deduplicated_name.is_empty() {
+        sep(out);
+        out.push_str("deduplicated_name=");
+        write_string(out, &md.deduplicated_name);
+    }
+    if md.preserve_layout {
+        sep(out);
+        out.push_str("preserve_layout=true");
+    }
+    if md.size_of_generated_code_in_bytes != 0 {
+        sep(out);
+        let _ = write!(
+            out,
+            "size_of_generated_code_in_bytes={}",
+            md.size_of_generated_code_in_bytes
+        );
+    }
+    if md.size_of_memory_working_set_in_bytes != 0 {
+        sep(out);
+        let _ = write!(
+            out,
+            "size_of_memory_working_set_in_bytes={}",
+            md.size_of_memory_working_set_in_bytes
+        );
+    }
+    if md.stack_frame_id != 0 {
+        sep(out);
+        let _ = write!(out, "stack_frame_id={}", md.stack_frame_id);
+    }
+    if !md.scheduling_name.is_empty() {
+        sep(out);
+        out.push_str("scheduling_name=");
+        write_string(out, &md.scheduling_name);
+    }
+    out.push('}');
+}
+
+fn write_frontend_attributes(out: &mut String, f: &FrontendAttributes) {
+    out.push('{');
+    for (k, (key, v)) in f.iter().enumerate() {
+        if k > 0 {
+            out.push(',');
+        }
+        out.push_str(key);
+        out.push('=');
+        if v.starts_with('{') && v.ends_with('}') {
+            out.push_str(v);
+        } else {
+            write_string(out, v);
+        }
+    }
+    out.push('}');
+}
+
+/// The value part of a literal: `1.5`, `{1, 2}`, `{ {1, 2}, {3, 4} }`, `(1, {2})`.
+pub(super) fn write_literal_value(out: &mut String, l: &Literal) {
+    match (&l.shape, &l.data) {
+        (Shape::Tuple(_), LiteralData::Tuple(parts)) => {
+            out.push('(');
+            for (k, p) in parts.iter().enumerate() {
+                if k > 0 {
+                    out.push_str(", ");
+                }
+                write_literal_value(out, p);
+            }
+            out.push(')');
+        }
+        (Shape::Array(a), LiteralData::Array(bytes)) => {
+            let w = a.ty.byte_size().max(1);
+            let elem = |out: &mut String, k: usize| {
+                let b = bytes.get(k * w..(k + 1) * w).unwrap_or(&[]);
+                write_element(out, a.ty, b, a.rank() == 0);
+            };
+            if a.rank() == 0 {
+                elem(out, 0);
+                return;
+            }
+            if a.dims.iter().any(|&d| d == UNBOUNDED_DIM) {
+                out.push_str("{}");
+                return;
+            }
+            let rank = a.rank();
+            let mut idx = 0usize;
+            fn rec(
+                out: &mut String,
+                dims: &[i64],
+                d: usize,
+                rank: usize,
+                idx: &mut usize,
+                elem: &dyn Fn(&mut String, usize),
+            ) {
+                let n = dims[d].max(0) as usize;
+                let spaced = rank > 1;
+                out.push_str(if spaced { "{ " } else { "{" });
+                for k in 0..n {
+                    if k > 0 {
+                        out.push_str(", ");
+                    }
+                    if d + 1 < rank {
+                        rec(out, dims, d + 1, rank, idx, elem);
+                    } else {
+                        elem(out, *idx);
+                        *idx += 1;
+                    }
+                }
+                out.push_str(if spaced { " }" } else { "}" });
+            }
+            rec(out, &a.dims, 0, rank, &mut idx, &elem);
+        }
+        _ => out.push_str("{...}"),
+    }
+}
+
+fn write_element(out: &mut String, ty: ElementType, b: &[u8], scalar: bool) {
+    let mut raw = [0u8; 8];
+    let n = b.len().min(8);
+    raw[..n].copy_from_slice(&b[..n]);
+    let u = u64::from_le_bytes(raw);
+    match ty {
+        ElementType::Pred => {
+            if scalar {
+                out.push_str(if u != 0 { "true" } else { "false" });
+            } else {
+                out.push(if u != 0 { '1' } else { '0' });
+            }
+        }
+        ElementType::C64 => {
+            out.push('(');
+            format_float(ElementType::F32, u & 0xffff_ffff, out);
+            out.push_str(", ");
+            format_float(ElementType::F32, u >> 32, out);
+            out.push(')');
+        }
+        ElementType::C128 => {
+            let im = b
+                .get(8..16)
+                .map_or(0, |s| u64::from_le_bytes(s.try_into().unwrap_or([0; 8])));
+            out.push('(');
+            format_float(ElementType::F64, u, out);
+            out.push_str(", ");
+            format_float(ElementType::F64, im, out);
+            out.push(')');
+        }
+        _ if ty.is_signed_int() => {
+            let bits = (ty.byte_size() * 8) as u32;
+            let v = if bits == 64 {
+                u as i64
+            } else {
+                ((u << (64 - bits)) as i64) >> (64 - bits)
+            };
+            let _ = write!(out, "{v}");
+        }
+        _ if ty.is_unsigned_int() => {
+            let _ = write!(out, "{u}");
+        }
+        _ if ty.is_float() => format_float(ty, u, out),
+        _ => out.push('?'),
+    }
+}

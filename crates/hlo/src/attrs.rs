@@ -231,9 +231,6 @@ pub struct CustomCallAttrs {
     pub schedule: CustomCallSchedule,
     /// `padding_type=PADDING_SAME` for convolution-like custom calls (`xla.PaddingType` value).
     pub padding_type: i32,
-    /// True when the one called computation was written `to_apply=` rather than
-    /// `called_computations={...}`.
-    pub uses_to_apply: bool,
 }
 
 impl Default for CustomCallAttrs {
@@ -246,7 +243,6 @@ impl Default for CustomCallAttrs {
             output_to_operand_aliasing: Vec::new(),
             schedule: CustomCallSchedule::None,
             padding_type: 0,
-            uses_to_apply: false,
         }
     }
 }
@@ -400,6 +396,9 @@ pub struct Attrs {
     pub output_to_operand_aliasing: Vec<OutputOperandAlias>,
     /// convolution's `conv_kind=...`, as written.
     pub conv_kind: Option<String>,
+    /// custom-call: true when the one called computation was written `to_apply=` rather than
+    /// `called_computations={...}`.
+    pub custom_call_uses_to_apply: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]

@@ -211,14 +211,14 @@ impl<'a> Cursor<'a> {
         while end < self.b.len() && is_name_byte(self.b[end]) {
             end += 1;
         }
-        if end == start || (!sigil && self.b[start].is_ascii_digit() && false) {
+        if end == start {
             return Err(self.expected(what));
         }
         self.pos = end;
         Ok(&self.src[start..end])
     }
 
-    /// A signed decimal (or `0x` hexadecimal) 64-bit integer.
+    /// A signed decimal 64-bit integer (`0x0_1` in a padding is `0`, `x`, `0_1`: no hex here).
     pub fn int(&mut self, what: &str) -> Result<i64, ParseError> {
         self.skip_ws()?;
         let start = self.pos;
@@ -235,14 +235,8 @@ impl<'a> Cursor<'a> {
             _ => false,
         };
         let digits_start = p;
-        let (radix, digits_start) =
-            if self.b.get(p) == Some(&b'0') && matches!(self.b.get(p + 1), Some(b'x' | b'X')) {
-                p += 2;
-                (16, p)
-            } else {
-                (10, digits_start)
-            };
-        while p < self.b.len() && (self.b[p] as char).is_digit(radix) {
+        let radix = 10;
+        while p < self.b.len() && self.b[p].is_ascii_digit() {
             p += 1;
         }
         if p == digits_start {
@@ -295,9 +289,10 @@ impl<'a> Cursor<'a> {
         } else {
             while p < self.b.len() {
                 let c = self.b[p];
-                if c.is_ascii_alphanumeric() || c == b'.' {
-                    p += 1;
-                } else if (c == b'-' || c == b'+') && matches!(self.b[p - 1], b'e' | b'E') {
+                if c.is_ascii_alphanumeric()
+                    || c == b'.'
+                    || ((c == b'-' || c == b'+') && matches!(self.b[p - 1], b'e' | b'E'))
+                {
                     p += 1;
                 } else {
                     break;

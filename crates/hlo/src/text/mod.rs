@@ -10,11 +10,14 @@
 //! parsed module and parsing it again gives an equal module, and printing that again gives the
 //! same bytes. See `docs/text-format.md`.
 
+mod compare;
 mod cursor;
 pub(crate) mod float;
 mod parser;
 mod printer;
 mod values;
+
+pub use compare::module_diff;
 
 use crate::module::Module;
 use crate::shape::Shape;

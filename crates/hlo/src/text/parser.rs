@@ -84,6 +84,10 @@ impl<'a> Parser<'a> {
         let has_header = self.c.eat_keyword("HloModule")?;
         if has_header {
             let name = self.c.name("a module name")?;
+            // Old dumps write `HloModule name:`.
+            if self.c.byte_at(0) == Some(b':') {
+                self.c.pos += 1;
+            }
             self.m.name = name.to_string();
             while self.c.eat(b',')? {
                 let at = self.c.pos;
@@ -131,7 +135,8 @@ impl<'a> Parser<'a> {
                 self.m.config.alias_passthrough_params = self.bool_value()?
             }
             "entry_computation_layout" => {
-                self.c.expect(b'{', "to start the entry computation layout")?;
+                self.c
+                    .expect(b'{', "to start the entry computation layout")?;
                 self.c.expect(b'(', "before the parameter shapes")?;
                 let mut parameters = Vec::new();
                 if !self.c.eat(b')')? {
@@ -147,8 +152,7 @@ impl<'a> Parser<'a> {
                     return Err(self.c.expected("'->' before the result shape"));
                 }
                 let result = self.parse_shape()?;
-                self.c
-                    .expect(b'}', "to end the entry computation layout")?;
+                self.c.expect(b'}', "to end the entry computation layout")?;
                 self.m.config.entry_computation_layout = Some(ProgramShape { parameters, result });
             }
             "input_output_alias" => {
@@ -331,7 +335,8 @@ impl<'a> Parser<'a> {
     /// `name=`: returns the name.
     pub fn attr_name(&mut self) -> PResult<&'a str> {
         let key = self.c.name("an attribute name")?;
-        self.c.expect(b'=', &format!("after attribute name '{key}'"))?;
+        self.c
+            .expect(b'=', &format!("after attribute name '{key}'"))?;
         Ok(key)
     }
 
@@ -373,7 +378,9 @@ impl<'a> Parser<'a> {
             if key != "execution_thread" {
                 return Err(self.c.error_at(
                     at,
-                    format!("unexpected attribute '{key}' of a computation (only execution_thread)"),
+                    format!(
+                        "unexpected attribute '{key}' of a computation (only execution_thread)"
+                    ),
                 ));
             }
             let t = self.c.string("a thread name")?;
@@ -385,8 +392,7 @@ impl<'a> Parser<'a> {
     /// `{ instruction+ }` as a new computation named `name`.
     fn parse_body(&mut self, name: &str, name_at: usize) -> PResult<CompId> {
         self.enter()?;
-        self.c
-            .expect(b'{', "to start the instruction list")?;
+        self.c.expect(b'{', "to start the instruction list")?;
         let unique = self.m.unique_computation_name(name);
         let id = self
             .m
@@ -415,9 +421,10 @@ impl<'a> Parser<'a> {
             }
         }
         if count == 0 {
-            return Err(self
-                .c
-                .error_at(self.c.pos - 1, "a computation needs at least one instruction"));
+            return Err(self.c.error_at(
+                self.c.pos - 1,
+                "a computation needs at least one instruction",
+            ));
         }
         if let Some(r) = root {
             self.m.set_root(id, r);
@@ -431,9 +438,26 @@ impl<'a> Parser<'a> {
     // ----- instructions -----
 
     fn parse_instruction(&mut self) -> PResult<InstrId> {
+        self.c.skip_ws()?;
         let name_at = self.c.pos;
         let name = self.c.name("an instruction name")?;
         self.c.expect(b'=', "after the instruction name")?;
+        self.parse_instruction_rhs(Some(name), name_at)
+    }
+
+    /// `[shape] opcode(operands), attributes`; `name` is `None` for a nested instruction.
+    fn parse_instruction_rhs(&mut self, name: Option<&'a str>, name_at: usize) -> PResult<InstrId> {
+        self.enter()?;
+        let r = self.parse_instruction_rhs_inner(name, name_at);
+        self.leave();
+        r
+    }
+
+    fn parse_instruction_rhs_inner(
+        &mut self,
+        name: Option<&'a str>,
+        name_at: usize,
+    ) -> PResult<InstrId> {
         let shape = if self.can_be_shape()? {
             Some(self.parse_shape()?)
         } else {
@@ -459,8 +483,13 @@ impl<'a> Parser<'a> {
                 return Err(self.c.error_at(op_at, msg));
             }
         };
+        let text_name = name;
+        let name: String = match name {
+            Some(n) => n.to_string(),
+            None => format!("{}.anon", opcode.name()),
+        };
         let mut instr = Instruction::new(
-            name,
+            name.as_str(),
             opcode,
             shape.clone().unwrap_or(Shape::Tuple(Vec::new())),
         );
@@ -479,9 +508,10 @@ impl<'a> Parser<'a> {
             }
             Opcode::Constant => {
                 let Some(s) = &shape else {
-                    return Err(self
-                        .c
-                        .error_at(op_at, "a constant needs its shape written before 'constant'"));
+                    return Err(self.c.error_at(
+                        op_at,
+                        "a constant needs its shape written before 'constant'",
+                    ));
                 };
                 let lit = self.parse_literal(s)?;
                 instr.attrs.literal = Some(Box::new(lit));
@@ -503,16 +533,10 @@ impl<'a> Parser<'a> {
         let mut calls = Calls::default();
         let mut preds: Vec<InstrId> = Vec::new();
         let mut seen: SmallVec<[&'a str; 8]> = SmallVec::new();
-        if matches!(
-            opcode,
-            Opcode::Dot | Opcode::RaggedDot | Opcode::ScaledDot
-        ) {
+        if matches!(opcode, Opcode::Dot | Opcode::RaggedDot | Opcode::ScaledDot) {
             instr.attrs.dot_dims = Some(Box::default());
         }
-        if matches!(
-            opcode,
-            Opcode::Gather
-        ) {
+        if matches!(opcode, Opcode::Gather) {
             instr.attrs.gather_dims = Some(Box::default());
         }
         if opcode == Opcode::Scatter {
@@ -520,6 +544,10 @@ impl<'a> Parser<'a> {
         }
         if opcode == Opcode::CustomCall {
             instr.attrs.custom_call = Some(Box::default());
+        }
+        if opcode == Opcode::TopK {
+            // XLA's default when `largest=` is not written.
+            instr.attrs.largest = true;
         }
         while self.c.eat(b',')? {
             let at = self.c.pos;
@@ -551,22 +579,26 @@ impl<'a> Parser<'a> {
                 ),
             ));
         }
-        if self.scope.contains_key(name) {
+        if text_name.is_some_and(|n| self.scope.contains_key(n)) {
             return Err(self.c.error_at(
                 name_at,
                 format!("instruction '{name}' is defined twice in this computation"),
             ));
         }
-        if self.m.is_name_used(name) {
-            instr.name = self.m.unique_name(name);
+        if self.m.is_name_used(&name) {
+            instr.name = self.m.unique_name(&name);
         }
         instr.operands = operands;
-        let comp = self.current.expect("instructions are parsed inside a computation");
+        let comp = self
+            .current
+            .expect("instructions are parsed inside a computation");
         let id = self
             .m
             .add_instruction(comp, instr)
             .map_err(|e| self.c.error_at(name_at, e.to_string()))?;
-        self.scope.insert(name, id);
+        if let Some(n) = text_name {
+            self.scope.insert(n, id);
+        }
         for p in preds {
             self.m.add_control_dependency(p, id);
         }
@@ -583,10 +615,9 @@ impl<'a> Parser<'a> {
         };
         match op {
             Parameter | Constant => Ok(()),
-            Reduce | ReduceWindow if n % 2 != 0 || n == 0 => bad("an even number of"),
-            Scatter if n % 2 == 0 => bad("an odd number of"),
-            DynamicSlice | DynamicUpdateSlice | Conditional | RngBitGenerator
-            | DynamicReshape
+            Reduce | ReduceWindow if !n.is_multiple_of(2) || n == 0 => bad("an even number of"),
+            Scatter if n.is_multiple_of(2) => bad("an odd number of"),
+            DynamicSlice | DynamicUpdateSlice | Conditional | RngBitGenerator | DynamicReshape
                 if n == 0 =>
             {
                 bad("at least one")
@@ -599,6 +630,10 @@ impl<'a> Parser<'a> {
     }
 
     fn parse_operand(&mut self) -> PResult<InstrId> {
+        let shape_at = {
+            self.c.skip_ws()?;
+            self.c.pos
+        };
         let declared = if self.can_be_shape()? {
             Some(self.parse_shape()?)
         } else {
@@ -608,6 +643,12 @@ impl<'a> Parser<'a> {
             self.c.skip_ws()?;
             self.c.pos
         };
+        // A nested instruction without a name: `exponential(f32[] parameter(0))`.
+        let word = self.c.peek_word()?;
+        if self.c.byte_at(word.len()) == Some(b'(') && Opcode::from_name(word).is_some() {
+            self.c.pos = shape_at;
+            return self.parse_instruction_rhs(None, shape_at);
+        }
         let name = self.c.name("an operand name")?;
         let Some(&id) = self.scope.get(name) else {
             return Err(self
@@ -687,7 +728,18 @@ impl<'a> Parser<'a> {
                 }
                 _ => fail(),
             },
-            _ if (op.is_elementwise() && !matches!(op, Opcode::Convert | Opcode::BitcastConvert | Opcode::Real | Opcode::Imag | Opcode::Complex | Opcode::IsFinite | Opcode::StochasticConvert | Opcode::ReducePrecision))
+            _ if (op.is_elementwise()
+                && !matches!(
+                    op,
+                    Opcode::Convert
+                        | Opcode::BitcastConvert
+                        | Opcode::Real
+                        | Opcode::Imag
+                        | Opcode::Complex
+                        | Opcode::IsFinite
+                        | Opcode::StochasticConvert
+                        | Opcode::ReducePrecision
+                ))
                 || matches!(op, Opcode::Copy | Opcode::OptimizationBarrier) =>
             {
                 let idx = if op == Opcode::Select { 1 } else { 0 };
@@ -716,7 +768,10 @@ impl<'a> Parser<'a> {
                     .copied()
                     .filter(|&c| c != id)
                     .collect();
-                let pos = order.iter().position(|&c| c == outer).unwrap_or(order.len());
+                let pos = order
+                    .iter()
+                    .position(|&c| c == outer)
+                    .unwrap_or(order.len());
                 order.insert(pos, id);
                 self.m.set_computation_order(order);
             }
@@ -728,8 +783,10 @@ impl<'a> Parser<'a> {
         };
         let name = self.c.name("a computation name")?;
         self.comps.get(name).copied().ok_or_else(|| {
-            self.c
-                .error_at(at, format!("computation '{name}' is not defined (callees come first)"))
+            self.c.error_at(
+                at,
+                format!("computation '{name}' is not defined (callees come first)"),
+            )
         })
     }
 
@@ -744,8 +801,7 @@ impl<'a> Parser<'a> {
             if self.c.eat(b'}')? {
                 return Ok(v);
             }
-            self.c
-                .expect(b',', "or '}' in the computation list")?;
+            self.c.expect(b',', "or '}' in the computation list")?;
         }
     }
 
@@ -769,8 +825,7 @@ impl<'a> Parser<'a> {
             if self.c.eat(b'}')? {
                 return Ok(v);
             }
-            self.c
-                .expect(b',', "or '}' in the instruction list")?;
+            self.c.expect(b',', "or '}' in the instruction list")?;
         }
     }
 
@@ -839,8 +894,7 @@ impl<'a> Parser<'a> {
     }
 
     fn output_operand_aliasing(&mut self) -> PResult<Vec<OutputOperandAlias>> {
-        self.c
-            .expect(b'{', "to start output_to_operand_aliasing")?;
+        self.c.expect(b'{', "to start output_to_operand_aliasing")?;
         let mut v = Vec::new();
         if self.c.eat(b'}')? {
             return Ok(v);
@@ -969,6 +1023,7 @@ impl<'a> Parser<'a> {
             }
             ("iota_dimension", Iota) => a.iota_dimension = self.c.int("a dimension")?,
             ("k", TopK) => a.k = self.c.int("k")?,
+            ("is_stable", TopK) => a.is_stable = self.bool_value()?,
             ("largest", TopK) => a.largest = self.bool_value()?,
             ("replica_groups", _) if collective => {
                 a.replica_groups = Some(Box::new(self.parse_replica_groups()?))
@@ -987,15 +1042,18 @@ impl<'a> Parser<'a> {
             {
                 a.channel_id = Some(self.c.int("a channel id")?)
             }
-            ("dimensions", AllGather | AllGatherStart | ReduceScatter | AllToAll | RaggedAllToAll) => {
-                a.dimensions = Some(self.int_list("dimensions")?)
-            }
-            ("constrain_layout", AllGather | AllGatherStart | AllReduce | AllReduceStart | ReduceScatter | AllToAll) => {
-                a.constrain_layout = self.bool_value()?
-            }
-            ("use_global_device_ids", AllGather | AllGatherStart | AllReduce | AllReduceStart | ReduceScatter) => {
-                a.use_global_device_ids = self.bool_value()?
-            }
+            (
+                "dimensions",
+                AllGather | AllGatherStart | ReduceScatter | AllToAll | RaggedAllToAll,
+            ) => a.dimensions = Some(self.int_list("dimensions")?),
+            (
+                "constrain_layout",
+                AllGather | AllGatherStart | AllReduce | AllReduceStart | ReduceScatter | AllToAll,
+            ) => a.constrain_layout = self.bool_value()?,
+            (
+                "use_global_device_ids",
+                AllGather | AllGatherStart | AllReduce | AllReduceStart | ReduceScatter,
+            ) => a.use_global_device_ids = self.bool_value()?,
             ("mode", AllReduce | AllReduceStart | ReduceScatter) => {
                 a.collective_mode = Some(self.c.name("a collective mode")?.to_string())
             }
@@ -1066,7 +1124,9 @@ impl<'a> Parser<'a> {
             }
             ("operand_precision", _) if dot_like || matches!(op, Convolution | CustomCall) => {
                 let list = self.parse_precision_list()?;
-                a.precision.get_or_insert_with(Box::default).operand_precision = list;
+                a.precision
+                    .get_or_insert_with(Box::default)
+                    .operand_precision = list;
             }
             ("algorithm", Dot | ScaledDot) => {
                 let (at, w) = self.enum_word("a dot algorithm")?;
@@ -1112,9 +1172,7 @@ impl<'a> Parser<'a> {
                             "NO_TRANSPOSE" => TransposeKind::NoTranspose,
                             "TRANSPOSE" => TransposeKind::Transpose,
                             "ADJOINT" => TransposeKind::Adjoint,
-                            _ => {
-                                return self.bad_enum(at, "NO_TRANSPOSE, TRANSPOSE or ADJOINT", w)
-                            }
+                            _ => return self.bad_enum(at, "NO_TRANSPOSE, TRANSPOSE or ADJOINT", w),
                         };
                     }
                 }
@@ -1168,9 +1226,10 @@ impl<'a> Parser<'a> {
             }
             ("epsilon", BatchNormTraining | BatchNormInference | BatchNormGrad) => {
                 let (at, t) = self.c.number_text()?;
-                a.epsilon = t
-                    .parse::<f32>()
-                    .map_err(|_| self.c.error_at(at, format!("expected a number, found '{t}'")))?;
+                a.epsilon = t.parse::<f32>().map_err(|_| {
+                    self.c
+                        .error_at(at, format!("expected a number, found '{t}'"))
+                })?;
             }
             ("feature_index", BatchNormTraining | BatchNormInference | BatchNormGrad) => {
                 a.feature_index = self.c.int("a feature index")?
@@ -1201,17 +1260,14 @@ impl<'a> Parser<'a> {
             ("exponent_bits", ReducePrecision) => a.exponent_bits = self.c.int32("a bit count")?,
             ("mantissa_bits", ReducePrecision) => a.mantissa_bits = self.c.int32("a bit count")?,
             ("true_computation", Conditional) => calls.true_computation = Some(self.comp_ref()?),
-            ("false_computation", Conditional) => {
-                calls.false_computation = Some(self.comp_ref()?)
-            }
+            ("false_computation", Conditional) => calls.false_computation = Some(self.comp_ref()?),
             ("branch_computations", Conditional) => calls.branches = Some(self.comp_list()?),
             ("custom_call_target", CustomCall) => {
                 a.custom_call.get_or_insert_with(Box::default).target =
                     self.c.string("a custom-call target")?
             }
             ("operand_layout_constraints", CustomCall) => {
-                self.c
-                    .expect(b'{', "to start operand_layout_constraints")?;
+                self.c.expect(b'{', "to start operand_layout_constraints")?;
                 let mut v = Vec::new();
                 if !self.c.eat(b'}')? {
                     loop {
@@ -1238,8 +1294,9 @@ impl<'a> Parser<'a> {
                     .operand_layout_constraints = Some(v);
             }
             ("custom_call_has_side_effect", CustomCall) => {
-                a.custom_call.get_or_insert_with(Box::default).has_side_effect =
-                    self.bool_value()?
+                a.custom_call
+                    .get_or_insert_with(Box::default)
+                    .has_side_effect = self.bool_value()?
             }
             ("to_apply", CustomCall) => {
                 calls.to_apply = Some(self.comp_ref()?);
@@ -1291,28 +1348,31 @@ impl<'a> Parser<'a> {
                     }
                     "API_VERSION_TYPED_FFI" => CustomCallApiVersion::TypedFfi,
                     _ => {
-                        return Err(self.c.error_at(
-                            at,
-                            format!("invalid custom-call API version '{w}'"),
-                        ))
+                        return Err(self
+                            .c
+                            .error_at(at, format!("invalid custom-call API version '{w}'")))
                     }
                 };
             }
             ("lhs_contracting_dims", _) if dot_like => {
-                a.dot_dims.get_or_insert_with(Box::default).lhs_contracting_dimensions =
-                    self.int_list("lhs_contracting_dims")?
+                a.dot_dims
+                    .get_or_insert_with(Box::default)
+                    .lhs_contracting_dimensions = self.int_list("lhs_contracting_dims")?
             }
             ("rhs_contracting_dims", _) if dot_like => {
-                a.dot_dims.get_or_insert_with(Box::default).rhs_contracting_dimensions =
-                    self.int_list("rhs_contracting_dims")?
+                a.dot_dims
+                    .get_or_insert_with(Box::default)
+                    .rhs_contracting_dimensions = self.int_list("rhs_contracting_dims")?
             }
             ("lhs_batch_dims", _) if dot_like => {
-                a.dot_dims.get_or_insert_with(Box::default).lhs_batch_dimensions =
-                    self.int_list("lhs_batch_dims")?
+                a.dot_dims
+                    .get_or_insert_with(Box::default)
+                    .lhs_batch_dimensions = self.int_list("lhs_batch_dims")?
             }
             ("rhs_batch_dims", _) if dot_like => {
-                a.dot_dims.get_or_insert_with(Box::default).rhs_batch_dimensions =
-                    self.int_list("rhs_batch_dims")?
+                a.dot_dims
+                    .get_or_insert_with(Box::default)
+                    .rhs_batch_dimensions = self.int_list("rhs_batch_dims")?
             }
             ("lhs_ragged_dims", RaggedDot) => {
                 a.ragged_dot_dims
@@ -1334,12 +1394,14 @@ impl<'a> Parser<'a> {
                     .collapsed_slice_dims = self.int_list("collapsed_slice_dims")?
             }
             ("start_index_map", Gather) => {
-                a.gather_dims.get_or_insert_with(Box::default).start_index_map =
-                    self.int_list("start_index_map")?
+                a.gather_dims
+                    .get_or_insert_with(Box::default)
+                    .start_index_map = self.int_list("start_index_map")?
             }
             ("index_vector_dim", Gather) => {
-                a.gather_dims.get_or_insert_with(Box::default).index_vector_dim =
-                    self.c.int("a dimension")?
+                a.gather_dims
+                    .get_or_insert_with(Box::default)
+                    .index_vector_dim = self.c.int("a dimension")?
             }
             ("slice_sizes", Gather) => a.gather_slice_sizes = Some(self.int_list("slice_sizes")?),
             ("operand_batching_dims", Gather) => {
@@ -1473,8 +1535,13 @@ impl<'a> Parser<'a> {
         if let Some(dims) = &instr.attrs.dimensions {
             if matches!(
                 op,
-                Sort | Concatenate | AllGather | AllGatherStart | ReduceScatter | Scan
-                    | GetDimensionSize | SetDimensionSize
+                Sort | Concatenate
+                    | AllGather
+                    | AllGatherStart
+                    | ReduceScatter
+                    | Scan
+                    | GetDimensionSize
+                    | SetDimensionSize
             ) && dims.len() != 1
             {
                 return Err(self.c.error_at(
@@ -1484,8 +1551,14 @@ impl<'a> Parser<'a> {
             }
         }
         let called: SmallVec<[CompId; 1]> = match op {
-            While => [calls.condition, calls.body].into_iter().flatten().collect(),
-            SelectAndScatter => [calls.select, calls.scatter].into_iter().flatten().collect(),
+            While => [calls.condition, calls.body]
+                .into_iter()
+                .flatten()
+                .collect(),
+            SelectAndScatter => [calls.select, calls.scatter]
+                .into_iter()
+                .flatten()
+                .collect(),
             Conditional => {
                 let pred = operands
                     .first()
@@ -1539,12 +1612,14 @@ impl<'a> Parser<'a> {
                     ));
                 }
                 if let Some(t) = calls.to_apply {
-                    if let Some(cc) = instr.attrs.custom_call.as_mut() {
-                        cc.uses_to_apply = true;
-                    }
+                    instr.attrs.custom_call_uses_to_apply = true;
                     [t].into_iter().collect()
                 } else {
-                    calls.called_computations.unwrap_or_default().into_iter().collect()
+                    calls
+                        .called_computations
+                        .unwrap_or_default()
+                        .into_iter()
+                        .collect()
                 }
             }
             _ => calls.to_apply.into_iter().collect(),

@@ -443,9 +443,9 @@ fn write_attributes(out: &mut String, m: &Module, i: &Instruction, opts: &PrintO
             }
         }
         TopK => {
-            let _ = write!(out, ", k={}", a.k);
-            if a.largest {
-                out.push_str(", largest=true");
+            let _ = write!(out, ", k={}, largest={}", a.k, a.largest);
+            if a.is_stable {
+                out.push_str(", is_stable=true");
             }
         }
         _ => {}
@@ -487,10 +487,8 @@ fn write_attributes(out: &mut String, m: &Module, i: &Instruction, opts: &PrintO
         }
         out.push('}');
     }
-    if i.opcode == Send || i.opcode == SendDone || i.opcode == Recv || i.opcode == RecvDone {
-        if a.is_host_transfer {
-            out.push_str(", is_host_transfer=true");
-        }
+    if matches!(i.opcode, Send | SendDone | Recv | RecvDone) && a.is_host_transfer {
+        out.push_str(", is_host_transfer=true");
     }
     if let Some(s) = &a.slice {
         out.push_str(", slice={");
@@ -825,10 +823,20 @@ fn write_attributes(out: &mut String, m: &Module, i: &Instruction, opts: &PrintO
     let n = i.called.len();
     match i.opcode {
         While if n == 2 => {
-            let _ = write!(out, ", condition={pct}{}, body={pct}{}", comp_name(0), comp_name(1));
+            let _ = write!(
+                out,
+                ", condition={pct}{}, body={pct}{}",
+                comp_name(0),
+                comp_name(1)
+            );
         }
         SelectAndScatter if n == 2 => {
-            let _ = write!(out, ", select={pct}{}, scatter={pct}{}", comp_name(0), comp_name(1));
+            let _ = write!(
+                out,
+                ", select={pct}{}, scatter={pct}{}",
+                comp_name(0),
+                comp_name(1)
+            );
         }
         Conditional if i.predicated_conditional && n == 2 => {
             let _ = write!(
@@ -853,7 +861,7 @@ fn write_attributes(out: &mut String, m: &Module, i: &Instruction, opts: &PrintO
             let _ = write!(out, ", calls={pct}{}", comp_name(0));
         }
         CustomCall => {
-            let uses_to_apply = a.custom_call.as_ref().is_some_and(|c| c.uses_to_apply);
+            let uses_to_apply = a.custom_call_uses_to_apply;
             if uses_to_apply && n == 1 {
                 let _ = write!(out, ", to_apply={pct}{}", comp_name(0));
             } else if n > 0 {
@@ -879,13 +887,11 @@ fn write_attributes(out: &mut String, m: &Module, i: &Instruction, opts: &PrintO
     if let Some(r) = &a.result_accuracy {
         out.push_str(", result_accuracy=");
         match r {
-            ResultAccuracy::Mode(m) => {
-                out.push_str(if *m == 1 {
-                    "{mode=HIGHEST}"
-                } else {
-                    "{mode=DEFAULT}"
-                })
-            }
+            ResultAccuracy::Mode(m) => out.push_str(if *m == 1 {
+                "{mode=HIGHEST}"
+            } else {
+                "{mode=DEFAULT}"
+            }),
             ResultAccuracy::Tolerance { atol, rtol, ulps } => {
                 out.push_str("{tolerance={atol=");
                 format_float(ElementType::F64, atol.to_bits(), out);
@@ -1020,7 +1026,10 @@ fn write_window(out: &mut String, w: &Window) {
             out.push_str(" stride=");
             x_join(out, w.dims.iter().map(|d| d.stride));
         }
-        if w.dims.iter().any(|d| d.padding_low != 0 || d.padding_high != 0) {
+        if w.dims
+            .iter()
+            .any(|d| d.padding_low != 0 || d.padding_high != 0)
+        {
             out.push_str(" pad=");
             for (k, d) in w.dims.iter().enumerate() {
                 if k > 0 {
@@ -1055,13 +1064,7 @@ fn x_join(out: &mut String, it: impl Iterator<Item = i64>) {
 }
 
 fn write_dim_labels(out: &mut String, d: &ConvDimensionNumbers) {
-    fn labels(
-        out: &mut String,
-        rank: usize,
-        a: (i64, char),
-        b: (i64, char),
-        spatial: &[i64],
-    ) {
+    fn labels(out: &mut String, rank: usize, a: (i64, char), b: (i64, char), spatial: &[i64]) {
         for p in 0..rank as i64 {
             if p == a.0 {
                 out.push(a.1);
@@ -1198,7 +1201,11 @@ pub(super) fn write_metadata(out: &mut String, md: &OpMetadata) {
         }
         first = false;
     };
-    for (name, v) in [("op_type", &md.op_type), ("op_name", &md.op_name), ("source_file", &md.source_file)] {
+    for (name, v) in [
+        ("op_type", &md.op_type),
+        ("op_name", &md.op_name),
+        ("source_file", &md.source_file),
+    ] {
         if !v.is_empty() {
             sep(out);
             out.push_str(name);
@@ -1313,7 +1320,7 @@ pub(super) fn write_literal_value(out: &mut String, l: &Literal) {
                 elem(out, 0);
                 return;
             }
-            if a.dims.iter().any(|&d| d == UNBOUNDED_DIM) {
+            if a.dims.contains(&UNBOUNDED_DIM) {
                 out.push_str("{}");
                 return;
             }

@@ -138,15 +138,10 @@ impl<'a> Parser<'a> {
         self.c.expect(b'{', "to start the layout")?;
         let mut l = Layout::default();
         let _ = rank;
-        loop {
-            match self.c.peek()? {
-                Some(b'0'..=b'9') => {
-                    l.minor_to_major.push(self.c.int("a dimension")?);
-                    if !self.c.eat(b',')? {
-                        break;
-                    }
-                }
-                _ => break,
+        while let Some(b'0'..=b'9') = self.c.peek()? {
+            l.minor_to_major.push(self.c.int("a dimension")?);
+            if !self.c.eat(b',')? {
+                break;
             }
         }
         if self.c.eat(b':')? {
@@ -192,8 +187,7 @@ impl<'a> Parser<'a> {
                             if self.c.eat(b')')? {
                                 break;
                             }
-                            self.c
-                                .expect(b',', "or ')' in the dimension level types")?;
+                            self.c.expect(b',', "or ')' in the dimension level types")?;
                         }
                     }
                     Some(b'T') => {
@@ -302,7 +296,10 @@ impl<'a> Parser<'a> {
         let w = self.c.ident("a primitive type")?;
         let t = ElementType::from_name(w)
             .filter(|t| t.is_integral())
-            .ok_or_else(|| self.c.error_at(at, format!("expected an integer type, found '{w}'")))?;
+            .ok_or_else(|| {
+                self.c
+                    .error_at(at, format!("expected an integer type, found '{w}'"))
+            })?;
         self.c.expect(b')', &format!("to end {what}(...)"))?;
         Ok(t)
     }
@@ -355,6 +352,16 @@ impl<'a> Parser<'a> {
                     if self.c.b[self.c.pos..].starts_with(b"{...}") {
                         self.c.pos += 5;
                         bytes.resize(count as usize * width, 0);
+                    } else if self.c.peek()? != Some(b'{') {
+                        // One value for every element (`f32[3,3] constant(1)`).
+                        self.literal_element(a.ty, &mut bytes)?;
+                        let one = bytes.clone();
+                        for _ in 1..count {
+                            bytes.extend_from_slice(&one);
+                        }
+                        if count == 0 {
+                            bytes.clear();
+                        }
                     } else {
                         self.literal_nested(a, 0, &mut bytes)?;
                         if bytes.len() != count as usize * width {
@@ -402,8 +409,7 @@ impl<'a> Parser<'a> {
             if self.c.eat(b'}')? {
                 break;
             }
-            self.c
-                .expect(b',', "or '}' between literal elements")?;
+            self.c.expect(b',', "or '}' between literal elements")?;
         }
         if n != want {
             return Err(self.c.error_at(
@@ -439,7 +445,8 @@ impl<'a> Parser<'a> {
             C64 | C128 => {
                 self.c.expect(b'(', "to start a complex value")?;
                 let re = self.float_value()?;
-                self.c.expect(b',', "between the real and imaginary parts")?;
+                self.c
+                    .expect(b',', "between the real and imaginary parts")?;
                 let im = self.float_value()?;
                 self.c.expect(b')', "to end the complex value")?;
                 if ty == C64 {
@@ -462,7 +469,10 @@ impl<'a> Parser<'a> {
                 } else {
                     digits.parse::<u64>()
                 }
-                .map_err(|_| self.c.error_at(at, format!("expected an integer, found '{text}'")))?;
+                .map_err(|_| {
+                    self.c
+                        .error_at(at, format!("expected an integer, found '{text}'"))
+                })?;
                 let out_of_range = || {
                     self.c.error_at(
                         at,
@@ -554,8 +564,10 @@ impl<'a> Parser<'a> {
             let hex = p.strip_suffix(')').unwrap_or(p);
             let hex = hex.strip_prefix("0x").unwrap_or(hex);
             let payload = u64::from_str_radix(hex, 16).map_err(|_| {
-                self.c
-                    .error_at(at, format!("expected a NaN payload such as nan(0x1), found '{text}'"))
+                self.c.error_at(
+                    at,
+                    format!("expected a NaN payload such as nan(0x1), found '{text}'"),
+                )
             })?;
             if payload == 0 {
                 return Err(self.c.error_at(at, "a NaN payload must not be zero"));
@@ -800,7 +812,9 @@ impl<'a> Parser<'a> {
         let mut perm = Vec::new();
         if reshape.len() > 1 {
             if !(self.c.peek()? == Some(b'T') && self.c.byte_at(1) == Some(b'(')) {
-                return Err(self.c.expected("'T(' to start the iota transpose permutation"));
+                return Err(self
+                    .c
+                    .expected("'T(' to start the iota transpose permutation"));
             }
             self.c.pos += 2;
             loop {
@@ -835,7 +849,9 @@ impl<'a> Parser<'a> {
 
     pub fn parse_replica_groups(&mut self) -> PResult<ReplicaGroups> {
         match self.c.peek()? {
-            Some(b'{') => Ok(ReplicaGroups::Explicit(self.int_list_list("replica groups")?)),
+            Some(b'{') => Ok(ReplicaGroups::Explicit(
+                self.int_list_list("replica groups")?,
+            )),
             Some(b'[') => {
                 let at = self.c.pos;
                 let dims = self.bracket_dims("the replica group dimensions")?;
@@ -979,7 +995,10 @@ impl<'a> Parser<'a> {
                                 "FLAG" => 2,
                                 "INTEGER" => 3,
                                 _ => w.parse().map_err(|_| {
-                                    p.c.error_at(wat, format!("expected a profile type, found '{w}'"))
+                                    p.c.error_at(
+                                        wat,
+                                        format!("expected a profile type, found '{w}'"),
+                                    )
                                 })?,
                             });
                             if p.c.eat(b'}')? {
@@ -1022,8 +1041,7 @@ impl<'a> Parser<'a> {
 
     pub fn parse_frontend_attributes(&mut self) -> PResult<FrontendAttributes> {
         let mut map = FrontendAttributes::new();
-        self.c
-            .expect(b'{', "to start frontend attributes")?;
+        self.c.expect(b'{', "to start frontend attributes")?;
         if self.c.eat(b'}')? {
             return Ok(map);
         }
@@ -1044,8 +1062,7 @@ impl<'a> Parser<'a> {
             if self.c.eat(b'}')? {
                 return Ok(map);
             }
-            self.c
-                .expect(b',', "or '}' in frontend attributes")?;
+            self.c.expect(b',', "or '}' in frontend attributes")?;
         }
     }
 
@@ -1073,11 +1090,7 @@ impl<'a> Parser<'a> {
                 "lhs_dilate" => lhs = p.x_list(|p| p.c.int("a dilation"))?,
                 "rhs_dilate" => rhs = p.x_list(|p| p.c.int("a dilation"))?,
                 "rhs_reversal" => rev = p.x_list(|p| p.c.int("0 or 1"))?,
-                _ => {
-                    return Err(p
-                        .c
-                        .error_at(at, format!("unexpected window field '{key}'")))
-                }
+                _ => return Err(p.c.error_at(at, format!("unexpected window field '{key}'"))),
             }
             Ok(())
         })?;
@@ -1125,17 +1138,26 @@ impl<'a> Parser<'a> {
         let start = self.c.pos;
         let b = self.c.b;
         let mut p = start;
-        while p < b.len() && (b[p].is_ascii_alphanumeric() || b[p] == b'_' || b[p] == b'-' || b[p] == b'>' || b[p] == b'?') {
+        while p < b.len()
+            && (b[p].is_ascii_alphanumeric()
+                || b[p] == b'_'
+                || b[p] == b'-'
+                || b[p] == b'>'
+                || b[p] == b'?')
+        {
             p += 1;
         }
         let text = &self.c.src[start..p];
-        let bad = |msg: &str| self.c.error_at(start, format!("{msg} in dim_labels '{text}'"));
-        let (lhs, out) = text
-            .split_once("->")
-            .ok_or_else(|| bad("expected '->'"))?;
+        let bad = |msg: &str| {
+            self.c
+                .error_at(start, format!("{msg} in dim_labels '{text}'"))
+        };
+        let (lhs, out) = text.split_once("->").ok_or_else(|| bad("expected '->'"))?;
         let (input, kernel) = lhs.split_once('_').ok_or_else(|| bad("expected '_'"))?;
         if input.len() != kernel.len() || input.len() != out.len() || input.len() < 2 {
-            return Err(bad("input, kernel and output must have the same rank (at least 2)"));
+            return Err(bad(
+                "input, kernel and output must have the same rank (at least 2)",
+            ));
         }
         let rank = input.len();
         let spatial = rank - 2;
@@ -1293,16 +1315,18 @@ impl<'a> Parser<'a> {
                     p.c.skip_ws()?;
                     let wat = p.c.pos;
                     let w = p.c.name("a result accuracy mode")?;
-                    result = Some(ResultAccuracy::Mode(match w.to_ascii_uppercase().as_str() {
-                        "DEFAULT" => 0,
-                        "HIGHEST" => 1,
-                        _ => {
-                            return Err(p.c.error_at(
-                                wat,
-                                format!("expected DEFAULT or HIGHEST, found '{w}'"),
-                            ))
-                        }
-                    }));
+                    result = Some(ResultAccuracy::Mode(
+                        match w.to_ascii_uppercase().as_str() {
+                            "DEFAULT" => 0,
+                            "HIGHEST" => 1,
+                            _ => {
+                                return Err(p.c.error_at(
+                                    wat,
+                                    format!("expected DEFAULT or HIGHEST, found '{w}'"),
+                                ))
+                            }
+                        },
+                    ));
                 }
                 "tolerance" => {
                     let (mut atol, mut rtol, mut ulps) = (0.0, 0.0, 0);
@@ -1344,11 +1368,7 @@ impl<'a> Parser<'a> {
                 "kind" => kind = Some(p.c.string("a domain kind")?),
                 "entry" => entry = Some(p.parse_sharding()?),
                 "exit" => exit = Some(p.parse_sharding()?),
-                _ => {
-                    return Err(p
-                        .c
-                        .error_at(at, format!("unexpected domain field '{key}'")))
-                }
+                _ => return Err(p.c.error_at(at, format!("unexpected domain field '{key}'"))),
             }
             Ok(())
         })?;

@@ -1,0 +1,174 @@
+//! The XLA corpus through the text parser and printer.
+//!
+//! Every module of `../shared/corpus/xla-hlo` that XLA's own parser accepts must parse; printing
+//! it and parsing the print must give a structurally equal module, and printing that again must
+//! give the same bytes. The modules XLA rejects (testdata/corpus/xla_rejects.txt) must give an
+//! error, never a panic. Files split into modules on lines `// -----`, as XLA's tests do;
+//! chunks holding only comments are skipped (the same rule as scripts/corpus_oracle.py).
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use tessera_hlo::text::{module_diff, parse_module, print_module, PrintOptions};
+
+/// `../shared/corpus/xla-hlo` next to the repository (also found from a worktree under
+/// `/work/wt/<name>`).
+fn corpus_root() -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for up in [
+        "../../../shared/corpus/xla-hlo",
+        "../../../../shared/corpus/xla-hlo",
+    ] {
+        let p = manifest.join(up);
+        if p.is_dir() {
+            return p;
+        }
+    }
+    manifest.join("../../../shared/corpus/xla-hlo")
+}
+
+fn hlo_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut entries: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
+    entries.sort();
+    for p in entries {
+        if p.is_dir() {
+            hlo_files(&p, out);
+        } else if p.extension().is_some_and(|e| e == "hlo") {
+            out.push(p);
+        }
+    }
+}
+
+/// Splits on lines that are exactly `// -----` (trailing blanks allowed) and keeps the chunks
+/// with at least one line that is neither blank nor a `//` comment.
+fn split_modules(text: &str) -> Vec<String> {
+    let mut chunks = vec![String::new()];
+    for line in text.split_inclusive('\n') {
+        let bare = line.trim_end_matches(['\n', '\r']);
+        if bare.trim_end_matches([' ', '\t']) == "// -----" {
+            chunks.push(String::new());
+        } else {
+            chunks.last_mut().unwrap().push_str(line);
+        }
+    }
+    chunks
+        .into_iter()
+        .filter(|c| {
+            c.lines()
+                .any(|l| !l.trim().is_empty() && !l.trim_start().starts_with("//"))
+        })
+        .collect()
+}
+
+#[test]
+fn corpus_round_trips() {
+    let root = corpus_root();
+    if !root.is_dir() {
+        eprintln!("corpus not found at {}; skipping", root.display());
+        return;
+    }
+    let rejects_path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/corpus/xla_rejects.txt");
+    let rejects: HashSet<String> = std::fs::read_to_string(&rejects_path)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| l.split('\t').next().unwrap_or("").trim().to_string())
+        .collect();
+    let mut files = Vec::new();
+    hlo_files(&root, &mut files);
+    let (mut accepted, mut rejected) = (0, 0);
+    let mut failures: Vec<String> = Vec::new();
+    for f in &files {
+        let rel = f
+            .strip_prefix(&root)
+            .unwrap()
+            .to_string_lossy()
+            .replace('\\', "/");
+        let Ok(text) = std::fs::read_to_string(f) else {
+            failures.push(format!("{rel}: not UTF-8"));
+            continue;
+        };
+        for (i, m) in split_modules(&text).iter().enumerate() {
+            let key = format!("{rel}:{i}");
+            let result = std::panic::catch_unwind(|| parse_module(m));
+            let Ok(result) = result else {
+                failures.push(format!("{key}: the parser panicked"));
+                continue;
+            };
+            if rejects.contains(&key) {
+                match result {
+                    Err(_) => rejected += 1,
+                    Ok(_) => failures.push(format!("{key}: XLA rejects it but we accept it")),
+                }
+                continue;
+            }
+            let module = match result {
+                Ok(module) => module,
+                Err(e) => {
+                    failures.push(format!("{key}: {e}"));
+                    continue;
+                }
+            };
+            let printed = print_module(&module, &PrintOptions::default());
+            let again = match parse_module(&printed) {
+                Ok(m) => m,
+                Err(e) => {
+                    let line = printed.lines().nth(e.line.saturating_sub(1)).unwrap_or("");
+                    failures.push(format!(
+                        "{key}: the printed module does not parse: {e}\n    {line}"
+                    ));
+                    continue;
+                }
+            };
+            if let Some(d) = module_diff(&module, &again) {
+                failures.push(format!("{key}: print/parse changed the module: {d}"));
+                continue;
+            }
+            let reprinted = print_module(&again, &PrintOptions::default());
+            if reprinted != printed {
+                let (n, (x, y)) = printed
+                    .lines()
+                    .zip(reprinted.lines())
+                    .enumerate()
+                    .find(|(_, (x, y))| x != y)
+                    .unwrap_or((0, ("", "")));
+                failures.push(format!(
+                    "{key}: printing again differs at line {}:\n    {x}\n    {y}",
+                    n + 1
+                ));
+                continue;
+            }
+            // The short form parses to the same module too.
+            let short = print_module(&module, &PrintOptions::short());
+            match parse_module(&short) {
+                Ok(s) => {
+                    if let Some(d) = module_diff(&module, &s) {
+                        failures.push(format!("{key}: the short form differs: {d}"));
+                        continue;
+                    }
+                }
+                Err(e) => {
+                    failures.push(format!("{key}: the short form does not parse: {e}"));
+                    continue;
+                }
+            }
+            accepted += 1;
+        }
+    }
+    eprintln!(
+        "corpus: {} files, {accepted} modules accepted and round-tripped, {rejected} rejected as expected, {} failures",
+        files.len(),
+        failures.len()
+    );
+    if !failures.is_empty() {
+        panic!(
+            "{} corpus failures:\n{}",
+            failures.len(),
+            failures.join("\n")
+        );
+    }
+}

@@ -363,7 +363,7 @@ mod tests {
         .unwrap();
         assert!(ok, "{report}");
         assert!(
-            report.contains("output 0 f32[4]: ok max abs error 0e0"),
+            report.contains("output 0 f32[4]: ok max abs error 0.000e0"),
             "{report}"
         );
         std::fs::remove_dir_all(&dir).unwrap();

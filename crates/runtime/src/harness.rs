@@ -109,7 +109,7 @@ impl fmt::Display for OutputReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "output {} {}: {} max abs error {:e}, max rel error {:e} ({})",
+            "output {} {}: {} max abs error {:.3e}, max rel error {:.3e} ({})",
             self.index,
             self.shape,
             if self.passed() { "ok" } else { "DIFFERS" },
@@ -129,8 +129,11 @@ impl fmt::Display for OutputReport {
         }
         if self.replica_mismatch_count > 0 {
             write!(f, "; {} replica disagreements", self.replica_mismatch_count)?;
-            for m in &self.replica_mismatches {
+            for m in self.replica_mismatches.iter().take(4) {
                 write!(f, "\n    {m}")?;
+            }
+            if self.replica_mismatch_count > 4 {
+                write!(f, "\n    ...")?;
             }
         }
         Ok(())
@@ -967,7 +970,7 @@ mod tests {
         assert!(!r.passed());
         assert!(r
             .to_string()
-            .starts_with("output 3 s32[2]: DIFFERS max abs error 1e0"));
+            .starts_with("output 3 s32[2]: DIFFERS max abs error 1.000e0"));
         // Shapes must agree.
         assert!(compare_arrays(
             0,

@@ -48,9 +48,26 @@ impl fmt::Display for Scalar {
         match self {
             Scalar::Pred(b) => write!(f, "{b}"),
             Scalar::Int(i) => write!(f, "{i}"),
-            Scalar::Float(x) => write!(f, "{x:?}"),
-            Scalar::Complex(re, im) => write!(f, "({re:?}, {im:?})"),
+            Scalar::Float(x) => write_float(f, *x),
+            Scalar::Complex(re, im) => {
+                f.write_str("(")?;
+                write_float(f, *re)?;
+                f.write_str(", ")?;
+                write_float(f, *im)?;
+                f.write_str(")")
+            }
         }
+    }
+}
+
+/// The shortest spelling that reads back to the value: as an f32 when the value is one (every
+/// type narrower than f64 widens exactly), else as an f64.
+fn write_float(f: &mut fmt::Formatter<'_>, x: f64) -> fmt::Result {
+    let narrow = x as f32;
+    if f64::from(narrow) == x || x.is_nan() {
+        write!(f, "{narrow:?}")
+    } else {
+        write!(f, "{x:?}")
     }
 }
 

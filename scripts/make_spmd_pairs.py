@@ -2,7 +2,9 @@
 """Dumps XLA's own (before, after) pairs of the spmd-partitioning pass, as fixtures for the
 runtime's equivalence harness.
 
-    XLA_FLAGS=--xla_force_host_platform_device_count=8 VENV/bin/python scripts/make_spmd_pairs.py
+    XLA_FLAGS=--xla_force_host_platform_device_count=8 VENV/bin/python scripts/make_spmd_pairs.py [NAME...]
+
+(with names, only those cases are written).
 
 For each small jax function below, jit-compiles it on a mesh of 2, 4 or 8 CPU devices with
 XLA's own sharding propagation (not Shardy), dumps every pass, and copies the module right
@@ -12,6 +14,7 @@ program with collectives) to testdata/spmd_pairs/<name>.{before,after}.hlo.
 import glob
 import os
 import shutil
+import sys
 import tempfile
 
 import jax
@@ -58,11 +61,27 @@ def cases():
         lambda x, y: jnp.tanh(x) + y,
         [((6, 4), f32, NamedSharding(m2, P("x", None))), ((6, 4), f32, NamedSharding(m2, P(None, None)))],
     )
+    # 10 rows over 4 devices inside the program: padded tiles of 3, gathered back to every device.
+    wsc = jax.lax.with_sharding_constraint
+    yield (
+        "allgather_uneven",
+        lambda x: wsc(wsc(x[:10] * 2.0 + 1.0, NamedSharding(m4, P("x", None))), NamedSharding(m4, P(None, None))),
+        [((12, 4), f32, NamedSharding(m4, P("x", None)))],
+    )
+    # Contracting dimension sharded, result sharded by rows: partial sums reduced and scattered.
+    yield (
+        "matmul_reduce_scatter",
+        lambda a, b: jax.lax.with_sharding_constraint(a @ b, NamedSharding(m4, P("x", None))),
+        [((8, 16), f32, NamedSharding(m4, P(None, "x"))), ((16, 8), f32, NamedSharding(m4, P("x", None)))],
+    )
 
 
 def main():
     os.makedirs(OUT, exist_ok=True)
+    only = set(sys.argv[1:])
     for name, fn, args in cases():
+        if only and name not in only:
+            continue
         specs = [jax.ShapeDtypeStruct(s, t, sharding=sh) for s, t, sh in args]
         d = tempfile.mkdtemp()
         jax.jit(fn).lower(*specs).compile(

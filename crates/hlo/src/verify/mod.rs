@@ -403,7 +403,9 @@ impl<'a> Verifier<'a> {
         let want: Option<(usize, usize)> = match ins.opcode {
             While | SelectAndScatter => Some((2, 2)),
             Call | Fusion | Map | Reduce | ReduceWindow | Scatter | Sort | AllReduce
-            | AllReduceStart | ReduceScatter | AsyncStart | AsyncUpdate | AsyncDone => Some((1, 1)),
+            | AllReduceStart | ReduceScatter | AsyncStart => Some((1, 1)),
+            // XLA's protos name the wrapped computation on async-start only.
+            AsyncUpdate | AsyncDone => Some((0, 1)),
             Conditional => Some((1, usize::MAX)),
             CustomCall | Scan | CollectiveReduce => None,
             _ => Some((0, 0)),
@@ -434,7 +436,7 @@ impl<'a> Verifier<'a> {
         let here = m.comp(ins.parent).execution_thread.clone();
         if ins.opcode.is_async() {
             let want = ins.attrs.async_execution_thread.clone();
-            for &cc in ins.called.iter() {
+            if let Some(cc) = self.wrapped(id) {
                 let t = m.comp(cc).execution_thread.clone();
                 let want_name = want.as_deref().unwrap_or("main");
                 if t.as_deref().unwrap_or("main") != want_name {
@@ -471,6 +473,23 @@ impl<'a> Verifier<'a> {
                 );
             }
         }
+    }
+
+    /// The computation an async-start/update/done wraps: its own called computation, else the
+    /// one of the async-start its operand chain leads to.
+    fn wrapped(&self, id: InstrId) -> Option<CompId> {
+        let mut cur = id;
+        for _ in 0..64 {
+            let ins = self.m.instr(cur);
+            if let Some(&c) = ins.called.first() {
+                return Some(c);
+            }
+            if !matches!(ins.opcode, Opcode::AsyncUpdate | Opcode::AsyncDone) {
+                return None;
+            }
+            cur = *ins.operands().first()?;
+        }
+        None
     }
 
     fn signature(&self, c: CompId) -> ProgramShape {
@@ -519,7 +538,14 @@ impl<'a> Verifier<'a> {
             return;
         }
         let shapes: Vec<&Shape> = ins.operands().iter().map(|&o| &m.instr(o).shape).collect();
-        let called: Vec<ProgramShape> = ins.called.iter().map(|&c| self.signature(c)).collect();
+        let called: Vec<ProgramShape> = if ins.opcode.is_async() {
+            self.wrapped(id)
+                .map(|c| self.signature(c))
+                .into_iter()
+                .collect()
+        } else {
+            ins.called.iter().map(|&c| self.signature(c)).collect()
+        };
         let inp = InferInput {
             operands: &shapes,
             attrs: &ins.attrs,
@@ -1116,7 +1142,7 @@ impl<'a> Verifier<'a> {
         let rs = ri.as_deref().and_then(|ix| ins.shape.subshape(ix));
         match (os, rs) {
             (Some(os), Some(rs)) => {
-                if !compatible(os, rs, false) {
+                if !compatible(unbuffer(os), unbuffer(rs), false) {
                     self.err_instr(
                         id,
                         format!(
@@ -1228,8 +1254,7 @@ impl<'a> Verifier<'a> {
     /// The async tuple of start/update/done: `{0}` the wrapped computation's parameters,
     /// `{1}` its result.
     fn check_async_tuple(&mut self, id: InstrId, s: &Shape) {
-        let ins = self.m.instr(id);
-        let Some(&f) = ins.called.first() else { return };
+        let Some(f) = self.wrapped(id) else { return };
         let sig = self.signature(f);
         match s {
             Shape::Tuple(e) if e.len() >= 2 => {
@@ -1267,14 +1292,13 @@ impl<'a> Verifier<'a> {
 
     fn check_same_wrapped(&mut self, id: InstrId) {
         let m = self.m;
-        let ins = m.instr(id);
-        let op = m.instr(ins.operand(0));
-        if op.called.first() != ins.called.first() {
+        let op = m.instr(id).operand(0);
+        if self.wrapped(op) != self.wrapped(id) {
             self.err_instr(
                 id,
                 format!(
                     "wraps a different computation than its operand %{}",
-                    op.name
+                    m.instr(op).name
                 ),
             );
         }
@@ -1681,6 +1705,14 @@ impl<'a> Verifier<'a> {
 }
 
 // ----- free helpers -----
+
+/// The array inside a `b(...)` buffer shape (XLA compares pinned buffers with their arrays).
+fn unbuffer(s: &Shape) -> &Shape {
+    match s {
+        Shape::Buffer(b) => b,
+        _ => s,
+    }
+}
 
 fn names(ops: &[Opcode]) -> String {
     ops.iter()

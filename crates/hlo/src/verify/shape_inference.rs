@@ -1703,8 +1703,9 @@ fn scaled_dot(ops: &[&Shape], inp: &InferInput<'_>) -> Result<Shape> {
     let op = Opcode::ScaledDot;
     let default = DotDimensionNumbers::default();
     let dn = inp.attrs.dot_dims.as_deref().unwrap_or(&default);
-    // Operands: lhs, lhs_scale, rhs, rhs_scale; each scale has its operand's rank.
-    for (v, s) in [(0, 1), (2, 3)] {
+    // Operands: lhs, rhs, lhs_scale, rhs_scale; each scale has its operand's rank (or is a
+    // scalar).
+    for (v, s) in [(0, 2), (1, 3)] {
         let x = array(op, ops[v], "operand")?;
         let sc = array(op, ops[s], "scale")?;
         if sc.rank() != x.rank() && sc.rank() != 0 {
@@ -1716,7 +1717,7 @@ fn scaled_dot(ops: &[&Shape], inp: &InferInput<'_>) -> Result<Shape> {
         }
     }
     let pref = inp.target.map(Shape::element_type);
-    dot_core(op, ops[0], ops[2], dn, pref, &[])
+    dot_core(op, ops[0], ops[1], dn, pref, &[])
 }
 
 fn distinct(v: &[i64], rank: usize) -> bool {

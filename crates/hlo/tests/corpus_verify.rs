@@ -1,0 +1,130 @@
+//! Every corpus module that XLA's parser and verifier accept must pass Tessera's verifier.
+//!
+//! Modules are split and indexed as scripts/corpus_oracle.py does. testdata/corpus/
+//! xla_rejects.txt lists the modules XLA's parser refuses; testdata/corpus/
+//! xla_verify_rejects.txt (scripts/corpus_verify_oracle.py) those XLA's verifier refuses. A
+//! module our parser cannot read is the text parser's business (tests/corpus_text.rs) and is
+//! only counted here.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use tessera_hlo::verify::{findings, VerifyOptions};
+
+fn corpus_root() -> PathBuf {
+    Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../shared/corpus/xla-hlo"
+    ))
+    .to_path_buf()
+}
+
+fn listed(name: &str) -> HashSet<String> {
+    let p = Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../testdata/corpus"
+    ))
+    .join(name);
+    std::fs::read_to_string(p)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| l.split('\t').next().unwrap_or("").trim().to_string())
+        .collect()
+}
+
+/// Splits on lines that are exactly `// -----` and drops chunks holding only comments.
+fn modules(text: &str) -> Vec<String> {
+    let mut chunks = vec![String::new()];
+    for line in text.split_inclusive('\n') {
+        let t = line.trim_end_matches(['\n', '\r']);
+        if t.strip_prefix("// -----")
+            .is_some_and(|r| r.trim_matches([' ', '\t']).is_empty())
+        {
+            chunks.push(String::new());
+        } else {
+            chunks.last_mut().unwrap().push_str(line);
+        }
+    }
+    chunks
+        .into_iter()
+        .filter(|c| {
+            c.lines()
+                .any(|l| !l.trim().is_empty() && !l.trim().starts_with("//"))
+        })
+        .collect()
+}
+
+fn hlo_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut entries: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    entries.sort();
+    for p in entries {
+        if p.is_dir() {
+            hlo_files(&p, out);
+        } else if p.extension().is_some_and(|e| e == "hlo") {
+            out.push(p);
+        }
+    }
+}
+
+#[test]
+fn corpus_modules_xla_accepts_verify() {
+    let root = corpus_root();
+    if !root.exists() {
+        eprintln!("corpus not found at {}; skipping", root.display());
+        return;
+    }
+    let parse_rejects = listed("xla_rejects.txt");
+    let verify_rejects = listed("xla_verify_rejects.txt");
+    let mut files = Vec::new();
+    hlo_files(&root, &mut files);
+    let (mut total, mut checked, mut unparsed, mut agreed) = (0, 0, 0, 0);
+    let mut failures = Vec::new();
+    let opts = VerifyOptions::default();
+    for f in &files {
+        let rel = f
+            .strip_prefix(&root)
+            .unwrap()
+            .to_string_lossy()
+            .replace('\\', "/");
+        let text = std::fs::read_to_string(f).unwrap();
+        for (i, m) in modules(&text).iter().enumerate() {
+            total += 1;
+            let name = format!("{rel}:{i}");
+            if parse_rejects.contains(&name) {
+                continue;
+            }
+            let Ok(module) = tessera_hlo::text::parse_module(m) else {
+                unparsed += 1;
+                continue;
+            };
+            let found = findings(&module, &opts);
+            if verify_rejects.contains(&name) {
+                if !found.is_empty() {
+                    agreed += 1;
+                }
+                continue;
+            }
+            checked += 1;
+            if !found.is_empty() {
+                let list: Vec<String> = found.iter().take(3).map(|x| x.to_string()).collect();
+                failures.push(format!("{name}:\n    {}", list.join("\n    ")));
+            }
+        }
+    }
+    eprintln!(
+        "{total} modules, {checked} that XLA accepts verified, {unparsed} not parsed, \
+         {agreed} of {} XLA verifier rejects also rejected",
+        verify_rejects.len()
+    );
+    assert!(checked > 0 || unparsed == 0, "nothing was verified");
+    assert!(
+        failures.is_empty(),
+        "{} module(s) XLA accepts fail verification:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}

@@ -33,6 +33,14 @@ from jaxlib import _hlo
 
 ARTIFACTS = ["Replica groups must be specified in flattened-id mode"]
 
+# Modules the plugin cannot load as a whole (an opcode newer than the plugin's XLA), checked by
+# hand: the module minus the computations holding the unknown opcode, compiled the same way.
+MANUAL = {
+    "xla/hlo/translate/hlo_to_mhlo/tests/import.hlo:0": "(checked without its scan computation) "
+    "HLO all-to-all has operands with different shapes: the 0th operand shape f32[128,4], but "
+    "the 1th operand has shape f32[128,4] (layouts differ); for instruction %all-to-all.1",
+}
+
 
 def modules(text):
     chunks = re.split(r"(?m)^// -----[ \t]*$", text)
@@ -96,6 +104,10 @@ def main():
                     if kind in ("verifier", "crash"):
                         rejects.append(f"{name}\t{msg[:200]}")
                     print(f"{name}\t{kind}", file=sys.stderr)
+    for name, msg in MANUAL.items():
+        if (wanted is None or name in wanted) and not any(r.startswith(name + "\t") for r in rejects):
+            rejects.append(f"{name}\t{msg}")
+            notes["manual"] = notes.get("manual", 0) + 1
     rejects.sort()
     scope = "all modules" if wanted is None else f"{checked} candidate modules"
     with open(out, "w", encoding="utf-8") as fh:

@@ -12,11 +12,18 @@ use std::path::{Path, PathBuf};
 use tessera_hlo::verify::{findings, VerifyOptions};
 
 fn corpus_root() -> PathBuf {
-    Path::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/corpus/xla-hlo"
-    ))
-    .to_path_buf()
+    // The repository root's sibling `shared/` (a worktree under /work/wt/ is one level deeper).
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for up in [
+        "../../../shared/corpus/xla-hlo",
+        "../../../../shared/corpus/xla-hlo",
+    ] {
+        let p = here.join(up);
+        if p.exists() {
+            return p;
+        }
+    }
+    here.join("../../../shared/corpus/xla-hlo")
 }
 
 fn listed(name: &str) -> HashSet<String> {
@@ -70,6 +77,15 @@ fn hlo_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// Modules whose text gives an instruction a shape that XLA's parser replaces with the shape it
+/// derives itself (it builds recv-done, send-done, get-tuple-element, ... from their operands and
+/// ignores the written shape), so XLA verifies a different module than the text says. Tessera's
+/// parser keeps the written shape and the verifier rightly refuses it.
+const XLA_PARSER_REWRITES: &[&str] = &[
+    // recv-done written as (f32[128,21], token[]) for a recv of f32[128,32].
+    "xla/hlo/translate/hlo_to_mhlo/tests/import_async.hlo:14",
+];
+
 #[test]
 fn corpus_modules_xla_accepts_verify() {
     let root = corpus_root();
@@ -83,6 +99,7 @@ fn corpus_modules_xla_accepts_verify() {
     hlo_files(&root, &mut files);
     let (mut total, mut checked, mut unparsed, mut agreed) = (0, 0, 0, 0);
     let mut failures = Vec::new();
+    let mut rejected_names = Vec::new();
     let opts = VerifyOptions::default();
     for f in &files {
         let rel = f
@@ -102,6 +119,12 @@ fn corpus_modules_xla_accepts_verify() {
                 continue;
             };
             let found = findings(&module, &opts);
+            if !found.is_empty() {
+                rejected_names.push(name.clone());
+            }
+            if XLA_PARSER_REWRITES.contains(&name.as_str()) {
+                continue;
+            }
             if verify_rejects.contains(&name) {
                 if !found.is_empty() {
                     agreed += 1;
@@ -114,6 +137,10 @@ fn corpus_modules_xla_accepts_verify() {
                 failures.push(format!("{name}:\n    {}", list.join("\n    ")));
             }
         }
+    }
+    // The candidates for scripts/corpus_verify_oracle.py: every module we reject.
+    if let Ok(path) = std::env::var("TESSERA_VERIFY_CANDIDATES") {
+        std::fs::write(path, rejected_names.join("\n") + "\n").unwrap();
     }
     eprintln!(
         "{total} modules, {checked} that XLA accepts verified, {unparsed} not parsed, \

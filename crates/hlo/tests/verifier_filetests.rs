@@ -3,11 +3,38 @@
 //! `computation: %instruction: message`), and no finding may go unexpected.
 //! `// VERIFY-OPTIONS: name=value ...` sets [`VerifyOptions`] fields
 //! (`allow_dangling_computations`, `allow_mixed_precision`, `layout_sensitive`,
-//! `allow_unbounded_dynamism`, `num_devices`).
+//! `allow_unbounded_dynamism`, `num_devices`). `// SCHEDULE: comp: a, b, c` replaces the
+//! schedule of computation `comp` with the named instructions (the text itself can only hold
+//! valid orders, since operands must be defined before use).
 
 use std::path::Path;
 
 use tessera_hlo::verify::{findings, VerifyOptions};
+use tessera_hlo::Module;
+
+fn apply_schedule_lines(text: &str, m: &mut Module) -> Result<(), String> {
+    for line in text.lines() {
+        let Some(rest) = line.trim().strip_prefix("// SCHEDULE:") else {
+            continue;
+        };
+        let (comp, list) = rest.split_once(':').ok_or("SCHEDULE needs `comp: a, b`")?;
+        let c = m
+            .find_computation(comp.trim())
+            .ok_or(format!("no computation `{}`", comp.trim()))?;
+        let mut seq = Vec::new();
+        for n in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            seq.push(
+                m.find_instruction(n)
+                    .ok_or(format!("no instruction `{n}`"))?,
+            );
+        }
+        m.schedule
+            .get_or_insert_with(Default::default)
+            .sequences
+            .insert(c, seq);
+    }
+    Ok(())
+}
 
 fn options(text: &str) -> Result<VerifyOptions, String> {
     let mut o = VerifyOptions::default();
@@ -68,13 +95,17 @@ fn verifier_filetests() {
                 continue;
             }
         };
-        let module = match tessera_hlo::text::parse_module(&text) {
+        let mut module = match tessera_hlo::text::parse_module(&text) {
             Ok(m) => m,
             Err(e) => {
                 problems.push(format!("{name}: does not parse: {e}"));
                 continue;
             }
         };
+        if let Err(e) = apply_schedule_lines(&text, &mut module) {
+            problems.push(format!("{name}: {e}"));
+            continue;
+        }
         let found: Vec<String> = findings(&module, &opts)
             .iter()
             .map(|f| f.to_string())

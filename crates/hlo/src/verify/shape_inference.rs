@@ -796,7 +796,8 @@ fn clamp(min: &Shape, x: &Shape, max: &Shape) -> Result<Shape> {
 fn broadcast(s: &Shape, inp: &InferInput<'_>) -> Result<Shape> {
     let op = Opcode::Broadcast;
     let a = array(op, s, "operand")?;
-    let dims = dims_attr(op, inp.attrs)?;
+    // A scalar broadcast may leave out `dimensions={}`.
+    let dims = inp.attrs.dimensions.as_deref().unwrap_or(&[]);
     let t = inp.target.ok_or(ShapeError::NeedsTarget(op))?;
     let ta = array(op, t, "result")?;
     if dims.len() != a.rank() {

@@ -70,6 +70,11 @@ pub struct CompareArgs {
     pub atol: Option<f64>,
 }
 
+/// The HLO text parser, as a [`ParseFn`].
+pub fn parse_text(text: &str) -> std::result::Result<Module, String> {
+    tessera_hlo::text::parse_module(text).map_err(|e| e.to_string())
+}
+
 /// Reads a module from HLO text (with `parse`) or from HloModuleProto bytes (`.pb`).
 pub fn load_module(path: &Path, parse: ParseFn) -> Result<Module> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
@@ -367,6 +372,30 @@ mod tests {
             "{report}"
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn compare_reads_xla_text_pairs() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/spmd_pairs/");
+        let args = CompareArgs {
+            original: PathBuf::from(format!("{dir}reduce_sum_sharded.before.hlo")),
+            partitioned: PathBuf::from(format!("{dir}reduce_sum_sharded.after.hlo")),
+            devices: 4,
+            inputs: None,
+            seed: 5,
+            rtol: None,
+            atol: None,
+        };
+        let (report, ok) = compare(&args, parse_text).unwrap();
+        assert!(ok, "{report}");
+        assert!(report.starts_with("output 0 f32[8]: ok"), "{report}");
+        // Swapped, the per-device module's f32[4,8] parameter cannot take f32[16,8] pieces.
+        let swapped = CompareArgs {
+            original: args.partitioned.clone(),
+            partitioned: args.original.clone(),
+            ..args
+        };
+        assert!(compare(&swapped, parse_text).is_err());
     }
 
     #[test]

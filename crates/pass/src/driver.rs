@@ -29,6 +29,18 @@ pub struct Hooks {
     pub verify: Option<VerifyFn>,
 }
 
+/// The parser, printer and verifier of `tessera_hlo`.
+pub fn default_hooks() -> Hooks {
+    Hooks {
+        parse: |text| tessera_hlo::text::parse_module(text).map_err(|e| e.to_string()),
+        print: |m| tessera_hlo::text::print_module(m, &tessera_hlo::text::PrintOptions::default()),
+        verify: Some(|m| {
+            tessera_hlo::verify::verify(m, &tessera_hlo::verify::VerifyOptions::default())
+                .map_err(|e| e.to_string())
+        }),
+    }
+}
+
 /// What `tessera opt` was asked to do.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct OptSpec {
@@ -113,10 +125,8 @@ pub fn run_opt(
     let report = pipeline.run_with_report(&mut module)?;
     let mut text = (hooks.print)(&module);
     for (pass, remark) in &report.remarks {
-        if !text.ends_with('\n') {
-            text.push('\n');
-        }
-        text.push_str(&format!("\n// {pass}:\n"));
+        text.truncate(text.trim_end().len());
+        text.push_str(&format!("\n\n// {pass}:\n"));
         for line in remark.lines() {
             text.push_str(format!("// {line}").trim_end());
             text.push('\n');

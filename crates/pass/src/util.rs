@@ -1,6 +1,6 @@
 //! Helpers shared by passes: cloning computations, removing dead code, ordering computations.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use tessera_hlo::analysis::{computation_post_order, post_order};
 use tessera_hlo::{CompId, InstrId, Module, Opcode};
@@ -79,23 +79,54 @@ pub fn is_removable(module: &Module, id: InstrId, effects: &SideEffects) -> bool
         && !effects.instr_has(module, id)
 }
 
-/// `base`, or `base.1`, `base.2`, ... : the first computation name not in use.
-pub fn fresh_computation_name(module: &Module, base: &str) -> String {
-    if module.find_computation(base).is_none() {
-        return base.to_string();
+/// Computation names in use, for making fresh ones quickly when a pass adds many computations.
+pub struct CompNames {
+    used: HashSet<String>,
+    next: HashMap<String, usize>,
+}
+
+impl CompNames {
+    pub fn new(module: &Module) -> CompNames {
+        CompNames {
+            used: module
+                .computations()
+                .iter()
+                .map(|&c| module.comp(c).name.clone())
+                .collect(),
+            next: HashMap::new(),
+        }
     }
-    (1..)
-        .map(|n| format!("{base}.{n}"))
-        .find(|c| module.find_computation(c).is_none())
-        .expect("some suffix is free")
+
+    /// `base`, or `base.1`, `base.2`, ...: the first name not in use; it is marked used.
+    pub fn fresh(&mut self, base: &str) -> String {
+        let name = if self.used.contains(base) {
+            let n = self.next.entry(base.to_string()).or_insert(1);
+            loop {
+                let candidate = format!("{base}.{n}");
+                *n += 1;
+                if !self.used.contains(&candidate) {
+                    break candidate;
+                }
+            }
+        } else {
+            base.to_string()
+        };
+        self.used.insert(name.clone());
+        name
+    }
 }
 
 /// Clones `comp` into a new computation named `<name>.<suffix>` (made unique). Instructions
 /// are named `<name>.<suffix>` too; called computations are shared, not cloned. Parameters,
 /// root, control edges, the execution thread and the schedule (if any) carry over.
-pub fn clone_computation(module: &mut Module, comp: CompId, suffix: &str) -> Result<CompId> {
+pub fn clone_computation(
+    module: &mut Module,
+    comp: CompId,
+    suffix: &str,
+    names: &mut CompNames,
+) -> Result<CompId> {
     let name = module.comp(comp).name.clone();
-    let new_name = fresh_computation_name(module, &format!("{name}.{suffix}"));
+    let new_name = names.fresh(&format!("{name}.{suffix}"));
     let new = module.add_computation(new_name)?;
     module.comp_mut(new).execution_thread = module.comp(comp).execution_thread.clone();
     let mut map: HashMap<InstrId, InstrId> = HashMap::new();

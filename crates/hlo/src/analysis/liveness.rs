@@ -42,26 +42,28 @@ impl Liveness {
         sequence: &[InstrId],
         size: BufferSizeFn,
     ) -> Liveness {
-        let mut pos = vec![usize::MAX; module.instr_capacity()];
-        for (k, &id) in sequence.iter().enumerate() {
-            pos[id.index()] = k;
-        }
+        let pos_of: std::collections::HashMap<InstrId, usize> = sequence
+            .iter()
+            .enumerate()
+            .map(|(k, &id)| (id, k))
+            .collect();
+        let pos = |id: InstrId| pos_of.get(&id).copied().unwrap_or(usize::MAX);
         let last = sequence.len().saturating_sub(1);
         let root = module.comp(comp).root();
         let mut ranges = Vec::new();
         for &id in module.comp(comp).instructions() {
             let is_param = module.instr(id).opcode == Opcode::Parameter;
-            if pos[id.index()] == usize::MAX && !is_param {
+            if pos(id) == usize::MAX && !is_param {
                 continue;
             }
             for &b in points_to.defined_buffers(id) {
                 let (start, mut end) = if is_param {
                     (0, last)
                 } else {
-                    (pos[id.index()], pos[id.index()])
+                    (pos(id), pos(id))
                 };
                 for (user, _) in points_to.buffer_uses(module, b) {
-                    let p = pos[user.index()];
+                    let p = pos(user);
                     if p != usize::MAX {
                         end = end.max(p);
                     }

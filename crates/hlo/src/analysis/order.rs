@@ -5,24 +5,28 @@
 //! operands left to right. Instructions unreachable from the root (dead code, side effects)
 //! appear too, after the operands they use.
 
+use std::collections::HashMap;
+
 use crate::instruction::{CompId, InstrId};
 use crate::module::Module;
 
 /// Instructions of `comp`, each after its operands and control predecessors.
 pub fn post_order(module: &Module, comp: CompId) -> Vec<InstrId> {
     let c = module.comp(comp);
-    let mut state = vec![0u8; module.instr_capacity()]; // 0 new, 1 on stack, 2 done
+    // Visit state per instruction of this computation: 0 new, 1 on the stack, 2 done. A map, not
+    // a module-sized vector, so that walking every computation stays linear in the module.
+    let mut state: HashMap<InstrId, u8> = HashMap::with_capacity(c.instructions().len());
     let mut out = Vec::with_capacity(c.instructions().len());
     // Start from the root first so that its cone comes out in a natural order, then any
     // instruction not reached from it (in stored order).
     let starts = c.root().into_iter().chain(c.instructions().iter().copied());
     let mut stack: Vec<(InstrId, usize)> = Vec::new();
     for start in starts {
-        if state[start.index()] != 0 {
+        if state.get(&start).copied().unwrap_or(0) != 0 {
             continue;
         }
         stack.push((start, 0));
-        state[start.index()] = 1;
+        state.insert(start, 1);
         while let Some(&mut (id, ref mut next)) = stack.last_mut() {
             let i = module.instr(id);
             let n_ops = i.operands().len();
@@ -36,12 +40,12 @@ pub fn post_order(module: &Module, comp: CompId) -> Vec<InstrId> {
                     preds[k - n_ops]
                 };
                 // A cycle (state 1) would be a malformed module; skip the back edge.
-                if state[dep.index()] == 0 {
-                    state[dep.index()] = 1;
+                if state.get(&dep).copied().unwrap_or(0) == 0 {
+                    state.insert(dep, 1);
                     stack.push((dep, 0));
                 }
             } else {
-                state[id.index()] = 2;
+                state.insert(id, 2);
                 out.push(id);
                 stack.pop();
             }

@@ -307,15 +307,17 @@ impl TuplePointsTo {
             }
             Opcode::AsyncUpdate => forward(self, &mut set, 0, &[], &[]),
             Opcode::AsyncDone => forward(self, &mut set, 0, &[1], &[]),
-            Opcode::CustomCall => {
-                if let Some(cc) = instr.attrs.custom_call.as_ref() {
-                    for alias in &cc.output_to_operand_aliasing {
-                        let dst: Vec<usize> =
-                            alias.output_index.iter().map(|&x| x as usize).collect();
-                        let src: Vec<usize> =
-                            alias.operand_index.iter().map(|&x| x as usize).collect();
-                        forward(self, &mut set, alias.operand as usize, &src, &dst);
-                    }
+            Opcode::CustomCall | Opcode::Fusion => {
+                // Outputs aliased to operands (custom calls keep theirs in their own attributes,
+                // fusions in the common one) forward the operand's buffers.
+                let aliasing = match (&instr.attrs.custom_call, instr.opcode) {
+                    (Some(cc), Opcode::CustomCall) => &cc.output_to_operand_aliasing,
+                    _ => &instr.attrs.output_to_operand_aliasing,
+                };
+                for alias in aliasing {
+                    let dst: Vec<usize> = alias.output_index.iter().map(|&x| x as usize).collect();
+                    let src: Vec<usize> = alias.operand_index.iter().map(|&x| x as usize).collect();
+                    forward(self, &mut set, alias.operand as usize, &src, &dst);
                 }
                 if instr.shape.is_tuple() {
                     set.elements

@@ -1,10 +1,21 @@
-//! `tessera`: the pass driver.
+//! `tessera`: the pass-driver binary.
+//!
+//! Every subcommand reads HLO text (a file or `-` for stdin) or an `xla.HloModuleProto`, and
+//! reports any error on stderr with exit code 1. A panic (exit 101) is a bug.
 
-mod opt;
-
+use std::fs;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
+use tessera_hlo::text::{parse_module, print_module, PrintOptions};
+use tessera_hlo::Module;
+
+mod opt;
+mod run;
+mod summary;
 
 #[derive(Parser)]
 #[command(name = "tessera", version, about = "An XLA-style HLO pass pipeline")]
@@ -15,22 +26,157 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Print a module in canonical HLO text.
+    Fmt {
+        /// HLO text file, or `-` for stdin.
+        file: String,
+        /// Print the short form (no `%`, operands without shapes).
+        #[arg(long)]
+        short: bool,
+        /// Write to this file instead of stdout.
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+    },
+    /// Parse and verify a module; exit 0 when it is valid.
+    Verify {
+        /// HLO text file, or `-` for stdin.
+        file: String,
+    },
+    /// Convert HLO text to a serialized xla.HloModuleProto.
+    ToProto {
+        /// HLO text file, or `-` for stdin.
+        file: String,
+        /// The .pb file to write.
+        #[arg(short, long)]
+        output: PathBuf,
+    },
+    /// Print a serialized xla.HloModuleProto as HLO text.
+    FromProto {
+        /// The .pb file to read, or `-` for stdin.
+        file: String,
+        #[arg(long)]
+        short: bool,
+    },
+    /// Print a short summary of a module: computations, instructions, parameters, shardings.
+    Summary {
+        /// HLO text file, or `-` for stdin.
+        file: String,
+    },
     /// Run passes over an HLO module and print the result.
     Opt(opt::OptArgs),
     /// Count what an HLO module holds: opcodes, shardings, collectives, parameters.
     Stats(opt::StatsArgs),
     /// List the passes `opt` knows, with their options.
     Passes,
+    /// Run a module on N PJRT CPU devices with .npy or random inputs.
+    Run(run::RunArgs),
+    /// Run an original module on 1 device and its partitioned form on N; compare the outputs.
+    Compare(run::CompareArgs),
+}
+
+fn read_input(file: &str) -> Result<Vec<u8>> {
+    if file == "-" {
+        let mut buf = Vec::new();
+        std::io::stdin()
+            .read_to_end(&mut buf)
+            .context("reading stdin")?;
+        Ok(buf)
+    } else {
+        fs::read(file).with_context(|| format!("reading {file}"))
+    }
+}
+
+/// Reads and parses HLO text; parse errors are prefixed with the file name (`f.hlo:12:7: ...`).
+fn load_text(file: &str) -> Result<Module> {
+    let bytes = read_input(file)?;
+    let text = String::from_utf8(bytes).with_context(|| format!("{file}: not UTF-8 text"))?;
+    let shown = if file == "-" { "<stdin>" } else { file };
+    parse_module(&text).map_err(|e| anyhow::anyhow!("{shown}:{e}"))
+}
+
+fn write_output(output: Option<&Path>, text: &str) -> Result<()> {
+    match output {
+        Some(p) if p != Path::new("-") => {
+            fs::write(p, text).with_context(|| format!("writing {}", p.display()))
+        }
+        _ => {
+            let mut out = std::io::stdout().lock();
+            match out.write_all(text.as_bytes()) {
+                // A closed pipe (`tessera fmt x | head`) is not an error.
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+                r => r.context("writing stdout"),
+            }
+        }
+    }
+}
+
+fn print_options(short: bool) -> PrintOptions {
+    if short {
+        PrintOptions::short()
+    } else {
+        PrintOptions::default()
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Fmt {
+            file,
+            short,
+            output,
+        } => {
+            let module = load_text(&file)?;
+            write_output(
+                output.as_deref(),
+                &print_module(&module, &print_options(short)),
+            )
+        }
+        Command::Verify { file } => {
+            let module = load_text(&file)?;
+            match tessera_hlo::verify::verify(
+                &module,
+                &tessera_hlo::verify::VerifyOptions::default(),
+            ) {
+                Ok(()) => {
+                    eprintln!("{file}: ok ({} instructions)", module.instruction_count());
+                    Ok(())
+                }
+                Err(errors) => bail!("{file}: invalid module\n{errors}"),
+            }
+        }
+        Command::ToProto { file, output } => {
+            let module = load_text(&file)?;
+            let bytes = tessera_hlo::proto::to_proto_bytes(&module);
+            fs::write(&output, bytes).with_context(|| format!("writing {}", output.display()))
+        }
+        Command::FromProto { file, short } => {
+            let bytes = read_input(&file)?;
+            let module = tessera_hlo::proto::from_proto_bytes(&bytes)
+                .with_context(|| format!("{file}: bad HloModuleProto"))?;
+            write_output(None, &print_module(&module, &print_options(short)))
+        }
+        Command::Summary { file } => {
+            let module = load_text(&file)?;
+            write_output(None, &summary::summarize(&module))
+        }
+        Command::Opt(args) => opt::opt(&args),
+        Command::Stats(args) => opt::stats(&args),
+        Command::Passes => opt::passes(),
+        Command::Run(args) => write_output(None, &run::run(&args, run::parse_text)?),
+        Command::Compare(args) => {
+            let (report, passed) = run::compare(&args, run::parse_text)?;
+            write_output(None, &report)?;
+            if !passed {
+                bail!("the partitioned module's outputs differ from the original's");
+            }
+            Ok(())
+        }
+    }
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let r = match &cli.command {
-        Command::Opt(a) => opt::opt(a),
-        Command::Stats(a) => opt::stats(a),
-        Command::Passes => opt::passes(),
-    };
-    match r {
+    match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");

@@ -1,0 +1,138 @@
+//! The driver as a user runs it: exit codes, messages, and the text it prints.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+fn tessera(args: &[&str], stdin: Option<&str>) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tessera");
+    if let Some(text) = stdin {
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
+    }
+    drop(child.stdin.take());
+    child.wait_with_output().unwrap()
+}
+
+fn example() -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../testdata/examples/mlp_train_step.hlo")
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn fmt_is_a_fixed_point_and_short_form_parses() {
+    let first = tessera(&["fmt", &example()], None);
+    assert!(first.status.success(), "{}", stderr(&first));
+    let text = stdout(&first);
+    assert!(text.starts_with("HloModule jit_train_step"));
+    let again = tessera(&["fmt", "-"], Some(&text));
+    assert_eq!(
+        stdout(&again),
+        text,
+        "fmt of fmt's output must be identical"
+    );
+    let short = tessera(&["fmt", "--short", &example()], None);
+    assert!(!stdout(&short).contains('%'), "short form has no % sigils");
+    let from_short = tessera(&["fmt", "-"], Some(&stdout(&short)));
+    assert_eq!(
+        stdout(&from_short),
+        text,
+        "short form parses back to the same module"
+    );
+}
+
+#[test]
+fn verify_accepts_the_example_and_names_the_bad_instruction() {
+    let ok = tessera(&["verify", &example()], None);
+    assert!(ok.status.success(), "{}", stderr(&ok));
+    let bad = "HloModule m\nENTRY e {\n  p = f32[2] parameter(0)\n  ROOT a = f32[3] add(p, p)\n}\n";
+    let out = tessera(&["verify", "-"], Some(bad));
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains("%a") && err.contains("f32[3]") && err.contains("f32[2]"),
+        "{err}"
+    );
+}
+
+#[test]
+fn malformed_text_is_an_error_with_a_position_not_a_panic() {
+    for text in [
+        "HloModule m\nENTRY e {\n  p = f32[2 parameter(0)\n}\n",
+        "",
+        "}{",
+        "HloModule",
+    ] {
+        let out = tessera(&["fmt", "-"], Some(text));
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "input {text:?}: {}",
+            stderr(&out)
+        );
+        assert!(
+            stderr(&out).starts_with("error: <stdin>:"),
+            "{}",
+            stderr(&out)
+        );
+    }
+    let out = tessera(
+        &["fmt", "-"],
+        Some("HloModule m\nENTRY e {\n  p = f32[2 parameter(0)\n}\n"),
+    );
+    assert!(
+        stderr(&out).contains("<stdin>:3:"),
+        "the error names line 3: {}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn proto_round_trip_through_the_driver() {
+    let dir = std::env::temp_dir().join(format!("tessera-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pb = dir.join("m.pb");
+    let to = tessera(&["to-proto", &example(), "-o", pb.to_str().unwrap()], None);
+    assert!(to.status.success(), "{}", stderr(&to));
+    let back = tessera(&["from-proto", pb.to_str().unwrap()], None);
+    assert!(back.status.success(), "{}", stderr(&back));
+    let direct = tessera(&["fmt", &example()], None);
+    assert_eq!(stdout(&back), stdout(&direct));
+    let garbage = dir.join("bad.pb");
+    std::fs::write(&garbage, b"\xff\xff\xff not a proto").unwrap();
+    let out = tessera(&["from-proto", garbage.to_str().unwrap()], None);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn summary_counts_the_example() {
+    let out = tessera(&["summary", &example()], None);
+    assert!(out.status.success());
+    let s = stdout(&out);
+    assert!(
+        s.contains("module jit_train_step: 7 computations, 82 instructions"),
+        "{s}"
+    );
+    assert!(s.contains("entry main.7 with 6 parameters"), "{s}");
+}

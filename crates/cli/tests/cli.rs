@@ -136,3 +136,47 @@ fn summary_counts_the_example() {
     );
     assert!(s.contains("entry main.7 with 6 parameters"), "{s}");
 }
+
+/// A minimal .npy (v1.0) of one little-endian int32 scalar.
+fn npy_scalar_i32(v: i32) -> Vec<u8> {
+    let mut header = "{'descr': '<i4', 'fortran_order': False, 'shape': (), }".to_string();
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut out = b"\x93NUMPY\x01\x00".to_vec();
+    out.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    out.extend_from_slice(header.as_bytes());
+    out.extend_from_slice(&v.to_le_bytes());
+    out
+}
+
+/// A while loop runs on the PJRT CPU plugin with the right condition and body (the proto lists
+/// them as `[body, condition]`, the IR as `[condition, body]`).
+#[test]
+fn run_executes_a_while_loop_on_pjrt() {
+    let dir = std::env::temp_dir().join(format!("tessera-cli-while-{}", std::process::id()));
+    let inputs = dir.join("in");
+    std::fs::create_dir_all(&inputs).unwrap();
+    let module = "HloModule w\n\ncond {\n  p = s32[] parameter(0)\n  c = s32[] constant(10)\n  ROOT lt = pred[] compare(p, c), direction=LT\n}\n\nbody {\n  p = s32[] parameter(0)\n  three = s32[] constant(3)\n  ROOT n = s32[] add(p, three)\n}\n\nENTRY e {\n  i = s32[] parameter(0)\n  ROOT w = s32[] while(i), condition=cond, body=body\n}\n";
+    let file = dir.join("w.hlo");
+    std::fs::write(&file, module).unwrap();
+    std::fs::write(inputs.join("arg0.npy"), npy_scalar_i32(1)).unwrap();
+    let out = tessera(
+        &[
+            "run",
+            file.to_str().unwrap(),
+            "--inputs",
+            inputs.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    // 1 -> 4 -> 7 -> 10 stops: the loop ran its body three times.
+    assert!(
+        stdout(&out).contains("out0: s32[] [10]"),
+        "{}",
+        stdout(&out)
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

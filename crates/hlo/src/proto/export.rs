@@ -369,8 +369,7 @@ fn instr_to_proto(m: &Module, id: InstrId, ids: &Ids) -> pb::HloInstructionProto
             .iter()
             .map(|o| ids.instr[o])
             .collect(),
-        called_computation_ids: i
-            .called
+        called_computation_ids: proto_call_order(i.opcode, &i.called)
             .iter()
             .map(|c| ids.comp.get(c).copied().unwrap_or(-1))
             .collect(),
@@ -743,4 +742,14 @@ fn statistics_to_proto(s: &str) -> pb::StatisticsViz {
         }
     }
     out
+}
+
+/// Called computations in XLA's order: a while lists `[body, condition]` in the proto, where the
+/// IR keeps `[condition, body]` (see `Instruction::called`).
+fn proto_call_order(op: Opcode, called: &[CompId]) -> Vec<CompId> {
+    let mut order = called.to_vec();
+    if op == Opcode::While && order.len() == 2 {
+        order.swap(0, 1);
+    }
+    order
 }

@@ -433,8 +433,12 @@ fn instruction_from_proto(
     let shape =
         shape_from_proto(p.shape.as_ref().ok_or_else(|| e("no shape".into()))?).map_err(&e)?;
     let operands: Vec<InstrId> = p.operand_ids.iter().map(|o| added[local[o]]).collect();
-    let called = p
-        .called_computation_ids
+    let mut called_ids = p.called_computation_ids.clone();
+    if opcode == Opcode::While && called_ids.len() == 2 {
+        // XLA's proto lists a while's `[body, condition]`; the IR keeps `[condition, body]`.
+        called_ids.swap(0, 1);
+    }
+    let called = called_ids
         .iter()
         .map(|c| {
             comp_of

@@ -1082,3 +1082,26 @@ fn malformed_protos_are_refused_by_name() {
         Err(ProtoError::Decode(_))
     ));
 }
+
+/// XLA's HloModuleProto lists a while's called computations as `[body, condition]`.
+#[test]
+fn while_called_computations_follow_xla_order() {
+    let text = "HloModule w\n\ncond {\n  p = s32[] parameter(0)\n  c = s32[] constant(3)\n  ROOT lt = pred[] compare(p, c), direction=LT\n}\n\nbody {\n  p = s32[] parameter(0)\n  one = s32[] constant(1)\n  ROOT n = s32[] add(p, one)\n}\n\nENTRY e {\n  i = s32[] constant(0)\n  ROOT w = s32[] while(i), condition=cond, body=body\n}\n";
+    let m = crate::text::parse_module(text).unwrap();
+    let p = crate::proto::module_to_proto(&m);
+    let id_of = |name: &str| p.computations.iter().find(|c| c.name == name).unwrap().id;
+    let entry = p.computations.iter().find(|c| c.name == "e").unwrap();
+    let w = entry
+        .instructions
+        .iter()
+        .find(|i| i.opcode == "while")
+        .unwrap();
+    assert_eq!(w.called_computation_ids, vec![id_of("body"), id_of("cond")]);
+    let back = crate::proto::module_from_proto(&p).unwrap();
+    let wi = back.find_instruction("w").unwrap();
+    assert_eq!(back.comp(back.instr(wi).while_body().unwrap()).name, "body");
+    assert_eq!(
+        back.comp(back.instr(wi).while_condition().unwrap()).name,
+        "cond"
+    );
+}

@@ -140,7 +140,7 @@ fn summary_counts_the_example() {
 /// A minimal .npy (v1.0) of one little-endian int32 scalar.
 fn npy_scalar_i32(v: i32) -> Vec<u8> {
     let mut header = "{'descr': '<i4', 'fortran_order': False, 'shape': (), }".to_string();
-    while (10 + header.len() + 1) % 64 != 0 {
+    while !(10 + header.len() + 1).is_multiple_of(64) {
         header.push(' ');
     }
     header.push('\n');

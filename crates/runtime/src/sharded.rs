@@ -476,31 +476,49 @@ impl ShardLayout {
                     );
                 }
                 Some(r) => {
-                    // Same group: same tile, same shard coordinates; compare the valid region.
-                    let count: usize = extent.iter().map(|&e| e.max(0) as usize).product();
+                    // Same group: same tile, same shard coordinates; compare the valid region
+                    // row by row, element by element only inside rows whose bytes differ.
+                    if extent.iter().any(|&e| e <= 0) {
+                        continue;
+                    }
+                    let rank = extent.len();
                     let ss = strides(&self.shard_dims);
-                    for k in 0..count {
-                        let idx = unravel(k, &extent);
-                        let off: usize = idx.iter().zip(&ss).map(|(&i, s)| i as usize * s).sum();
-                        let a = &pieces[r].data[off * w..(off + 1) * w];
-                        let b = &pieces[d].data[off * w..(off + 1) * w];
-                        if a == b {
+                    let (outer, row) = match rank {
+                        0 => (&extent[..0], 1usize),
+                        _ => (&extent[..rank - 1], extent[rank - 1] as usize),
+                    };
+                    let rows: usize = outer.iter().map(|&e| e as usize).product();
+                    for ri in 0..rows {
+                        let oidx = unravel(ri, outer);
+                        let base: usize = oidx.iter().zip(&ss).map(|(&i, s)| i as usize * s).sum();
+                        let ra = &pieces[r].data[base * w..(base + row) * w];
+                        let rb = &pieces[d].data[base * w..(base + row) * w];
+                        if ra == rb {
                             continue;
                         }
-                        let (va, vb) = (decode(self.ty, a), decode(self.ty, b));
-                        if same_value(va, vb) {
-                            continue;
-                        }
-                        *mismatch_count += 1;
-                        if mismatches.len() - leaf_reported_before < MAX_REPORTED {
-                            let mut index: Vec<i64> = p.manual_index.into_iter().collect();
-                            index.extend(idx.iter().zip(&p.start).map(|(i, s)| i + s));
-                            mismatches.push(ReplicaMismatch {
-                                leaf: leaf.to_vec(),
-                                index,
-                                reference: (self.placements[r].device, va),
-                                other: (p.device, vb),
-                            });
+                        for j in 0..row {
+                            let (a, b) = (&ra[j * w..(j + 1) * w], &rb[j * w..(j + 1) * w]);
+                            if a == b {
+                                continue;
+                            }
+                            let (va, vb) = (decode(self.ty, a), decode(self.ty, b));
+                            if same_value(va, vb) {
+                                continue;
+                            }
+                            *mismatch_count += 1;
+                            if mismatches.len() - leaf_reported_before < MAX_REPORTED {
+                                let mut index: Vec<i64> = p.manual_index.into_iter().collect();
+                                index.extend(oidx.iter().zip(&p.start).map(|(i, s)| i + s));
+                                if rank > 0 {
+                                    index.push(p.start[rank - 1] + j as i64);
+                                }
+                                mismatches.push(ReplicaMismatch {
+                                    leaf: leaf.to_vec(),
+                                    index,
+                                    reference: (self.placements[r].device, va),
+                                    other: (p.device, vb),
+                                });
+                            }
                         }
                     }
                 }

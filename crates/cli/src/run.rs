@@ -198,7 +198,7 @@ pub fn run(args: &RunArgs, parse: ParseFn) -> Result<String> {
         let outs = harness::run_module(
             &client,
             &prepared,
-            &tessera_runtime::CompileOptions::partitioned(args.devices),
+            &harness::per_device_options(args.devices),
             &inputs,
         )?;
         outs.into_iter()

@@ -240,6 +240,9 @@ fn strip(m: &Module) -> Module {
 /// returns row-major data) and whose every shape has a layout.
 pub fn normalize_layouts(m: &Module) -> Module {
     let mut out = m.clone();
+    // XLA schedules the module itself; a schedule from a dump need not match what the plugin's
+    // verifier counts (it refused one listing fusion computations).
+    out.schedule = None;
     out.config.entry_computation_layout = None;
     if let Some(e) = out.entry() {
         let c = out.comp(e);
@@ -447,6 +450,17 @@ pub fn prepare_partitioned(m: &Module, num_devices: usize) -> Result<Module> {
     Ok(out)
 }
 
+/// Compile options for an already partitioned module on `n` devices: `num_partitions = n`,
+/// SPMD on (the plugin refuses anything else), and XLA's sharding propagation and SPMD
+/// partitioner switched off (`xla_disable_hlo_passes`) so that nothing re-partitions the
+/// per-device program; its MANUAL shardings say the same thing to any pass that looks.
+pub fn per_device_options(n: usize) -> CompileOptions {
+    CompileOptions::partitioned(n).with_debug_override(
+        "xla_disable_hlo_passes",
+        "sharding-propagation,spmd-partitioning",
+    )
+}
+
 /// Compiles `m` as is (no preparation) with `options` and runs it with one argument list per
 /// device; returns the flattened outputs of every device.
 pub fn run_module(
@@ -574,12 +588,7 @@ pub fn run_partitioned(
     }
     let args = split_inputs(original, num_devices, inputs)?;
     let prepared = prepare_partitioned(partitioned, num_devices)?;
-    let outs = run_module(
-        client,
-        &prepared,
-        &CompileOptions::partitioned(num_devices),
-        &args,
-    )?;
+    let outs = run_module(client, &prepared, &per_device_options(num_devices), &args)?;
     assemble_outputs(original, partitioned, &outs)
 }
 

@@ -50,6 +50,13 @@ pub struct ExecutableBuildOptionsProto {
     pub use_shardy_partitioner: bool,
 }
 
+/// `xla.OptionOverrideProto` (the string case of its `value` oneof).
+#[derive(Clone, PartialEq, Message)]
+pub struct OptionOverrideProto {
+    #[prost(string, optional, tag = "1")]
+    pub string_field: Option<String>,
+}
+
 /// `xla.CompileOptionsProto` (subset).
 #[derive(Clone, PartialEq, Message)]
 pub struct CompileOptionsProto {
@@ -59,6 +66,10 @@ pub struct CompileOptionsProto {
     pub executable_build_options: Option<ExecutableBuildOptionsProto>,
     #[prost(bool, tag = "4")]
     pub compile_portable_executable: bool,
+    /// `env_option_overrides`: `xla.DebugOptions` fields by name (what jax's
+    /// `compiler_options` become). A `BTreeMap` so that the bytes are deterministic.
+    #[prost(btree_map = "string, message", tag = "7")]
+    pub env_option_overrides: std::collections::BTreeMap<String, OptionOverrideProto>,
 }
 
 /// Which device runs each (replica, partition) pair: `devices[replica][partition]`
@@ -142,6 +153,9 @@ pub struct CompileOptions {
     pub num_partitions: usize,
     pub use_spmd_partitioning: bool,
     pub device_assignment: Option<DeviceAssignment>,
+    /// `xla.DebugOptions` overrides by field name, as strings (e.g.
+    /// `xla_disable_hlo_passes = "spmd-partitioning"`).
+    pub debug_overrides: Vec<(String, String)>,
 }
 
 impl Default for CompileOptions {
@@ -151,6 +165,7 @@ impl Default for CompileOptions {
             num_partitions: 1,
             use_spmd_partitioning: false,
             device_assignment: None,
+            debug_overrides: Vec::new(),
         }
     }
 }
@@ -164,7 +179,7 @@ impl CompileOptions {
             num_replicas: 1,
             num_partitions: n,
             use_spmd_partitioning: n > 1,
-            device_assignment: None,
+            ..Self::default()
         }
     }
 
@@ -174,6 +189,13 @@ impl CompileOptions {
             num_replicas: n,
             ..Self::default()
         }
+    }
+
+    /// Adds an `xla.DebugOptions` override (field name, value as text).
+    pub fn with_debug_override(mut self, field: &str, value: &str) -> Self {
+        self.debug_overrides
+            .push((field.to_string(), value.to_string()));
+        self
     }
 
     pub fn with_device_assignment(mut self, assignment: DeviceAssignment) -> Self {
@@ -222,6 +244,18 @@ impl CompileOptions {
                 ..Default::default()
             }),
             compile_portable_executable: false,
+            env_option_overrides: self
+                .debug_overrides
+                .iter()
+                .map(|(k, v)| {
+                    (
+                        k.clone(),
+                        OptionOverrideProto {
+                            string_field: Some(v.clone()),
+                        },
+                    )
+                })
+                .collect(),
         }
     }
 
@@ -229,5 +263,24 @@ impl CompileOptions {
     pub fn encode(&self) -> Result<Vec<u8>> {
         self.validate()?;
         Ok(self.to_proto().encode_to_vec())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_overrides_go_to_env_option_overrides() {
+        let o = CompileOptions::partitioned(4)
+            .with_debug_override("xla_disable_hlo_passes", "spmd-partitioning");
+        let p = CompileOptionsProto::decode(o.encode().unwrap().as_slice()).unwrap();
+        let v = &p.env_option_overrides["xla_disable_hlo_passes"];
+        assert_eq!(v.string_field.as_deref(), Some("spmd-partitioning"));
+        let b = p.executable_build_options.unwrap();
+        assert_eq!((b.num_partitions, b.use_spmd_partitioning), (4, true));
+        // No overrides, no field.
+        let plain = CompileOptions::partitioned(4).to_proto();
+        assert!(plain.env_option_overrides.is_empty());
     }
 }

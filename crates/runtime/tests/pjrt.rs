@@ -598,6 +598,7 @@ fn replicas_times_partitions_follow_the_device_assignment() {
         num_partitions: 2,
         use_spmd_partitioning: true,
         device_assignment: Some(DeviceAssignment::new(assignment.clone()).unwrap()),
+        ..CompileOptions::default()
     };
     let exe = client().compile(&Program::mlir(text), &options).unwrap();
     assert_eq!((exe.num_replicas(), exe.num_partitions()), (2, 2));

@@ -24,13 +24,19 @@ fn compare_exit_codes() {
     let after = pair("reduce_sum_sharded", "after");
     let ok = tessera(&["compare", &before, &after, "--devices", "4"]);
     let text = String::from_utf8_lossy(&ok.stdout);
-    assert!(ok.status.success(), "{text}\n{}", String::from_utf8_lossy(&ok.stderr));
+    assert!(
+        ok.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
     assert!(text.contains("output 0 f32[8]: ok max abs error"), "{text}");
     assert!(text.contains("equivalent on 4 devices"), "{text}");
 
     // The same module with its all-reduce turned into a copy of the partial sums.
     let original = std::fs::read_to_string(&after).unwrap();
-    let start = original.find("all-reduce(%reduce)").expect("the all-reduce");
+    let start = original
+        .find("all-reduce(%reduce)")
+        .expect("the all-reduce");
     let end = start + original[start..].find('\n').unwrap();
     let broken = format!("{}copy(%reduce){}", &original[..start], &original[end..]);
     let dir = std::env::temp_dir().join(format!("tessera-compare-{}", std::process::id()));

@@ -68,6 +68,25 @@ def cases():
         lambda x: wsc(wsc(x[:10] * 2.0 + 1.0, NamedSharding(m4, P("x", None))), NamedSharding(m4, P(None, None))),
         [((12, 4), f32, NamedSharding(m4, P("x", None)))],
     )
+    # A 2-layer MLP training step on the 2x4 mesh (as scripts/make_examples.py, with smaller
+    # sizes): a tuple of five outputs, gradients reduced over both mesh axes.
+    def train_step(w1, b1, w2, b2, x, y):
+        def loss_fn(params):
+            a, c, d, e = params
+            out = jax.nn.relu(x @ a + c) @ d + e
+            return jnp.mean((out - y) ** 2)
+
+        params = (w1, b1, w2, b2)
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return tuple(p - 0.01 * g for p, g in zip(params, grads)) + (loss,)
+
+    yield (
+        "mlp_train_step",
+        train_step,
+        [((32, 64), f32, NamedSharding(m8, P(None, "model"))), ((64,), f32, NamedSharding(m8, P("model"))),
+         ((64, 16), f32, NamedSharding(m8, P("model", None))), ((16,), f32, NamedSharding(m8, P())),
+         ((8, 32), f32, NamedSharding(m8, P("data", None))), ((8, 16), f32, NamedSharding(m8, P("data", None)))],
+    )
     # Contracting dimension sharded, result sharded by rows: partial sums reduced and scattered.
     yield (
         "matmul_reduce_scatter",

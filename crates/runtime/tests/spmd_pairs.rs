@@ -69,11 +69,13 @@ fn xla_partitioned_pairs_are_equivalent() {
             assert!(report.passed(), "{name} (seed {seed}):\n{report}");
             assert!(!report.outputs.is_empty());
             // The check compared real data: the outputs are not all zero.
-            let expected = harness::run_original(client(), &before, &inputs).unwrap();
-            assert!(
-                expected.iter().any(|a| a.data.iter().any(|&b| b != 0)),
-                "{name}: all-zero outputs prove nothing"
-            );
+            if seed == 1 {
+                let expected = harness::run_original(client(), &before, &inputs).unwrap();
+                assert!(
+                    expected.iter().any(|a| a.data.iter().any(|&b| b != 0)),
+                    "{name}: all-zero outputs prove nothing"
+                );
+            }
         }
     }
 }
@@ -143,7 +145,8 @@ fn replace_collective(m: &mut Module, target: InstrId) {
 fn a_missing_collective_is_caught() {
     let mut mutated = 0;
     for (name, before, after, devices) in pairs() {
-        for c in collectives(&after) {
+        // At most three per module keep the test fast (every mutant is compiled).
+        for c in collectives(&after).into_iter().take(3) {
             let mut broken = after.clone();
             replace_collective(&mut broken, c);
             let inputs = harness::random_inputs(&before, 1).unwrap();
@@ -161,12 +164,14 @@ fn a_missing_collective_is_caught() {
                 "{name}: replacing {} by a copy went unnoticed:\n{report}",
                 after.instr(c).name
             );
-            let o = &report.outputs[0];
-            assert!(o.max_abs_error > 1e-3, "{name}:\n{report}");
+            assert!(
+                report.outputs.iter().any(|o| o.max_abs_error > 1e-3),
+                "{name}:\n{report}"
+            );
             mutated += 1;
         }
     }
     // All-reduces in matmul_rowcol, matmul_reduce_scatter and reduce_sum_sharded, an all-gather
-    // in allgather_uneven.
-    assert!(mutated >= 4, "only {mutated} collectives mutated");
+    // in allgather_uneven, three of the twelve collectives of mlp_train_step.
+    assert!(mutated >= 7, "only {mutated} collectives mutated");
 }

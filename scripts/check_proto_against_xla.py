@@ -83,6 +83,7 @@ def main():
     ok = check_sample(args.bin, tmp)
 
     cases = []  # (label, xla_text, in_path, out_path)
+    text_cases = []  # the same, from HLO text through Tessera's parser
     rejected = 0
     for f in files:
         for k, mod in enumerate(split_modules(open(f, encoding="utf-8", errors="replace").read())):
@@ -100,19 +101,37 @@ def main():
             inp, outp = os.path.join(tmp, f"{n}.in.pb"), os.path.join(tmp, f"{n}.out.pb")
             open(inp, "wb").write(data)
             cases.append((label, ref, inp, outp))
+            # The same text through Tessera's parser.
+            tin, tout = os.path.join(tmp, f"{n}.in.hlo"), os.path.join(tmp, f"{n}.text.pb")
+            open(tin, "w", encoding="utf-8").write(mod)
+            text_cases.append((label, ref, tin, tout))
 
+    ok = report("XLA proto -> Tessera -> XLA", cases, args) and ok
+    # Tessera's parser + encoder against XLA's parser: what PJRT gets from a text file.
+    ok = report("HLO text -> Tessera parser -> proto -> XLA", text_cases, args) and ok
+    print(f"({rejected} corpus modules XLA's parser rejects were skipped)")
+    sys.exit(0 if ok else 1)
+
+
+def run_tessera(binary, cases):
     results = {}
     batch = 100
     for i in range(0, len(cases), batch):
-        argv = [args.bin]
+        argv = [binary]
         for _, _, inp, outp in cases[i : i + batch]:
             argv += [inp, outp]
         r = subprocess.run(argv, capture_output=True, text=True)
         for line in r.stdout.splitlines():
             kind, rest = line.split(" ", 1)
             path = rest.split(" ", 1)[0].rstrip(":")
+            if kind == "error":
+                path = path.split(":")[0] if path.endswith(".hlo") or ".hlo:" in path else path
             results[path] = (kind, rest)
+    return results
 
+
+def report(title, cases, args):
+    results = run_tessera(args.bin, cases)
     matched, decode_errors, xla_refused, differ, reordered = 0, [], [], [], []
     for label, ref, inp, outp in cases:
         kind, rest = results.get(inp, ("error", "no result"))
@@ -134,18 +153,17 @@ def main():
             differ.append((label, first_diff(ref, ours)))
 
     total = len(cases)
-    print(f"corpus: {total} modules XLA parses ({rejected} it rejects, skipped)")
-    print(f"  identical after XLA -> Tessera -> XLA: {matched}/{total}")
-    print(f"  identical up to the order XLA prints computations in: {len(reordered)}")
-    print(f"  Tessera could not decode XLA's proto: {len(decode_errors)}")
-    print(f"  XLA refused Tessera's proto:          {len(xla_refused)}")
-    print(f"  XLA printout differs:                 {len(differ)}")
+    print(f"{title}: {total} corpus modules")
+    print(f"  identical XLA printout:                   {matched}/{total}")
+    print(f"  identical up to XLA's computation order:  {len(reordered)}")
+    print(f"  Tessera could not read the input:         {len(decode_errors)}")
+    print(f"  XLA refused Tessera's proto:              {len(xla_refused)}")
+    print(f"  XLA printout differs:                     {len(differ)}")
     groups = (("decode errors", decode_errors), ("refused", xla_refused), ("differs", differ))
     for title, items in groups:
         for label, msg in items[: (None if args.verbose else 15)]:
             print(f"  [{title}] {label}: {msg}")
-    ok = ok and matched + len(reordered) == total
-    sys.exit(0 if ok else 1)
+    return matched + len(reordered) == total
 
 
 if __name__ == "__main__":

@@ -2,8 +2,9 @@
 //! module back as `xla.HloModuleProto` bytes. Used by `scripts/check_proto_against_xla.py` to
 //! compare our encoding with XLA's own.
 //!
-//! Usage: `proto_roundtrip IN.pb OUT.pb` or `proto_roundtrip --sample OUT.pb` (a hand-built
-//! module that exercises shardings, collectives and literals).
+//! Usage: `proto_roundtrip IN OUT.pb [IN OUT.pb ...]` where IN is proto bytes, or HLO text when
+//! its name ends in `.hlo` (parsed by Tessera); or `proto_roundtrip --sample OUT.pb` (a
+//! hand-built module that exercises shardings, collectives and literals).
 
 use std::process::ExitCode;
 
@@ -86,7 +87,13 @@ fn sample() -> Module {
 
 fn convert(input: &str, out: &str) -> Result<Module, String> {
     let bytes = std::fs::read(input).map_err(|e| format!("{input}: {e}"))?;
-    let module = from_proto_bytes(&bytes).map_err(|e| format!("{input}: {e}"))?;
+    let module = if input.ends_with(".hlo") {
+        // HLO text through Tessera's parser.
+        let text = String::from_utf8(bytes).map_err(|_| format!("{input}: not UTF-8"))?;
+        tessera_hlo::text::parse_module(&text).map_err(|e| format!("{input}:{e}"))?
+    } else {
+        from_proto_bytes(&bytes).map_err(|e| format!("{input}: {e}"))?
+    };
     std::fs::write(out, to_proto_bytes(&module)).map_err(|e| format!("{out}: {e}"))?;
     Ok(module)
 }

@@ -430,6 +430,8 @@ fn instr_to_proto(m: &Module, id: InstrId, ids: &Ids) -> pb::HloInstructionProto
     }
     if let Some(s) = &a.dynamic_slice_sizes {
         p.dynamic_slice_sizes = s.clone();
+    } else if let Some(ss) = &a.permute_slice_sizes {
+        p.dynamic_slice_sizes = ss.iter().flatten().copied().collect();
     }
     if let Some(pad) = &a.padding {
         p.padding_config = Some(pb::PaddingConfig {
@@ -581,6 +583,17 @@ fn instr_to_proto(m: &Module, id: InstrId, ids: &Ids) -> pb::HloInstructionProto
         };
         p.padding_type = cc.padding_type;
     }
+    if !a.output_to_operand_aliasing.is_empty() {
+        p.output_operand_aliasing = a
+            .output_to_operand_aliasing
+            .iter()
+            .map(|o| pb::OutputOperandAliasing {
+                output_shape_index: o.output_index.clone(),
+                operand_index: o.operand,
+                operand_shape_index: o.operand_index.clone(),
+            })
+            .collect();
+    }
     if let Some(k) = a.fusion_kind {
         p.fusion_kind = fusion_kind_name(k).to_string();
     }
@@ -649,6 +662,10 @@ fn instr_to_proto(m: &Module, id: InstrId, ids: &Ids) -> pb::HloInstructionProto
     if let Some(s) = &a.statistics_viz {
         p.statistics_viz = Some(statistics_to_proto(s));
     }
+    p.original_value = a
+        .original_value
+        .as_deref()
+        .and_then(original_value_to_proto);
     if let Some(ext) = tessera_ext(m, i, &p) {
         p.tessera = Some(ext);
     }
@@ -712,8 +729,27 @@ fn tessera_ext(
             ext.statistics_viz = Some(text.clone());
         }
     }
-    ext.original_value = a.original_value.clone();
+    if let Some(text) = &a.original_value {
+        if p.original_value
+            .as_ref()
+            .map(|o| original_value_from_proto(o, &i.shape))
+            != Some(text.clone())
+        {
+            ext.original_value = Some(text.clone());
+        }
+    }
     ext.custom_call_constrain_layout = i.opcode == Opcode::CustomCall && a.constrain_layout;
+    ext.custom_call_uses_to_apply = a.custom_call_uses_to_apply;
+    ext.inferred_dimension = a.inferred_dimension;
+    if let Some(ss) = &a.permute_slice_sizes {
+        ext.has_permute_slice_sizes = true;
+        ext.permute_slice_sizes = ss
+            .iter()
+            .map(|v| pb::Int64List { values: v.clone() })
+            .collect();
+    }
+    ext.collective_mode = a.collective_mode.clone();
+    ext.conv_kind = a.conv_kind.clone();
     if i.predicated_conditional != predicated_by_type(m, i.opcode, i.operands()) {
         ext.predicated_conditional = Some(i.predicated_conditional);
     }

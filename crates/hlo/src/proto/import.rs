@@ -13,6 +13,7 @@ use crate::instruction::{CompId, InstrId, Instruction};
 use crate::metadata::{FileLocation, StackFrame, StackFrameIndex};
 use crate::module::{AliasKind, BufferDonor, InputOutputAlias, Module, ProgramShape, Schedule};
 use crate::opcode::Opcode;
+use crate::shape::Shape;
 use crate::types::ElementType;
 
 fn err(place: impl Into<String>, message: impl Into<String>) -> ProtoError {
@@ -489,7 +490,8 @@ fn instruction_from_proto(
         }
     }
     let operand_type = operands.first().map(|&o| m.instr(o).shape.element_type());
-    attrs_from_proto(&mut i.attrs, opcode, operand_type, p, comp_size).map_err(e)?;
+    let shape = i.shape.clone();
+    attrs_from_proto(&mut i.attrs, opcode, &shape, operand_type, p, comp_size).map_err(e)?;
     Ok(i)
 }
 
@@ -508,6 +510,7 @@ fn utf8(b: &[u8], what: &str) -> Result<String, String> {
 fn attrs_from_proto(
     a: &mut Attrs,
     op: Opcode,
+    shape: &Shape,
     operand_type: Option<ElementType>,
     p: &pb::HloInstructionProto,
     comp_size: usize,
@@ -884,7 +887,35 @@ fn attrs_from_proto(
             a.statistics_viz = Some(statistics_from_proto(s));
         }
     }
-    a.original_value = ext.and_then(|e| e.original_value.clone());
+    a.original_value = ext.and_then(|e| e.original_value.clone()).or_else(|| {
+        p.original_value
+            .as_ref()
+            .filter(|o| !o.elements.is_empty())
+            .map(|o| original_value_from_proto(o, shape))
+    });
+    if let Some(e) = ext {
+        a.custom_call_uses_to_apply = e.custom_call_uses_to_apply;
+        a.inferred_dimension = e.inferred_dimension;
+        a.permute_slice_sizes = e.has_permute_slice_sizes.then(|| {
+            e.permute_slice_sizes
+                .iter()
+                .map(|l| l.values.clone())
+                .collect()
+        });
+        a.collective_mode = e.collective_mode.clone();
+        a.conv_kind = e.conv_kind.clone();
+    }
+    if op != Opcode::CustomCall {
+        a.output_to_operand_aliasing = p
+            .output_operand_aliasing
+            .iter()
+            .map(|o| OutputOperandAlias {
+                output_index: o.output_shape_index.clone(),
+                operand: o.operand_index,
+                operand_index: o.operand_shape_index.clone(),
+            })
+            .collect();
+    }
     if ext.is_some_and(|e| e.custom_call_constrain_layout) {
         a.constrain_layout = true;
     }
@@ -905,7 +936,7 @@ fn attrs_from_proto(
 }
 
 pub(crate) fn statistics_from_proto(s: &pb::StatisticsViz) -> String {
-    let mut out = format!("visualizing_index={}", s.stat_index_to_visualize);
+    let mut out = format!("{{visualizing_index={}", s.stat_index_to_visualize);
     for st in &s.statistics {
         out.push(',');
         out.push_str(&st.stat_name);
@@ -914,5 +945,6 @@ pub(crate) fn statistics_from_proto(s: &pb::StatisticsViz) -> String {
             out.push_str(&st.stat_val.to_string());
         }
     }
+    out.push('}');
     out
 }

@@ -156,6 +156,29 @@ pub struct StatisticsViz {
     pub statistics: Vec<Statistic>,
 }
 
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct OriginalArrayProto {
+    #[prost(string, tag = "1")]
+    pub instruction_name: String,
+    #[prost(int64, repeated, tag = "2")]
+    pub shape_index: Vec<i64>,
+}
+
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct OriginalValueElementProto {
+    #[prost(int64, repeated, tag = "1")]
+    pub shape_index: Vec<i64>,
+    #[prost(message, optional, tag = "2")]
+    pub original_array: Option<OriginalArrayProto>,
+}
+
+/// Where each leaf of a value came from, before passes renamed things (`origin={...}`).
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct OriginalValueProto {
+    #[prost(message, repeated, tag = "1")]
+    pub elements: Vec<OriginalValueElementProto>,
+}
+
 // ---------------------------------------------------------------- literals
 
 #[derive(Clone, PartialEq, ::prost::Message)]
@@ -710,6 +733,8 @@ pub struct HloInstructionProto {
     pub iota_collective_device_list: Option<IotaReplicaGroupListProto>,
     #[prost(message, optional, tag = "93")]
     pub mesh_axes_replica_group_list: Option<MeshAxesReplicaGroupListProto>,
+    #[prost(message, optional, tag = "88")]
+    pub original_value: Option<OriginalValueProto>,
     #[prost(bool, tag = "89")]
     pub is_composite: bool,
     #[prost(message, optional, tag = "91")]
@@ -752,6 +777,30 @@ pub struct TesseraInstructionExt {
     /// Set when the IR's flag differs from what the predicate's type says.
     #[prost(bool, optional, tag = "7")]
     pub predicated_conditional: Option<bool>,
+    /// A custom-call's one computation was written `to_apply=`.
+    #[prost(bool, tag = "8")]
+    pub custom_call_uses_to_apply: bool,
+    /// reshape's `inferred_dimension=`.
+    #[prost(int64, optional, tag = "9")]
+    pub inferred_dimension: Option<i64>,
+    /// collective-permute's `slice_sizes={{...},...}` (also written flattened, as XLA does, in
+    /// `dynamic_slice_sizes`).
+    #[prost(message, repeated, tag = "10")]
+    pub permute_slice_sizes: Vec<Int64List>,
+    #[prost(bool, tag = "11")]
+    pub has_permute_slice_sizes: bool,
+    /// all-reduce's legacy `mode=` text.
+    #[prost(string, optional, tag = "12")]
+    pub collective_mode: Option<String>,
+    /// convolution's `conv_kind=` text.
+    #[prost(string, optional, tag = "13")]
+    pub conv_kind: Option<String>,
+}
+
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct Int64List {
+    #[prost(int64, repeated, tag = "1")]
+    pub values: Vec<i64>,
 }
 
 /// Module-level IR facts `HloModuleProto` has no field for (the text header's settings that XLA

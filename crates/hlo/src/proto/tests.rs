@@ -545,6 +545,9 @@ fn callees_are_written_first_whatever_the_stored_order() {
     let proto = m.to_proto();
     let names: Vec<&str> = proto.computations.iter().map(|c| c.name.as_str()).collect();
     assert_eq!(names, vec!["cond", "inner", "body", "main"]);
+    // XLA keeps a while's computations as [body, condition] (measured with jaxlib).
+    let w = &proto.computations[3].instructions[1];
+    assert_eq!(w.called_computation_ids, vec![2, 0]);
     let back = module_from_proto(&proto).unwrap();
     let back_names: Vec<String> = back
         .computations()

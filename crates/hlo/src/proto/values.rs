@@ -832,6 +832,169 @@ fn mesh_groups_from_proto(p: &pb::MeshAxesReplicaGroupListProto) -> VResult<Mesh
     })
 }
 
+// ---------------------------------------------------------------- original values
+
+/// Reads the `origin={...}` text the IR keeps (`{({"b" {0}}, {"c"})}`: a tree shaped like the
+/// instruction's shape whose leaves name an instruction and a shape index) into XLA's list of
+/// leaves. `None` when the text is not of that form.
+pub(crate) fn original_value_to_proto(text: &str) -> Option<pb::OriginalValueProto> {
+    struct P<'a> {
+        b: &'a [u8],
+        i: usize,
+    }
+    impl P<'_> {
+        fn ws(&mut self) {
+            while self.i < self.b.len() && self.b[self.i].is_ascii_whitespace() {
+                self.i += 1;
+            }
+        }
+        fn eat(&mut self, c: u8) -> bool {
+            self.ws();
+            if self.b.get(self.i) == Some(&c) {
+                self.i += 1;
+                true
+            } else {
+                false
+            }
+        }
+        fn ints(&mut self) -> Option<Vec<i64>> {
+            let mut v = Vec::new();
+            if self.eat(b'}') {
+                return Some(v);
+            }
+            loop {
+                self.ws();
+                let s = self.i;
+                while self.i < self.b.len()
+                    && (self.b[self.i].is_ascii_digit() || self.b[self.i] == b'-')
+                {
+                    self.i += 1;
+                }
+                v.push(std::str::from_utf8(&self.b[s..self.i]).ok()?.parse().ok()?);
+                if self.eat(b'}') {
+                    return Some(v);
+                }
+                if !self.eat(b',') {
+                    return None;
+                }
+            }
+        }
+        fn tree(
+            &mut self,
+            index: &mut Vec<i64>,
+            out: &mut Vec<pb::OriginalValueElementProto>,
+        ) -> Option<()> {
+            if self.eat(b'(') {
+                let mut k = 0;
+                if self.eat(b')') {
+                    return Some(());
+                }
+                loop {
+                    index.push(k);
+                    self.tree(index, out)?;
+                    index.pop();
+                    k += 1;
+                    if self.eat(b')') {
+                        return Some(());
+                    }
+                    if !self.eat(b',') {
+                        return None;
+                    }
+                }
+            }
+            if !self.eat(b'{') {
+                return None;
+            }
+            if self.eat(b'}') {
+                return Some(()); // a leaf with no origin
+            }
+            if !self.eat(b'"') {
+                return None;
+            }
+            let s = self.i;
+            while self.i < self.b.len() && self.b[self.i] != b'"' {
+                if self.b[self.i] == b'\\' {
+                    return None;
+                }
+                self.i += 1;
+            }
+            let name = std::str::from_utf8(&self.b[s..self.i]).ok()?.to_string();
+            self.i += 1;
+            let shape_index = if self.eat(b'{') {
+                self.ints()?
+            } else {
+                Vec::new()
+            };
+            if !self.eat(b'}') {
+                return None;
+            }
+            out.push(pb::OriginalValueElementProto {
+                shape_index: index.clone(),
+                original_array: Some(pb::OriginalArrayProto {
+                    instruction_name: name,
+                    shape_index,
+                }),
+            });
+            Some(())
+        }
+    }
+    let mut p = P {
+        b: text.as_bytes(),
+        i: 0,
+    };
+    if !p.eat(b'{') {
+        return None;
+    }
+    let mut elements = Vec::new();
+    p.tree(&mut Vec::new(), &mut elements)?;
+    if !p.eat(b'}') {
+        return None;
+    }
+    p.ws();
+    (p.i == p.b.len()).then_some(pb::OriginalValueProto { elements })
+}
+
+/// The `origin={...}` text of XLA's leaves, shaped like `shape`.
+pub(crate) fn original_value_from_proto(p: &pb::OriginalValueProto, shape: &Shape) -> String {
+    fn walk(s: &Shape, index: &mut Vec<i64>, p: &pb::OriginalValueProto, out: &mut String) {
+        if let Shape::Tuple(elems) = s {
+            out.push('(');
+            for (k, e) in elems.iter().enumerate() {
+                if k > 0 {
+                    out.push_str(", ");
+                }
+                index.push(k as i64);
+                walk(e, index, p, out);
+                index.pop();
+            }
+            out.push(')');
+            return;
+        }
+        out.push('{');
+        if let Some(a) = p
+            .elements
+            .iter()
+            .find(|e| e.shape_index == *index)
+            .and_then(|e| e.original_array.as_ref())
+        {
+            out.push('"');
+            out.push_str(&a.instruction_name);
+            out.push('"');
+            if !a.shape_index.is_empty() {
+                out.push_str(" {");
+                let parts: Vec<String> = a.shape_index.iter().map(i64::to_string).collect();
+                out.push_str(&parts.join(","));
+                out.push('}');
+            }
+        }
+        out.push('}');
+    }
+    let mut out = String::from("{");
+    walk(shape, &mut Vec::new(), p, &mut out);
+    out.push('}');
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -845,6 +1008,27 @@ mod tests {
         );
         assert_eq!(parse_group_axis("y").unwrap(), ("y".into(), None));
         assert!(parse_group_axis("'x':(1").is_err());
+    }
+
+    #[test]
+    fn original_values() {
+        let s = Shape::tuple(vec![
+            Shape::scalar(ElementType::F32),
+            Shape::tuple(vec![
+                Shape::scalar(ElementType::F32),
+                Shape::scalar(ElementType::S32),
+            ]),
+        ]);
+        let text = r#"{({"b" {0}}, ({"c"}, {"d" {1,2}}))}"#;
+        let p = original_value_to_proto(text).unwrap();
+        assert_eq!(p.elements.len(), 3);
+        assert_eq!(p.elements[2].shape_index, vec![1, 1]);
+        assert_eq!(
+            p.elements[2].original_array.as_ref().unwrap().shape_index,
+            vec![1, 2]
+        );
+        assert_eq!(original_value_from_proto(&p, &s), text);
+        assert!(original_value_to_proto("{(").is_none());
     }
 
     #[test]

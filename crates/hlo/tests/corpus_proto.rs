@@ -1,0 +1,159 @@
+//! The XLA corpus through the HloModuleProto conversion.
+//!
+//! For every corpus module our parser accepts (and XLA's does: testdata/corpus/xla_rejects.txt
+//! lists the others), text -> module -> proto bytes -> module must be the same module
+//! (`module_diff`) and print the same text as text -> module. This covers every attribute the
+//! text format can hold, with real-world values, through both directions of the conversion.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use tessera_hlo::proto::{from_proto_bytes, to_proto_bytes};
+use tessera_hlo::text::{module_diff, parse_module, print_module, PrintOptions};
+
+/// `../shared/corpus/xla-hlo` next to the repository (also found from a worktree under
+/// `/work/wt/<name>`).
+fn corpus_root() -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for up in [
+        "../../../shared/corpus/xla-hlo",
+        "../../../../shared/corpus/xla-hlo",
+    ] {
+        let p = manifest.join(up);
+        if p.is_dir() {
+            return p;
+        }
+    }
+    manifest.join("../../../shared/corpus/xla-hlo")
+}
+
+fn hlo_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut entries: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
+    entries.sort();
+    for p in entries {
+        if p.is_dir() {
+            hlo_files(&p, out);
+        } else if p.extension().is_some_and(|e| e == "hlo") {
+            out.push(p);
+        }
+    }
+}
+
+/// Splits on lines that are exactly `// -----` (trailing blanks allowed) and keeps the chunks
+/// with at least one line that is neither blank nor a `//` comment.
+fn split_modules(text: &str) -> Vec<String> {
+    let mut chunks = vec![String::new()];
+    for line in text.split_inclusive('\n') {
+        let bare = line.trim_end_matches(['\n', '\r']);
+        if bare.trim_end_matches([' ', '\t']) == "// -----" {
+            chunks.push(String::new());
+        } else {
+            chunks.last_mut().unwrap().push_str(line);
+        }
+    }
+    chunks
+        .into_iter()
+        .filter(|c| {
+            c.lines()
+                .any(|l| !l.trim().is_empty() && !l.trim_start().starts_with("//"))
+        })
+        .collect()
+}
+
+const LARGE_FILE: u64 = 300_000;
+
+#[test]
+fn corpus_round_trips_through_proto() {
+    let root = corpus_root();
+    if !root.is_dir() {
+        eprintln!("corpus not found at {}; skipping", root.display());
+        return;
+    }
+    let rejects_path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/corpus/xla_rejects.txt");
+    let rejects: HashSet<String> = std::fs::read_to_string(&rejects_path)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| l.split('\t').next().unwrap_or("").trim().to_string())
+        .collect();
+    let mut files = Vec::new();
+    hlo_files(&root, &mut files);
+    let (mut checked, mut skipped, mut large_skipped) = (0, 0, 0);
+    let mut failures: Vec<String> = Vec::new();
+    for f in &files {
+        let rel = f
+            .strip_prefix(&root)
+            .unwrap()
+            .to_string_lossy()
+            .replace('\\', "/");
+        // 18 files above 300 KB hold 92% of the corpus bytes; a debug build takes over a
+        // minute on them, so they run in release builds or with TESSERA_CORPUS_ALL=1.
+        let large = std::fs::metadata(f).is_ok_and(|m| m.len() > LARGE_FILE);
+        if large && cfg!(debug_assertions) && std::env::var_os("TESSERA_CORPUS_ALL").is_none() {
+            large_skipped += 1;
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(f) else {
+            continue;
+        };
+        for (i, m) in split_modules(&text).iter().enumerate() {
+            let key = format!("{rel}:{i}");
+            if rejects.contains(&key) {
+                continue;
+            }
+            // Parser coverage is corpus_text's business; here only what it accepts.
+            let Ok(module) = parse_module(m) else {
+                skipped += 1;
+                continue;
+            };
+            checked += 1;
+            let bytes = to_proto_bytes(&module);
+            let back = match from_proto_bytes(&bytes) {
+                Ok(b) => b,
+                Err(e) => {
+                    failures.push(format!("{key}: our own proto does not read back: {e}"));
+                    continue;
+                }
+            };
+            if let Some(d) = module_diff(&module, &back) {
+                failures.push(format!("{key}: the proto changed the module: {d}"));
+                continue;
+            }
+            let want = print_module(&module, &PrintOptions::default());
+            let got = print_module(&back, &PrintOptions::default());
+            if want != got {
+                let (n, (x, y)) = want
+                    .lines()
+                    .zip(got.lines())
+                    .enumerate()
+                    .find(|(_, (x, y))| x != y)
+                    .unwrap_or((0, ("", "")));
+                failures.push(format!(
+                    "{key}: the text differs after the proto at line {}:\n    {x}\n    {y}",
+                    n + 1
+                ));
+                continue;
+            }
+            // Deterministic bytes.
+            if to_proto_bytes(&back) != bytes {
+                failures.push(format!("{key}: re-encoding gives other bytes"));
+            }
+        }
+    }
+    eprintln!(
+        "corpus_proto: {checked} modules through the proto, {} failed, {skipped} not parsed, \
+         {large_skipped} large files left to release builds",
+        failures.len()
+    );
+    assert!(checked > 0, "no corpus module was checked");
+    assert!(
+        failures.is_empty(),
+        "{} of {checked} modules failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}

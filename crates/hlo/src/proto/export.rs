@@ -300,7 +300,9 @@ pub(crate) fn module_to_proto(m: &Module) -> pb::HloModuleProto {
                 .iter()
                 .map(|f| pb::StackFrameProto {
                     file_location_id: f.file_location_id,
-                    parent_frame_id: f.parent_frame_id,
+                    // The text's parent_frame_id is the proto's plus one (1 = no parent),
+                    // measured with XLA's parser.
+                    parent_frame_id: (f.parent_frame_id - 1).max(0),
                 })
                 .collect(),
         });
@@ -603,7 +605,15 @@ fn instr_to_proto(m: &Module, id: InstrId, ids: &Ids) -> pb::HloInstructionProto
     if let Some(c) = &a.outfeed_config {
         p.outfeed_config = c.clone().into_bytes();
     }
-    p.outfeed_shape = a.outfeed_shape.as_deref().map(shape_to_proto);
+    // XLA reads an outfeed's shape from this field only; the text may leave it to the operand.
+    p.outfeed_shape = match (&a.outfeed_shape, i.opcode) {
+        (Some(s), _) => Some(shape_to_proto(s)),
+        (None, Opcode::Outfeed) => i
+            .operands()
+            .first()
+            .map(|&o| shape_to_proto(&m.instr(o).shape)),
+        (None, _) => None,
+    };
     if let Some(d) = a.distribution {
         p.distribution = match d {
             RandomDistribution::Uniform => 1,
@@ -644,8 +654,9 @@ fn instr_to_proto(m: &Module, id: InstrId, ids: &Ids) -> pb::HloInstructionProto
         p.fft_length = l.clone();
     }
     if let Some(d) = &a.domain {
-        p.domain_entry_sharding = d.entry.as_ref().map(sharding_to_proto);
-        p.domain_exit_sharding = d.exit.as_ref().map(sharding_to_proto);
+        // XLA's text `entry=` is the user side, which its proto calls the exit (measured).
+        p.domain_exit_sharding = d.entry.as_ref().map(sharding_to_proto);
+        p.domain_entry_sharding = d.exit.as_ref().map(sharding_to_proto);
     }
     if let Some(r) = &a.result_accuracy {
         p.result_accuracy = Some(match *r {
@@ -702,6 +713,7 @@ fn ir_present(field: &str, i: &Instruction) -> bool {
         "domain" => a.domain.is_some(),
         "custom_call" => a.custom_call.is_some(),
         "scan" => a.scan.is_some(),
+        "outfeed_shape" => a.outfeed_shape.is_some(),
         _ => false,
     }
 }

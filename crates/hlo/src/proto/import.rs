@@ -68,6 +68,7 @@ pub(crate) const OPTIONAL_FIELDS: &[&str] = &[
     "domain",
     "custom_call",
     "scan",
+    "outfeed_shape",
 ];
 
 /// Whether an optional attribute is given, as XLA's fields of `p` say.
@@ -99,6 +100,7 @@ pub(crate) fn default_present(field: &str, op: Opcode, p: &pb::HloInstructionPro
         "domain" => op == Domain,
         "custom_call" => op == CustomCall,
         "scan" => op == Scan,
+        "outfeed_shape" => p.outfeed_shape.is_some(),
         _ => false,
     }
 }
@@ -293,7 +295,7 @@ pub(crate) fn module_from_proto(p: &pb::HloModuleProto) -> Result<Module, ProtoE
                 .iter()
                 .map(|f| StackFrame {
                     file_location_id: f.file_location_id,
-                    parent_frame_id: f.parent_frame_id,
+                    parent_frame_id: f.parent_frame_id + 1,
                 })
                 .collect(),
         };
@@ -797,12 +799,14 @@ fn attrs_from_proto(
     if has("outfeed_config") {
         a.outfeed_config = Some(utf8(&p.outfeed_config, "outfeed_config")?);
     }
-    a.outfeed_shape = p
-        .outfeed_shape
-        .as_ref()
-        .map(shape_from_proto)
-        .transpose()?
-        .map(Box::new);
+    if has("outfeed_shape") {
+        a.outfeed_shape = p
+            .outfeed_shape
+            .as_ref()
+            .map(shape_from_proto)
+            .transpose()?
+            .map(Box::new);
+    }
     a.distribution = match p.distribution {
         0 => None,
         1 => Some(RandomDistribution::Uniform),
@@ -853,12 +857,12 @@ fn attrs_from_proto(
                 .and_then(|e| e.domain_kind.clone())
                 .unwrap_or_else(|| "sharding".to_string()),
             entry: p
-                .domain_entry_sharding
+                .domain_exit_sharding
                 .as_ref()
                 .map(sharding_from_proto)
                 .transpose()?,
             exit: p
-                .domain_exit_sharding
+                .domain_entry_sharding
                 .as_ref()
                 .map(sharding_from_proto)
                 .transpose()?,

@@ -395,10 +395,17 @@ fn config_round_trips() {
             column: 5,
             end_column: 9,
         }],
-        stack_frames: vec![StackFrame {
-            file_location_id: 1,
-            parent_frame_id: 0,
-        }],
+        // Text numbering: parent_frame_id 1 is "no parent", 2 is frame 1.
+        stack_frames: vec![
+            StackFrame {
+                file_location_id: 1,
+                parent_frame_id: 1,
+            },
+            StackFrame {
+                file_location_id: 1,
+                parent_frame_id: 2,
+            },
+        ],
     };
     // A layout that says more than the instructions: must be kept.
     let mut ps = ProgramShape {
@@ -416,7 +423,12 @@ fn config_round_trips() {
         sched.sequences.insert(c, m.comp(c).instructions().to_vec());
     }
     m.schedule = Some(sched);
-    round_trip(&m);
+    let p = round_trip(&m);
+    let frames = &p.stack_frame_index.as_ref().unwrap().stack_frames;
+    assert_eq!(
+        frames.iter().map(|f| f.parent_frame_id).collect::<Vec<_>>(),
+        vec![0, 1]
+    );
 
     // Header settings HloModuleProto has no field for travel with the config form only.
     m.config.replica_count = 2;

@@ -9,7 +9,7 @@
 //! - control edges are mirrored (`a` in `b.control_predecessors` iff `b` in `a.control_successors`);
 //! - instruction and computation names are unique in the module.
 
-use std::collections::HashMap;
+use crate::fxhash::FxHashMap;
 
 use indexmap::IndexMap;
 
@@ -142,10 +142,10 @@ pub struct Module {
     pub schedule: Option<Schedule>,
     pub stack_frames: StackFrameIndex,
     /// Every instruction name in use, for uniqueness.
-    names: HashMap<String, u32>,
+    names: FxHashMap<String, u32>,
     /// Every computation name in use (a separate namespace, as in XLA: a computation and an
     /// instruction may both be called `add`).
-    comp_names: HashMap<String, u32>,
+    comp_names: FxHashMap<String, u32>,
 }
 
 impl Module {
@@ -163,8 +163,8 @@ impl Module {
             },
             schedule: None,
             stack_frames: StackFrameIndex::default(),
-            names: HashMap::new(),
-            comp_names: HashMap::new(),
+            names: FxHashMap::default(),
+            comp_names: FxHashMap::default(),
         }
     }
 
@@ -318,6 +318,15 @@ impl Module {
     }
 
     // ----- building -----
+
+    /// Reserves room for `instructions` more instructions and `computations` more computations
+    /// (the text parser calls it with an estimate, to avoid regrowing the arenas).
+    pub fn reserve(&mut self, instructions: usize, computations: usize) {
+        self.instrs.reserve(instructions);
+        self.names.reserve(instructions);
+        self.comps.reserve(computations);
+        self.comp_order.reserve(computations);
+    }
 
     /// Adds an empty computation with a name that must be unused.
     pub fn add_computation(&mut self, name: impl Into<String>) -> Result<CompId, MutationError> {

@@ -151,6 +151,16 @@ impl<'a> Cursor<'a> {
         }
     }
 
+    /// Like [`Cursor::expect`] with the context made of `parts`, joined only on error.
+    #[inline]
+    pub fn expect_parts(&mut self, c: u8, parts: &[&str]) -> Result<(), ParseError> {
+        if self.eat(c)? {
+            Ok(())
+        } else {
+            self.expect(c, &parts.concat())
+        }
+    }
+
     /// Consumes the punctuation `s` (e.g. `->`, `<=`) if it comes next.
     pub fn eat_str(&mut self, s: &str) -> Result<bool, ParseError> {
         self.skip_ws()?;

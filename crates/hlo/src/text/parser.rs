@@ -4,7 +4,7 @@
 //! a fixed set of attribute names, an unknown one is an error naming it, and required ones must be
 //! present.
 
-use std::collections::HashMap;
+use crate::fxhash::FxHashMap;
 
 use smallvec::SmallVec;
 
@@ -28,9 +28,11 @@ pub(super) struct Parser<'a> {
     pub c: Cursor<'a>,
     pub m: Module,
     /// Computations by their name in the text.
-    comps: HashMap<&'a str, CompId>,
+    comps: FxHashMap<&'a str, CompId>,
     /// Instructions of the computation being parsed, by their name in the text.
-    scope: HashMap<&'a str, InstrId>,
+    scope: FxHashMap<&'a str, InstrId>,
+    /// Cleared scope maps kept for reuse (no rehashing for every computation).
+    spare_scopes: Vec<FxHashMap<&'a str, InstrId>>,
     /// The computation being parsed (for placing inline computations before it).
     current: Option<CompId>,
     depth: u32,
@@ -56,8 +58,9 @@ impl<'a> Parser<'a> {
         Parser {
             c: Cursor::new(src),
             m: Module::new(""),
-            comps: HashMap::new(),
-            scope: HashMap::new(),
+            comps: FxHashMap::default(),
+            scope: FxHashMap::default(),
+            spare_scopes: Vec::new(),
             current: None,
             depth: 0,
         }
@@ -81,6 +84,9 @@ impl<'a> Parser<'a> {
 
     pub fn parse_module(mut self) -> PResult<Module> {
         let mut scheduled = false;
+        // Roughly one instruction per line: reserve so the arenas never regrow.
+        let lines = self.c.b.iter().filter(|&&b| b == b'\n').count();
+        self.m.reserve(lines + 1, lines / 16 + 1);
         let has_header = self.c.eat_keyword("HloModule")?;
         if has_header {
             let name = self.c.name("a module name")?;
@@ -336,7 +342,7 @@ impl<'a> Parser<'a> {
     pub fn attr_name(&mut self) -> PResult<&'a str> {
         let key = self.c.name("an attribute name")?;
         self.c
-            .expect(b'=', &format!("after attribute name '{key}'"))?;
+            .expect_parts(b'=', &["after attribute name '", key, "'"])?;
         Ok(key)
     }
 
@@ -398,7 +404,8 @@ impl<'a> Parser<'a> {
             .m
             .add_computation(unique)
             .map_err(|e| self.c.error_at(name_at, e.to_string()))?;
-        let outer_scope = std::mem::take(&mut self.scope);
+        let fresh = self.spare_scopes.pop().unwrap_or_default();
+        let outer_scope = std::mem::replace(&mut self.scope, fresh);
         let outer_current = self.current.replace(id);
         let mut root: Option<InstrId> = None;
         let mut count = 0usize;
@@ -429,7 +436,9 @@ impl<'a> Parser<'a> {
         if let Some(r) = root {
             self.m.set_root(id, r);
         }
-        self.scope = outer_scope;
+        let mut done = std::mem::replace(&mut self.scope, outer_scope);
+        done.clear();
+        self.spare_scopes.push(done);
         self.current = outer_current;
         self.leave();
         Ok(id)
@@ -484,6 +493,7 @@ impl<'a> Parser<'a> {
             }
         };
         let text_name = name;
+        let has_shape = shape.is_some();
         let name: String = match name {
             Some(n) => n.to_string(),
             None => format!("{}.anon", opcode.name()),
@@ -491,10 +501,10 @@ impl<'a> Parser<'a> {
         let mut instr = Instruction::new(
             name.as_str(),
             opcode,
-            shape.clone().unwrap_or(Shape::Tuple(Vec::new())),
+            shape.unwrap_or(Shape::Tuple(Vec::new())),
         );
         self.c
-            .expect(b'(', &format!("to start the operands of {opname}"))?;
+            .expect_parts(b'(', &["to start the operands of ", opname])?;
         let mut operands: SmallVec<[InstrId; 2]> = SmallVec::new();
         match opcode {
             Opcode::Parameter => {
@@ -507,13 +517,13 @@ impl<'a> Parser<'a> {
                 self.c.expect(b')', "after the parameter number")?;
             }
             Opcode::Constant => {
-                let Some(s) = &shape else {
+                if !has_shape {
                     return Err(self.c.error_at(
                         op_at,
                         "a constant needs its shape written before 'constant'",
                     ));
                 };
-                let lit = self.parse_literal(s)?;
+                let lit = self.parse_literal(&instr.shape)?;
                 instr.attrs.literal = Some(Box::new(lit));
                 self.c.expect(b')', "after the constant literal")?;
             }
@@ -567,7 +577,7 @@ impl<'a> Parser<'a> {
             }
         }
         self.finish_attrs(&mut instr, &operands, calls, &seen, op_at)?;
-        if shape.is_none() {
+        if !has_shape {
             instr.shape = self.infer_shape(opcode, &operands, &instr, op_at)?;
         } else if opcode == Opcode::Tuple && instr.shape.tuple_elements().len() != operands.len() {
             return Err(self.c.error_at(
@@ -859,7 +869,7 @@ impl<'a> Parser<'a> {
 
     /// `{1,2,3}`.
     pub fn int_list(&mut self, what: &str) -> PResult<Vec<i64>> {
-        self.c.expect(b'{', &format!("to start {what}"))?;
+        self.c.expect_parts(b'{', &["to start ", what])?;
         let mut v = Vec::new();
         if self.c.eat(b'}')? {
             return Ok(v);
@@ -869,13 +879,13 @@ impl<'a> Parser<'a> {
             if self.c.eat(b'}')? {
                 return Ok(v);
             }
-            self.c.expect(b',', &format!("or '}}' in {what}"))?;
+            self.c.expect_parts(b',', &["or '}' in ", what])?;
         }
     }
 
     /// `{{0,1},{2,3}}`.
     pub fn int_list_list(&mut self, what: &str) -> PResult<Vec<Vec<i64>>> {
-        self.c.expect(b'{', &format!("to start {what}"))?;
+        self.c.expect_parts(b'{', &["to start ", what])?;
         let mut v = Vec::new();
         if self.c.eat(b'}')? {
             return Ok(v);
@@ -885,7 +895,7 @@ impl<'a> Parser<'a> {
             if self.c.eat(b'}')? {
                 return Ok(v);
             }
-            self.c.expect(b',', &format!("or '}}' in {what}"))?;
+            self.c.expect_parts(b',', &["or '}' in ", what])?;
         }
     }
 
@@ -973,11 +983,13 @@ impl<'a> Parser<'a> {
                 return Ok(true);
             }
             "backend_config" => {
-                instr.backend_config = Some(if self.c.peek()? == Some(b'{') {
+                let v = if self.c.peek()? == Some(b'{') {
                     self.c.braced_raw("backend_config")?.to_string()
                 } else {
                     self.c.string("a string or {...}")?
-                });
+                };
+                // XLA prints no backend_config when it is empty.
+                instr.backend_config = (!v.is_empty()).then_some(v);
                 return Ok(true);
             }
             _ => {}
@@ -1192,9 +1204,11 @@ impl<'a> Parser<'a> {
                 let ty = a.comparison.and_then(|c| c.ty);
                 a.comparison = Some(Comparison { direction, ty });
             }
-            ("type", Compare) => {
+            ("type" | "order", Compare) => {
                 let (at, w) = self.enum_word("a comparison type")?;
                 let ty = match w {
+                    "TOTAL" if key == "order" => ComparisonType::TotalOrder,
+                    "PARTIAL" if key == "order" => ComparisonType::Float,
                     "FLOAT" => ComparisonType::Float,
                     "TOTALORDER" => ComparisonType::TotalOrder,
                     "SIGNED" => ComparisonType::Signed,
@@ -1625,6 +1639,49 @@ impl<'a> Parser<'a> {
             _ => calls.to_apply.into_iter().collect(),
         };
         instr.called = called;
+        // XLA's defaults for attributes that it always prints.
+        let a = &mut instr.attrs;
+        let takes_groups = matches!(
+            op,
+            AllGather
+                | AllGatherStart
+                | AllReduce
+                | AllReduceStart
+                | ReduceScatter
+                | AllToAll
+                | RaggedAllToAll
+                | CollectiveBroadcast
+        );
+        if takes_groups && a.replica_groups.is_none() {
+            a.replica_groups = Some(Box::new(ReplicaGroups::Explicit(Vec::new())));
+        }
+        if op == Broadcast && a.dimensions.is_none() {
+            a.dimensions = Some(Vec::new());
+        }
+        if op == Outfeed && a.outfeed_shape.is_none() {
+            if let Some(&o) = operands.first() {
+                a.outfeed_shape = Some(Box::new(self.m.instr(o).shape.clone()));
+            }
+        }
+        if let Some(p) = a.precision.as_mut() {
+            if p.operand_precision.iter().all(|&x| x == Precision::Default) {
+                p.operand_precision.clear();
+            }
+            if p.operand_precision.is_empty() && p.algorithm == 0 {
+                a.precision = None;
+            }
+        }
+        // recv-done's shape comes from its recv, as in XLA (a declared shape is not kept).
+        if op == RecvDone {
+            if let Some(&o) = operands.first() {
+                let r = self.m.instr(o);
+                if r.opcode == Recv {
+                    if let Some(data) = r.shape.tuple_elements().first() {
+                        instr.shape = Shape::Tuple(vec![data.clone(), Shape::Token]);
+                    }
+                }
+            }
+        }
         Ok(())
     }
 }

@@ -443,10 +443,11 @@ fn write_attributes(out: &mut String, m: &Module, i: &Instruction, opts: &PrintO
             }
         }
         TopK => {
-            let _ = write!(out, ", k={}, largest={}", a.k, a.largest);
-            if a.is_stable {
-                out.push_str(", is_stable=true");
-            }
+            let _ = write!(
+                out,
+                ", k={}, largest={}, is_stable={}",
+                a.k, a.largest, a.is_stable
+            );
         }
         _ => {}
     }
@@ -457,11 +458,15 @@ fn write_attributes(out: &mut String, m: &Module, i: &Instruction, opts: &PrintO
     if a.constrain_layout {
         out.push_str(", constrain_layout=true");
     }
+    // reduce-scatter prints use_global_device_ids before dimensions, all-gather after.
+    if a.use_global_device_ids && i.opcode == ReduceScatter {
+        out.push_str(", use_global_device_ids=true");
+    }
     if let Some(d) = &a.dimensions {
         out.push_str(", dimensions=");
         write_int_list(out, d);
     }
-    if a.use_global_device_ids {
+    if a.use_global_device_ids && i.opcode != ReduceScatter {
         out.push_str(", use_global_device_ids=true");
     }
     if let Some(mode) = &a.collective_mode {
@@ -551,7 +556,7 @@ fn write_attributes(out: &mut String, m: &Module, i: &Instruction, opts: &PrintO
             ("rhs_batch_dims", &d.rhs_batch_dimensions),
             ("rhs_contracting_dims", &d.rhs_contracting_dimensions),
         ] {
-            if !v.is_empty() {
+            if !v.is_empty() || name.ends_with("contracting_dims") {
                 let _ = write!(out, ", {name}=");
                 write_int_list(out, v);
             }
@@ -771,9 +776,6 @@ fn write_attributes(out: &mut String, m: &Module, i: &Instruction, opts: &PrintO
         write_string(out, t);
     }
     if let Some(cc) = &a.custom_call {
-        if cc.has_side_effect {
-            out.push_str(", custom_call_has_side_effect=true");
-        }
         if let Some(l) = &a.literal {
             out.push_str(", literal=");
             write_shape(out, &l.shape, true);
@@ -789,6 +791,9 @@ fn write_attributes(out: &mut String, m: &Module, i: &Instruction, opts: &PrintO
                 write_shape(out, s, true);
             }
             out.push('}');
+        }
+        if cc.has_side_effect {
+            out.push_str(", custom_call_has_side_effect=true");
         }
         if !cc.output_to_operand_aliasing.is_empty() {
             out.push_str(", output_to_operand_aliasing=");

@@ -283,14 +283,14 @@ impl<'a> Parser<'a> {
     }
 
     fn paren_int(&mut self, what: &str) -> PResult<i64> {
-        self.c.expect(b'(', &format!("after {what}"))?;
+        self.c.expect_parts(b'(', &["after ", what])?;
         let v = self.c.int("an integer")?;
-        self.c.expect(b')', &format!("to end {what}(...)"))?;
+        self.c.expect_parts(b')', &["to end ", what, "(...)"])?;
         Ok(v)
     }
 
     fn paren_type(&mut self, what: &str) -> PResult<ElementType> {
-        self.c.expect(b'(', &format!("after {what}"))?;
+        self.c.expect_parts(b'(', &["after ", what])?;
         self.c.skip_ws()?;
         let at = self.c.pos;
         let w = self.c.ident("a primitive type")?;
@@ -300,7 +300,7 @@ impl<'a> Parser<'a> {
                 self.c
                     .error_at(at, format!("expected an integer type, found '{w}'"))
             })?;
-        self.c.expect(b')', &format!("to end {what}(...)"))?;
+        self.c.expect_parts(b')', &["to end ", what, "(...)"])?;
         Ok(t)
     }
 
@@ -790,7 +790,7 @@ impl<'a> Parser<'a> {
     }
 
     fn bracket_dims(&mut self, what: &str) -> PResult<Vec<i64>> {
-        self.c.expect(b'[', &format!("to start {what}"))?;
+        self.c.expect_parts(b'[', &["to start ", what])?;
         let mut v = Vec::new();
         loop {
             let at = self.c.pos;
@@ -802,7 +802,7 @@ impl<'a> Parser<'a> {
             if self.c.eat(b']')? {
                 return Ok(v);
             }
-            self.c.expect(b',', &format!("or ']' to close {what}"))?;
+            self.c.expect_parts(b',', &["or ']' to close ", what])?;
         }
     }
 

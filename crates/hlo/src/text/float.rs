@@ -72,6 +72,18 @@ impl FloatFormat {
         (1 << self.man_bits) - 1
     }
 
+    /// The bit pattern of a NaN with the given sign and mantissa payload (IEEE-like formats;
+    /// the others have a single NaN).
+    pub fn nan_with_payload(&self, negative: bool, payload: u64) -> u32 {
+        if self.specials != Specials::Ieee {
+            return self.nan(negative);
+        }
+        let sign = if negative { self.sign_bit() } else { 0 };
+        let p = (payload as u32) & self.man_mask();
+        let p = if p == 0 { 1 << (self.man_bits - 1) } else { p };
+        sign | (self.exp_max() << self.man_bits) | p
+    }
+
     /// The bit pattern of a quiet NaN with the given sign.
     pub fn nan(&self, negative: bool) -> u32 {
         let sign = if negative { self.sign_bit() } else { 0 };
@@ -113,7 +125,8 @@ impl FloatFormat {
     /// The value of a bit pattern.
     pub fn decode(&self, bits: u32) -> f64 {
         if self.is_nan(bits) {
-            return if bits & self.sign_bit() != 0 && self.specials != Specials::Fnuz {
+            // The fnuz NaN is the negative-zero pattern: XLA prints it as `-nan`.
+            return if bits & self.sign_bit() != 0 {
                 -f64::NAN
             } else {
                 f64::NAN
@@ -268,7 +281,9 @@ pub(crate) fn format_g(v: f64, precision: usize, out: &mut String) {
     }
     let p = precision.max(1);
     if v == 0.0 {
-        out.push_str(if v.is_sign_negative() { "-0" } else { "0" });
+        // XLA prints `-0`, which its lexer reads back as the integer 0 (losing the sign);
+        // `-0.0` keeps it.
+        out.push_str(if v.is_sign_negative() { "-0.0" } else { "0" });
         return;
     }
     let sci = format!("{:.*e}", p - 1, v);
@@ -341,6 +356,11 @@ pub(crate) fn format_float(ty: ElementType, bits: u64, out: &mut String) {
                 return;
             };
             let v = fmt.decode(bits as u32);
+            if v.is_nan() && fmt.specials == Specials::Ieee {
+                let payload = bits & fmt.man_mask() as u64;
+                nan_text(v.is_sign_negative(), payload, 1 << (fmt.man_bits - 1), out);
+                return;
+            }
             // ml_dtypes' max_digits10: 2 + floor(digits * log10(2)), digits = mantissa + 1.
             let digits = fmt.man_bits as u64 + 1;
             let p = 2 + (digits * 30103 / 100000) as usize;

@@ -17,6 +17,9 @@ mod parser;
 mod printer;
 mod values;
 
+#[cfg(test)]
+mod tests;
+
 pub use compare::module_diff;
 
 use crate::module::Module;

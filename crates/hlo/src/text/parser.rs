@@ -331,6 +331,7 @@ impl<'a> Parser<'a> {
             if self.c.eat(b'}')? {
                 return Ok(());
             }
+            self.c.skip_ws()?;
             let at = self.c.pos;
             let key = self.attr_name()?;
             f(self, key, at)?;
@@ -379,6 +380,7 @@ impl<'a> Parser<'a> {
         let id = self.parse_body(name, name_at)?;
         self.comps.insert(name, id);
         if self.c.eat(b',')? {
+            self.c.skip_ws()?;
             let at = self.c.pos;
             let key = self.attr_name()?;
             if key != "execution_thread" {
@@ -560,6 +562,7 @@ impl<'a> Parser<'a> {
             instr.attrs.largest = true;
         }
         while self.c.eat(b',')? {
+            self.c.skip_ws()?;
             let at = self.c.pos;
             let key = self.attr_name()?;
             if seen.contains(&key) {

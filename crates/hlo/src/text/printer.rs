@@ -151,11 +151,11 @@ pub(super) fn print_module(m: &Module, opts: &PrintOptions) -> String {
                 let pi = m.instr(p);
                 out.push_str(&pi.name);
                 out.push_str(": ");
-                write_shape(&mut out, &pi.shape, true);
+                write_shape(&mut out, &pi.shape, false);
             }
             out.push_str(") -> ");
             match comp.root() {
-                Some(r) => write_shape(&mut out, &m.instr(r).shape, true),
+                Some(r) => write_shape(&mut out, &m.instr(r).shape, false),
                 None => out.push_str("()"),
             }
         }
@@ -1340,7 +1340,7 @@ pub(super) fn write_literal_value(out: &mut String, l: &Literal) {
                 elem: &dyn Fn(&mut String, usize),
             ) {
                 let n = dims[d].max(0) as usize;
-                let spaced = rank > 1;
+                let spaced = rank > 1 && n > 0;
                 out.push_str(if spaced { "{ " } else { "{" });
                 for k in 0..n {
                     if k > 0 {

@@ -521,6 +521,8 @@ impl<'a> Parser<'a> {
                         let sign = if v.is_sign_negative() { 1u64 << 63 } else { 0 };
                         sign | 0x7ff0_0000_0000_0000 | (p & ((1u64 << 52) - 1))
                     }
+                    (_, Some(p)) => FloatFormat::of(ty)
+                        .map_or(0, |f| f.nan_with_payload(v.is_sign_negative(), p) as u64),
                     _ => {
                         let bits = f64_to_bits(ty, v).unwrap_or(0);
                         if v.is_finite() && !bits_to_f64(ty, bits).is_finite() {
@@ -576,6 +578,16 @@ impl<'a> Parser<'a> {
         }
         let v = if let Some(h) = body.strip_prefix("0x") {
             u64::from_str_radix(h, 16).map(|u| u as f64).ok()
+        } else if body.bytes().all(|b| b.is_ascii_digit()) {
+            // An integer token, as XLA lexes it: `-0` is plain zero.
+            return match body.parse::<u64>() {
+                Ok(0) => Ok((0.0, None)),
+                Ok(u) => Ok((sign(u as f64), None)),
+                Err(_) => body.parse::<f64>().map(|f| (sign(f), None)).map_err(|_| {
+                    self.c
+                        .error_at(at, format!("expected a number, found '{text}'"))
+                }),
+            };
         } else {
             body.parse::<f64>().ok()
         };

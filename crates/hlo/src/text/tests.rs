@@ -1,0 +1,387 @@
+//! Unit tests of the text format: the tricky spellings, round trips and error positions.
+
+use super::*;
+use crate::attrs::ReplicaGroups;
+use crate::opcode::Opcode;
+use crate::sharding::ShardingKind;
+
+fn roundtrip(text: &str) -> (Module, String) {
+    let m = parse_module(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let printed = m.to_text();
+    let again = parse_module(&printed).unwrap_or_else(|e| panic!("{e}\n{printed}"));
+    assert_eq!(module_diff(&m, &again), None, "{printed}");
+    assert_eq!(again.to_text(), printed);
+    (m, printed)
+}
+
+/// The printed line of the instruction named `name`.
+fn line_of<'a>(printed: &'a str, name: &str) -> &'a str {
+    let key = format!("%{name} = ");
+    printed
+        .lines()
+        .find(|l| l.trim_start().trim_start_matches("ROOT ").starts_with(&key))
+        .unwrap_or_else(|| panic!("no %{name} in\n{printed}"))
+        .trim()
+}
+
+fn err(text: &str) -> ParseError {
+    match parse_module(text) {
+        Ok(_) => panic!("expected an error for\n{text}"),
+        Err(e) => e,
+    }
+}
+
+fn constant_line(shape: &str, value: &str) -> String {
+    let text = format!("HloModule m\nENTRY e {{\n  ROOT c = {shape} constant({value})\n}}\n");
+    let (_, printed) = roundtrip(&text);
+    let l = line_of(&printed, "c");
+    let start = l.find("constant(").unwrap() + "constant(".len();
+    l[start..l.len() - 1].to_string()
+}
+
+#[test]
+fn float_literals_round_like_xla() {
+    assert_eq!(
+        constant_line("f32[4]", "{0.1, 1e-45, -inf, nan}"),
+        "{0.1, 1.4013e-45, -inf, nan}"
+    );
+    assert_eq!(
+        constant_line("f32[2]", "{nan(0x1), -nan}"),
+        "{nan(0x1), -nan}"
+    );
+    assert_eq!(constant_line("f64[2]", "{0.1, 1e300}"), "{0.1, 1e+300}");
+    assert_eq!(
+        constant_line("bf16[3]", "{1.00390625, 3.3e38, -0}"),
+        "{1, 3.296e+38, 0}"
+    );
+    assert_eq!(
+        constant_line("bf16[3]", "{nan(0x3), -nan, -0.0}"),
+        "{nan(0x3), -nan, -0.0}"
+    );
+    assert_eq!(constant_line("f16[2]", "{nan, -nan}"), "{nan, -nan}");
+    assert_eq!(
+        constant_line("f16[3]", "{65504, 0.1, 6e-8}"),
+        "{65504, 0.099976, 5.9605e-08}"
+    );
+    assert_eq!(
+        constant_line("f8e4m3fn[3]", "{448, -100, 0.1}"),
+        "{448, -96, 0.102}"
+    );
+    assert_eq!(
+        constant_line("f8e5m2[2]", "{57344, 0.1}"),
+        "{5.7e+04, 0.094}"
+    );
+    assert_eq!(constant_line("f8e4m3[2]", "{240, inf}"), "{240, inf}");
+    assert_eq!(constant_line("f8e3m4[2]", "{15.5, 0.3}"), "{15.5, 0.297}");
+    assert_eq!(constant_line("f8e4m3fnuz[2]", "{240, nan}"), "{240, -nan}");
+    assert_eq!(constant_line("f8e5m2fnuz[1]", "{-3}"), "{-3}");
+    assert_eq!(constant_line("f8e4m3b11fnuz[1]", "{30}"), "{30}");
+    assert_eq!(
+        constant_line("f4e2m1fn[4]", "{6, -0.5, 0.1, 2.5}"),
+        "{6, -0.5, 0, 2}"
+    );
+    assert_eq!(constant_line("f8e8m0fnu[3]", "{1, 0.5, 4}"), "{1, 0.5, 4}");
+    assert_eq!(
+        constant_line("c64[2]", "{(1, 2), (0.5, -1e10)}"),
+        "{(1, 2), (0.5, -1e+10)}"
+    );
+    assert_eq!(constant_line("c128[]", "(1, -0.1)"), "(1, -0.1)");
+    // Out of range values are errors, as in XLA.
+    let e = err("HloModule m\nENTRY e {\n  ROOT c = f8e4m3fn[1] constant({1000})\n}\n");
+    assert!(e.message.contains("out of range"), "{e}");
+    let e = err("HloModule m\nENTRY e {\n  ROOT c = f32[] constant(4e38)\n}\n");
+    assert!(e.message.contains("out of range"), "{e}");
+}
+
+#[test]
+fn integer_pred_and_tuple_literals() {
+    assert_eq!(constant_line("s4[2]", "{-8, 7}"), "{-8, 7}");
+    assert_eq!(
+        constant_line("u64[1]", "{18446744073709551615}"),
+        "{18446744073709551615}"
+    );
+    assert_eq!(
+        constant_line("s64[]", "-9223372036854775808"),
+        "-9223372036854775808"
+    );
+    assert_eq!(constant_line("pred[2]", "{true, false}"), "{1, 0}");
+    assert_eq!(constant_line("pred[]", "true"), "true");
+    assert_eq!(
+        constant_line("s32[2,2]", "{{1, 2}, {3, 4}}"),
+        "{ { 1, 2 }, { 3, 4 } }"
+    );
+    assert_eq!(constant_line("s32[2,0]", "{{}, {}}"), "{ {}, {} }");
+    assert_eq!(
+        constant_line("(f32[], s32[2])", "(1, {2, 3})"),
+        "(1, {2, 3})"
+    );
+    // One value fills the array; `{...}` (elided) reads as zeros.
+    assert_eq!(constant_line("s8[3]", "7"), "{7, 7, 7}");
+    assert_eq!(constant_line("f32[2]", "{...}"), "{0, 0}");
+    for bad in [
+        "s4[1] constant({8})",
+        "u8[1] constant({-1})",
+        "s32[2] constant({1})",
+    ] {
+        let e = err(&format!("HloModule m\nENTRY e {{\n  ROOT c = {bad}\n}}\n"));
+        assert_eq!(e.line, 3, "{e}");
+    }
+}
+
+#[test]
+fn shapes_and_layouts() {
+    for s in [
+        "f32[2,3]{1,0}",
+        "f32[<=4,?]{1,0}",
+        "(f32[], (s32[2]{0}, token[]), opaque[])",
+        "()",
+        "b(f32[8]{0})",
+        "bf16[128,256]{1,0:T(8,128)(2,1)}",
+        "s4[8]{0:T(8,*)E(4)}",
+        "f32[2,3]{0,1:D(D,C+~)T(8,128)L(4)#(u32)*(u16)E(16)S(2)SC(0:1,2)P(f32[6]{0})M(8)}",
+        "f32[]{:S(1)}",
+        "f8e4m3fn[2]{0}",
+    ] {
+        let shape = parse_shape(s).unwrap_or_else(|e| panic!("{s}: {e}"));
+        assert_eq!(shape_to_string(&shape), s);
+    }
+    let e = parse_shape("f32[2,3]{1,0:T(8,128)Q(1)}").unwrap_err();
+    assert_eq!((e.line, e.column), (1, 22), "{e}");
+    assert!(e.message.contains("expected a layout item"), "{e}");
+}
+
+#[test]
+fn shardings_in_every_form() {
+    for s in [
+        "{replicated}",
+        "{manual}",
+        "{unknown}",
+        "{unreduced}",
+        "{maximal device=3}",
+        "{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}",
+        "{devices=[2,2]<=[4]}",
+        "{devices=[2,2,2]<=[2,4]T(1,0) last_tile_dims={manual}}",
+        "{devices=[4,1]<=[4] shard_as 2}",
+        "{replicated shard_like 1}",
+        "{devices=[2]0,1 metadata={op_name=\"a\"}}",
+        "{{replicated}, {maximal device=0}, {devices=[2]<=[2]}}",
+        "{}",
+    ] {
+        let sh = parse_sharding(s).unwrap_or_else(|e| panic!("{s}: {e}"));
+        assert_eq!(sharding_to_string(&sh), s);
+    }
+    let sh = parse_sharding("{devices=[2,2]<=[2,2]T(1,0)}").unwrap();
+    match sh.kind {
+        ShardingKind::Tiled(t) => assert_eq!(t.tile_assignment.num_devices(), 4),
+        k => panic!("{k:?}"),
+    }
+    let e = parse_sharding("{devices=[2,2,}").unwrap_err();
+    assert_eq!(e.to_string(), "1:15: expected a dimension, found '}'");
+    let e = parse_sharding("{devices=[2,2]0,1,2}").unwrap_err();
+    assert!(e.message.contains("need 4 devices but 3"), "{e}");
+    let e = parse_sharding("{devices=[2,2]<=[2,2]}").unwrap_err();
+    assert!(e.message.contains("'T('"), "{e}");
+}
+
+#[test]
+fn replica_groups_in_three_spellings() {
+    let g = parse_replica_groups("{{0,1},{2,3}}").unwrap();
+    assert_eq!(g, ReplicaGroups::Explicit(vec![vec![0, 1], vec![2, 3]]));
+    let g = parse_replica_groups("[2,4]<=[4,2]T(1,0)").unwrap();
+    assert_eq!(
+        g,
+        ReplicaGroups::Iota {
+            num_groups: 2,
+            group_size: 4,
+            reshape_dims: vec![4, 2],
+            transpose_perm: vec![1, 0]
+        }
+    );
+    let g = parse_replica_groups("mesh['axis_0'=4,'axis_1'=2] {'axis_0'}").unwrap();
+    match &g {
+        ReplicaGroups::Mesh(m) => {
+            assert_eq!(
+                m.axes,
+                vec![("axis_0".to_string(), 4), ("axis_1".to_string(), 2)]
+            );
+            assert_eq!(m.group_axes, vec!["'axis_0'".to_string()]);
+        }
+        g => panic!("{g:?}"),
+    }
+    let text = "HloModule m\n\n%add (x: f32[], y: f32[]) -> f32[] {\n  %x = f32[] parameter(0)\n  %y = f32[] parameter(1)\n  ROOT %a = f32[] add(f32[] %x, f32[] %y)\n}\n\nENTRY %e (p: f32[8]) -> (f32[8], f32[8], f32[8]) {\n  %p = f32[8]{0} parameter(0)\n  %r1 = f32[8]{0} all-reduce(f32[8]{0} %p), channel_id=1, replica_groups={{0,1},{2,3}}, use_global_device_ids=true, to_apply=%add\n  %r2 = f32[8]{0} all-reduce(f32[8]{0} %p), channel_id=2, replica_groups=[2,4]<=[4,2]T(1,0), use_global_device_ids=true, to_apply=%add\n  %r3 = f32[8]{0} all-reduce(f32[8]{0} %p), channel_id=3, replica_groups=mesh['axis_0'=4,'axis_1'=2] {'axis_0'}, use_global_device_ids=true, to_apply=%add\n  ROOT %t = (f32[8]{0}, f32[8]{0}, f32[8]{0}) tuple(f32[8]{0} %r1, f32[8]{0} %r2, f32[8]{0} %r3)\n}\n\n";
+    let (_, printed) = roundtrip(text);
+    assert_eq!(printed, text);
+}
+
+#[test]
+fn canonical_print_of_a_long_form_module() {
+    let text = r#"HloModule m, is_scheduled=true, entry_computation_layout={(f32[4]{0}, s32[])->f32[4]{0}}, input_output_alias={ {}: (0, {}, may-alias) }, buffer_donor={ (1, {}) }, replica_count=2, num_partitions=4, frontend_attributes={a="b"}
+
+%body (p: (f32[4], s32[])) -> (f32[4], s32[]) {
+  %p = (f32[4]{0}, s32[]) parameter(0)
+  %x = f32[4]{0} get-tuple-element((f32[4]{0}, s32[]) %p), index=0
+  %i = s32[] get-tuple-element((f32[4]{0}, s32[]) %p), index=1
+  %one = s32[] constant(1)
+  %j = s32[] add(s32[] %i, s32[] %one)
+  %y = f32[4]{0} multiply(f32[4]{0} %x, f32[4]{0} %x), metadata={op_type="Mul" op_name="jit(f)/mul" source_file="f.py" source_line=3}
+  ROOT %t = (f32[4]{0}, s32[]) tuple(f32[4]{0} %y, s32[] %j)
+}
+
+%cond (p.1: (f32[4], s32[])) -> pred[] {
+  %p.1 = (f32[4]{0}, s32[]) parameter(0)
+  %i.1 = s32[] get-tuple-element((f32[4]{0}, s32[]) %p.1), index=1
+  %n = s32[] constant(10)
+  ROOT %lt = pred[] compare(s32[] %i.1, s32[] %n), direction=LT
+}
+
+ENTRY %main (a: f32[4], b: s32[]) -> f32[4] {
+  %a = f32[4]{0} parameter(0), sharding={devices=[4]<=[4]}
+  %b = s32[] parameter(1), sharding={replicated}
+  %init = (f32[4]{0}, s32[]) tuple(f32[4]{0} %a, s32[] %b)
+  %w = (f32[4]{0}, s32[]) while((f32[4]{0}, s32[]) %init), condition=%cond, body=%body, backend_config={"known_trip_count":{"n":"10"}}
+  ROOT %r = f32[4]{0} get-tuple-element((f32[4]{0}, s32[]) %w), index=0, control-predecessors={%init}
+}
+
+"#;
+    let (m, printed) = roundtrip(text);
+    assert_eq!(printed, text);
+    let s = m
+        .schedule
+        .as_ref()
+        .expect("is_scheduled=true gives a schedule");
+    assert_eq!(s.sequences.len(), 3);
+    assert_eq!(m.config.replica_count, 2);
+    assert_eq!(m.config.input_output_alias.len(), 1);
+    // The short form parses to the same module.
+    let short = print_module(&m, &PrintOptions::short());
+    assert!(
+        short.contains("ROOT r = f32[4]{0} get-tuple-element(w), index=0"),
+        "{short}"
+    );
+    assert_eq!(module_diff(&m, &parse_module(&short).unwrap()), None);
+}
+
+#[test]
+fn short_form_nested_and_inline() {
+    let text = "HloModule m\nENTRY e {\n  a = f32[] exponential(f32[] parameter(0))\n  b = f32[2] parameter(1)\n  r = f32[] reduce(b, a), dimensions={0}, to_apply={\n    x = f32[] parameter(0)\n    y = f32[] parameter(1)\n    ROOT s = add(x, y)\n  }\n  ROOT t = tuple(a, r)\n}\n";
+    let (m, printed) = roundtrip(text);
+    let e = m.comp(m.entry().unwrap());
+    assert_eq!(e.num_parameters(), 2);
+    // The nested parameter got a name; the inline computation comes before its caller.
+    assert!(
+        printed.contains("%parameter.anon = f32[] parameter(0)"),
+        "{printed}"
+    );
+    let first = m.computations()[0];
+    assert_eq!(m.comp(first).name, "anonymous_computation");
+    assert!(line_of(&printed, "t").starts_with("ROOT %t = (f32[], f32[]) tuple("));
+}
+
+#[test]
+fn duplicate_names_across_computations_are_renamed() {
+    let text = "HloModule m\nadd {\n  x = f32[] parameter(0)\n  ROOT add = f32[] add(x, x)\n}\nENTRY add.1 {\n  x = f32[] parameter(0)\n  ROOT add = f32[] call(x), to_apply=add\n}\n";
+    let (m, _) = roundtrip(text);
+    let names: Vec<&str> = m
+        .computations()
+        .iter()
+        .flat_map(|&c| {
+            m.comp(c)
+                .instructions()
+                .iter()
+                .map(|&i| m.instr(i).name.as_str())
+        })
+        .collect();
+    assert_eq!(names, ["x", "add", "x.1", "add.1"]);
+    let root = m.comp(m.entry().unwrap()).root().unwrap();
+    assert_eq!(m.instr(root).opcode, Opcode::Call);
+}
+
+#[test]
+fn errors_name_the_place_and_what_was_expected() {
+    let e = err("HloModule m\nENTRY e {\n  p = f32[2] parameter(0)\n  ROOT a = f32[2] add(p, p), frobnicate=3\n}\n");
+    assert_eq!((e.line, e.column), (4, 30), "{e}");
+    assert_eq!(
+        e.message,
+        "unexpected attribute 'frobnicate' for opcode add"
+    );
+    let e = err("HloModule m\nENTRY e {\n  ROOT a = f32[2] add(p, p)\n}\n");
+    assert_eq!(e.to_string(), "3:23: instruction 'p' is not defined");
+    let e = err(
+        "HloModule m\nENTRY e {\n  p = f32[2] parameter(0)\n  ROOT b = f32[2] broadcast(p)\n}\n",
+    );
+    assert!(e.message.contains("'dimensions' is expected"), "{e}");
+    let e =
+        err("HloModule m\nENTRY e {\n  p = f32[2] parameter(0)\n  ROOT b = f32[2] frob(p)\n}\n");
+    assert_eq!(e.to_string(), "4:19: unknown opcode 'frob'");
+    let e = err("HloModule m\nENTRY e {\n  p = f32[2 parameter(0)\n}\n");
+    assert_eq!(
+        e.to_string(),
+        "3:13: expected ',' or ']' in the dimensions, found 'parameter'"
+    );
+    let e = err("HloModule m\nENTRY e {\n  p = f32[2] parameter(0), sharding={devices=[2,2}\n}\n");
+    assert_eq!(e.line, 3);
+    assert!(
+        e.message
+            .starts_with("expected ',' or ']' to close the tile assignment dimensions, found '}'"),
+        "{e}"
+    );
+    let e = err("HloModule m\nENTRY e {\n  p = f32[2] parameter(0) /* unterminated\n}\n");
+    assert_eq!(e.to_string(), "3:27: unterminated /* comment");
+    let e = err("");
+    assert!(e.message.contains("expected a computation"), "{e}");
+}
+
+#[test]
+fn comments_are_skipped() {
+    let text = "// leading\nHloModule m /* c */, replica_count=1\n\nENTRY %e () -> (f32[], f32[]) {\n  %a = f32[] constant(1) // trailing\n  ROOT %t = (f32[], /*index=1*/f32[]) tuple(f32[] %a, /*index=1*/f32[] %a)\n}\n";
+    let (m, _) = roundtrip(text);
+    assert_eq!(m.instruction_count(), 2);
+}
+
+/// Cut and corrupted inputs give errors, never panics (a cheap stand-in for the fuzzer).
+#[test]
+fn never_panics_on_damaged_input() {
+    let text = r#"HloModule m, entry_computation_layout={(f32[4]{0})->f32[4]{0}}
+%add (x: f32[], y: f32[]) -> f32[] {
+  %x = f32[] parameter(0)
+  %y = f32[] parameter(1)
+  ROOT %a = f32[] add(f32[] %x, f32[] %y)
+}
+ENTRY %e (p: f32[4]) -> f32[4] {
+  %p = f32[4]{0:T(4)} parameter(0), sharding={devices=[2,2]<=[2,2]T(1,0) last_tile_dim_replicate}
+  %c = bf16[2,2] constant({{1, nan}, {-inf, 2.5}})
+  %r = f32[4]{0} all-reduce(f32[4]{0} %p), replica_groups=[1,4]<=[4], to_apply=%add, metadata={op_name="x\"y"}
+  ROOT %s = f32[4]{0} slice(f32[4]{0} %r), slice={[0:4:1]}
+}
+"#;
+    parse_module(text).unwrap();
+    let bytes = text.as_bytes();
+    let mut checked = 0;
+    for cut in (0..bytes.len()).step_by(3) {
+        let _ = parse_module(&text[..cut]);
+        checked += 1;
+    }
+    let noise = [
+        b'{', b'}', b'(', b')', b',', b'=', b'"', b'%', b'[', b']', b'-', b'9', b'/', b'*',
+    ];
+    let mut state: u32 = 12345;
+    for _ in 0..600 {
+        state = state.wrapping_mul(1_103_515_245).wrapping_add(12345);
+        let pos = (state >> 8) as usize % bytes.len();
+        let b = noise[(state >> 20) as usize % noise.len()];
+        let mut v = bytes.to_vec();
+        v[pos] = b;
+        if let Ok(s) = std::str::from_utf8(&v) {
+            let _ = parse_module(s);
+            checked += 1;
+        }
+    }
+    // Deep nesting is refused, not a stack overflow.
+    let deep = format!(
+        "HloModule m\nENTRY e {{\n  ROOT p = {}f32[]{} parameter(0)\n}}\n",
+        "(".repeat(5000),
+        ")".repeat(5000)
+    );
+    assert!(parse_module(&deep).is_err());
+    assert!(checked > 500);
+}

@@ -21,7 +21,8 @@ use std::fmt;
 
 use tessera_hlo::attrs::{MeshReplicaGroups, ReplicaGroups};
 use tessera_hlo::{
-    ElementType as HloElementType, Layout, Module, Shape, Sharding, ShardingKind, TileAssignment,
+    ElementType as HloElementType, Instruction, Layout, Module, Opcode, Shape, Sharding,
+    ShardingKind, TileAssignment,
 };
 
 use crate::element::{Bf16 as Bf16Bits, F16 as F16Bits};
@@ -225,15 +226,101 @@ pub fn root_shape_and_sharding(m: &Module) -> Result<(Shape, Sharding)> {
     ))
 }
 
-fn strip(m: &Module) -> Module {
-    let mut out = normalize_layouts(m);
+fn strip(m: &Module) -> Result<Module> {
+    let mut out = for_plugin(m)?;
     for id in ids_of(&out) {
         out.instr_mut(id).sharding = None;
     }
     out.config.spmd_output_sharding = None;
     out.config.spmd_parameters_shardings = None;
     out.config.use_spmd_partitioning = false;
-    out
+    Ok(out)
+}
+
+/// A clone the 0.0.1 CPU plugin compiles: default layouts ([`normalize_layouts`]), explicit
+/// replica groups ([`explicit_replica_groups`]) and single-operand all-reduces
+/// ([`split_tuple_all_reduces`]). Each rewrite keeps the module's meaning.
+pub fn for_plugin(m: &Module) -> Result<Module> {
+    let mut out = normalize_layouts(m);
+    explicit_collectives(&mut out)?;
+    split_tuple_all_reduces(&mut out)?;
+    Ok(out)
+}
+
+/// Replaces every all-reduce of several operands (a tuple-shaped result) by one all-reduce per
+/// operand, each with its own fresh channel id, and a tuple of them. The plugin cannot compile
+/// the combined form, not even from XLA's own proto of it ("LogicalBuffer ... does not have a
+/// layout"), and XLA's optimized modules are full of them (all-reduce combiner).
+pub fn split_tuple_all_reduces(m: &mut Module) -> Result<()> {
+    let mut next_channel = ids_of(m)
+        .iter()
+        .filter_map(|&i| m.instr(i).attrs.channel_id)
+        .max()
+        .unwrap_or(0)
+        + 1;
+    for id in ids_of(m) {
+        let i = m.instr(id);
+        if i.opcode != Opcode::AllReduce || i.operands().len() < 2 {
+            continue;
+        }
+        let (comp, name, operands) = (i.parent, i.name.clone(), i.operands().to_vec());
+        let elements = i.shape.tuple_elements().to_vec();
+        if elements.len() != operands.len() {
+            return Err(module_error(
+                m,
+                format!(
+                    "{name}: {} operands but a result of {} elements",
+                    operands.len(),
+                    elements.len()
+                ),
+            ));
+        }
+        if !i.control_predecessors().is_empty() || !i.control_successors().is_empty() {
+            return Err(module_error(
+                m,
+                format!("{name}: a multi-operand all-reduce with control edges is not supported"),
+            ));
+        }
+        let template = i.clone();
+        let root = m.comp(comp).root();
+        let mut parts = Vec::with_capacity(operands.len());
+        for (k, (&op, shape)) in operands.iter().zip(elements).enumerate() {
+            let part_name = m.unique_name(&format!("{name}.{k}"));
+            let mut part = Instruction::new(part_name, Opcode::AllReduce, shape)
+                .with_operands(&[op])
+                .with_called(&template.called);
+            part.attrs = template.attrs.clone();
+            if part.attrs.channel_id.is_some() {
+                part.attrs.channel_id = Some(next_channel);
+                next_channel += 1;
+            }
+            part.metadata = template.metadata.clone();
+            part.frontend_attributes = template.frontend_attributes.clone();
+            parts.push(
+                m.add_instruction(comp, part)
+                    .map_err(|e| module_error(m, e.to_string()))?,
+            );
+        }
+        let tuple_name = m.unique_name(&format!("{name}.tuple"));
+        let tuple = m
+            .add_instruction(
+                comp,
+                Instruction::new(tuple_name, Opcode::Tuple, template.shape.clone())
+                    .with_operands(&parts),
+            )
+            .map_err(|e| module_error(m, e.to_string()))?;
+        m.replace_all_uses_with(id, tuple)
+            .map_err(|e| module_error(m, e.to_string()))?;
+        // Adding instructions moved the root; put it back (or on the tuple if it was this).
+        match root {
+            Some(r) if r == id => m.set_root(comp, tuple),
+            Some(r) => m.set_root(comp, r),
+            None => {}
+        }
+        m.remove_instruction(id)
+            .map_err(|e| module_error(m, e.to_string()))?;
+    }
+    Ok(())
 }
 
 /// A clone whose entry parameters and root have the default layout (so the plugin takes and
@@ -415,18 +502,17 @@ fn literal_default_layouts(l: &mut tessera_hlo::Literal) {
 }
 
 /// The original module as the harness runs it: no shardings, default entry layouts.
-pub fn prepare_original(m: &Module) -> Module {
-    let mut out = strip(m);
+pub fn prepare_original(m: &Module) -> Result<Module> {
+    let mut out = strip(m)?;
     out.config.num_partitions = 1;
     out.config.replica_count = 1;
-    out
+    Ok(out)
 }
 
 /// The partitioned module as the harness runs it: MANUAL shardings on the entry parameters and
 /// root (a tuple of MANUALs for a tuple root), none elsewhere, default entry layouts.
 pub fn prepare_partitioned(m: &Module, num_devices: usize) -> Result<Module> {
-    let mut out = strip(m);
-    explicit_collectives(&mut out)?;
+    let mut out = strip(m)?;
     let e = out
         .entry()
         .ok_or_else(|| module_error(m, "has no entry computation"))?;
@@ -533,7 +619,7 @@ pub fn run_original(
     original: &Module,
     inputs: &[HostValue],
 ) -> Result<Vec<HostArray>> {
-    let prepared = prepare_original(original);
+    let prepared = prepare_original(original)?;
     let args = inputs
         .iter()
         .enumerate()
@@ -602,8 +688,7 @@ pub fn run_xla_partitioned(
     inputs: &[HostValue],
 ) -> Result<Vec<sharded::Assembled>> {
     let args = split_inputs(m, num_devices, inputs)?;
-    let mut prepared = normalize_layouts(m);
-    explicit_collectives(&mut prepared)?;
+    let mut prepared = for_plugin(m)?;
     prepared.config.num_partitions = num_devices as i64;
     prepared.config.use_spmd_partitioning = true;
     let outs = run_module(

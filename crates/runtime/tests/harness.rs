@@ -188,3 +188,37 @@ fn xla_partitions_the_sharded_original_to_the_same_values() {
         assert_eq!(g.value, HostValue::Array(e.clone()));
     }
 }
+
+/// A two-operand all-reduce (which the plugin cannot compile as is, even from XLA's own proto)
+/// runs after the harness splits it, with the same sums.
+#[test]
+fn multi_operand_all_reduce_is_split_for_the_plugin() {
+    let text = "HloModule t\n\nadd {\n  x = f32[] parameter(0)\n  y = f32[] parameter(1)\n  ROOT s = f32[] add(x, y)\n}\n\nENTRY e {\n  a = f32[2]{0} parameter(0)\n  b = f32[1]{0} parameter(1)\n  ar = (f32[2]{0}, f32[1]{0}) all-reduce(a, b), channel_id=1, replica_groups={{0,1}}, use_global_device_ids=true, to_apply=add\n  g0 = f32[2]{0} get-tuple-element(ar), index=0\n  g1 = f32[1]{0} get-tuple-element(ar), index=1\n  ROOT t = (f32[2]{0}, f32[1]{0}) tuple(g0, g1)\n}\n";
+    let m = tessera_hlo::text::parse_module(text).unwrap();
+    let prepared = harness::prepare_partitioned(&m, 2).unwrap();
+    let e = prepared.entry().unwrap();
+    let all_reduces: Vec<_> = prepared
+        .comp(e)
+        .instructions()
+        .iter()
+        .filter(|&&i| prepared.instr(i).opcode == Opcode::AllReduce)
+        .map(|&i| prepared.instr(i).operands().len())
+        .collect();
+    assert_eq!(all_reduces, vec![1, 1]);
+    let args = vec![
+        vec![
+            HostArray::f32(&[2], &[1.0, 2.0]).unwrap(),
+            HostArray::f32(&[1], &[5.0]).unwrap(),
+        ],
+        vec![
+            HostArray::f32(&[2], &[10.0, 20.0]).unwrap(),
+            HostArray::f32(&[1], &[7.0]).unwrap(),
+        ],
+    ];
+    let outs =
+        harness::run_module(client(), &prepared, &harness::per_device_options(2), &args).unwrap();
+    for device in &outs {
+        assert_eq!(device[0].to_f32().unwrap(), vec![11.0, 22.0]);
+        assert_eq!(device[1].to_f32().unwrap(), vec![12.0]);
+    }
+}

@@ -161,11 +161,11 @@ pub fn leaf_paths(shape: &Shape) -> Vec<Vec<usize>> {
     out
 }
 
-/// How an array `ty[dims]` (the global array *without* any manual leading dimension... see
-/// below) lies on devices `0..num_devices` under `sharding`.
+/// How an array `ty[data_dims]` lies on devices `0..num_devices` under an array `sharding`.
 ///
-/// `data_dims` are the dimensions of the logical array the sharding describes. For manual
-/// shardings the returned `global_dims` carry the extra leading dimension.
+/// `data_dims` are the dimensions of the array the program sees (the one the sharding
+/// describes). For manual shardings the returned `global_dims` carry the extra leading
+/// dimension of the host-side global array. `leaf` only names the place in errors.
 pub fn layout(
     ty: HloElementType,
     data_dims: &[i64],

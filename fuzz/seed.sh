@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Seeds the fuzz corpora with every module of the shared XLA corpus (split on `// -----`).
-# Usage: fuzz/seed.sh   (from the repo root or fuzz/)
+# Usage: [CORPUS=/path/to/xla-hlo] fuzz/seed.sh
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-src="$here/../../shared/corpus/xla-hlo"
+src="${CORPUS:-$here/../../shared/corpus/xla-hlo}"
+[ -d "$src" ] || { echo "corpus not found at $src; set CORPUS=/path/to/xla-hlo" >&2; exit 1; }
 for target in parse roundtrip; do
   mkdir -p "$here/corpus/$target"
 done

@@ -375,7 +375,7 @@ impl Pipeline {
         slot: usize,
     ) -> Result<bool> {
         let name = p.name().to_string();
-        let _span = tracing::debug_span!("pass", name = %name).entered();
+        let _span = tracing::info_span!("pass", name = %name).entered();
         let t0 = Instant::now();
         let changed = run_named(p, module)?;
         let dt = t0.elapsed();
@@ -383,7 +383,7 @@ impl Pipeline {
             st.report.remarks.push((name.clone(), text));
         }
         tracing::info!(
-            "{name}: {} in {:.3} ms",
+            "{} in {:.3} ms",
             if changed { "changed" } else { "unchanged" },
             dt.as_secs_f64() * 1e3
         );

@@ -634,4 +634,31 @@ mod tests {
         assert_eq!(names(&a, &b.m, cc, &[1]), ["%cc[1]"]);
         assert_eq!(names(&a, &b.m, cc, &[]), ["%cc[]"]);
     }
+
+    #[test]
+    fn fusion_output_to_operand_aliasing() {
+        use crate::attrs::OutputOperandAlias;
+        let mut b = Builder::new("m");
+        let body = b.comp("fused");
+        let fp = b.param(body, 0, f32v(4));
+        let fr = b.op(body, "f.neg", Opcode::Negate, f32v(4), &[fp]);
+        b.m.set_root(body, fr);
+        let c = b.comp("main");
+        let p = b.param(c, 0, f32v(4));
+        let f = b.op(c, "fusion", Opcode::Fusion, f32v(4), &[p]);
+        b.m.instr_mut(f).called.push(body);
+        b.m.instr_mut(f).attrs.output_to_operand_aliasing = vec![OutputOperandAlias {
+            output_index: vec![],
+            operand: 0,
+            operand_index: vec![],
+        }];
+        let g = b.op(c, "plain", Opcode::Fusion, f32v(4), &[p]);
+        b.m.instr_mut(g).called.push(body);
+        let a = TuplePointsTo::new(&b.m);
+        assert_eq!(names(&a, &b.m, f, &[]), ["%main.p0[]"]);
+        assert!(a.defined_buffers(f).is_empty());
+        assert_eq!(names(&a, &b.m, g, &[]), ["%plain[]"]);
+        // The fused parameter defines its own buffer.
+        assert_eq!(names(&a, &b.m, fp, &[]), ["%fused.p0[]"]);
+    }
 }

@@ -1,0 +1,153 @@
+//! The filetest runner.
+//!
+//! A filetest is an `.hlo` file with a `// RUN: tessera opt %s --passes ... [--pass-option ...]`
+//! line and `// CHECK:` lines. [`run_dirs`] runs every such file under the given folders of
+//! `testdata/` through [`tessera_pass::driver::run_opt`] — the function `tessera opt` calls, with
+//! the RUN line read by [`OptSpec::from_run_line`] — and matches the output with litcheck's
+//! FileCheck: CHECK, CHECK-NEXT, CHECK-SAME, CHECK-NOT, CHECK-DAG, CHECK-LABEL, `{{regex}}`,
+//! `[[X:regex]]` captures and `[[X]]` uses.
+//!
+//! Each crate with passes runs its own folders with a registry holding its passes:
+//! ```ignore
+//! let mut registry = tessera_pass::Registry::with_generic_passes();
+//! registry.add::<MyPass>();
+//! tessera_filetest::assert_dirs(&["spmd"], &registry);
+//! ```
+//! `FILETEST=substring` in the environment runs only files whose path contains it.
+
+use std::path::{Path, PathBuf};
+
+use litcheck_filecheck::litcheck::diagnostics::{miette, FileName, SourceLanguage, SourceManager};
+use litcheck_filecheck::{Config, Test};
+use tessera_pass::driver::{default_hooks, run_opt, OptSpec};
+use tessera_pass::Registry;
+
+/// The repository's `testdata/` folder.
+pub fn testdata() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata")
+}
+
+/// What a run found.
+#[derive(Debug, Default)]
+pub struct Summary {
+    /// Files with a RUN line that passed.
+    pub passed: Vec<String>,
+    /// One report per failing file.
+    pub failures: Vec<String>,
+}
+
+fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut entries: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    entries.sort();
+    for p in entries {
+        if p.is_dir() {
+            collect(&p, out);
+        } else if p.extension().is_some_and(|e| e == "hlo") {
+            out.push(p);
+        }
+    }
+}
+
+/// Runs FileCheck of the CHECK lines in `checks` over `output`; `Err` is FileCheck's annotated
+/// explanation.
+pub fn filecheck(check_name: &str, checks: &str, output: &str) -> Result<(), String> {
+    let config = Config::default();
+    let sm: &dyn SourceManager = &*config.source_manager;
+    let c = sm.load(
+        SourceLanguage::Unknown,
+        FileName::from(check_name.to_string()),
+        checks.to_string(),
+    );
+    let o = sm.load(
+        SourceLanguage::Unknown,
+        FileName::from("<tessera opt output>".to_string()),
+        output.to_string(),
+    );
+    Test::new(c, &config)
+        .verify(o)
+        .map(|_| ())
+        .map_err(|r| render(&r))
+}
+
+/// FileCheck's report with source snippets of the check file and the output, without colours.
+fn render(report: &miette::Report) -> String {
+    let mut s = String::new();
+    let handler =
+        miette::GraphicalReportHandler::new_themed(miette::GraphicalTheme::unicode_nocolor())
+            .with_width(120);
+    if handler.render_report(&mut s, report.as_ref()).is_err() {
+        s = format!("{report:?}");
+    }
+    s
+}
+
+fn numbered(text: &str) -> String {
+    text.lines()
+        .enumerate()
+        .map(|(k, l)| format!("{:>4} | {l}\n", k + 1))
+        .collect()
+}
+
+/// Runs one file; `Ok(n)` is the number of RUN lines (0: not a filetest).
+pub fn run_file(path: &Path, registry: &Registry) -> Result<usize, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+    let runs: Vec<&str> = text
+        .lines()
+        .filter(|l| l.trim_start().starts_with("// RUN:"))
+        .collect();
+    let hooks = default_hooks();
+    for run in &runs {
+        let spec = OptSpec::from_run_line(run).map_err(|e| e.to_string())?;
+        let out = run_opt(&text, &spec, registry, &hooks)
+            .map_err(|e| format!("{run}\n  tessera opt failed: {e}"))?;
+        filecheck(&path.display().to_string(), &text, &out.text).map_err(|e| {
+            format!(
+                "{run}\n--- FileCheck ---\n{e}\n--- output ---\n{}",
+                numbered(&out.text)
+            )
+        })?;
+    }
+    Ok(runs.len())
+}
+
+/// Runs every filetest under `testdata/<dir>` for each of `dirs`, honouring `FILETEST`.
+pub fn run_dirs(dirs: &[&str], registry: &Registry) -> Summary {
+    let filter = std::env::var("FILETEST").unwrap_or_default();
+    let root = testdata();
+    let mut files = Vec::new();
+    for d in dirs {
+        collect(&root.join(d), &mut files);
+    }
+    let mut s = Summary::default();
+    for f in files {
+        let rel = f.strip_prefix(&root).unwrap_or(&f).display().to_string();
+        if !rel.contains(&filter) {
+            continue;
+        }
+        match run_file(&f, registry) {
+            Ok(0) => {}
+            Ok(_) => s.passed.push(rel),
+            Err(e) => s.failures.push(format!("=== testdata/{rel}\n{e}")),
+        }
+    }
+    s
+}
+
+/// [`run_dirs`], panicking with every failure's report; also fails when no file ran (unless a
+/// `FILETEST` filter is set), so a misplaced folder does not pass silently.
+pub fn assert_dirs(dirs: &[&str], registry: &Registry) {
+    let s = run_dirs(dirs, registry);
+    eprintln!(
+        "filetests in {dirs:?}: {} passed, {} failed",
+        s.passed.len(),
+        s.failures.len()
+    );
+    assert!(s.failures.is_empty(), "\n{}", s.failures.join("\n\n"));
+    assert!(
+        !s.passed.is_empty() || std::env::var("FILETEST").is_ok(),
+        "no filetest found in testdata/{dirs:?}"
+    );
+}

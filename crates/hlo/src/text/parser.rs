@@ -479,19 +479,26 @@ impl<'a> Parser<'a> {
             self.c.pos
         };
         let opname = self.c.ident("an opcode")?;
-        let opcode = match Opcode::from_name(opname) {
-            Some(op) => op,
+        // `custom-call-start(...)` etc.: XLA's shorthand for an async op wrapping one instruction.
+        let (opcode, wrapped_opcode) = match Opcode::from_name(opname) {
+            Some(op) => (op, None),
             None => {
-                let msg = if ["-start", "-update", "-done"].iter().any(|s| {
-                    opname
-                        .strip_suffix(s)
-                        .is_some_and(|base| Opcode::from_name(base).is_some())
-                }) {
-                    format!("the async shorthand '{opname}' is not supported; write async-start/async-update/async-done with calls=")
-                } else {
-                    format!("unknown opcode '{opname}'")
-                };
-                return Err(self.c.error_at(op_at, msg));
+                let sugar = [
+                    ("-start", Opcode::AsyncStart),
+                    ("-update", Opcode::AsyncUpdate),
+                    ("-done", Opcode::AsyncDone),
+                ]
+                .iter()
+                .find_map(|&(suffix, async_op)| {
+                    let base = Opcode::from_name(opname.strip_suffix(suffix)?)?;
+                    (!base.is_async()).then_some((async_op, base))
+                });
+                match sugar {
+                    Some((async_op, base)) => (async_op, Some(base)),
+                    None => {
+                        return Err(self.c.error_at(op_at, format!("unknown opcode '{opname}'")))
+                    }
+                }
             }
         };
         let text_name = name;
@@ -561,6 +568,24 @@ impl<'a> Parser<'a> {
             // XLA's default when `largest=` is not written.
             instr.attrs.largest = true;
         }
+        // The instruction an async shorthand wraps (`custom-call-start` wraps a custom-call).
+        let mut wrapped: Option<(Instruction, Calls)> = match wrapped_opcode {
+            Some(base) if opcode == Opcode::AsyncStart => {
+                let mut w = Instruction::new("async_op", base, Shape::Tuple(Vec::new()));
+                match base {
+                    Opcode::Dot | Opcode::RaggedDot | Opcode::ScaledDot => {
+                        w.attrs.dot_dims = Some(Box::default())
+                    }
+                    Opcode::Gather => w.attrs.gather_dims = Some(Box::default()),
+                    Opcode::Scatter => w.attrs.scatter_dims = Some(Box::default()),
+                    Opcode::CustomCall => w.attrs.custom_call = Some(Box::default()),
+                    Opcode::TopK => w.attrs.largest = true,
+                    _ => {}
+                }
+                Some((w, Calls::default()))
+            }
+            _ => None,
+        };
         while self.c.eat(b',')? {
             self.c.skip_ws()?;
             let at = self.c.pos;
@@ -571,7 +596,15 @@ impl<'a> Parser<'a> {
                     .error_at(at, format!("attribute '{key}' is given twice")));
             }
             seen.push(key);
-            let known = self.parse_attr(&mut instr, &operands, &mut calls, &mut preds, key)?;
+            let on_start =
+                wrapped.is_none() || is_common_attr(key) || key == "async_execution_thread";
+            let known = match (&mut wrapped, on_start) {
+                (Some((w, wcalls)), false) => {
+                    let mut no_preds = Vec::new();
+                    self.parse_attr(w, &operands, wcalls, &mut no_preds, key)?
+                }
+                _ => self.parse_attr(&mut instr, &operands, &mut calls, &mut preds, key)?,
+            };
             if !known {
                 return Err(self.c.error_at(
                     at,
@@ -579,7 +612,47 @@ impl<'a> Parser<'a> {
                 ));
             }
         }
-        self.finish_attrs(&mut instr, &operands, calls, &seen, op_at)?;
+        if let Some((mut w, wcalls)) = wrapped.take() {
+            let comp = self.wrap_async(&mut instr, &mut w, wcalls, &operands, &seen, op_at)?;
+            instr.called = [comp].into_iter().collect();
+        } else {
+            self.finish_attrs(&mut instr, &operands, calls, &seen, op_at)?;
+        }
+        if matches!(opcode, Opcode::AsyncUpdate | Opcode::AsyncDone) {
+            // The computation comes from the async-start (a written calls= must agree).
+            let inherited = operands.first().and_then(|&o| {
+                let oi = self.m.instr(o);
+                (oi.opcode.is_async() && oi.opcode != Opcode::AsyncDone)
+                    .then(|| oi.called.first().copied())
+                    .flatten()
+            });
+            let Some(inherited) = inherited else {
+                return Err(self.c.error_at(
+                    op_at,
+                    "async-update and async-done take one async-start or async-update operand",
+                ));
+            };
+            if instr.called.first().is_some_and(|&c| c != inherited) {
+                return Err(self.c.error_at(
+                    op_at,
+                    "calls= differs from the computation of the async-start",
+                ));
+            }
+            if let Some(base) = wrapped_opcode {
+                let root = self
+                    .m
+                    .comp(inherited)
+                    .root()
+                    .map(|r| self.m.instr(r).opcode);
+                if root != Some(base) {
+                    return Err(self.c.error_at(
+                        op_at,
+                        format!("the async operand does not wrap a {}", base.name()),
+                    ));
+                }
+            }
+            instr.called = [inherited].into_iter().collect();
+        }
         if !has_shape {
             instr.shape = self.infer_shape(opcode, &operands, &instr, op_at)?;
         } else if opcode == Opcode::Tuple && instr.shape.tuple_elements().len() != operands.len() {
@@ -616,6 +689,79 @@ impl<'a> Parser<'a> {
             self.m.add_control_dependency(p, id);
         }
         Ok(id)
+    }
+
+    /// Builds the computation an async shorthand wraps: one parameter per operand and the
+    /// wrapped instruction as root, placed before the current computation. Metadata, backend
+    /// config, frontend attributes, statistics and origin are copied to the wrapped instruction,
+    /// as XLA does.
+    fn wrap_async(
+        &mut self,
+        start: &mut Instruction,
+        w: &mut Instruction,
+        calls: Calls,
+        operands: &[InstrId],
+        seen: &[&str],
+        at: usize,
+    ) -> PResult<CompId> {
+        let result = match &start.shape {
+            Shape::Tuple(e) if e.len() >= 2 && e[0].is_tuple() => e[1].clone(),
+            _ => {
+                return Err(self.c.error_at(
+                    at,
+                    "an async start's shape is ((operands), outputs, state...)",
+                ))
+            }
+        };
+        w.shape = result;
+        self.finish_attrs(w, operands, calls, seen, at)?;
+        w.metadata = start.metadata.clone();
+        w.backend_config = start.backend_config.clone();
+        w.frontend_attributes = start.frontend_attributes.clone();
+        w.attrs.statistics_viz = start.attrs.statistics_viz.clone();
+        w.attrs.original_value = start.attrs.original_value.clone();
+        let name = self.m.unique_computation_name("async_wrapped");
+        let comp = self
+            .m
+            .add_computation(name)
+            .map_err(|e| self.c.error_at(at, e.to_string()))?;
+        // XLA runs the wrapped computation on the async thread.
+        self.m.comp_mut(comp).execution_thread = start.attrs.async_execution_thread.clone();
+        let mut params: SmallVec<[InstrId; 2]> = SmallVec::new();
+        for (k, &o) in operands.iter().enumerate() {
+            let pname = self.m.unique_name("async_param");
+            let mut p = Instruction::new(pname, Opcode::Parameter, self.m.instr(o).shape.clone());
+            p.attrs.parameter_number = k as i64;
+            let id = self
+                .m
+                .add_instruction(comp, p)
+                .map_err(|e| self.c.error_at(at, e.to_string()))?;
+            params.push(id);
+        }
+        let mut inner = std::mem::replace(w, Instruction::new("", Opcode::Tuple, Shape::Token));
+        inner.name = self.m.unique_name("async_op");
+        inner.operands = params;
+        let root = self
+            .m
+            .add_instruction(comp, inner)
+            .map_err(|e| self.c.error_at(at, e.to_string()))?;
+        self.m.set_root(comp, root);
+        if let Some(outer) = self.current {
+            let mut order: Vec<CompId> = self
+                .m
+                .computations()
+                .iter()
+                .copied()
+                .filter(|&c| c != comp)
+                .collect();
+            let pos = order
+                .iter()
+                .position(|&c| c == outer)
+                .unwrap_or(order.len());
+            order.insert(pos, comp);
+            self.m.set_computation_order(order);
+        }
+        Ok(comp)
     }
 
     fn check_operand_count(&self, op: Opcode, n: usize, at: usize) -> PResult<()> {
@@ -1687,6 +1833,21 @@ impl<'a> Parser<'a> {
         }
         Ok(())
     }
+}
+
+/// Attributes every instruction may carry (kept on an async shorthand's start instruction).
+fn is_common_attr(key: &str) -> bool {
+    matches!(
+        key,
+        "sharding"
+            | "frontend_attributes"
+            | "statistics"
+            | "parameter_replication"
+            | "control-predecessors"
+            | "origin"
+            | "metadata"
+            | "backend_config"
+    )
 }
 
 /// `xla.PrecisionConfig.Algorithm` names as the text spells them (`ALG_` dropped, lower case).

@@ -385,3 +385,49 @@ ENTRY %e (p: f32[4]) -> f32[4] {
     assert!(parse_module(&deep).is_err());
     assert!(checked > 500);
 }
+
+#[test]
+fn async_shorthand_wraps_the_instruction() {
+    let text = r#"HloModule m
+
+%add (x: f32[], y: f32[]) -> f32[] {
+  %x = f32[] parameter(0)
+  %y = f32[] parameter(1)
+  ROOT %a = f32[] add(%x, %y)
+}
+
+ENTRY %e (p: f32[8]) -> f32[8] {
+  %p = f32[8]{0} parameter(0)
+  %s = ((f32[8]{0}), f32[8]{0}, s32[]) custom-call-start(%p), async_execution_thread="thread", custom_call_target="foo", metadata={op_name="x"}
+  %u = ((f32[8]{0}), f32[8]{0}, s32[]) custom-call-update(%s)
+  %d = f32[8]{0} custom-call-done(%u)
+  %rs = ((f32[8]{0}), f32[4]{0}) reduce-scatter-start(%d), channel_id=1, replica_groups={{0,1}}, dimensions={0}, to_apply=%add
+  %rd = f32[4]{0} reduce-scatter-done(%rs)
+  ROOT %b = f32[8]{0} broadcast(%rd), dimensions={}
+}
+"#;
+    let (m, printed) = roundtrip(text);
+    assert_eq!(m.computations().len(), 4);
+    assert!(
+        printed.contains("%async_wrapped (async_param: f32[8]) -> f32[8] {"),
+        "{printed}"
+    );
+    assert!(
+        printed.contains("}, execution_thread=\"thread\""),
+        "{printed}"
+    );
+    assert!(
+        line_of(&printed, "async_op").contains("custom-call(f32[8]{0} %async_param), custom_call_target=\"foo\", metadata={op_name=\"x\"}"),
+        "{printed}"
+    );
+    assert!(line_of(&printed, "d")
+        .contains("async-done(((f32[8]{0}), f32[8]{0}, s32[]) %u), calls=%async_wrapped"));
+    assert!(line_of(&printed, "rs").contains("async-start(f32[8]{0} %d), calls=%async_wrapped.1"));
+    let e = err(
+        "HloModule m\nENTRY e {\n  p = f32[8] parameter(0)\n  d = f32[8] custom-call-done(p)\n}\n",
+    );
+    assert!(
+        e.message.contains("async-start or async-update operand"),
+        "{e}"
+    );
+}

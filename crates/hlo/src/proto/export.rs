@@ -376,7 +376,7 @@ fn instr_to_proto(m: &Module, id: InstrId, ids: &Ids) -> pb::HloInstructionProto
             .map(|c| ids.comp.get(c).copied().unwrap_or(-1))
             .collect(),
         metadata: i.metadata.as_ref().map(metadata_to_proto),
-        sharding: i.sharding.as_ref().map(sharding_to_proto),
+        sharding: i.sharding.as_ref().map(|s| Box::new(sharding_to_proto(s))),
         backend_config: i.backend_config.clone().unwrap_or_default().into_bytes(),
         parameter_number: a.parameter_number,
         tuple_index: a.tuple_index,
@@ -409,7 +409,7 @@ fn instr_to_proto(m: &Module, id: InstrId, ids: &Ids) -> pb::HloInstructionProto
             replicated_at_leaf_buffers: r.clone(),
         });
     }
-    p.literal = a.literal.as_deref().map(literal_to_proto);
+    p.literal = a.literal.as_deref().map(|l| Box::new(literal_to_proto(l)));
     match (i.opcode, &a.dimensions) {
         (_, Some(d)) => p.dimensions = d.clone(),
         (Opcode::Iota, None) => p.dimensions = vec![a.iota_dimension],
@@ -478,7 +478,7 @@ fn instr_to_proto(m: &Module, id: InstrId, ids: &Ids) -> pb::HloInstructionProto
         });
     }
     if let Some(c) = &a.conv_dims {
-        p.convolution_dimension_numbers = Some(pb::ConvolutionDimensionNumbers {
+        p.convolution_dimension_numbers = Some(Box::new(pb::ConvolutionDimensionNumbers {
             input_batch_dimension: c.input_batch_dimension,
             input_feature_dimension: c.input_feature_dimension,
             input_spatial_dimensions: c.input_spatial_dimensions.clone(),
@@ -488,16 +488,16 @@ fn instr_to_proto(m: &Module, id: InstrId, ids: &Ids) -> pb::HloInstructionProto
             output_batch_dimension: c.output_batch_dimension,
             output_feature_dimension: c.output_feature_dimension,
             output_spatial_dimensions: c.output_spatial_dimensions.clone(),
-        });
+        }));
     }
     match &a.ragged_dot_dims {
         // XLA keeps a ragged dot's dimension numbers inside the ragged ones.
         Some(r) => {
-            p.ragged_dot_dimension_numbers = Some(pb::RaggedDotDimensionNumbers {
+            p.ragged_dot_dimension_numbers = Some(Box::new(pb::RaggedDotDimensionNumbers {
                 dot_dimension_numbers: a.dot_dims.as_deref().map(dot_dims_to_proto),
                 lhs_ragged_dimensions: r.lhs_ragged_dimensions.clone(),
                 rhs_group_dimensions: r.rhs_group_dimensions.clone(),
-            })
+            }))
         }
         None => p.dot_dimension_numbers = a.dot_dims.as_deref().map(dot_dims_to_proto),
     }
@@ -523,27 +523,27 @@ fn instr_to_proto(m: &Module, id: InstrId, ids: &Ids) -> pb::HloInstructionProto
         });
     }
     if let Some(g) = &a.gather_dims {
-        p.gather_dimension_numbers = Some(pb::GatherDimensionNumbers {
+        p.gather_dimension_numbers = Some(Box::new(pb::GatherDimensionNumbers {
             offset_dims: g.offset_dims.clone(),
             collapsed_slice_dims: g.collapsed_slice_dims.clone(),
             start_index_map: g.start_index_map.clone(),
             index_vector_dim: g.index_vector_dim,
             operand_batching_dims: g.operand_batching_dims.clone(),
             start_indices_batching_dims: g.start_indices_batching_dims.clone(),
-        });
+        }));
     }
     if let Some(s) = &a.gather_slice_sizes {
         p.gather_slice_sizes = s.clone();
     }
     if let Some(s) = &a.scatter_dims {
-        p.scatter_dimension_numbers = Some(pb::ScatterDimensionNumbers {
+        p.scatter_dimension_numbers = Some(Box::new(pb::ScatterDimensionNumbers {
             update_window_dims: s.update_window_dims.clone(),
             inserted_window_dims: s.inserted_window_dims.clone(),
             scatter_dims_to_operand_dims: s.scatter_dims_to_operand_dims.clone(),
             index_vector_dim: s.index_vector_dim,
             input_batching_dims: s.input_batching_dims.clone(),
             scatter_indices_batching_dims: s.scatter_indices_batching_dims.clone(),
-        });
+        }));
     }
     if let Some(g) = &a.replica_groups {
         replica_groups_to_proto(g, &mut p);
@@ -607,11 +607,11 @@ fn instr_to_proto(m: &Module, id: InstrId, ids: &Ids) -> pb::HloInstructionProto
     }
     // XLA reads an outfeed's shape from this field only; the text may leave it to the operand.
     p.outfeed_shape = match (&a.outfeed_shape, i.opcode) {
-        (Some(s), _) => Some(shape_to_proto(s)),
+        (Some(s), _) => Some(Box::new(shape_to_proto(s))),
         (None, Opcode::Outfeed) => i
             .operands()
             .first()
-            .map(|&o| shape_to_proto(&m.instr(o).shape)),
+            .map(|&o| Box::new(shape_to_proto(&m.instr(o).shape))),
         (None, _) => None,
     };
     if let Some(d) = a.distribution {
@@ -655,8 +655,8 @@ fn instr_to_proto(m: &Module, id: InstrId, ids: &Ids) -> pb::HloInstructionProto
     }
     if let Some(d) = &a.domain {
         // XLA's text `entry=` is the user side, which its proto calls the exit (measured).
-        p.domain_exit_sharding = d.entry.as_ref().map(sharding_to_proto);
-        p.domain_entry_sharding = d.exit.as_ref().map(sharding_to_proto);
+        p.domain_exit_sharding = d.entry.as_ref().map(|s| Box::new(sharding_to_proto(s)));
+        p.domain_entry_sharding = d.exit.as_ref().map(|s| Box::new(sharding_to_proto(s)));
     }
     if let Some(r) = &a.result_accuracy {
         p.result_accuracy = Some(match *r {
@@ -678,7 +678,7 @@ fn instr_to_proto(m: &Module, id: InstrId, ids: &Ids) -> pb::HloInstructionProto
         .as_deref()
         .and_then(original_value_to_proto);
     if let Some(ext) = tessera_ext(m, i, &p) {
-        p.tessera = Some(ext);
+        p.tessera = Some(Box::new(ext));
     }
     if let Some(s) = &a.scan {
         p.is_reverse = s.is_reverse;

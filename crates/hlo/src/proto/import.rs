@@ -91,7 +91,7 @@ pub(crate) fn default_present(field: &str, op: Opcode, p: &pb::HloInstructionPro
         "metadata" => p
             .metadata
             .as_ref()
-            .is_some_and(|m| !metadata_from_proto(m).is_empty()),
+            .is_some_and(|m| *m != pb::OpMetadata::default()),
         "backend_config" => !p.backend_config.is_empty(),
         "infeed_config" => !p.infeed_config.is_empty(),
         "outfeed_config" => !p.outfeed_config.is_empty(),
@@ -462,7 +462,7 @@ fn instruction_from_proto(
     });
     i.sharding = p
         .sharding
-        .as_ref()
+        .as_deref()
         .map(sharding_from_proto)
         .transpose()
         .map_err(|s| e(format!("sharding: {s}")))?;
@@ -802,7 +802,7 @@ fn attrs_from_proto(
     if has("outfeed_shape") {
         a.outfeed_shape = p
             .outfeed_shape
-            .as_ref()
+            .as_deref()
             .map(shape_from_proto)
             .transpose()?
             .map(Box::new);
@@ -858,12 +858,12 @@ fn attrs_from_proto(
                 .unwrap_or_else(|| "sharding".to_string()),
             entry: p
                 .domain_exit_sharding
-                .as_ref()
+                .as_deref()
                 .map(sharding_from_proto)
                 .transpose()?,
             exit: p
                 .domain_entry_sharding
-                .as_ref()
+                .as_deref()
                 .map(sharding_from_proto)
                 .transpose()?,
         }));

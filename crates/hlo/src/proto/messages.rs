@@ -584,8 +584,8 @@ pub struct HloInstructionProto {
     pub shape: Option<ShapeProto>,
     #[prost(message, optional, tag = "7")]
     pub metadata: Option<OpMetadata>,
-    #[prost(message, optional, tag = "8")]
-    pub literal: Option<LiteralProto>,
+    #[prost(message, optional, boxed, tag = "8")]
+    pub literal: Option<Box<LiteralProto>>,
     #[prost(int64, tag = "9")]
     pub parameter_number: i64,
     #[prost(string, tag = "11")]
@@ -596,8 +596,8 @@ pub struct HloInstructionProto {
     pub dimensions: Vec<i64>,
     #[prost(message, optional, tag = "15")]
     pub window: Option<Window>,
-    #[prost(message, optional, tag = "16")]
-    pub convolution_dimension_numbers: Option<ConvolutionDimensionNumbers>,
+    #[prost(message, optional, boxed, tag = "16")]
+    pub convolution_dimension_numbers: Option<Box<ConvolutionDimensionNumbers>>,
     #[prost(int64, tag = "50")]
     pub feature_group_count: i64,
     #[prost(int64, tag = "58")]
@@ -627,12 +627,12 @@ pub struct HloInstructionProto {
     pub infeed_config: Vec<u8>,
     #[prost(string, tag = "28")]
     pub custom_call_target: String,
-    #[prost(message, optional, tag = "29")]
-    pub outfeed_shape: Option<ShapeProto>,
+    #[prost(message, optional, boxed, tag = "29")]
+    pub outfeed_shape: Option<Box<ShapeProto>>,
     #[prost(message, optional, tag = "30")]
     pub dot_dimension_numbers: Option<DotDimensionNumbers>,
-    #[prost(message, optional, tag = "90")]
-    pub ragged_dot_dimension_numbers: Option<RaggedDotDimensionNumbers>,
+    #[prost(message, optional, boxed, tag = "90")]
+    pub ragged_dot_dimension_numbers: Option<Box<RaggedDotDimensionNumbers>>,
     /// `xla.FftType`: 0 FFT, 1 IFFT, 2 RFFT, 3 IRFFT.
     #[prost(int32, tag = "31")]
     pub fft_type: i32,
@@ -640,8 +640,8 @@ pub struct HloInstructionProto {
     pub fft_length: Vec<i64>,
     #[prost(string, tag = "63")]
     pub comparison_direction: String,
-    #[prost(message, optional, tag = "33")]
-    pub gather_dimension_numbers: Option<GatherDimensionNumbers>,
+    #[prost(message, optional, boxed, tag = "33")]
+    pub gather_dimension_numbers: Option<Box<GatherDimensionNumbers>>,
     #[prost(int64, repeated, tag = "34")]
     pub gather_slice_sizes: Vec<i64>,
     #[prost(int64, tag = "35")]
@@ -652,8 +652,8 @@ pub struct HloInstructionProto {
     pub control_predecessor_ids: Vec<i64>,
     #[prost(int64, repeated, tag = "38")]
     pub called_computation_ids: Vec<i64>,
-    #[prost(message, optional, tag = "40")]
-    pub sharding: Option<OpSharding>,
+    #[prost(message, optional, boxed, tag = "40")]
+    pub sharding: Option<Box<OpSharding>>,
     #[prost(bytes = "vec", tag = "43")]
     pub backend_config: Vec<u8>,
     /// Deprecated in XLA in favour of `collective_device_list`; read, never written.
@@ -665,16 +665,16 @@ pub struct HloInstructionProto {
     pub is_host_transfer: bool,
     #[prost(bool, tag = "60")]
     pub is_stable: bool,
-    #[prost(message, optional, tag = "48")]
-    pub scatter_dimension_numbers: Option<ScatterDimensionNumbers>,
+    #[prost(message, optional, boxed, tag = "48")]
+    pub scatter_dimension_numbers: Option<Box<ScatterDimensionNumbers>>,
     #[prost(message, optional, tag = "51")]
     pub precision_config: Option<PrecisionConfig>,
     #[prost(message, repeated, tag = "52")]
     pub source_target_pairs: Vec<SourceTarget>,
-    #[prost(message, optional, tag = "54")]
-    pub domain_entry_sharding: Option<OpSharding>,
-    #[prost(message, optional, tag = "55")]
-    pub domain_exit_sharding: Option<OpSharding>,
+    #[prost(message, optional, boxed, tag = "54")]
+    pub domain_entry_sharding: Option<Box<OpSharding>>,
+    #[prost(message, optional, boxed, tag = "55")]
+    pub domain_exit_sharding: Option<Box<OpSharding>>,
     #[prost(bool, tag = "56")]
     pub constrain_layout: bool,
     #[prost(message, repeated, tag = "57")]
@@ -731,8 +731,8 @@ pub struct HloInstructionProto {
     pub collective_device_list: Option<CollectiveDeviceListProto>,
     #[prost(message, optional, tag = "92")]
     pub iota_collective_device_list: Option<IotaReplicaGroupListProto>,
-    #[prost(message, optional, tag = "93")]
-    pub mesh_axes_replica_group_list: Option<MeshAxesReplicaGroupListProto>,
+    #[prost(message, optional, boxed, tag = "93")]
+    pub mesh_axes_replica_group_list: Option<Box<MeshAxesReplicaGroupListProto>>,
     #[prost(message, optional, tag = "88")]
     pub original_value: Option<OriginalValueProto>,
     #[prost(bool, tag = "89")]
@@ -747,8 +747,8 @@ pub struct HloInstructionProto {
     #[prost(int32, tag = "96")]
     pub is_associative: i32,
     /// Tessera's own field, not XLA's (XLA skips it): what the IR holds beyond XLA's fields.
-    #[prost(message, optional, tag = "50001")]
-    pub tessera: Option<TesseraInstructionExt>,
+    #[prost(message, optional, boxed, tag = "50001")]
+    pub tessera: Option<Box<TesseraInstructionExt>>,
 }
 
 /// IR facts an `HloInstructionProto` has no field for, written only when there are any, so that

@@ -1026,19 +1026,19 @@ fn malformed_protos_are_refused_by_name() {
     expect_error(&p, "%n (id 1): called computation id 7 does not exist");
 
     let mut p = small_proto();
-    p.computations[0].instructions[1].sharding = Some(pb::OpSharding {
+    p.computations[0].instructions[1].sharding = Some(Box::new(pb::OpSharding {
         r#type: 3,
         tile_assignment_dimensions: vec![2, 2],
         tile_assignment_devices: vec![0, 1, 2],
         ..Default::default()
-    });
+    }));
     expect_error(&p, "%n (id 1): sharding: tile assignment lists 3 devices");
 
     let mut p = small_proto();
-    p.computations[0].instructions[1].sharding = Some(pb::OpSharding {
+    p.computations[0].instructions[1].sharding = Some(Box::new(pb::OpSharding {
         r#type: 42,
         ..Default::default()
-    });
+    }));
     expect_error(&p, "unknown sharding type 42");
 
     let mut p = small_proto();
@@ -1073,11 +1073,11 @@ fn malformed_protos_are_refused_by_name() {
     let mut p = small_proto();
     p.computations[0].instructions[1].opcode = "constant".into();
     p.computations[0].instructions[1].operand_ids.clear();
-    p.computations[0].instructions[1].literal = Some(pb::LiteralProto {
+    p.computations[0].instructions[1].literal = Some(Box::new(pb::LiteralProto {
         shape: Some(values::shape_to_proto(&Shape::array(F32, &[2]))),
         f32s: vec![1.0],
         ..Default::default()
-    });
+    }));
     expect_error(
         &p,
         "literal: literal of type f32 has 4 bytes of data, its shape needs 8",

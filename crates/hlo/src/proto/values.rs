@@ -683,7 +683,7 @@ pub(crate) fn replica_groups_to_proto(g: &ReplicaGroups, p: &mut pb::HloInstruct
             });
         }
         ReplicaGroups::Mesh(m) => {
-            p.mesh_axes_replica_group_list = Some(mesh_groups_to_proto(m));
+            p.mesh_axes_replica_group_list = Some(Box::new(mesh_groups_to_proto(m)));
         }
     }
 }

@@ -1120,3 +1120,52 @@ fn while_called_computations_follow_xla_order() {
         "cond"
     );
 }
+
+#[test]
+fn corrupted_bytes_never_panic() {
+    // Deterministic corruption of a rich module's bytes: flipped bytes, truncations, splices.
+    // Every outcome must be Ok or a ProtoError, never a panic.
+    let mut m = rich_module();
+    m.config.input_output_alias = vec![InputOutputAlias {
+        output_index: vec![0],
+        parameter_number: 0,
+        parameter_index: vec![],
+        kind: AliasKind::MayAlias,
+    }];
+    let good = to_proto_bytes(&m);
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let (mut ok, mut err) = (0, 0);
+    for round in 0..3000 {
+        let mut b = good.clone();
+        match round % 3 {
+            0 => {
+                for _ in 0..1 + next() % 4 {
+                    let i = (next() as usize) % b.len();
+                    b[i] ^= 1 << (next() % 8);
+                }
+            }
+            1 => b.truncate((next() as usize) % b.len()),
+            _ => {
+                let i = (next() as usize) % b.len();
+                let j = (next() as usize) % b.len();
+                let chunk: Vec<u8> = b[i..(i + 16).min(b.len())].to_vec();
+                b.splice(j..j, chunk);
+            }
+        }
+        match std::panic::catch_unwind(|| from_proto_bytes(&b)) {
+            Ok(Ok(_)) => ok += 1,
+            Ok(Err(_)) => err += 1,
+            Err(_) => panic!("round {round}: decoding corrupted bytes panicked"),
+        }
+    }
+    assert!(
+        err > 1000,
+        "only {err} of 3000 corruptions were refused ({ok} accepted)"
+    );
+}

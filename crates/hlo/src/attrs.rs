@@ -396,6 +396,8 @@ pub struct Attrs {
     pub output_to_operand_aliasing: Vec<OutputOperandAlias>,
     /// convolution's `conv_kind=...`, as written.
     pub conv_kind: Option<String>,
+    /// collective-broadcast's `has_dynamic_root=true` (newer XLA prints it, `false` by default).
+    pub has_dynamic_root: bool,
     /// custom-call: true when the one called computation was written `to_apply=` rather than
     /// `called_computations={...}`.
     pub custom_call_uses_to_apply: bool,

@@ -1261,6 +1261,7 @@ impl<'a> Parser<'a> {
                 | GetDimensionSize | SetDimensionSize,
             ) => a.dimensions = Some(self.int_list("dimensions")?),
             ("is_stable", Sort) => a.is_stable = self.bool_value()?,
+            ("has_dynamic_root", CollectiveBroadcast) => a.has_dynamic_root = self.bool_value()?,
             ("condition", While) => calls.condition = Some(self.comp_ref()?),
             ("body", While) => calls.body = Some(self.comp_ref()?),
             ("is_host_transfer", Send | SendDone | Recv | RecvDone) => {

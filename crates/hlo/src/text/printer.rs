@@ -469,6 +469,9 @@ fn write_attributes(out: &mut String, m: &Module, i: &Instruction, opts: &PrintO
     if a.use_global_device_ids && i.opcode != ReduceScatter {
         out.push_str(", use_global_device_ids=true");
     }
+    if a.has_dynamic_root {
+        out.push_str(", has_dynamic_root=true");
+    }
     if let Some(mode) = &a.collective_mode {
         let _ = write!(out, ", mode={mode}");
     }

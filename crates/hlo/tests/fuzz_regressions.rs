@@ -20,10 +20,9 @@ fn roundtrip(text: &str) -> Result<(), String> {
 
 /// roundtrip crash-effc021e (fuzz run of 2026-11-22): a quoted backend_config that starts with
 /// `{` and ends with `}` but whose braces do not balance (there: a string with newlines and a
-/// JSON fragment cut in the middle) is printed raw, `backend_config={{}`, which the parser then
-/// reads as an unclosed block. The printer should quote such strings.
+/// JSON fragment cut in the middle) was printed raw, `backend_config={{}`, which the parser then
+/// read as an unclosed block. The printer now quotes such strings.
 #[test]
-#[ignore = "open: printer writes unbalanced backend_config strings raw (text owner)"]
 fn backend_config_with_unbalanced_braces_round_trips() {
     let text = r#"HloModule m
 

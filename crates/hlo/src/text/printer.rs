@@ -949,7 +949,7 @@ fn write_attributes(out: &mut String, m: &Module, i: &Instruction, opts: &PrintO
     if opts.print_backend_config {
         if let Some(b) = &i.backend_config {
             out.push_str(", backend_config=");
-            if b.starts_with('{') && b.ends_with('}') {
+            if is_braced_block(b) {
                 out.push_str(b);
             } else {
                 write_string(out, b);
@@ -1296,7 +1296,7 @@ fn write_frontend_attributes(out: &mut String, f: &FrontendAttributes) {
         }
         out.push_str(key);
         out.push('=');
-        if v.starts_with('{') && v.ends_with('}') {
+        if is_braced_block(v) {
             out.push_str(v);
         } else {
             write_string(out, v);
@@ -1409,4 +1409,42 @@ fn write_element(out: &mut String, ty: ElementType, b: &[u8], scalar: bool) {
         _ if ty.is_float() => format_float(ty, u, out),
         _ => out.push('?'),
     }
+}
+
+/// True if `s` is one `{...}` block that the parser reads back as written: balanced braces
+/// (strings respected, as the parser scans them) closing exactly at the end. Other strings that
+/// merely start with `{` are printed quoted.
+fn is_braced_block(s: &str) -> bool {
+    let b = s.as_bytes();
+    if b.first() != Some(&b'{') {
+        return false;
+    }
+    let mut depth = 0usize;
+    let mut p = 0;
+    while p < b.len() {
+        match b[p] {
+            b'{' => depth += 1,
+            b'}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return p + 1 == b.len();
+                }
+            }
+            b'"' => {
+                p += 1;
+                while p < b.len() && b[p] != b'"' {
+                    if b[p] == b'\\' {
+                        p += 1;
+                    }
+                    p += 1;
+                }
+                if p >= b.len() {
+                    return false;
+                }
+            }
+            _ => {}
+        }
+        p += 1;
+    }
+    false
 }

@@ -304,12 +304,14 @@ mod tests {
         let mut p = Instruction::new("x", Opcode::Parameter, Shape::array(ElementType::F32, &[4]));
         p.attrs.parameter_number = 0;
         let x = m.add_instruction(e, p).unwrap();
-        m.add_instruction(
-            e,
-            Instruction::new("y", Opcode::Add, Shape::array(ElementType::F32, &[4]))
-                .with_operands(&[x, x]),
-        )
-        .unwrap();
+        let y = m
+            .add_instruction(
+                e,
+                Instruction::new("y", Opcode::Add, Shape::array(ElementType::F32, &[4]))
+                    .with_operands(&[x, x]),
+            )
+            .unwrap();
+        m.set_root(e, y);
         let path = dir.join("double.pb");
         std::fs::write(&path, tessera_hlo::proto::to_proto_bytes(&m)).unwrap();
         path

@@ -349,9 +349,9 @@ impl Module {
     }
 
     /// Appends `instr` to computation `comp`, registering it as a user of its operands. A
-    /// parameter takes its place by `attrs.parameter_number`. The first instruction added
-    /// becomes the root until [`Module::set_root`] says otherwise; later ones too (XLA's parser
-    /// makes the last instruction the root when none is marked `ROOT`).
+    /// parameter takes its place by `attrs.parameter_number`. The first instruction added to an
+    /// empty computation becomes its root until [`Module::set_root`] says otherwise; adding
+    /// more never moves the root.
     pub fn add_instruction(
         &mut self,
         comp: CompId,
@@ -405,7 +405,9 @@ impl Module {
             }
             c.params[pnum] = Some(id);
         }
-        c.root = Some(id);
+        if c.root.is_none() {
+            c.root = Some(id);
+        }
         Ok(id)
     }
 

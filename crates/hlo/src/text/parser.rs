@@ -410,6 +410,7 @@ impl<'a> Parser<'a> {
         let outer_scope = std::mem::replace(&mut self.scope, fresh);
         let outer_current = self.current.replace(id);
         let mut root: Option<InstrId> = None;
+        let mut last: Option<InstrId> = None;
         let mut count = 0usize;
         loop {
             if self.c.eat(b'}')? {
@@ -421,6 +422,7 @@ impl<'a> Parser<'a> {
             let at = self.c.pos;
             let is_root = self.c.eat_keyword("ROOT")?;
             let instr = self.parse_instruction()?;
+            last = Some(instr);
             count += 1;
             if is_root {
                 if root.is_some() {
@@ -435,7 +437,8 @@ impl<'a> Parser<'a> {
                 "a computation needs at least one instruction",
             ));
         }
-        if let Some(r) = root {
+        // Without a `ROOT` marker the last instruction is the root, as in XLA.
+        if let Some(r) = root.or(last) {
             self.m.set_root(id, r);
         }
         let mut done = std::mem::replace(&mut self.scope, outer_scope);

@@ -1294,7 +1294,15 @@ fn write_frontend_attributes(out: &mut String, f: &FrontendAttributes) {
         if k > 0 {
             out.push(',');
         }
-        out.push_str(key);
+        let plain = !key.is_empty()
+            && key
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+        if plain {
+            out.push_str(key);
+        } else {
+            write_string(out, key);
+        }
         out.push('=');
         if is_braced_block(v) {
             out.push_str(v);

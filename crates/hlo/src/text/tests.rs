@@ -118,6 +118,7 @@ fn integer_pred_and_tuple_literals() {
     // One value fills the array; `{...}` (elided) reads as zeros.
     assert_eq!(constant_line("s8[3]", "7"), "{7, 7, 7}");
     assert_eq!(constant_line("f32[2]", "{...}"), "{0, 0}");
+    assert_eq!(constant_line("(f32[], s32[2])", "{...}"), "(0, {0, 0})");
     for bad in [
         "s4[1] constant({8})",
         "u8[1] constant({-1})",

@@ -317,6 +317,12 @@ impl<'a> Parser<'a> {
     fn parse_literal_inner(&mut self, shape: &Shape) -> PResult<Literal> {
         match shape {
             Shape::Tuple(elems) => {
+                self.c.skip_ws()?;
+                if self.c.b[self.c.pos..].starts_with(b"{...}") {
+                    // XLA elides tuple constants this way; read them as zeros.
+                    self.c.pos += 5;
+                    return Ok(Literal::zeros(shape.clone()));
+                }
                 self.c.expect(b'(', "to start the tuple literal")?;
                 let mut parts = Vec::with_capacity(elems.len());
                 for (i, e) in elems.iter().enumerate() {

@@ -326,6 +326,7 @@ impl Module {
         self.names.reserve(instructions);
         self.comps.reserve(computations);
         self.comp_order.reserve(computations);
+        self.comp_names.reserve(computations);
     }
 
     /// Adds an empty computation with a name that must be unused.

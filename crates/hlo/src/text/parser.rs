@@ -87,6 +87,7 @@ impl<'a> Parser<'a> {
         // Roughly one instruction per line: reserve so the arenas never regrow.
         let lines = self.c.b.iter().filter(|&&b| b == b'\n').count();
         self.m.reserve(lines + 1, lines / 16 + 1);
+        self.comps.reserve(lines / 16 + 1);
         let has_header = self.c.eat_keyword("HloModule")?;
         if has_header {
             let name = self.c.name("a module name")?;

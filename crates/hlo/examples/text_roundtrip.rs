@@ -1,22 +1,24 @@
 //! Times the text parser and printer on HLO files, and optionally writes what the printer prints.
 //!
 //! `cargo run --release -p tessera-hlo --example text_roundtrip -- [--out DIR] FILE...`
-//! prints, per file, its size, instruction count and the best of 5 parse and print times.
+//! prints, per file, its size, instruction count and the median of 5 parse and print times.
 
 use std::time::{Duration, Instant};
 
 use tessera_hlo::text::{parse_module, print_module, PrintOptions};
 
+/// Median time of `n` runs (as scripts/xla_text_times.py reports XLA's), and the last result.
 fn best_of<T>(n: usize, mut f: impl FnMut() -> T) -> (Duration, T) {
-    let mut best = Duration::MAX;
+    let mut times = Vec::with_capacity(n);
     let mut last = None;
     for _ in 0..n {
         let t = Instant::now();
         let v = f();
-        best = best.min(t.elapsed());
+        times.push(t.elapsed());
         last = Some(v);
     }
-    (best, last.expect("n > 0"))
+    times.sort();
+    (times[n / 2], last.expect("n > 0"))
 }
 
 fn main() {

@@ -146,6 +146,10 @@ fn shapes_and_layouts() {
         let shape = parse_shape(s).unwrap_or_else(|e| panic!("{s}: {e}"));
         assert_eq!(shape_to_string(&shape), s);
     }
+    assert_eq!(
+        parse_shape("f32[]{}").unwrap(),
+        parse_shape("f32[]").unwrap()
+    );
     let e = parse_shape("f32[2,3]{1,0:T(8,128)Q(1)}").unwrap_err();
     assert_eq!((e.line, e.column), (1, 22), "{e}");
     assert!(e.message.contains("expected a layout item"), "{e}");

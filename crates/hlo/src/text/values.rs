@@ -101,7 +101,10 @@ impl<'a> Parser<'a> {
             _ => {}
         }
         let layout = if self.layout_follows()? {
-            Some(self.parse_layout(dims.len())?)
+            let l = self.parse_layout(dims.len())?;
+            // `f32[]{}` is a scalar's default layout, which XLA never prints: keep it absent so
+            // that printing and parsing agree.
+            (!(dims.is_empty() && l.minor_to_major.is_empty() && l.is_plain())).then_some(l)
         } else {
             None
         };

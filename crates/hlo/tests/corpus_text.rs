@@ -6,62 +6,13 @@
 //! error, never a panic. Files split into modules on lines `// -----`, as XLA's tests do;
 //! chunks holding only comments are skipped (the same rule as scripts/corpus_oracle.py).
 
+mod common;
+use common::{corpus_root, hlo_files, split_modules};
+
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use tessera_hlo::text::{module_diff, parse_module, print_module, PrintOptions};
-
-/// `../shared/corpus/xla-hlo` next to the repository (also found from a worktree under
-/// `/work/wt/<name>`).
-fn corpus_root() -> PathBuf {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    for up in [
-        "../../../shared/corpus/xla-hlo",
-        "../../../../shared/corpus/xla-hlo",
-    ] {
-        let p = manifest.join(up);
-        if p.is_dir() {
-            return p;
-        }
-    }
-    manifest.join("../../../shared/corpus/xla-hlo")
-}
-
-fn hlo_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    let mut entries: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
-    entries.sort();
-    for p in entries {
-        if p.is_dir() {
-            hlo_files(&p, out);
-        } else if p.extension().is_some_and(|e| e == "hlo") {
-            out.push(p);
-        }
-    }
-}
-
-/// Splits on lines that are exactly `// -----` (trailing blanks allowed) and keeps the chunks
-/// with at least one line that is neither blank nor a `//` comment.
-fn split_modules(text: &str) -> Vec<String> {
-    let mut chunks = vec![String::new()];
-    for line in text.split_inclusive('\n') {
-        let bare = line.trim_end_matches(['\n', '\r']);
-        if bare.trim_end_matches([' ', '\t']) == "// -----" {
-            chunks.push(String::new());
-        } else {
-            chunks.last_mut().unwrap().push_str(line);
-        }
-    }
-    chunks
-        .into_iter()
-        .filter(|c| {
-            c.lines()
-                .any(|l| !l.trim().is_empty() && !l.trim_start().starts_with("//"))
-        })
-        .collect()
-}
 
 #[test]
 fn corpus_round_trips() {

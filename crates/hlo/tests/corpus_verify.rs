@@ -6,25 +6,13 @@
 //! module our parser cannot read is the text parser's business (tests/corpus_text.rs) and is
 //! only counted here.
 
+mod common;
+use common::{corpus_root, hlo_files, split_modules};
+
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use tessera_hlo::verify::{findings, VerifyOptions};
-
-fn corpus_root() -> PathBuf {
-    // The repository root's sibling `shared/` (a worktree under /work/wt/ is one level deeper).
-    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
-    for up in [
-        "../../../shared/corpus/xla-hlo",
-        "../../../../shared/corpus/xla-hlo",
-    ] {
-        let p = here.join(up);
-        if p.exists() {
-            return p;
-        }
-    }
-    here.join("../../../shared/corpus/xla-hlo")
-}
 
 fn listed(name: &str) -> HashSet<String> {
     let p = Path::new(concat!(
@@ -38,43 +26,6 @@ fn listed(name: &str) -> HashSet<String> {
         .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
         .map(|l| l.split('\t').next().unwrap_or("").trim().to_string())
         .collect()
-}
-
-/// Splits on lines that are exactly `// -----` and drops chunks holding only comments.
-fn modules(text: &str) -> Vec<String> {
-    let mut chunks = vec![String::new()];
-    for line in text.split_inclusive('\n') {
-        let t = line.trim_end_matches(['\n', '\r']);
-        if t.strip_prefix("// -----")
-            .is_some_and(|r| r.trim_matches([' ', '\t']).is_empty())
-        {
-            chunks.push(String::new());
-        } else {
-            chunks.last_mut().unwrap().push_str(line);
-        }
-    }
-    chunks
-        .into_iter()
-        .filter(|c| {
-            c.lines()
-                .any(|l| !l.trim().is_empty() && !l.trim().starts_with("//"))
-        })
-        .collect()
-}
-
-fn hlo_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return;
-    };
-    let mut entries: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).collect();
-    entries.sort();
-    for p in entries {
-        if p.is_dir() {
-            hlo_files(&p, out);
-        } else if p.extension().is_some_and(|e| e == "hlo") {
-            out.push(p);
-        }
-    }
 }
 
 /// Modules whose text gives an instruction a shape that XLA's parser replaces with the shape it
@@ -108,7 +59,7 @@ fn corpus_modules_xla_accepts_verify() {
             .to_string_lossy()
             .replace('\\', "/");
         let text = std::fs::read_to_string(f).unwrap();
-        for (i, m) in modules(&text).iter().enumerate() {
+        for (i, m) in split_modules(&text).iter().enumerate() {
             total += 1;
             let name = format!("{rel}:{i}");
             if parse_rejects.contains(&name) {

@@ -627,6 +627,9 @@ mod tests {
                     .with_operands(&[p0, p0]),
             )
             .unwrap();
+        // The first instruction is the root until told otherwise; adding never moves it.
+        assert_eq!(m.comp(c).root(), Some(p0));
+        m.set_root(c, add);
         assert_eq!(m.users(p0), &[add]);
         m.replace_operand(add, 1, p1).unwrap();
         assert_eq!(m.users(p0), &[add]);

@@ -26,11 +26,13 @@ fn add_computation(m: &mut Module, name: &str) -> CompId {
     let y = m
         .add_instruction(c, param(&format!("{name}.y"), 1, f32s(&[])))
         .unwrap();
-    m.add_instruction(
-        c,
-        Instruction::new(format!("{name}.sum"), Opcode::Add, f32s(&[])).with_operands(&[x, y]),
-    )
-    .unwrap();
+    let sum = m
+        .add_instruction(
+            c,
+            Instruction::new(format!("{name}.sum"), Opcode::Add, f32s(&[])).with_operands(&[x, y]),
+        )
+        .unwrap();
+    m.set_root(c, sum);
     c
 }
 

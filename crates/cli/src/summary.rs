@@ -3,23 +3,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
+use tessera_hlo::verify::shape_str;
 use tessera_hlo::{Module, Opcode, Shape};
-
-fn shape_text(shape: &Shape) -> String {
-    match shape {
-        Shape::Array(a) => {
-            let dims: Vec<String> = a.dims.iter().map(i64::to_string).collect();
-            format!("{}[{}]", a.ty, dims.join(","))
-        }
-        Shape::Tuple(e) => format!(
-            "({})",
-            e.iter().map(shape_text).collect::<Vec<_>>().join(", ")
-        ),
-        Shape::Token => "token[]".into(),
-        Shape::Opaque => "opaque[]".into(),
-        Shape::Buffer(b) => format!("b({})", shape_text(b)),
-    }
-}
 
 /// Module name, computations, instruction counts (top opcodes), entry parameters with their
 /// shapes, bytes and shardings, and how many instructions carry a sharding or are collectives.
@@ -85,7 +70,7 @@ pub fn summarize(m: &Module) -> String {
                 "  {:>3} {} {} {} bytes{}",
                 ins.attrs.parameter_number,
                 ins.name,
-                shape_text(&ins.shape),
+                shape_str(&ins.shape),
                 size,
                 sharding
             );
@@ -98,7 +83,7 @@ pub fn summarize(m: &Module) -> String {
             } else {
                 "root"
             };
-            let _ = writeln!(out, "{kind} {}: {}", r.name, shape_text(&r.shape));
+            let _ = writeln!(out, "{kind} {}: {}", r.name, shape_str(&r.shape));
         }
     }
     out

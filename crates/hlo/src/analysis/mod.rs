@@ -13,8 +13,8 @@ pub mod liveness;
 pub mod order;
 pub mod points_to;
 
-#[cfg(test)]
-pub(crate) mod testutil;
+/// Builders for small hand-made modules, shared by the unit tests of this crate and of passes.
+pub mod testutil;
 
 pub use buffer_size::{shape_size, BufferSizeFn};
 pub use call_graph::{CallContext, CallGraph, CallSite};

@@ -1,4 +1,5 @@
-//! Hand-built modules for the analysis tests (the text parser is not a dependency of these).
+//! Hand-built modules for unit tests of analyses and passes (no text parser involved), so a
+//! test states exactly the graph it checks.
 
 use crate::instruction::{CompId, InstrId, Instruction};
 use crate::module::Module;

@@ -11,7 +11,10 @@ use tessera_pass::Registry;
 
 /// Every pass the binary knows. Crates with more passes register them here.
 pub fn registry() -> Registry {
-    Registry::with_generic_passes()
+    let mut r = Registry::with_generic_passes();
+    tessera_spmd::register(&mut r);
+    tessera_remat::register(&mut r);
+    r
 }
 
 #[derive(Args, Debug)]

@@ -1,6 +1,26 @@
 //! Memory schedulers and rematerialization under a memory limit.
+//!
+//! - [`schedule`]: the post-order, DFS, list and best-of-all schedulers, the `schedule` and
+//!   `print-memory` passes.
+//! - [`schedule_memory`]: peak memory along a schedule, as XLA's rematerialization counts it.
+//! - [`schedule_svg`]: an SVG of memory over schedule positions.
+
+pub mod schedule;
+pub mod schedule_memory;
+pub mod schedule_svg;
+
+pub use schedule::{
+    compute_schedule, schedule_computation, schedule_module, ComputationSchedule, PrintMemory,
+    ScheduleError, SchedulePass, ScheduleReport, SchedulerKind, SizeFn,
+};
+pub use schedule_memory::{
+    computation_memory, module_memory, peak_memory, CalleeAccounting, ComputationMemory,
+    MemoryOptions, ModuleMemory, TrackedBuffer,
+};
 
 use tessera_pass::Registry;
 
 /// Registers this crate's passes.
-pub fn register(_r: &mut Registry) {}
+pub fn register(r: &mut Registry) {
+    r.add::<SchedulePass>().add::<PrintMemory>();
+}

@@ -1,0 +1,1 @@
+//! An SVG of memory over schedule positions (filled in below).

@@ -13,6 +13,7 @@ use clap::{Parser, Subcommand};
 use tessera_hlo::text::{parse_module, print_module, PrintOptions};
 use tessera_hlo::Module;
 
+mod memory;
 mod opt;
 mod run;
 mod summary;
@@ -68,6 +69,9 @@ enum Command {
     Stats(opt::StatsArgs),
     /// List the passes `opt` knows, with their options.
     Passes,
+    /// Peak memory along the schedule, where it occurs and the largest buffers live there;
+    /// optionally after a pipeline, and an SVG of memory over the schedule.
+    Memory(memory::MemoryArgs),
     /// Run a module on N PJRT CPU devices with .npy or random inputs.
     Run(run::RunArgs),
     /// Run an original module on 1 device and its partitioned form on N; compare the outputs.
@@ -162,6 +166,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Opt(args) => opt::opt(&args),
         Command::Stats(args) => opt::stats(&args),
         Command::Passes => opt::passes(),
+        Command::Memory(args) => write_output(None, &memory::memory(&args)?),
         Command::Run(args) => write_output(None, &run::run(&args, run::parse_text)?),
         Command::Compare(args) => {
             let (report, passed) = run::compare(&args, run::parse_text)?;

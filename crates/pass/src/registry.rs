@@ -67,6 +67,8 @@ const FIX_DOCS: &[OptionDoc] = &[OptionDoc {
 #[derive(Clone, Default)]
 pub struct Registry {
     passes: BTreeMap<&'static str, PassInfo>,
+    /// Short names: `alias` in `--passes` and as the `--pass-option` prefix means `target`.
+    aliases: BTreeMap<&'static str, &'static str>,
 }
 
 impl Registry {
@@ -91,8 +93,20 @@ impl Registry {
         self.register(PassInfo::of::<P>())
     }
 
+    /// Lets `alias` stand for the registered pass `target`, in `--passes` and as the
+    /// `--pass-option` prefix (`--pass-option remat.memory_limit=1M` for `rematerialization`).
+    pub fn add_alias(&mut self, alias: &'static str, target: &'static str) -> &mut Registry {
+        self.aliases.insert(alias, target);
+        self
+    }
+
+    /// The pass `name` means, following an alias.
+    pub fn resolve<'a>(&'a self, name: &'a str) -> &'a str {
+        self.aliases.get(name).copied().unwrap_or(name)
+    }
+
     pub fn get(&self, name: &str) -> Option<&PassInfo> {
-        self.passes.get(name)
+        self.passes.get(self.resolve(name))
     }
 
     /// Every pass, sorted by name.
@@ -119,6 +133,11 @@ impl Registry {
                 ));
             }
         }
+        for (alias, target) in &self.aliases {
+            out.push_str(&format!(
+                "{alias:<w$}  short for `{target}` (passes and option prefixes)\n"
+            ));
+        }
         out.push_str(&format!(
             "{:<w$}  repeat the passes until none changes the module\n",
             "fix(...)"
@@ -134,8 +153,13 @@ impl Registry {
 
     /// Builds a pipeline from `--passes` and `--pass-option` strings.
     pub fn build_pipeline(&self, passes: &str, options: &[String]) -> Result<Pipeline> {
-        let specs = parse_pass_list(passes)?;
-        let opts = parse_pass_options(options)?;
+        let specs = self.resolve_specs(parse_pass_list(passes)?);
+        let mut opts: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
+        for (pass, pairs) in parse_pass_options(options)? {
+            opts.entry(self.resolve(&pass).to_string())
+                .or_default()
+                .extend(pairs);
+        }
         // Every option must name a pass in the list, with a key it knows.
         let mut used = Vec::new();
         collect_names(&specs, &mut used);
@@ -194,6 +218,16 @@ impl Registry {
             }
         }
         Ok(pipeline)
+    }
+
+    fn resolve_specs(&self, specs: Vec<PassSpec>) -> Vec<PassSpec> {
+        specs
+            .into_iter()
+            .map(|s| match s {
+                PassSpec::Pass(n) => PassSpec::Pass(self.resolve(&n).to_string()),
+                PassSpec::Fix(inner) => PassSpec::Fix(self.resolve_specs(inner)),
+            })
+            .collect()
     }
 
     fn make(
@@ -395,5 +429,26 @@ mod tests {
         assert!(e("dce", "dce").contains("expected PASS.KEY=VALUE"));
         assert!(e("fix(dce)", "fix.max_iterations=0").contains("positive integer"));
         assert!(r.describe().contains("flatten-call-graph"));
+    }
+
+    #[test]
+    fn aliases_name_passes_and_option_prefixes() {
+        let mut r = Registry::with_generic_passes();
+        r.add_alias("d", "dce");
+        let p = r
+            .build_pipeline("d", &["d.remove_dead_computations=false".to_string()])
+            .unwrap();
+        assert_eq!(p.pass_names(), ["dce"]);
+        // The full name and the alias address the same pass.
+        assert!(r
+            .build_pipeline("dce", &["d.remove_dead_computations=false".to_string()])
+            .is_ok());
+        let e = r
+            .build_pipeline("d", &["d.bogus=1".to_string()])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("unknown option `bogus`"), "{e}");
+        assert!(r.describe().contains("short for `dce`"));
     }
 }

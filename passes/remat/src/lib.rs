@@ -4,11 +4,15 @@
 //!   `print-memory` passes.
 //! - [`schedule_memory`]: peak memory along a schedule, as XLA's rematerialization counts it.
 //! - [`schedule_svg`]: an SVG of memory over schedule positions.
+//! - [`remat::Rematerialization`] (`rematerialization`, options prefix `remat.`): see
+//!   docs/rematerialization.md.
 
+pub mod remat;
 pub mod schedule;
 pub mod schedule_memory;
 pub mod schedule_svg;
 
+pub use remat::{OverLimit, RematMode, RematOptions, RematSummary, Rematerialization, SearchKind};
 pub use schedule::{
     compute_schedule, schedule_computation, schedule_module, ComputationSchedule, PrintMemory,
     ScheduleError, SchedulePass, ScheduleReport, SchedulerKind, SizeFn,
@@ -18,9 +22,13 @@ pub use schedule_memory::{
     MemoryOptions, ModuleMemory, TrackedBuffer,
 };
 
+use tessera_pass::registry::RegisteredPass;
 use tessera_pass::Registry;
 
-/// Registers this crate's passes.
+/// Registers this crate's passes (`rematerialization` is also reachable as `remat`).
 pub fn register(r: &mut Registry) {
-    r.add::<SchedulePass>().add::<PrintMemory>();
+    r.add::<SchedulePass>()
+        .add::<PrintMemory>()
+        .add::<Rematerialization>();
+    r.add_alias("remat", <Rematerialization as RegisteredPass>::NAME);
 }

@@ -1,0 +1,1104 @@
+//! The `rematerialization` pass: under a memory limit, walk each computation's schedule,
+//! tracking live bytes, and wherever the limit is exceeded, recompute (or compress) earlier
+//! values later instead of keeping them live. After XLA's `HloRematerialization` (seed 003);
+//! see docs/rematerialization.md.
+
+pub mod list;
+pub mod search;
+pub mod tracker;
+
+use std::collections::HashSet;
+use std::fmt::Write;
+
+use tessera_hlo::analysis::call_graph::instruction_call_context;
+use tessera_hlo::analysis::{
+    computation_post_order, post_order, shape_size, CallContext, CallGraph, TuplePointsTo,
+};
+use tessera_hlo::{CompId, InstrId, Instruction, Module, Opcode, Shape};
+use tessera_pass::options::{parse_bool, parse_int, unknown_key};
+use tessera_pass::passes::Dce;
+use tessera_pass::registry::RegisteredPass;
+use tessera_pass::{OptionDoc, Pass, PassError, PassOptions};
+
+use list::{InstructionList, ItemId, NIL};
+use search::{pick_faithful, FastQueue, Pick, RematerializableCache, Strategy};
+use tracker::{is_supported_indirect_user, Tracker};
+
+/// Errors of the pass; each names the computation or instruction at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum RematError {
+    #[error("malformed module: {0}")]
+    Malformed(String),
+    #[error("internal error: {0}")]
+    Internal(String),
+    #[error(transparent)]
+    Mutation(#[from] tessera_hlo::MutationError),
+}
+
+impl From<RematError> for PassError {
+    fn from(e: RematError) -> PassError {
+        match e {
+            RematError::Mutation(m) => PassError::Mutation(m),
+            other => PassError::Failed(other.to_string()),
+        }
+    }
+}
+
+/// What a rematerialization may do to a value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RematMode {
+    /// Recompute the value later.
+    Recompute,
+    /// Copy it to a compact layout and back before its next use.
+    Compress,
+    /// Both; the cheaper one wins.
+    RecomputeAndCompress,
+}
+
+/// How candidates are found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SearchKind {
+    /// A priority queue of single-item candidates (same choices as the scan, see search.rs);
+    /// blocks of several items and compression fall back to the scan.
+    Fast,
+    /// The seed's scan over the express lane at every step.
+    Faithful,
+}
+
+/// Buffer size functions selectable by name (programs can pass any function with
+/// [`Rematerialization::with_size_function`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SizeFunction {
+    /// XLA's `ByteSizeOf` with 8-byte pointers ([`shape_size`]).
+    Default,
+    /// XLA's compression tests: the most minor dimension padded to 64 elements, tuples 4 bytes.
+    PadMinorTo64,
+}
+
+/// Compact-shape functions selectable by name (programs can pass any function with
+/// [`Rematerialization::with_compact_shape_function`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CompactShape {
+    /// The shape itself (nothing to gain by compressing).
+    Identity,
+    /// XLA's compression tests: for rank-2 arrays, swap the two most minor layout dimensions
+    /// when the most minor one is the smaller.
+    SwapMinor,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct RematOptions {
+    /// Bytes the module may use at its peak, outputs included; `None`: no limit, no change.
+    pub memory_limit: Option<i64>,
+    /// Only items allocating at least this many bytes start candidate blocks.
+    pub min_remat_size: i64,
+    /// Largest block of consecutive instructions rematerialized together.
+    pub block_size_limit: usize,
+    /// The effort spent on blocks of two or more is at most this times the effort spent on
+    /// single instructions at the same program point.
+    pub block_rematerialization_factor: i64,
+    pub mode: RematMode,
+    pub search: SearchKind,
+    pub size_function: SizeFunction,
+    pub compact_shape: CompactShape,
+    /// Report the summary as remarks (printed after the module by `tessera opt`).
+    pub print_summary: bool,
+    /// Check the tracker's and the list's invariants after every change (slow).
+    pub check_invariants: bool,
+}
+
+impl Default for RematOptions {
+    fn default() -> Self {
+        RematOptions {
+            memory_limit: None,
+            min_remat_size: 0,
+            block_size_limit: 1,
+            block_rematerialization_factor: 1,
+            mode: RematMode::Recompute,
+            search: SearchKind::Fast,
+            size_function: SizeFunction::Default,
+            compact_shape: CompactShape::Identity,
+            print_summary: false,
+            check_invariants: false,
+        }
+    }
+}
+
+impl PassOptions for RematOptions {
+    const DOCS: &'static [OptionDoc] = &[
+        OptionDoc {
+            key: "memory_limit",
+            default: "none",
+            doc: "peak bytes allowed, outputs included (K/M/G suffixes)",
+        },
+        OptionDoc {
+            key: "min_remat_size",
+            default: "0",
+            doc: "smallest allocation (bytes) that starts a candidate",
+        },
+        OptionDoc {
+            key: "block_size_limit",
+            default: "1",
+            doc: "largest block of consecutive instructions rematerialized together",
+        },
+        OptionDoc {
+            key: "block_rematerialization_factor",
+            default: "1",
+            doc: "effort on blocks at most this times the effort on single instructions",
+        },
+        OptionDoc {
+            key: "mode",
+            default: "recompute",
+            doc: "recompute | compress | recompute-and-compress",
+        },
+        OptionDoc {
+            key: "search",
+            default: "fast",
+            doc: "fast (priority queue) | faithful (the seed's scan)",
+        },
+        OptionDoc {
+            key: "size_function",
+            default: "default",
+            doc: "default (ByteSizeOf) | pad-minor-64 (XLA's compression tests)",
+        },
+        OptionDoc {
+            key: "compact_shape",
+            default: "identity",
+            doc: "identity | swap-minor (XLA's compression tests)",
+        },
+        OptionDoc {
+            key: "print_summary",
+            default: "false",
+            doc: "report peaks and counts after the module",
+        },
+        OptionDoc {
+            key: "check_invariants",
+            default: "false",
+            doc: "check the tracker after every change (slow)",
+        },
+    ];
+
+    fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
+        let nonneg = |v: &str| {
+            parse_int(v).and_then(|n| {
+                if n < 0 {
+                    Err(format!("expected a non-negative integer, found `{v}`"))
+                } else {
+                    Ok(n)
+                }
+            })
+        };
+        match key {
+            "memory_limit" => {
+                self.memory_limit = match value {
+                    "none" => None,
+                    v => Some(nonneg(v)?),
+                }
+            }
+            "min_remat_size" => self.min_remat_size = nonneg(value)?,
+            "block_size_limit" => {
+                let n = nonneg(value)?;
+                if n == 0 {
+                    return Err("expected a positive integer, found `0`".into());
+                }
+                self.block_size_limit = n as usize;
+            }
+            "block_rematerialization_factor" => {
+                self.block_rematerialization_factor = nonneg(value)?
+            }
+            "mode" => {
+                self.mode = match value {
+                    "recompute" => RematMode::Recompute,
+                    "compress" => RematMode::Compress,
+                    "recompute-and-compress" => RematMode::RecomputeAndCompress,
+                    _ => {
+                        return Err(format!(
+                        "expected recompute, compress or recompute-and-compress, found `{value}`"
+                    ))
+                    }
+                }
+            }
+            "search" => {
+                self.search = match value {
+                    "fast" => SearchKind::Fast,
+                    "faithful" => SearchKind::Faithful,
+                    _ => return Err(format!("expected fast or faithful, found `{value}`")),
+                }
+            }
+            "size_function" => {
+                self.size_function = match value {
+                    "default" => SizeFunction::Default,
+                    "pad-minor-64" => SizeFunction::PadMinorTo64,
+                    _ => return Err(format!("expected default or pad-minor-64, found `{value}`")),
+                }
+            }
+            "compact_shape" => {
+                self.compact_shape = match value {
+                    "identity" => CompactShape::Identity,
+                    "swap-minor" => CompactShape::SwapMinor,
+                    _ => return Err(format!("expected identity or swap-minor, found `{value}`")),
+                }
+            }
+            "print_summary" => self.print_summary = parse_bool(value)?,
+            "check_invariants" => self.check_invariants = parse_bool(value)?,
+            _ => return Err(unknown_key(key, Self::DOCS)),
+        }
+        Ok(())
+    }
+}
+
+/// A place where memory use stays over the limit after rematerialization.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OverLimit {
+    pub computation: String,
+    /// The program point with the most bytes in use.
+    pub instruction: String,
+    /// Bytes in use there (callees' peaks included), against the computation's own limit.
+    pub bytes: i64,
+    pub limit: i64,
+}
+
+/// What the last run did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RematSummary {
+    /// The limit asked for (`None`: unlimited).
+    pub memory_limit: Option<i64>,
+    /// Peak bytes of the module along its schedule before and after (outputs included).
+    pub peak_before: i64,
+    pub peak_after: i64,
+    /// Clones made (recomputations and compressions count one each).
+    pub instructions_rematerialized: i64,
+    /// Instructions added minus originals left dead (before DCE removes them).
+    pub net_instructions_added: i64,
+    /// Instructions in the module before and after (after DCE).
+    pub instructions_before: usize,
+    pub instructions_after: usize,
+    pub limit_met: bool,
+    /// Where the limit could not be met.
+    pub over_limit: Vec<OverLimit>,
+    /// Computations the pass worked on.
+    pub computations: Vec<String>,
+    /// Candidates evaluated by the searches.
+    pub effort: i64,
+    /// The largest block rematerialized at once.
+    pub max_block_size: usize,
+    /// True if the module had no schedule and the pass used post-order.
+    pub scheduled_post_order: bool,
+}
+
+impl RematSummary {
+    /// The report `print_summary` shows.
+    pub fn report(&self) -> String {
+        let mut s = String::new();
+        match self.memory_limit {
+            Some(l) => {
+                let _ = writeln!(s, "memory limit: {l} bytes");
+            }
+            None => {
+                let _ = writeln!(s, "memory limit: none");
+            }
+        }
+        let _ = writeln!(s, "peak before: {} bytes", self.peak_before);
+        let _ = writeln!(s, "peak after: {} bytes", self.peak_after);
+        let _ = writeln!(
+            s,
+            "rematerialized: {} instructions, net added: {}",
+            self.instructions_rematerialized, self.net_instructions_added
+        );
+        let _ = writeln!(
+            s,
+            "instructions: {} before, {} after",
+            self.instructions_before, self.instructions_after
+        );
+        let _ = writeln!(
+            s,
+            "limit met: {}",
+            if self.limit_met { "yes" } else { "no" }
+        );
+        for o in &self.over_limit {
+            let _ = writeln!(
+                s,
+                "over the limit in {} at %{}: {} bytes (limit {})",
+                o.computation, o.instruction, o.bytes, o.limit
+            );
+        }
+        s
+    }
+}
+
+/// The pass. Options in [`RematOptions`]; the last run's [`RematSummary`] in `summary`.
+pub struct Rematerialization {
+    pub options: RematOptions,
+    pub summary: Option<RematSummary>,
+    size_fn: Box<dyn Fn(&Shape) -> i64>,
+    compact_fn: Box<dyn Fn(&Shape) -> Shape>,
+}
+
+impl std::fmt::Debug for Rematerialization {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rematerialization")
+            .field("options", &self.options)
+            .field("summary", &self.summary)
+            .finish()
+    }
+}
+
+/// XLA's compression-test size function: most minor dimension padded to 64, tuples 4 bytes.
+pub fn size_pad_minor_to_64(shape: &Shape) -> i64 {
+    match shape {
+        Shape::Tuple(_) => 4,
+        Shape::Array(a) => {
+            let bytes = (a.ty.bit_width() as i64 + 7) / 8;
+            let minor = a
+                .layout
+                .as_ref()
+                .and_then(|l| l.minor_to_major.first().copied())
+                .unwrap_or(a.dims.len() as i64 - 1);
+            let mut size = bytes;
+            for (d, &n) in a.dims.iter().enumerate() {
+                let n = if d as i64 == minor {
+                    (n + 63) / 64 * 64
+                } else {
+                    n
+                };
+                size *= n;
+            }
+            size
+        }
+        other => shape_size(other),
+    }
+}
+
+/// XLA's compression-test compact shape: for rank 2, put the larger dimension most minor.
+pub fn compact_swap_minor(shape: &Shape) -> Shape {
+    let mut out = shape.clone();
+    if let Some(a) = out.as_array_mut() {
+        if a.dims.len() == 2 {
+            let layout = a
+                .layout
+                .get_or_insert_with(|| tessera_hlo::Layout::descending(2));
+            let (m0, m1) = (layout.minor_to_major[0], layout.minor_to_major[1]);
+            if a.dims[m0 as usize] < a.dims[m1 as usize] {
+                layout.minor_to_major[0] = m1;
+                layout.minor_to_major[1] = m0;
+            }
+        }
+    }
+    out
+}
+
+impl Rematerialization {
+    pub fn new(options: RematOptions) -> Rematerialization {
+        let size_fn: Box<dyn Fn(&Shape) -> i64> = match options.size_function {
+            SizeFunction::Default => Box::new(shape_size),
+            SizeFunction::PadMinorTo64 => Box::new(size_pad_minor_to_64),
+        };
+        let compact_fn: Box<dyn Fn(&Shape) -> Shape> = match options.compact_shape {
+            CompactShape::Identity => Box::new(|s: &Shape| s.clone()),
+            CompactShape::SwapMinor => Box::new(compact_swap_minor),
+        };
+        Rematerialization {
+            options,
+            summary: None,
+            size_fn,
+            compact_fn,
+        }
+    }
+
+    /// Uses `f` for buffer sizes instead of the named function.
+    pub fn with_size_function(mut self, f: impl Fn(&Shape) -> i64 + 'static) -> Self {
+        self.size_fn = Box::new(f);
+        self
+    }
+
+    /// Uses `f` as the compact-shape function of the compressing modes.
+    pub fn with_compact_shape_function(mut self, f: impl Fn(&Shape) -> Shape + 'static) -> Self {
+        self.compact_fn = Box::new(f);
+        self
+    }
+
+    /// Runs the pass and returns what it did.
+    pub fn run_with_summary(&mut self, module: &mut Module) -> Result<RematSummary, PassError> {
+        self.run(module)?;
+        Ok(self.summary.clone().unwrap_or_default())
+    }
+
+    fn run_inner(&mut self, module: &mut Module) -> Result<(bool, RematSummary), RematError> {
+        let mut summary = RematSummary {
+            memory_limit: self.options.memory_limit,
+            instructions_before: module.instruction_count(),
+            ..RematSummary::default()
+        };
+        let entry = module
+            .entry()
+            .ok_or_else(|| RematError::Malformed("the module has no entry computation".into()))?;
+        if module.schedule.is_none() {
+            module.schedule = Some(post_order_schedule(module));
+            summary.scheduled_post_order = true;
+        }
+        let points_to = TuplePointsTo::new(module);
+        let call_graph = CallGraph::new(module);
+        let next_channel_id = module
+            .computations()
+            .iter()
+            .flat_map(|&c| module.comp(c).instructions())
+            .filter_map(|&i| module.instr(i).attrs.channel_id)
+            .max()
+            .unwrap_or(0)
+            + 1;
+        let root = module
+            .comp(entry)
+            .root()
+            .ok_or_else(|| RematError::Malformed("the entry computation has no root".into()))?;
+        let mut output_size = 0;
+        module
+            .instr(root)
+            .shape
+            .for_each_subshape(|_, s| output_size += (self.size_fn)(s));
+        let mut st = State {
+            opts: &self.options,
+            size_fn: &*self.size_fn,
+            compact_fn: &*self.compact_fn,
+            points_to: &points_to,
+            peak: vec![None; module.comp_capacity()],
+            done: HashSet::new(),
+            next_channel_id,
+            remat_count: 0,
+            net_added: 0,
+            effort: 0,
+            max_block: 0,
+            over_limit: Vec::new(),
+            computations: Vec::new(),
+        };
+        for c in computation_post_order(module, false) {
+            if matches!(
+                call_graph.context(c),
+                CallContext::ControlFlow | CallContext::Both
+            ) {
+                let p = st.compute_peak_memory(module, c)?;
+                st.peak[c.index()] = Some(p);
+            }
+        }
+        let before = st.peak[entry.index()].unwrap_or(0) + output_size;
+        summary.peak_before = before;
+        let mut changed = false;
+        if let Some(limit) = self.options.memory_limit {
+            changed = st.rematerialize_computation(module, entry, limit - output_size)?;
+            // Rematerialization leaves originals whose uses all moved to clones dead.
+            let mut dce = Dce::with_options(Default::default());
+            changed |= dce
+                .run(module)
+                .map_err(|e| RematError::Internal(format!("dce after rematerialization: {e}")))?;
+        }
+        let after = st.peak[entry.index()].unwrap_or(0) + output_size;
+        summary.peak_after = after;
+        summary.instructions_rematerialized = st.remat_count;
+        summary.net_instructions_added = st.net_added;
+        summary.effort = st.effort;
+        summary.max_block_size = st.max_block;
+        summary.computations = st.computations.clone();
+        summary.limit_met = self.options.memory_limit.is_none_or(|l| after <= l);
+        summary.over_limit = if summary.limit_met {
+            Vec::new()
+        } else {
+            st.over_limit.clone()
+        };
+        summary.instructions_after = module.instruction_count();
+        if !summary.limit_met {
+            let limit = self.options.memory_limit.unwrap_or(0);
+            let places: Vec<String> = summary
+                .over_limit
+                .iter()
+                .map(|o| {
+                    format!(
+                        "{} at %{} ({} bytes)",
+                        o.computation, o.instruction, o.bytes
+                    )
+                })
+                .collect();
+            tracing::warn!(
+                "can't reduce memory use below {limit} bytes by rematerialization; only reduced to {after} bytes (over the limit in {})",
+                places.join(", ")
+            );
+        }
+        Ok((changed || summary.scheduled_post_order, summary))
+    }
+}
+
+impl RegisteredPass for Rematerialization {
+    type Options = RematOptions;
+    const NAME: &'static str = "rematerialization";
+    const DOC: &'static str =
+        "recompute or compress values to keep peak memory under remat.memory_limit (needs a schedule)";
+    fn with_options(options: RematOptions) -> Rematerialization {
+        Rematerialization::new(options)
+    }
+}
+
+impl Pass for Rematerialization {
+    fn name(&self) -> &str {
+        Self::NAME
+    }
+
+    fn run(&mut self, module: &mut Module) -> tessera_pass::Result<bool> {
+        let (changed, summary) = self.run_inner(module)?;
+        self.summary = Some(summary);
+        Ok(changed)
+    }
+
+    fn remarks(&mut self) -> Option<String> {
+        if self.options.print_summary {
+            self.summary.as_ref().map(|s| s.report())
+        } else {
+            None
+        }
+    }
+}
+
+/// Post-order sequences for every computation that needs one (not fusion bodies).
+fn post_order_schedule(module: &Module) -> tessera_hlo::Schedule {
+    let mut fused = vec![false; module.comp_capacity()];
+    for &c in module.computations() {
+        for &i in module.comp(c).instructions() {
+            if module.instr(i).opcode == Opcode::Fusion {
+                for &f in module.called_computations(i) {
+                    fused[f.index()] = true;
+                }
+            }
+        }
+    }
+    let mut s = tessera_hlo::Schedule::default();
+    for &c in module.computations() {
+        if !fused[c.index()] {
+            s.sequences.insert(c, post_order(module, c));
+        }
+    }
+    s
+}
+
+/// The name of a clone: `x` -> `x.remat`, `x.remat` -> `x.remat2`, `x.remat2` -> `x.remat3`.
+fn remat_name(module: &mut Module, name: &str) -> String {
+    let base = match name.rfind(".remat") {
+        Some(p) => {
+            let tail = &name[p + 6..];
+            if tail.is_empty() {
+                format!("{}.remat2", &name[..p])
+            } else if let Ok(n) = tail.parse::<u64>() {
+                format!("{}.remat{}", &name[..p], n + 1)
+            } else {
+                format!("{name}.remat")
+            }
+        }
+        None => format!("{name}.remat"),
+    };
+    module.unique_name(&base)
+}
+
+struct State<'a> {
+    opts: &'a RematOptions,
+    size_fn: &'a dyn Fn(&Shape) -> i64,
+    compact_fn: &'a dyn Fn(&Shape) -> Shape,
+    points_to: &'a TuplePointsTo,
+    /// Peak bytes of each control-flow computation along its (current) schedule.
+    peak: Vec<Option<i64>>,
+    done: HashSet<CompId>,
+    next_channel_id: i64,
+    remat_count: i64,
+    net_added: i64,
+    effort: i64,
+    max_block: usize,
+    over_limit: Vec<OverLimit>,
+    computations: Vec<String>,
+}
+
+fn sequence(module: &Module, c: CompId) -> Result<Vec<InstrId>, RematError> {
+    module
+        .schedule
+        .as_ref()
+        .and_then(|s| s.sequences.get(&c))
+        .cloned()
+        .ok_or_else(|| {
+            RematError::Malformed(format!(
+                "computation {} has no sequence in the schedule",
+                module.comp(c).name
+            ))
+        })
+}
+
+impl<'a> State<'a> {
+    /// Bytes the computations `instr` calls in control-flow context need at their peak.
+    fn callee_usage(&self, module: &Module, instr: InstrId) -> i64 {
+        let i = module.instr(instr);
+        if i.called.is_empty() || instruction_call_context(i.opcode) != CallContext::ControlFlow {
+            return 0;
+        }
+        i.called
+            .iter()
+            .map(|c| self.peak.get(c.index()).copied().flatten().unwrap_or(0))
+            .sum()
+    }
+
+    fn compute_peak_memory(&self, module: &Module, c: CompId) -> Result<i64, RematError> {
+        let list = InstructionList::new(&sequence(module, c)?);
+        let mut t = Tracker::new(
+            module,
+            self.points_to,
+            c,
+            list,
+            self.size_fn,
+            self.opts.mode,
+        )?;
+        let mut peak = t.memory_usage();
+        let mut item = t.list.first();
+        while item != NIL {
+            t.begin_instruction(item)?;
+            let callee = self.callee_usage(module, t.list.item(item).instr);
+            peak = peak.max(t.memory_usage() + callee);
+            t.end_instruction()?;
+            item = t.list.next(item);
+        }
+        Ok(peak)
+    }
+
+    fn check(&self, module: &Module, t: &Tracker) -> Result<(), RematError> {
+        if self.opts.check_invariants {
+            t.list.check().map_err(RematError::Internal)?;
+            t.check(module)?;
+        }
+        Ok(())
+    }
+
+    fn rematerialize_computation(
+        &mut self,
+        module: &mut Module,
+        c: CompId,
+        memory_limit: i64,
+    ) -> Result<bool, RematError> {
+        if !self.done.insert(c) {
+            return Err(RematError::Internal(format!(
+                "computation {} rematerialized twice",
+                module.comp(c).name
+            )));
+        }
+        self.computations.push(module.comp(c).name.clone());
+        let list = InstructionList::new(&sequence(module, c)?);
+        let mut t = Tracker::new(
+            module,
+            self.points_to,
+            c,
+            list,
+            self.size_fn,
+            self.opts.mode,
+        )?;
+        let min_remat_size = self.opts.min_remat_size;
+        let sizes: Vec<(ItemId, i64)> = {
+            let mut v = Vec::new();
+            let mut it = t.list.first();
+            while it != NIL {
+                v.push((it, t.item_allocated_size(it)));
+                it = t.list.next(it);
+            }
+            v
+        };
+        let promote: HashSet<ItemId> = sizes
+            .iter()
+            .filter(|(_, s)| *s >= min_remat_size)
+            .map(|(i, _)| *i)
+            .collect();
+        let mut k = 0usize;
+        let order: Vec<ItemId> = sizes.iter().map(|(i, _)| *i).collect();
+        t.list.promote_nodes_to_skip(|_| {
+            let yes = promote.contains(&order[k]);
+            k += 1;
+            yes
+        });
+        self.check(module, &t)?;
+
+        let mut changed = false;
+        let mut remat_moves: HashSet<InstrId> = HashSet::new();
+        let mut cache = RematerializableCache::default();
+        let mut peak = t.memory_usage();
+        let mut remat_count = 0i64;
+        let mut net_added = 0i64;
+        let peak_before = self.peak[c.index()].unwrap_or(0);
+        let use_fast =
+            self.opts.search == SearchKind::Fast && self.opts.mode == RematMode::Recompute;
+        let mut queue = FastQueue::new(memory_limit);
+        let mut worst: Option<(i64, InstrId)> = None;
+
+        let mut item = t.list.first();
+        while item != NIL {
+            let instr = t.list.item(item).instr;
+            let mut callee = self.callee_usage(module, instr);
+            t.begin_instruction(item)?;
+            let mut min_block = 1usize;
+            let mut max_block = 1usize;
+            if t.item_allocated_size(item) + callee > 0 {
+                let mut first_phase = true;
+                let mut first_effort = 0i64;
+                let mut second_effort = 0i64;
+                while t.memory_usage() + callee > memory_limit {
+                    let pick = if use_fast && min_block == 1 && max_block == 1 {
+                        queue.pick(&mut t, module, &mut cache)
+                    } else {
+                        let compact_fn = self.compact_fn;
+                        let mut compact = |i: InstrId| compact_fn(&module.instr(i).shape);
+                        pick_faithful(
+                            &t,
+                            module,
+                            &mut cache,
+                            &mut compact,
+                            memory_limit,
+                            min_block,
+                            max_block,
+                            peak_before,
+                        )
+                    };
+                    let (count, added) =
+                        self.apply_pick(module, &mut t, &pick, &mut remat_moves)?;
+                    if use_fast {
+                        queue.absorb_revivals(&mut t, module, &mut cache);
+                    }
+                    self.check(module, &t)?;
+                    net_added += added;
+                    remat_count += count;
+                    self.effort += pick.effort;
+                    if first_phase {
+                        first_effort += pick.effort;
+                    } else {
+                        second_effort += pick.effort;
+                    }
+                    if count == 0 {
+                        // Nothing found: try larger blocks.
+                        min_block = max_block + 1;
+                        max_block *= 2;
+                        first_phase = false;
+                    } else {
+                        self.max_block = self.max_block.max(max_block);
+                        changed = true;
+                        min_block = 1;
+                        max_block = 1;
+                    }
+                    if max_block > self.opts.block_size_limit
+                        || second_effort > self.opts.block_rematerialization_factor * first_effort
+                    {
+                        break;
+                    }
+                }
+            }
+            let i = module.instr(instr);
+            if !i.called.is_empty()
+                && instruction_call_context(i.opcode) == CallContext::ControlFlow
+                && t.memory_usage() + callee > memory_limit
+            {
+                // Still over: rematerialize inside the callees, each within what is left.
+                let callees: Vec<CompId> = i.called.to_vec();
+                for callee_comp in callees {
+                    if !self.done.contains(&callee_comp) && self.peak[callee_comp.index()].is_some()
+                    {
+                        let sub_limit = (memory_limit - t.memory_usage()).max(0);
+                        changed |=
+                            self.rematerialize_computation(module, callee_comp, sub_limit)?;
+                    }
+                }
+                callee = self.callee_usage(module, instr);
+            }
+            let now = t.memory_usage() + callee;
+            peak = peak.max(now);
+            if now > memory_limit && worst.is_none_or(|(b, _)| now > b) {
+                worst = Some((now, instr));
+            }
+            t.end_instruction()?;
+            if use_fast {
+                queue.push(&mut t, module, &mut cache, item);
+            }
+            item = t.list.next(item);
+        }
+        for &i in module.comp(c).instructions() {
+            if !t.is_placed(i) {
+                return Err(RematError::Internal(format!(
+                    "%{} was never placed",
+                    module.instr(i).name
+                )));
+            }
+        }
+        self.peak[c.index()] = Some(peak);
+        if let Some((bytes, at)) = worst {
+            self.over_limit.push(OverLimit {
+                computation: module.comp(c).name.clone(),
+                instruction: module.instr(at).name.clone(),
+                bytes,
+                limit: memory_limit,
+            });
+        }
+        let order = t.list.order();
+        if let Some(s) = module.schedule.as_mut() {
+            s.sequences.insert(c, order);
+        }
+        tracing::debug!(
+            "rematerialization of {}: {} rematerialized, {} net added, peak {} (was {})",
+            module.comp(c).name,
+            remat_count,
+            net_added,
+            peak,
+            peak_before
+        );
+        self.remat_count += remat_count;
+        self.net_added += net_added;
+        Ok(changed)
+    }
+
+    /// Carries out a pick; returns (instructions rematerialized, net instructions added).
+    fn apply_pick(
+        &mut self,
+        module: &mut Module,
+        t: &mut Tracker,
+        pick: &Pick,
+        remat_moves: &mut HashSet<InstrId>,
+    ) -> Result<(i64, i64), RematError> {
+        if pick.items.is_empty() {
+            return Ok((0, 0));
+        }
+        let added = match &pick.strategy {
+            Strategy::Compress(shape) => {
+                if pick.items.len() != 1 {
+                    return Err(RematError::Internal(
+                        "more than one instruction compressed at once".into(),
+                    ));
+                }
+                compress_instruction(module, t, pick.items[0], shape)?
+            }
+            Strategy::Recompute => {
+                self.rematerialize_instructions(module, t, &pick.items, remat_moves)?
+            }
+        };
+        Ok((pick.items.len() as i64, added))
+    }
+
+    fn rematerialize_instructions(
+        &mut self,
+        module: &mut Module,
+        t: &mut Tracker,
+        items: &[ItemId],
+        remat_moves: &mut HashSet<InstrId>,
+    ) -> Result<i64, RematError> {
+        let mut net_added = 0;
+        // In reverse, so a block's later items are cloned before the earlier ones they use.
+        for &best_item in items.iter().rev() {
+            if !t.has_unplaced_users(best_item) {
+                continue;
+            }
+            let best = t.list.item(best_item).instr;
+            let comp = module.instr(best).parent;
+            let mut clone: Instruction = module.instr(best).clone();
+            clone.name = remat_name(module, &clone.name);
+            if clone.attrs.channel_id.is_some() {
+                clone.attrs.channel_id = Some(self.next_channel_id);
+                self.next_channel_id += 1;
+            }
+            let remat = module.add_instruction(comp, clone)?;
+            for s in module.instr(best).control_successors().to_vec() {
+                module.add_control_dependency(remat, s);
+            }
+            for p in module.instr(best).control_predecessors().to_vec() {
+                module.add_control_dependency(p, remat);
+            }
+            let remat_item = t.list.create_item(remat);
+
+            // Every unplaced use of `best` reads the clone instead (through a new
+            // get-tuple-element and/or bitcast when the use was through one).
+            let mut indirect: Vec<ItemId> = Vec::new();
+            let mut gte_cache: Vec<(usize, InstrId)> = Vec::new();
+            for u in t.item_uses(best_item) {
+                if t.list.item(u.user).placed {
+                    continue;
+                }
+                let user = t.list.item(u.user).instr;
+                let mut remat_use = remat;
+                let user_operand = *module
+                    .operands(user)
+                    .get(u.operand_number as usize)
+                    .ok_or_else(|| {
+                        RematError::Internal(format!(
+                            "%{}: no operand {}",
+                            module.instr(user).name,
+                            u.operand_number
+                        ))
+                    })?;
+                if user_operand == remat_use {
+                    continue;
+                }
+                if let Some(k) = u.index {
+                    if module.instr(remat_use).shape != module.instr(user_operand).shape {
+                        remat_use = match gte_cache.iter().find(|(x, _)| *x == k) {
+                            Some(&(_, g)) => g,
+                            None => {
+                                let shape = module
+                                    .instr(remat_use)
+                                    .shape
+                                    .subshape(&[k])
+                                    .cloned()
+                                    .ok_or_else(|| {
+                                    RematError::Internal(format!(
+                                        "%{}: no tuple element {k}",
+                                        module.instr(remat_use).name
+                                    ))
+                                })?;
+                                let name = module.unique_name("get-tuple-element.remat");
+                                let mut g = Instruction::new(name, Opcode::GetTupleElement, shape)
+                                    .with_operands(&[remat_use]);
+                                g.attrs.tuple_index = k as i64;
+                                let g = module.add_instruction(comp, g)?;
+                                indirect.push(t.list.create_item(g));
+                                gte_cache.push((k, g));
+                                g
+                            }
+                        };
+                    }
+                }
+                if module.instr(user_operand).shape != module.instr(remat_use).shape {
+                    let name = module.unique_name("bitcast.remat");
+                    let shape = module.instr(user_operand).shape.clone();
+                    let b =
+                        Instruction::new(name, Opcode::Bitcast, shape).with_operands(&[remat_use]);
+                    let b = module.add_instruction(comp, b)?;
+                    indirect.push(t.list.create_item(b));
+                    remat_use = b;
+                }
+                module.replace_operand(user, u.operand_number as usize, remat_use)?;
+            }
+            t.add_rematerialized_instruction(module, best_item, remat_item, &indirect)?;
+
+            // Place the clone before its earliest unplaced user, and before the earliest
+            // unplaced use of any of its operands (so their live ranges do not grow).
+            let indirect_instrs: Vec<InstrId> =
+                indirect.iter().map(|&i| t.list.item(i).instr).collect();
+            let mut before: Vec<ItemId> = Vec::new();
+            for &u in module.users(remat) {
+                if !indirect_instrs.contains(&u) {
+                    before.push(t.list.get(u));
+                }
+            }
+            for &iu in &indirect_instrs {
+                for &u in module.users(iu) {
+                    if !indirect_instrs.contains(&u) {
+                        before.push(t.list.get(u));
+                    }
+                }
+            }
+            for &op in module.operands(remat) {
+                for &ou in module.users(op) {
+                    if ou != remat {
+                        let oi = t.list.get(ou);
+                        if oi != NIL && !t.list.item(oi).placed {
+                            before.push(oi);
+                        }
+                    }
+                }
+            }
+            for &s in module.instr(remat).control_successors() {
+                let si = t.list.get(s);
+                if t.list.item(si).placed {
+                    return Err(RematError::Internal(format!(
+                        "%{}: control successor %{} already placed",
+                        module.instr(remat).name,
+                        module.instr(s).name
+                    )));
+                }
+                before.push(si);
+            }
+            before.retain(|&b| b != NIL);
+            if before.is_empty() {
+                return Err(RematError::Internal(format!(
+                    "%{}: nowhere to place the rematerialization",
+                    module.instr(remat).name
+                )));
+            }
+            t.list.insert_before_instructions(remat_item, &before);
+            for &iu in &indirect {
+                t.list.insert_before_instructions(iu, &before);
+            }
+            if uses_empty(module, best) {
+                // The clone took every use: a move. A move of a move is denylisted so the
+                // same value is not moved forever.
+                if remat_moves.contains(&best) {
+                    t.list.denylist(remat);
+                }
+                remat_moves.insert(remat);
+                net_added += indirect.len() as i64;
+            } else {
+                net_added += indirect.len() as i64 + 1;
+            }
+            for &iu in &indirect_instrs {
+                t.list.denylist(iu);
+            }
+        }
+        Ok(net_added)
+    }
+}
+
+/// True if nothing but dead bitcasts / get-tuple-elements use `i`.
+fn uses_empty(module: &Module, i: InstrId) -> bool {
+    module
+        .users(i)
+        .iter()
+        .all(|&u| is_supported_indirect_user(module.instr(u).opcode) && uses_empty(module, u))
+}
+
+/// Copies `best` into `compact` form right after it and back right before its next use.
+fn compress_instruction(
+    module: &mut Module,
+    t: &mut Tracker,
+    best_item: ItemId,
+    compact: &Shape,
+) -> Result<i64, RematError> {
+    let best = t.list.item(best_item).instr;
+    let comp = module.instr(best).parent;
+    let name = module.instr(best).name.clone();
+    let cname = module.unique_name(&format!("{name}.remat_compressed"));
+    let compressed = module.add_instruction(
+        comp,
+        Instruction::new(cname, Opcode::Copy, compact.clone()).with_operands(&[best]),
+    )?;
+    let uname = module.unique_name(&format!("{name}.remat_uncompressed"));
+    let shape = module.instr(best).shape.clone();
+    let uncompressed = module.add_instruction(
+        comp,
+        Instruction::new(uname, Opcode::Copy, shape).with_operands(&[compressed]),
+    )?;
+    let ci = t.list.create_item(compressed);
+    t.list.item_mut(ci).placed = true;
+    let ui = t.list.create_item(uncompressed);
+    for user in module.users(best).to_vec() {
+        if !t.is_placed(user) {
+            for k in 0..module.operands(user).len() {
+                if module.operands(user)[k] == best {
+                    module.replace_operand(user, k, uncompressed)?;
+                }
+            }
+        }
+    }
+    t.add_compress_instructions(module, best_item, ci, ui)?;
+    let before: Vec<ItemId> = module
+        .users(uncompressed)
+        .iter()
+        .map(|&u| t.list.get(u))
+        .collect();
+    t.list.denylist(compressed);
+    t.list.denylist(uncompressed);
+    if before.is_empty() {
+        return Err(RematError::Internal(format!(
+            "%{name}: compressed value has no remaining users"
+        )));
+    }
+    t.list.insert_before_instructions(ui, &before);
+    if !t.list.insert_after_instructions(ci, &[best_item]) {
+        return Err(RematError::Internal(format!(
+            "%{name}: cannot compress the last instruction"
+        )));
+    }
+    Ok(2)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,118 @@
+use super::*;
+use tessera_hlo::text::{parse_module, PrintOptions};
+
+fn print_module(m: &Module) -> String {
+    tessera_hlo::text::print_module(m, &PrintOptions::default())
+}
+
+const SINGLE: &str = r#"HloModule SingleComputation, is_scheduled=true
+
+ENTRY %SingleComputation (param: f32[1]) -> f32[1] {
+  %param = f32[1]{0} parameter(0)
+  %reshape = f32[] reshape(f32[1]{0} %param)
+  %bcast = f32[1024]{0} broadcast(f32[] %reshape), dimensions={}
+  %negate = f32[1024]{0} negate(f32[1024]{0} %bcast)
+  %concat_1 = f32[2048]{0} concatenate(f32[1024]{0} %negate, f32[1024]{0} %negate), dimensions={0}
+  %slice_1 = f32[1]{0} slice(f32[2048]{0} %concat_1), slice={[0:1]}
+  %concat_2 = f32[1025]{0} concatenate(f32[1024]{0} %bcast, f32[1]{0} %slice_1), dimensions={0}
+  ROOT %slice_2 = f32[1]{0} slice(f32[1025]{0} %concat_2), slice={[0:1]}
+}
+"#;
+
+/// Runs the pass with invariant checks on; returns the printed module and the summary.
+pub(crate) fn run(text: &str, opts: RematOptions) -> (String, RematSummary) {
+    let mut m = parse_module(text).unwrap();
+    let mut p = Rematerialization::new(RematOptions {
+        check_invariants: true,
+        ..opts
+    });
+    let s = p.run_with_summary(&mut m).unwrap();
+    tessera_hlo::verify::verify(&m, &Default::default()).unwrap();
+    (print_module(&m), s)
+}
+
+fn limit(bytes: i64, search: SearchKind) -> RematOptions {
+    RematOptions {
+        memory_limit: Some(bytes),
+        search,
+        ..RematOptions::default()
+    }
+}
+
+#[test]
+fn single_computation_peaks_and_placement() {
+    let (text, s) = run(SINGLE, limit(14 * 1024, SearchKind::Faithful));
+    assert_eq!((s.peak_before, s.peak_after), (16388, 12296));
+    assert_eq!(s.instructions_rematerialized, 1);
+    assert_eq!(s.net_instructions_added, 1);
+    assert!(s.limit_met);
+    let pos = |needle: &str| text.find(needle).unwrap();
+    assert!(
+        pos("%slice_1 =") < pos("%bcast.remat =") && pos("%bcast.remat =") < pos("%concat_2 =")
+    );
+}
+
+#[test]
+fn fast_search_matches_the_scan() {
+    for l in [0, 8 * 1024, 12 * 1024, 14 * 1024, 20 * 1024] {
+        let a = run(SINGLE, limit(l, SearchKind::Faithful));
+        let b = run(SINGLE, limit(l, SearchKind::Fast));
+        assert_eq!(a.0, b.0, "limit {l}");
+        assert_eq!(a.1.peak_after, b.1.peak_after, "limit {l}");
+    }
+}
+
+#[test]
+fn unlimited_changes_nothing() {
+    let (text, s) = run(SINGLE, RematOptions::default());
+    assert_eq!(s.peak_before, s.peak_after);
+    assert_eq!(text, print_module(&parse_module(SINGLE).unwrap()));
+}
+
+#[test]
+fn clone_names_follow_xla() {
+    let mut m = Module::new("m");
+    assert_eq!(remat_name(&mut m, "x"), "x.remat");
+    assert_eq!(remat_name(&mut m, "x.remat"), "x.remat2");
+    assert_eq!(remat_name(&mut m, "x.remat7"), "x.remat8");
+    assert_eq!(remat_name(&mut m, "x.rematy"), "x.rematy.remat");
+}
+
+#[test]
+fn options_parse_and_reject() {
+    let mut o = RematOptions::default();
+    o.set("memory_limit", "14K").unwrap();
+    assert_eq!(o.memory_limit, Some(14336));
+    o.set("mode", "recompute-and-compress").unwrap();
+    assert_eq!(o.mode, RematMode::RecomputeAndCompress);
+    o.set("search", "faithful").unwrap();
+    assert!(o
+        .set("search", "slow")
+        .unwrap_err()
+        .contains("fast or faithful"));
+    assert!(o.set("block_size_limit", "0").is_err());
+    assert!(o.set("memory_limit", "-1").is_err());
+    assert!(o.set("nope", "1").unwrap_err().contains("unknown option"));
+}
+
+#[test]
+fn compact_and_padded_sizes() {
+    let s = parse_module("HloModule m\nENTRY %e (p: f32[64,2]) -> f32[64,2] {\n  ROOT %p = f32[64,2]{1,0} parameter(0)\n}\n").unwrap();
+    let shape = s
+        .instr(s.comp(s.entry().unwrap()).root().unwrap())
+        .shape
+        .clone();
+    assert_eq!(size_pad_minor_to_64(&shape), 64 * 64 * 4);
+    let c = compact_swap_minor(&shape);
+    assert_eq!(
+        c.as_array()
+            .unwrap()
+            .layout
+            .as_ref()
+            .unwrap()
+            .minor_to_major
+            .to_vec(),
+        vec![0, 1]
+    );
+    assert_eq!(size_pad_minor_to_64(&c), 2 * 64 * 4);
+}

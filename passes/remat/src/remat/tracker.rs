@@ -1,0 +1,723 @@
+//! The memory usage tracker of one computation: which buffers are live as the instructions
+//! are placed one by one along the list, and what a rematerialization or a compression of an
+//! item would save at the current program point.
+//!
+//! A *buffer* is a logical buffer of the tuple points-to analysis (or one made by a
+//! rematerialization), with its defining item, size, whether it is live out of the computation,
+//! whether it has indirect uses (an alias other than a bitcast or get-tuple-element reads it),
+//! and its uses (user item, operand number, tuple index). A buffer is live from the placement of
+//! its defining item until its last unfinished user is finished. Placement is two steps:
+//! `begin_instruction` allocates the item's defined buffers, `end_instruction` frees operands
+//! that just died and defined buffers nobody uses. Parameters and live-out buffers are owned by
+//! the caller and count zero bytes.
+
+use std::collections::HashMap;
+
+use smallvec::SmallVec;
+use tessera_hlo::analysis::{BufferId as LogicalId, ShapeIndex, TuplePointsTo};
+use tessera_hlo::{CompId, InstrId, Module, Opcode, Shape};
+
+use super::list::{BufferList, InstructionList, ItemId, NIL};
+use super::{RematError, RematMode};
+
+/// One use of a buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ItemUse {
+    pub user: ItemId,
+    pub operand_number: u32,
+    /// The tuple index of the buffer when it is an element at depth one (`{k}`).
+    pub index: Option<usize>,
+}
+
+pub type UsesList = SmallVec<[ItemUse; 3]>;
+
+#[derive(Clone, Debug)]
+pub struct Buffer {
+    pub id: u32,
+    pub defining: ItemId,
+    pub size: i64,
+    pub shape: Shape,
+    pub live_out: bool,
+    pub has_indirect_uses: bool,
+    pub index: ShapeIndex,
+    pub users: UsesList,
+    pub unfinished_user_count: i64,
+    /// Defined by a parameter: owned by the caller, zero bytes here.
+    pub defined_by_parameter: bool,
+}
+
+/// True for instructions that pass the buffers they use on to their users and that
+/// rematerialization knows how to recreate.
+pub fn is_supported_indirect_user(opcode: Opcode) -> bool {
+    matches!(opcode, Opcode::Bitcast | Opcode::GetTupleElement)
+}
+
+pub struct Tracker<'f> {
+    pub comp: CompId,
+    pub list: InstructionList,
+    size_fn: &'f dyn Fn(&Shape) -> i64,
+    memory_usage: i64,
+    in_progress: ItemId,
+    pub mode: RematMode,
+    pub buffers: Vec<Buffer>,
+    /// Buffers that went from dead to live again (the fast search re-queues their items).
+    pub revived: Vec<u32>,
+}
+
+impl<'f> Tracker<'f> {
+    /// Builds the buffers of `comp` from the points-to analysis, for the items of `list`.
+    pub fn new(
+        module: &Module,
+        points_to: &TuplePointsTo,
+        comp: CompId,
+        list: InstructionList,
+        size_fn: &'f dyn Fn(&Shape) -> i64,
+        mode: RematMode,
+    ) -> Result<Tracker<'f>, RematError> {
+        let mut t = Tracker {
+            comp,
+            list,
+            size_fn,
+            memory_usage: 0,
+            in_progress: NIL,
+            mode,
+            buffers: Vec::new(),
+            revived: Vec::new(),
+        };
+        let c = module.comp(comp);
+        let root = c
+            .root()
+            .ok_or_else(|| RematError::Malformed(format!("computation {} has no root", c.name)))?;
+        let mut live_out = points_to.points_to(root).flattened();
+        live_out.sort();
+        let mut to_id: HashMap<LogicalId, u32> = HashMap::new();
+        let mut item = t.list.first();
+        while item != NIL {
+            let instr = t.list.item(item).instr;
+            let ins = module.instr(instr);
+            for &lb in points_to.defined_buffers(instr) {
+                let logical = points_to.buffer(lb);
+                let is_live_out = live_out.binary_search(&lb).is_ok();
+                let id = if ins.opcode == Opcode::While {
+                    // A while defines no new memory: it reuses its operand's buffers.
+                    let op = *ins.operands().first().ok_or_else(|| {
+                        RematError::Malformed(format!("%{}: while without an operand", ins.name))
+                    })?;
+                    let src = match points_to.points_to(op).buffers(&logical.index) {
+                        [b] => *b,
+                        other => {
+                            return Err(RematError::Malformed(format!(
+                                "%{}: the while operand at index {:?} is {} buffers, expected one",
+                                ins.name,
+                                logical.index,
+                                other.len()
+                            )))
+                        }
+                    };
+                    let id = *to_id.get(&src).ok_or_else(|| {
+                        RematError::Malformed(format!(
+                            "%{}: the while operand's buffer is not defined before it",
+                            ins.name
+                        ))
+                    })?;
+                    let (uses, _) = get_users(&t.list, module, points_to, lb);
+                    let b = &mut t.buffers[id as usize];
+                    b.has_indirect_uses = true;
+                    b.live_out |= is_live_out;
+                    for u in uses {
+                        if !t.buffers[id as usize]
+                            .users
+                            .iter()
+                            .any(|x| x.user == u.user)
+                        {
+                            t.buffers[id as usize].unfinished_user_count += 1;
+                            t.buffers[id as usize].users.push(u);
+                            t.list.item_mut(u.user).buffers_used.push(id);
+                        }
+                    }
+                    id
+                } else {
+                    let (uses, indirect) = get_users(&t.list, module, points_to, lb);
+                    let id = t.new_buffer(
+                        item,
+                        logical.shape.clone(),
+                        logical.index.clone(),
+                        uses.clone(),
+                        is_live_out,
+                        indirect,
+                        ins.opcode == Opcode::Parameter,
+                    );
+                    t.list.item_mut(item).buffers_defined.push(id);
+                    for u in uses {
+                        let used = &mut t.list.item_mut(u.user).buffers_used;
+                        if !used.contains(&id) {
+                            used.push(id);
+                        }
+                    }
+                    id
+                };
+                to_id.insert(lb, id);
+            }
+            for lb in points_to.points_to(instr).flattened() {
+                if let Some(&id) = to_id.get(&lb) {
+                    t.list.item_mut(item).buffers_output.push(id);
+                }
+            }
+            item = t.list.next(item);
+        }
+        Ok(t)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn new_buffer(
+        &mut self,
+        defining: ItemId,
+        shape: Shape,
+        index: ShapeIndex,
+        users: UsesList,
+        live_out: bool,
+        has_indirect_uses: bool,
+        defined_by_parameter: bool,
+    ) -> u32 {
+        let id = self.buffers.len() as u32;
+        let mut distinct: SmallVec<[ItemId; 4]> = SmallVec::new();
+        for u in &users {
+            if !distinct.contains(&u.user) {
+                distinct.push(u.user);
+            }
+        }
+        self.buffers.push(Buffer {
+            id,
+            defining,
+            size: (self.size_fn)(&shape),
+            shape,
+            live_out,
+            has_indirect_uses,
+            index,
+            users,
+            unfinished_user_count: distinct.len() as i64,
+            defined_by_parameter,
+        });
+        id
+    }
+
+    pub fn size_of(&self, shape: &Shape) -> i64 {
+        (self.size_fn)(shape)
+    }
+
+    pub fn memory_usage(&self) -> i64 {
+        self.memory_usage
+    }
+
+    pub fn in_progress(&self) -> ItemId {
+        self.in_progress
+    }
+
+    /// Bytes a buffer takes in this computation (0 for parameters and live-out buffers).
+    pub fn allocated_size(&self, b: u32) -> i64 {
+        let b = &self.buffers[b as usize];
+        if b.live_out || b.defined_by_parameter {
+            0
+        } else {
+            b.size
+        }
+    }
+
+    pub fn item_allocated_size(&self, item: ItemId) -> i64 {
+        self.list
+            .item(item)
+            .buffers_defined
+            .iter()
+            .map(|&b| self.allocated_size(b))
+            .sum()
+    }
+
+    pub fn is_placed(&self, instr: InstrId) -> bool {
+        let i = self.list.get(instr);
+        i != NIL && self.list.item(i).placed
+    }
+
+    fn is_finished(&self, item: ItemId) -> bool {
+        self.list.item(item).placed && item != self.in_progress
+    }
+
+    pub fn is_in_use(&self, b: u32) -> bool {
+        self.in_progress != NIL && self.list.item(self.in_progress).buffers_used.contains(&b)
+    }
+
+    pub fn is_currently_live(&self, b: u32) -> bool {
+        let buf = &self.buffers[b as usize];
+        self.list.item(buf.defining).placed && buf.unfinished_user_count > 0
+    }
+
+    /// Placed, with a user that is not placed yet.
+    fn is_instruction_currently_live(&self, module: &Module, item: ItemId) -> bool {
+        let it = self.list.item(item);
+        it.placed && module.users(it.instr).iter().any(|&u| !self.is_placed(u))
+    }
+
+    /// Starts placing `item`: its defined buffers become live.
+    pub fn begin_instruction(&mut self, item: ItemId) -> Result<(), RematError> {
+        if self.in_progress != NIL {
+            return Err(RematError::Internal(
+                "begin_instruction while another instruction is in progress".into(),
+            ));
+        }
+        self.in_progress = item;
+        self.list.item_mut(item).placed = true;
+        self.memory_usage += self.item_allocated_size(item);
+        Ok(())
+    }
+
+    /// Finishes placing the current item: operands whose last user it was and defined
+    /// buffers nobody uses are freed.
+    pub fn end_instruction(&mut self) -> Result<(), RematError> {
+        let item = self.in_progress;
+        if item == NIL {
+            return Err(RematError::Internal(
+                "end_instruction without an instruction in progress".into(),
+            ));
+        }
+        let used = self.list.item(item).buffers_used.clone();
+        for b in used {
+            let buf = &mut self.buffers[b as usize];
+            buf.unfinished_user_count -= 1;
+            if buf.unfinished_user_count < 0 {
+                return Err(RematError::Internal(format!(
+                    "buffer {b} has a negative unfinished user count"
+                )));
+            }
+            if buf.unfinished_user_count == 0 {
+                self.memory_usage -= self.allocated_size(b);
+            }
+        }
+        let defined = self.list.item(item).buffers_defined.clone();
+        for b in defined {
+            if self.buffers[b as usize].unfinished_user_count == 0 {
+                self.memory_usage -= self.allocated_size(b);
+            }
+        }
+        self.in_progress = NIL;
+        Ok(())
+    }
+
+    /// Bytes saved at this point by keeping `item`'s only output in `compact` form until its
+    /// next use.
+    pub fn memory_reduced_if_compressed(
+        &self,
+        module: &Module,
+        item: ItemId,
+        compact: &Shape,
+    ) -> i64 {
+        let it = self.list.item(item);
+        if !it.placed || item == self.in_progress || it.buffers_output.len() != 1 {
+            return 0;
+        }
+        let b = it.buffers_output[0];
+        if self.is_currently_live(b)
+            && !self.is_in_use(b)
+            && self.is_instruction_currently_live(module, item)
+        {
+            self.buffers[b as usize].size - (self.size_fn)(compact)
+        } else {
+            0
+        }
+    }
+
+    /// Bytes saved at this point by recomputing the block `items` later: their live defined
+    /// buffers are freed; dead operands they need (other than ones the block defines) become
+    /// live across this point again.
+    pub fn memory_reduced_if_rematerialized(&self, items: &[ItemId]) -> i64 {
+        let mut reduced = 0;
+        for (k, &item) in items.iter().enumerate() {
+            let it = self.list.item(item);
+            if !it.placed || item == self.in_progress {
+                return 0;
+            }
+            for &b in &it.buffers_defined {
+                let buf = &self.buffers[b as usize];
+                if buf.has_indirect_uses || buf.live_out || buf.index.len() > 1 {
+                    return 0;
+                }
+                if self.is_in_use(b) {
+                    return 0;
+                }
+                if self.is_currently_live(b) {
+                    reduced += self.allocated_size(b);
+                }
+            }
+            for &b in &it.buffers_used {
+                if !self.is_currently_live(b) {
+                    let def = self.buffers[b as usize].defining;
+                    if !items[..k].contains(&def) {
+                        reduced -= self.allocated_size(b);
+                    }
+                }
+            }
+        }
+        reduced
+    }
+
+    /// True if some use of a buffer `item` defines is not placed yet.
+    pub fn has_unplaced_users(&self, item: ItemId) -> bool {
+        self.list.item(item).buffers_defined.iter().any(|&b| {
+            self.buffers[b as usize]
+                .users
+                .iter()
+                .any(|u| !self.list.item(u.user).placed)
+        })
+    }
+
+    /// Every use of every buffer `item` defines.
+    pub fn item_uses(&self, item: ItemId) -> UsesList {
+        let mut out = UsesList::new();
+        for &b in &self.list.item(item).buffers_defined {
+            out.extend(self.buffers[b as usize].users.iter().copied());
+        }
+        out
+    }
+
+    /// Accounts for compressing `original`'s output into `compressed` (placed now) and
+    /// uncompressing it in `uncompressed` for the remaining users.
+    pub fn add_compress_instructions(
+        &mut self,
+        module: &Module,
+        original: ItemId,
+        compressed: ItemId,
+        uncompressed: ItemId,
+    ) -> Result<(), RematError> {
+        let orig_shape = &module.instr(self.list.item(original).instr).shape;
+        let comp_shape = module.instr(self.list.item(compressed).instr).shape.clone();
+        let uncomp_shape = module
+            .instr(self.list.item(uncompressed).instr)
+            .shape
+            .clone();
+        self.memory_usage -= (self.size_fn)(orig_shape);
+        self.memory_usage += (self.size_fn)(&comp_shape);
+        let outputs = self.list.item(original).buffers_output.clone();
+        if outputs.len() != 1 {
+            return Err(RematError::Internal(
+                "compressing an instruction with more than one output buffer".into(),
+            ));
+        }
+        let ob = outputs[0];
+        let mut placed = UsesList::new();
+        let mut unplaced = UsesList::new();
+        for u in self.buffers[ob as usize].users.clone() {
+            if self.list.item(u.user).placed {
+                if !self.is_finished(u.user) {
+                    return Err(RematError::Internal(
+                        "compressing a buffer the current instruction uses".into(),
+                    ));
+                }
+                placed.push(u);
+            } else {
+                unplaced.push(u);
+            }
+        }
+        placed.push(ItemUse {
+            user: compressed,
+            operand_number: 0,
+            index: None,
+        });
+        let index = self.buffers[ob as usize].index.clone();
+        self.buffers[ob as usize].users = placed;
+        self.buffers[ob as usize].unfinished_user_count = 0;
+        let cb = self.new_buffer(
+            compressed,
+            comp_shape,
+            index.clone(),
+            SmallVec::from_elem(
+                ItemUse {
+                    user: uncompressed,
+                    operand_number: 0,
+                    index: None,
+                },
+                1,
+            ),
+            false,
+            false,
+            false,
+        );
+        {
+            let c = self.list.item_mut(compressed);
+            c.buffers_used = outputs.clone();
+            c.buffers_output = BufferList::from_elem(cb, 1);
+            c.buffers_defined.push(cb);
+        }
+        let ub = self.new_buffer(
+            uncompressed,
+            uncomp_shape,
+            index,
+            unplaced,
+            false,
+            false,
+            false,
+        );
+        {
+            let u = self.list.item_mut(uncompressed);
+            u.buffers_used = BufferList::from_elem(cb, 1);
+            u.buffers_output = BufferList::from_elem(ub, 1);
+            u.buffers_defined = BufferList::from_elem(ub, 1);
+        }
+        for u in self.buffers[ub as usize].users.clone() {
+            for x in self.list.item_mut(u.user).buffers_used.iter_mut() {
+                if *x == ob {
+                    *x = ub;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Accounts for `remat` recomputing `original` for all its unplaced uses (the graph is
+    /// already rewired). `indirect_users` are the bitcasts and get-tuple-elements made for it.
+    pub fn add_rematerialized_instruction(
+        &mut self,
+        module: &Module,
+        original: ItemId,
+        remat: ItemId,
+        indirect_users: &[ItemId],
+    ) -> Result<(), RematError> {
+        if self.in_progress == NIL
+            || !self.list.item(original).placed
+            || self.list.item(remat).placed
+        {
+            return Err(RematError::Internal(
+                "rematerialization bookkeeping out of order".into(),
+            ));
+        }
+        let used = self.list.item(original).buffers_used.clone();
+        self.list.item_mut(remat).buffers_used = used.clone();
+        for &b in &used {
+            if self.buffers[b as usize].unfinished_user_count == 0 {
+                self.memory_usage += self.allocated_size(b);
+                self.revived.push(b);
+            }
+            let buf = &mut self.buffers[b as usize];
+            buf.unfinished_user_count += 1;
+            let extra: UsesList = buf
+                .users
+                .iter()
+                .filter(|u| u.user == original)
+                .map(|u| ItemUse {
+                    user: remat,
+                    operand_number: u.operand_number,
+                    index: u.index,
+                })
+                .collect();
+            buf.users.extend(extra);
+        }
+        let defined = self.list.item(original).buffers_defined.clone();
+        for old in defined {
+            let mut placed = UsesList::new();
+            let mut unplaced = UsesList::new();
+            for u in self.buffers[old as usize].users.clone() {
+                let ui = self.list.item(u.user);
+                if ui.placed {
+                    placed.push(u);
+                } else if !is_supported_indirect_user(module.instr(ui.instr).opcode)
+                    || indirect_users.contains(&u.user)
+                {
+                    unplaced.push(u);
+                } else {
+                    // An old bitcast / get-tuple-element whose users now read the new ones: it
+                    // is dead and uses nothing any more.
+                    let ui = self.list.item_mut(u.user);
+                    if !ui.buffers_defined.is_empty() {
+                        return Err(RematError::Internal(
+                            "a pass-through instruction defines buffers".into(),
+                        ));
+                    }
+                    ui.buffers_output.clear();
+                    ui.buffers_used.clear();
+                }
+            }
+            let ob = &mut self.buffers[old as usize];
+            ob.users = placed;
+            ob.unfinished_user_count = 0;
+            let (shape, index) = (ob.shape.clone(), ob.index.clone());
+            if ob.has_indirect_uses || ob.live_out {
+                return Err(RematError::Internal(
+                    "rematerializing a buffer with indirect uses or live out".into(),
+                ));
+            }
+            self.memory_usage -= self.allocated_size(old);
+            let nb = self.new_buffer(remat, shape, index, unplaced, false, false, false);
+            self.list.item_mut(remat).buffers_defined.push(nb);
+            for u in self.buffers[nb as usize].users.clone() {
+                let ui = self.list.item_mut(u.user);
+                for x in ui
+                    .buffers_used
+                    .iter_mut()
+                    .chain(ui.buffers_output.iter_mut())
+                {
+                    if *x == old {
+                        *x = nb;
+                    }
+                }
+            }
+        }
+        for &iu in indirect_users {
+            let instr = module.instr(self.list.item(iu).instr);
+            let src = self.list.get(instr.operand(0));
+            let src_item = self.list.item(src).clone();
+            let (used, output): (BufferList, BufferList) = match instr.opcode {
+                Opcode::Bitcast => {
+                    if is_supported_indirect_user(module.instr(src_item.instr).opcode) {
+                        (
+                            src_item.buffers_output.clone(),
+                            src_item.buffers_output.clone(),
+                        )
+                    } else {
+                        (
+                            src_item.buffers_defined.clone(),
+                            src_item.buffers_defined.clone(),
+                        )
+                    }
+                }
+                Opcode::GetTupleElement => {
+                    let k = instr.attrs.tuple_index as usize;
+                    let mut used = BufferList::new();
+                    let mut output = BufferList::new();
+                    for &b in &src_item.buffers_defined {
+                        let idx = &self.buffers[b as usize].index;
+                        if idx.len() == 1 && idx[0] == k {
+                            output.push(b);
+                        }
+                        if idx.is_empty() {
+                            used.push(b);
+                        }
+                    }
+                    (used, output)
+                }
+                other => {
+                    return Err(RematError::Internal(format!(
+                        "unsupported pass-through instruction {}",
+                        other.name()
+                    )))
+                }
+            };
+            for &b in &used {
+                let buf = &mut self.buffers[b as usize];
+                buf.unfinished_user_count += 1;
+                buf.users.push(ItemUse {
+                    user: iu,
+                    operand_number: 0,
+                    index: None,
+                });
+            }
+            let it = self.list.item_mut(iu);
+            it.buffers_used = used;
+            it.buffers_output = output;
+        }
+        Ok(())
+    }
+
+    /// Checks the tracker's invariants (expensive: tests and `check_invariants` runs).
+    pub fn check(&self, module: &Module) -> Result<(), RematError> {
+        let bad = |m: String| Err(RematError::Internal(format!("tracker invariant: {m}")));
+        let name = |item: ItemId| module.instr(self.list.item(item).instr).name.clone();
+        let unique = |v: &BufferList| {
+            let mut s = v.to_vec();
+            s.sort();
+            s.dedup();
+            s.len() == v.len()
+        };
+        let mut item = self.list.first();
+        while item != NIL {
+            let it = self.list.item(item);
+            if !unique(&it.buffers_defined) {
+                return bad(format!("%{} defines a buffer twice", name(item)));
+            }
+            if !unique(&it.buffers_used) {
+                return bad(format!("%{} uses a buffer twice", name(item)));
+            }
+            item = self.list.next(item);
+        }
+        for b in &self.buffers {
+            if !self.list.item(b.defining).buffers_defined.contains(&b.id) {
+                return bad(format!(
+                    "%{} does not list buffer {} it defines",
+                    name(b.defining),
+                    b.id
+                ));
+            }
+            let mut counted: SmallVec<[ItemId; 4]> = SmallVec::new();
+            for u in &b.users {
+                if !self.list.item(u.user).buffers_used.contains(&b.id) {
+                    return bad(format!(
+                        "%{} is a user of buffer {} but does not list it",
+                        name(u.user),
+                        b.id
+                    ));
+                }
+                if !self.is_finished(u.user) && !counted.contains(&u.user) {
+                    counted.push(u.user);
+                }
+            }
+            if counted.len() as i64 != b.unfinished_user_count {
+                return bad(format!(
+                    "buffer {} (defined by %{}) counts {} unfinished users, has {}",
+                    b.id,
+                    name(b.defining),
+                    b.unfinished_user_count,
+                    counted.len()
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The uses of a logical buffer through all its aliases, and whether any is indirect (through
+/// an alias that is neither the definition nor a bitcast / get-tuple-element).
+fn get_users(
+    list: &InstructionList,
+    module: &Module,
+    points_to: &TuplePointsTo,
+    lb: LogicalId,
+) -> (UsesList, bool) {
+    let logical = points_to.buffer(lb);
+    let mut users = UsesList::new();
+    let mut indirect = false;
+    let index = if logical.index.len() == 1 {
+        Some(logical.index[0])
+    } else {
+        None
+    };
+    for alias in points_to.aliases(lb) {
+        for &user in module.users(alias.instruction) {
+            if TuplePointsTo::does_not_use_operand_buffer(
+                module,
+                alias.instruction,
+                &alias.index,
+                user,
+            ) {
+                continue;
+            }
+            if alias.instruction != logical.instruction
+                && !is_supported_indirect_user(module.instr(alias.instruction).opcode)
+            {
+                indirect = true;
+            }
+            let ui = list.get(user);
+            if ui == NIL {
+                continue;
+            }
+            for (k, &op) in module.operands(user).iter().enumerate() {
+                if op == alias.instruction {
+                    let u = ItemUse {
+                        user: ui,
+                        operand_number: k as u32,
+                        index,
+                    };
+                    if !users.contains(&u) {
+                        users.push(u);
+                    }
+                }
+            }
+        }
+    }
+    (users, indirect)
+}

@@ -18,6 +18,7 @@ use tessera_hlo::{CompId, InstrId, Instruction, Module, Opcode, Shape};
 use tessera_pass::options::{parse_bool, parse_int, unknown_key};
 use tessera_pass::passes::Dce;
 use tessera_pass::registry::RegisteredPass;
+use tessera_pass::util::{clone_computation, sort_computations_callees_first, CompNames};
 use tessera_pass::{OptionDoc, Pass, PassError, PassOptions};
 
 use list::{InstructionList, ItemId, NIL};
@@ -469,6 +470,7 @@ impl Rematerialization {
             max_block: 0,
             over_limit: Vec::new(),
             computations: Vec::new(),
+            comp_names: None,
         };
         for c in computation_post_order(module, false) {
             if matches!(
@@ -484,6 +486,10 @@ impl Rematerialization {
         let mut changed = false;
         if let Some(limit) = self.options.memory_limit {
             changed = st.rematerialize_computation(module, entry, limit - output_size)?;
+            if st.comp_names.is_some() {
+                // Cloned fusion computations go before their callers, as XLA prints them.
+                sort_computations_callees_first(module);
+            }
             // Rematerialization leaves originals whose uses all moved to clones dead.
             let mut dce = Dce::with_options(Default::default());
             changed |= dce
@@ -609,6 +615,8 @@ struct State<'a> {
     max_block: usize,
     over_limit: Vec<OverLimit>,
     computations: Vec<String>,
+    /// Set once a fusion computation was cloned.
+    comp_names: Option<CompNames>,
 }
 
 fn sequence(module: &Module, c: CompId) -> Result<Vec<InstrId>, RematError> {
@@ -895,6 +903,18 @@ impl<'a> State<'a> {
             if clone.attrs.channel_id.is_some() {
                 clone.attrs.channel_id = Some(self.next_channel_id);
                 self.next_channel_id += 1;
+            }
+            if clone.opcode == Opcode::Fusion {
+                // A fusion computation belongs to one fusion instruction: the clone gets its
+                // own copy.
+                let names = self
+                    .comp_names
+                    .get_or_insert_with(|| CompNames::new(module));
+                for k in 0..clone.called.len() {
+                    let body = clone.called[k];
+                    clone.called[k] = clone_computation(module, body, "remat", names)
+                        .map_err(|e| RematError::Internal(e.to_string()))?;
+                }
             }
             let remat = module.add_instruction(comp, clone)?;
             for s in module.instr(best).control_successors().to_vec() {

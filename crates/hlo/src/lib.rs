@@ -16,6 +16,7 @@ pub mod opcode;
 pub mod proto;
 pub mod shape;
 pub mod sharding;
+pub mod sharding_util;
 pub mod text;
 pub mod tiling;
 pub mod types;

@@ -1,6 +1,22 @@
 //! Sharding propagation (and later the SPMD partitioner).
+//!
+//! - [`propagation`]: the `sharding-propagation` pass (XLA's `ShardingPropagation`), which
+//!   gives every instruction a sharding from the annotated ones. See
+//!   docs/sharding-propagation.md.
+//! - [`dims`]: how dots and convolutions map operand dimensions to output dimensions.
+//!
+//! The sharding algebra itself lives in `tessera_hlo::tiling` and `tessera_hlo::sharding_util`.
+
+pub mod dims;
+pub mod propagation;
+
+pub use propagation::{
+    propagate, PropagationOptions, PropagationReport, ShardingPropagation, Undecided,
+};
 
 use tessera_pass::Registry;
 
-/// Registers this crate's passes.
-pub fn register(_r: &mut Registry) {}
+/// Registers this crate's passes: `sharding-propagation`.
+pub fn register(r: &mut Registry) {
+    r.add::<ShardingPropagation>();
+}

@@ -13,7 +13,9 @@ activations of the forward pass stay live until the backward pass uses them: the
 program rematerialization exists for. Dimensions are small (batch 2, sequence 16, model 32,
 MLP 64) so the module runs in well under a second on the PJRT CPU plugin.
 
-With LAYERS, writes testdata/models/transformer<LAYERS>_1dev.hlo instead (for experiments).
+Also writes testdata/models/transformer2_1dev.hlo, the same step with 2 layers (about 800
+instructions), small enough for XLA to compile in a few seconds in the PJRT equivalence test.
+With LAYERS, writes only testdata/models/transformer<LAYERS>_1dev.hlo.
 """
 import os
 import re
@@ -88,14 +90,14 @@ METADATA = re.compile(r',\s*metadata=\{(?:[^{}"]|"(?:[^"\\]|\\.)*")*\}')
 
 
 def main():
-    layers = int(sys.argv[1]) if len(sys.argv) > 1 else 48
-    text = METADATA.sub("", make(layers))
-    os.makedirs(OUT, exist_ok=True)
-    path = os.path.join(OUT, f"transformer{layers}_1dev.hlo")
-    with open(path, "w") as f:
-        f.write(text)
-    count = sum(1 for line in text.splitlines() if " = " in line and not line.startswith("HloModule"))
-    print(f"{path}: {count} instructions, {len(text)} bytes")
+    for layers in [int(a) for a in sys.argv[1:]] or [48, 2]:
+        text = METADATA.sub("", make(layers))
+        os.makedirs(OUT, exist_ok=True)
+        path = os.path.join(OUT, f"transformer{layers}_1dev.hlo")
+        with open(path, "w") as f:
+            f.write(text)
+        count = sum(1 for line in text.splitlines() if " = " in line and not line.startswith("HloModule"))
+        print(f"{path}: {count} instructions, {len(text)} bytes")
 
 
 if __name__ == "__main__":

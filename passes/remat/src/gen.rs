@@ -255,7 +255,10 @@ mod tests {
             let a = random_dag(25, 2, 16, seed);
             tessera_hlo::verify::verify(&a, &Default::default()).unwrap();
             let text = tessera_hlo::text::print_module(&a, &Default::default());
-            assert_eq!(text, tessera_hlo::text::print_module(&random_dag(25, 2, 16, seed), &Default::default()));
+            assert_eq!(
+                text,
+                tessera_hlo::text::print_module(&random_dag(25, 2, 16, seed), &Default::default())
+            );
             let c = a.entry().unwrap();
             // Nothing dead: every instruction but the root (and parameters) has a user.
             for &i in a.comp(c).instructions() {

@@ -37,8 +37,34 @@ fn registry() -> Registry {
     r
 }
 
+/// Rewrites what the plugin cannot take from these hand-written modules into ops with the same
+/// values: a fusion becomes a call of the same computation (the CPU backend aborts the whole
+/// process on their fusions, which lack the layouts its fusion emitter expects, see
+/// docs/runtime.md); a bitcast becomes a reshape (the same values under default layouts; the
+/// plugin refuses the layouts bitcasts carry here).
+fn defuse(m: &Module) -> Module {
+    let mut m = m.clone();
+    let ids: Vec<_> = m
+        .computations()
+        .iter()
+        .flat_map(|&c| m.comp(c).instructions().to_vec())
+        .filter(|&i| matches!(m.instr(i).opcode, Opcode::Fusion | Opcode::Bitcast))
+        .collect();
+    for i in ids {
+        let instr = m.instr_mut(i);
+        if instr.opcode == Opcode::Bitcast {
+            instr.opcode = Opcode::Reshape;
+        } else {
+            instr.opcode = Opcode::Call;
+            instr.attrs.fusion_kind = None;
+        }
+    }
+    m
+}
+
 /// Largest absolute error over all outputs, or the first harness error.
 fn max_error(original: &Module, rewritten: &Module, seed: u64) -> Result<f64, String> {
+    let (original, rewritten) = (&defuse(original), &defuse(rewritten));
     let inputs = random_inputs(original, seed).map_err(|e| e.to_string())?;
     let expected = run_original(client(), original, &inputs).map_err(|e| e.to_string())?;
     let actual = run_original(client(), rewritten, &inputs).map_err(|e| e.to_string())?;
@@ -74,6 +100,35 @@ fn remat(m: &Module, fraction: f64, search: SearchKind, block: usize) -> (Module
     (out, s.instructions_rematerialized)
 }
 
+fn collective(m: &Module) -> Option<&'static str> {
+    m.computations()
+        .iter()
+        .flat_map(|&c| m.comp(c).instructions())
+        .map(|&i| m.instr(i).opcode)
+        .find(|op| {
+            matches!(
+                op,
+                Opcode::AllGather
+                    | Opcode::AllReduce
+                    | Opcode::ReduceScatter
+                    | Opcode::AllToAll
+                    | Opcode::CollectivePermute
+            )
+        })
+        .map(|op| op.name())
+}
+
+fn custom_call_target(m: &Module) -> Option<String> {
+    m.computations()
+        .iter()
+        .flat_map(|&c| m.comp(c).instructions())
+        .find(|&&i| m.instr(i).opcode == Opcode::CustomCall)
+        .map(|&i| {
+            let a = &m.instr(i).attrs.custom_call;
+            a.as_ref().map(|c| c.target.clone()).unwrap_or_default()
+        })
+}
+
 fn remat_count(m: &Module) -> usize {
     m.computations()
         .iter()
@@ -94,6 +149,7 @@ fn filetest_modules_compute_the_same_after_rematerialization() {
     dir.sort();
     let mut checked = Vec::new();
     let mut failures = Vec::new();
+    let mut skipped = Vec::new();
     for path in dir {
         let text = std::fs::read_to_string(&path).unwrap();
         let run = text.lines().next().unwrap_or("");
@@ -108,12 +164,25 @@ fn filetest_modules_compute_the_same_after_rematerialization() {
         if changed == 0 {
             continue;
         }
+        if let Some(op) = collective(&original) {
+            skipped.push(format!(
+                "{name}: {op} over several devices (a 1-device test)"
+            ));
+            continue;
+        }
+        if let Some(target) = custom_call_target(&original) {
+            skipped.push(format!(
+                "{name}: custom-call `{target}` has no CPU implementation"
+            ));
+            continue;
+        }
         match max_error(&original, &out.module, 7) {
             Ok(err) => checked.push(format!("{name}: {changed} remat, max abs error {err:e}")),
             Err(e) => failures.push(format!("{name}: {e}")),
         }
     }
-    eprintln!("{}", checked.join("\n"));
+    eprintln!("{}\nnot run:\n{}", checked.join("\n"), skipped.join("\n"));
+    assert!(skipped.len() <= 2, "{}", skipped.join("\n"));
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     assert!(
         checked.len() >= 5,

@@ -5,7 +5,10 @@
 //! verifier. The field set mirrors `xla.HloInstructionProto`, so the proto conversion is a plain
 //! field-by-field mapping. Rarely used groups are boxed to keep [`Attrs`] small.
 
+use std::ops::{Deref, DerefMut};
+
 use crate::literal::Literal;
+use crate::rare::{Empty, Rare};
 use crate::shape::Shape;
 use crate::sharding::Sharding;
 
@@ -304,79 +307,84 @@ pub enum ResultAccuracy {
 }
 
 /// Every attribute an instruction may carry. `Default` is "none given".
+///
+/// The attributes most instructions use are fields of `Attrs`; the others live in
+/// [`RareAttrs`], which is only allocated when one of them is set. `Attrs` dereferences to
+/// `RareAttrs`, so all of them read and write as fields: `attrs.dimensions`, `attrs.window`.
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct Attrs {
-    // parameter
     pub parameter_number: i64,
-    /// `parameter_replication={true,false}`.
-    pub parameter_replication: Option<Vec<bool>>,
-    // constant
     pub literal: Option<Box<Literal>>,
-    // get-tuple-element
     pub tuple_index: i64,
     /// `dimensions={...}` of broadcast, transpose, reverse, reduce, concatenate, sort, map,
     /// all-gather, all-to-all, reduce-scatter, get/set-dimension-size, ...
     pub dimensions: Option<Vec<i64>>,
+    pub comparison: Option<Comparison>,
+    pub dot_dims: Option<Box<DotDimensionNumbers>>,
+    pub precision: Option<Box<PrecisionConfig>>,
+    pub indices_are_sorted: bool,
+    pub unique_indices: bool,
+    pub channel_id: Option<i64>,
+    pub replica_groups: Option<Box<ReplicaGroups>>,
+    pub use_global_device_ids: bool,
+    pub constrain_layout: bool,
+    pub is_host_transfer: bool,
+    pub custom_call: Option<Box<CustomCallAttrs>>,
+    pub fusion_kind: Option<FusionKind>,
+    pub is_stable: bool,
+    pub largest: bool,
+    /// cholesky's `lower=`.
+    pub lower: bool,
+    /// call's `is_composite=true`.
+    pub is_composite: bool,
+    /// collective-broadcast's `has_dynamic_root=true` (newer XLA prints it, `false` by default).
+    pub has_dynamic_root: bool,
+    /// custom-call: true when the one called computation was written `to_apply=` rather than
+    /// `called_computations={...}`.
+    pub custom_call_uses_to_apply: bool,
+    /// The rarely set attributes; reached through `Deref` (`attrs.window`).
+    pub rare: Rare<RareAttrs>,
+}
+
+/// The attributes few instructions carry (see [`Attrs`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RareAttrs {
+    /// `parameter_replication={true,false}`.
+    pub parameter_replication: Option<Vec<bool>>,
     pub iota_dimension: i64,
     pub slice: Option<Vec<SliceDim>>,
     pub dynamic_slice_sizes: Option<Vec<i64>>,
     pub padding: Option<Vec<PaddingDim>>,
-    pub comparison: Option<Comparison>,
     pub window: Option<Box<Window>>,
     pub conv_dims: Option<Box<ConvDimensionNumbers>>,
     /// 1 when not given.
     pub feature_group_count: i64,
     /// 1 when not given.
     pub batch_group_count: i64,
-    pub dot_dims: Option<Box<DotDimensionNumbers>>,
     pub ragged_dot_dims: Option<Box<RaggedDotDimensionNumbers>>,
     pub sparsity: Vec<SparsityDescriptor>,
-    pub precision: Option<Box<PrecisionConfig>>,
     pub gather_dims: Option<Box<GatherDimensionNumbers>>,
     pub gather_slice_sizes: Option<Vec<i64>>,
     pub scatter_dims: Option<Box<ScatterDimensionNumbers>>,
-    pub indices_are_sorted: bool,
-    pub unique_indices: bool,
     pub exponent_bits: i32,
     pub mantissa_bits: i32,
     pub epsilon: f32,
     pub feature_index: i64,
-    // collectives and channels
-    pub channel_id: Option<i64>,
-    pub replica_groups: Option<Box<ReplicaGroups>>,
-    pub use_global_device_ids: bool,
-    pub constrain_layout: bool,
     pub source_target_pairs: Option<Vec<(i64, i64)>>,
-    pub is_host_transfer: bool,
-    // custom-call
-    pub custom_call: Option<Box<CustomCallAttrs>>,
-    // fusion
-    pub fusion_kind: Option<FusionKind>,
-    // infeed / outfeed
     pub infeed_config: Option<String>,
     pub outfeed_config: Option<String>,
     pub outfeed_shape: Option<Box<Shape>>,
-    // rng
     pub distribution: Option<RandomDistribution>,
     pub rng_algorithm: Option<RandomAlgorithm>,
     /// rng-get-and-update-state's `delta=`.
     pub delta: i64,
-    // sort / topk
-    pub is_stable: bool,
     pub k: i64,
-    pub largest: bool,
-    // linear algebra
     pub triangular_solve: Option<TriangularSolveOptions>,
-    /// cholesky's `lower=`.
-    pub lower: bool,
     pub fft_type: Option<FftType>,
     pub fft_length: Option<Vec<i64>>,
-    // domain, async, copy-start
     pub domain: Option<Box<DomainAttrs>>,
     pub async_execution_thread: Option<String>,
     pub cross_program_prefetch_index: Option<i64>,
-    /// call's `is_composite=true`.
-    pub is_composite: bool,
     pub result_accuracy: Option<ResultAccuracy>,
     /// Metadata of the op that an `original_value` or similar free-form attribute names; kept as
     /// written (XLA treats it as an opaque string too).
@@ -396,11 +404,76 @@ pub struct Attrs {
     pub output_to_operand_aliasing: Vec<OutputOperandAlias>,
     /// convolution's `conv_kind=...`, as written.
     pub conv_kind: Option<String>,
-    /// collective-broadcast's `has_dynamic_root=true` (newer XLA prints it, `false` by default).
-    pub has_dynamic_root: bool,
-    /// custom-call: true when the one called computation was written `to_apply=` rather than
-    /// `called_computations={...}`.
-    pub custom_call_uses_to_apply: bool,
+}
+
+static EMPTY_RARE_ATTRS: RareAttrs = RareAttrs {
+    parameter_replication: None,
+    iota_dimension: 0,
+    slice: None,
+    dynamic_slice_sizes: None,
+    padding: None,
+    window: None,
+    conv_dims: None,
+    feature_group_count: 1,
+    batch_group_count: 1,
+    ragged_dot_dims: None,
+    sparsity: Vec::new(),
+    gather_dims: None,
+    gather_slice_sizes: None,
+    scatter_dims: None,
+    exponent_bits: 0,
+    mantissa_bits: 0,
+    epsilon: 0.0,
+    feature_index: 0,
+    source_target_pairs: None,
+    infeed_config: None,
+    outfeed_config: None,
+    outfeed_shape: None,
+    distribution: None,
+    rng_algorithm: None,
+    delta: 0,
+    k: 0,
+    triangular_solve: None,
+    fft_type: None,
+    fft_length: None,
+    domain: None,
+    async_execution_thread: None,
+    cross_program_prefetch_index: None,
+    result_accuracy: None,
+    original_value: None,
+    statistics_viz: None,
+    scan: None,
+    inferred_dimension: None,
+    permute_slice_sizes: None,
+    collective_mode: None,
+    output_to_operand_aliasing: Vec::new(),
+    conv_kind: None,
+};
+
+impl Empty for RareAttrs {
+    fn empty() -> &'static RareAttrs {
+        &EMPTY_RARE_ATTRS
+    }
+}
+
+impl Default for RareAttrs {
+    fn default() -> Self {
+        EMPTY_RARE_ATTRS.clone()
+    }
+}
+
+impl Deref for Attrs {
+    type Target = RareAttrs;
+
+    fn deref(&self) -> &RareAttrs {
+        &self.rare
+    }
+}
+
+impl DerefMut for Attrs {
+    fn deref_mut(&mut self) -> &mut RareAttrs {
+        &mut self.rare
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]

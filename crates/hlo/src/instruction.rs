@@ -1,12 +1,14 @@
 //! Instructions and the typed ids that name instructions and computations.
 
 use std::fmt;
+use std::ops::{Deref, DerefMut};
 
 use smallvec::SmallVec;
 
 use crate::attrs::Attrs;
 use crate::metadata::{FrontendAttributes, OpMetadata};
 use crate::opcode::Opcode;
+use crate::rare::{Empty, Rare};
 use crate::shape::Shape;
 use crate::sharding::Sharding;
 
@@ -54,14 +56,20 @@ pub type Operands = SmallVec<[InstrId; 2]>;
 ///
 /// `operands`, `users`, `control_predecessors` and `control_successors` are kept consistent by
 /// the mutation API of [`crate::Module`]; change them only through it.
+///
+/// The fields most instructions leave unset (sharding, metadata, frontend attributes, backend
+/// config, control edges) live in [`RareInstrFields`], allocated on first write; `Instruction`
+/// dereferences to it, so they read and write as fields (`instr.sharding = Some(s)`).
 #[derive(Clone, Debug)]
 pub struct Instruction {
     pub name: String,
     pub opcode: Opcode,
-    pub shape: Shape,
-    pub(crate) operands: Operands,
+    /// True when the conditional was written with `true_computation=`/`false_computation=`.
+    pub predicated_conditional: bool,
     /// The computation this instruction belongs to.
     pub parent: CompId,
+    pub shape: Shape,
+    pub(crate) operands: Operands,
     /// Called computations in XLA's order: `to_apply` for reduce/map/sort/all-reduce/scatter/
     /// call/reduce-window; `[condition, body]` for while; the branches for conditional
     /// (`[true, false]` for the predicated form); `calls` for fusion/async/custom-call;
@@ -69,16 +77,50 @@ pub struct Instruction {
     pub called: SmallVec<[CompId; 1]>,
     /// Distinct users, in the order they started using this instruction.
     pub(crate) users: Vec<InstrId>,
-    pub(crate) control_predecessors: Vec<InstrId>,
-    pub(crate) control_successors: Vec<InstrId>,
     pub attrs: Attrs,
+    /// The rarely set fields; reached through `Deref` (`instr.sharding`).
+    pub rare: Rare<RareInstrFields>,
+}
+
+/// The fields of an [`Instruction`] that most instructions leave unset.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RareInstrFields {
     pub sharding: Option<Sharding>,
     pub metadata: Option<OpMetadata>,
     pub frontend_attributes: FrontendAttributes,
     /// Free-form backend configuration (usually JSON), as written.
     pub backend_config: Option<String>,
-    /// True when the conditional was written with `true_computation=`/`false_computation=`.
-    pub predicated_conditional: bool,
+    pub(crate) control_predecessors: Vec<InstrId>,
+    pub(crate) control_successors: Vec<InstrId>,
+}
+
+static EMPTY_RARE_FIELDS: RareInstrFields = RareInstrFields {
+    sharding: None,
+    metadata: None,
+    frontend_attributes: FrontendAttributes::new(),
+    backend_config: None,
+    control_predecessors: Vec::new(),
+    control_successors: Vec::new(),
+};
+
+impl Empty for RareInstrFields {
+    fn empty() -> &'static RareInstrFields {
+        &EMPTY_RARE_FIELDS
+    }
+}
+
+impl Deref for Instruction {
+    type Target = RareInstrFields;
+
+    fn deref(&self) -> &RareInstrFields {
+        &self.rare
+    }
+}
+
+impl DerefMut for Instruction {
+    fn deref_mut(&mut self) -> &mut RareInstrFields {
+        &mut self.rare
+    }
 }
 
 impl Instruction {
@@ -88,23 +130,14 @@ impl Instruction {
         Instruction {
             name: name.into(),
             opcode,
+            predicated_conditional: false,
+            parent: CompId::new(0),
             shape,
             operands: Operands::new(),
-            parent: CompId::new(0),
             called: SmallVec::new(),
             users: Vec::new(),
-            control_predecessors: Vec::new(),
-            control_successors: Vec::new(),
-            attrs: Attrs {
-                feature_group_count: 1,
-                batch_group_count: 1,
-                ..Attrs::default()
-            },
-            sharding: None,
-            metadata: None,
-            frontend_attributes: FrontendAttributes::new(),
-            backend_config: None,
-            predicated_conditional: false,
+            attrs: Attrs::default(),
+            rare: Rare::new(),
         }
     }
 

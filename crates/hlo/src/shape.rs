@@ -4,7 +4,11 @@
 //! token or an opaque value. Dimensions may be dynamic: `<=8` is a dynamic dimension bounded by
 //! 8 and `?` an unbounded one (stored as [`UNBOUNDED_DIM`]).
 
+use std::ops::{Deref, DerefMut};
+
 use smallvec::SmallVec;
+
+use crate::rare::{Empty, Rare};
 
 use crate::types::ElementType;
 
@@ -69,9 +73,20 @@ pub struct SplitConfig {
 }
 
 /// How an array is placed in memory: `{1,0:T(8,128)E(4)S(1)}`.
+///
+/// Almost every layout is only a minor-to-major order; the other parts live in [`LayoutExtras`],
+/// allocated when one is set. `Layout` dereferences to it, so they read and write as fields
+/// (`layout.tiles`, `layout.memory_space = 1`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
 pub struct Layout {
     pub minor_to_major: Dims,
+    /// Everything besides the order; reached through `Deref` (`layout.tiles`).
+    pub extras: Rare<LayoutExtras>,
+}
+
+/// The parts of a [`Layout`] besides its minor-to-major order.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct LayoutExtras {
     /// Empty for dense layouts.
     pub dim_levels: Vec<DimLevel>,
     pub tiles: Vec<Tile>,
@@ -85,6 +100,45 @@ pub struct Layout {
     pub split_configs: Vec<SplitConfig>,
     pub physical_shape: Option<Box<Shape>>,
     pub dynamic_shape_metadata_prefix_bytes: i64,
+}
+
+static EMPTY_LAYOUT_EXTRAS: LayoutExtras = LayoutExtras {
+    dim_levels: Vec::new(),
+    tiles: Vec::new(),
+    tail_padding_alignment_in_elements: 0,
+    index_primitive_type: None,
+    pointer_primitive_type: None,
+    element_size_in_bits: 0,
+    memory_space: 0,
+    split_configs: Vec::new(),
+    physical_shape: None,
+    dynamic_shape_metadata_prefix_bytes: 0,
+};
+
+impl Empty for LayoutExtras {
+    fn empty() -> &'static LayoutExtras {
+        &EMPTY_LAYOUT_EXTRAS
+    }
+}
+
+impl Default for LayoutExtras {
+    fn default() -> Self {
+        EMPTY_LAYOUT_EXTRAS.clone()
+    }
+}
+
+impl Deref for Layout {
+    type Target = LayoutExtras;
+
+    fn deref(&self) -> &LayoutExtras {
+        &self.extras
+    }
+}
+
+impl DerefMut for Layout {
+    fn deref_mut(&mut self) -> &mut LayoutExtras {
+        &mut self.extras
+    }
 }
 
 impl Layout {

@@ -494,6 +494,9 @@ fn instruction_from_proto(
     let operand_type = operands.first().map(|&o| m.instr(o).shape.element_type());
     let shape = i.shape.clone();
     attrs_from_proto(&mut i.attrs, opcode, &shape, operand_type, p, comp_size).map_err(e)?;
+    // The import writes every field; keep the rare groups unallocated when they stayed empty.
+    i.attrs.rare.shrink();
+    i.rare.shrink();
     Ok(i)
 }
 

@@ -9,7 +9,8 @@ use crate::literal::{Literal, LiteralData};
 use crate::metadata::{FileLocation, OpMetadata, StackFrame, StackFrameIndex};
 use crate::module::{AliasKind, BufferDonor, InputOutputAlias, ProgramShape, Schedule};
 use crate::opcode::Opcode;
-use crate::shape::{DimLevel, DimLevelType, Layout, Shape, SplitConfig, Tile};
+use crate::rare::Rare;
+use crate::shape::{DimLevel, DimLevelType, Layout, LayoutExtras, Shape, SplitConfig, Tile};
 use crate::sharding::{
     ShardGroup, Sharding, ShardingKind, SubgroupType, TileAssignment, TiledSharding,
 };
@@ -821,42 +822,44 @@ fn layouts_and_dynamic_shapes_round_trip() {
         a.dynamic = SmallVec::from_slice(&[true, false, false]);
         a.layout = Some(Layout {
             minor_to_major: SmallVec::from_slice(&[1, 2, 0]),
-            dim_levels: vec![
-                DimLevel {
-                    ty: DimLevelType::Dense,
-                    unique: true,
-                    ordered: true,
-                },
-                DimLevel {
-                    ty: DimLevelType::Compressed,
-                    unique: false,
-                    ordered: true,
-                },
-                DimLevel {
-                    ty: DimLevelType::Singleton,
-                    unique: true,
-                    ordered: false,
-                },
-            ],
-            tiles: vec![
-                Tile {
-                    dims: SmallVec::from_slice(&[8, 128]),
-                },
-                Tile {
-                    dims: SmallVec::from_slice(&[2, crate::shape::TILE_COMBINE_DIM]),
-                },
-            ],
-            tail_padding_alignment_in_elements: 4,
-            index_primitive_type: Some(S32),
-            pointer_primitive_type: Some(U16),
-            element_size_in_bits: 16,
-            memory_space: 1,
-            split_configs: vec![SplitConfig {
-                dimension: 0,
-                split_indices: vec![4],
-            }],
-            physical_shape: Some(Box::new(Shape::array(U8, &[4096]))),
-            dynamic_shape_metadata_prefix_bytes: 8,
+            extras: Rare::from_value(LayoutExtras {
+                dim_levels: vec![
+                    DimLevel {
+                        ty: DimLevelType::Dense,
+                        unique: true,
+                        ordered: true,
+                    },
+                    DimLevel {
+                        ty: DimLevelType::Compressed,
+                        unique: false,
+                        ordered: true,
+                    },
+                    DimLevel {
+                        ty: DimLevelType::Singleton,
+                        unique: true,
+                        ordered: false,
+                    },
+                ],
+                tiles: vec![
+                    Tile {
+                        dims: SmallVec::from_slice(&[8, 128]),
+                    },
+                    Tile {
+                        dims: SmallVec::from_slice(&[2, crate::shape::TILE_COMBINE_DIM]),
+                    },
+                ],
+                tail_padding_alignment_in_elements: 4,
+                index_primitive_type: Some(S32),
+                pointer_primitive_type: Some(U16),
+                element_size_in_bits: 16,
+                memory_space: 1,
+                split_configs: vec![SplitConfig {
+                    dimension: 0,
+                    split_indices: vec![4],
+                }],
+                physical_shape: Some(Box::new(Shape::array(U8, &[4096]))),
+                dynamic_shape_metadata_prefix_bytes: 8,
+            }),
         });
     }
     let mut u = Shape::array(F32, &[crate::shape::UNBOUNDED_DIM, 3]);

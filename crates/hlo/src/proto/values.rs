@@ -7,7 +7,10 @@ use super::messages as pb;
 use crate::attrs::{MeshReplicaGroups, ReplicaGroups};
 use crate::literal::{Literal, LiteralData};
 use crate::metadata::{FrontendAttributes, OpMetadata};
-use crate::shape::{ArrayShape, DimLevel, DimLevelType, Layout, Shape, SplitConfig, Tile};
+use crate::rare::Rare;
+use crate::shape::{
+    ArrayShape, DimLevel, DimLevelType, Layout, LayoutExtras, Shape, SplitConfig, Tile,
+};
 use crate::sharding::{
     ShardGroup, Sharding, ShardingKind, SubgroupType, TileAssignment, TiledSharding,
 };
@@ -190,8 +193,7 @@ pub(crate) fn layout_from_proto(p: &pb::LayoutProto) -> VResult<Layout> {
             ordered: p.dim_ordered.get(i).copied().unwrap_or(true),
         });
     }
-    Ok(Layout {
-        minor_to_major: p.minor_to_major.iter().copied().collect(),
+    let extras = LayoutExtras {
         dim_levels,
         tiles: p
             .tiles
@@ -224,6 +226,10 @@ pub(crate) fn layout_from_proto(p: &pb::LayoutProto) -> VResult<Layout> {
             .transpose()?
             .map(Box::new),
         dynamic_shape_metadata_prefix_bytes: p.dynamic_shape_metadata_prefix_bytes,
+    };
+    Ok(Layout {
+        minor_to_major: p.minor_to_major.iter().copied().collect(),
+        extras: Rare::from_value(extras),
     })
 }
 

@@ -18,11 +18,9 @@ fn a(ty: ElementType, dims: &[i64]) -> Shape {
 }
 
 fn attrs() -> Attrs {
-    Attrs {
-        feature_group_count: 1,
-        batch_group_count: 1,
-        ..Attrs::default()
-    }
+    let at = Attrs::default();
+    assert_eq!((at.feature_group_count, at.batch_group_count), (1, 1));
+    at
 }
 
 fn infer(op: Opcode, ops: &[Shape], at: &Attrs) -> Result<Shape, ShapeError> {

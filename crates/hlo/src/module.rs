@@ -538,6 +538,76 @@ impl Module {
         Ok(())
     }
 
+    /// Removes many unused instructions at once: every user of one of them must be in `ids`
+    /// too. Same effect as [`Module::remove_instruction`] on each in turn (users before their
+    /// operands), but each computation's instruction list and schedule sequence is filtered
+    /// only once, so removing k of n instructions is O(n + k) rather than O(n k).
+    pub fn remove_instructions(&mut self, ids: &[InstrId]) -> Result<(), MutationError> {
+        let mut gone = vec![false; self.instrs.len()];
+        for &id in ids {
+            gone[id.index()] = true;
+        }
+        for &id in ids {
+            let i = self.instr(id);
+            if i.users.iter().any(|u| !gone[u.index()]) {
+                let names: Vec<String> = i
+                    .users
+                    .iter()
+                    .filter(|u| !gone[u.index()])
+                    .map(|&u| format!("%{}", self.instr(u).name))
+                    .collect();
+                return Err(MutationError::HasUsers(i.name.clone(), names.join(", ")));
+            }
+        }
+        let mut comps: Vec<CompId> = Vec::new();
+        for &id in ids {
+            let Some(instr) = self.instrs[id.index()].take() else {
+                continue;
+            };
+            for &op in &instr.operands {
+                if !gone[op.index()] {
+                    if let Some(o) = self.instrs[op.index()].as_mut() {
+                        o.users.retain(|&x| x != id);
+                    }
+                }
+            }
+            for &p in &instr.control_predecessors {
+                if let Some(o) = self.instrs[p.index()].as_mut() {
+                    o.control_successors.retain(|&x| x != id);
+                }
+            }
+            for &q in &instr.control_successors {
+                if let Some(o) = self.instrs[q.index()].as_mut() {
+                    o.control_predecessors.retain(|&x| x != id);
+                }
+            }
+            self.names.remove(&instr.name);
+            if instr.opcode == Opcode::Parameter {
+                for p in self.comp_mut(instr.parent).params.iter_mut() {
+                    if *p == Some(id) {
+                        *p = None;
+                    }
+                }
+            }
+            if !comps.contains(&instr.parent) {
+                comps.push(instr.parent);
+            }
+        }
+        for c in comps {
+            let comp = self.comp_mut(c);
+            comp.instrs.retain(|x| !gone[x.index()]);
+            if comp.root.is_some_and(|r| gone[r.index()]) {
+                comp.root = comp.instrs.last().copied();
+            }
+            if let Some(s) = self.schedule.as_mut() {
+                if let Some(seq) = s.sequences.get_mut(&c) {
+                    seq.retain(|x| !gone[x.index()]);
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Removes a computation and all its instructions. Callers must no longer call it.
     pub fn remove_computation(&mut self, comp: CompId) {
         let Some(c) = self.comps[comp.index()].take() else {
@@ -644,5 +714,32 @@ mod tests {
         assert_eq!(m.unique_name("add"), "add.1");
         assert_eq!(m.unique_name("add"), "add.2");
         assert_eq!(m.unique_name("fresh"), "fresh");
+    }
+
+    #[test]
+    fn removes_many_at_once() {
+        let mut m = Module::new("m");
+        let c = m.add_computation("main").unwrap();
+        let p0 = m.add_instruction(c, param(0, "p0")).unwrap();
+        let neg = |name: &str, op| {
+            Instruction::new(name, Opcode::Negate, Shape::array(F32, &[4])).with_operands(&[op])
+        };
+        let a = m.add_instruction(c, neg("a", p0)).unwrap();
+        let b = m.add_instruction(c, neg("b", a)).unwrap();
+        let d = m.add_instruction(c, neg("d", p0)).unwrap();
+        m.set_root(c, d);
+        m.schedule = Some(Schedule::default());
+        m.schedule
+            .as_mut()
+            .unwrap()
+            .sequences
+            .insert(c, vec![p0, a, b, d]);
+        // `a` is still used by `b`, which is not removed.
+        assert!(m.remove_instructions(&[a]).is_err());
+        m.remove_instructions(&[a, b]).unwrap();
+        assert_eq!(m.comp(c).instructions(), &[p0, d]);
+        assert_eq!(m.users(p0), &[d]);
+        assert_eq!(m.schedule.as_ref().unwrap().sequences[&c], vec![p0, d]);
+        assert!(!m.is_name_used("a"));
     }
 }

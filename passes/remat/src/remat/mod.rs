@@ -18,7 +18,9 @@ use tessera_hlo::{CompId, InstrId, Instruction, Module, Opcode, Shape};
 use tessera_pass::options::{parse_bool, parse_int, unknown_key};
 use tessera_pass::passes::Dce;
 use tessera_pass::registry::RegisteredPass;
-use tessera_pass::util::{clone_computation, sort_computations_callees_first, CompNames};
+use tessera_pass::util::{
+    clone_computation, sort_computations_callees_first, CompNames, SideEffects,
+};
 use tessera_pass::{OptionDoc, Pass, PassError, PassOptions};
 
 use list::{InstructionList, ItemId, NIL};
@@ -490,7 +492,10 @@ impl Rematerialization {
                 // Cloned fusion computations go before their callers, as XLA prints them.
                 sort_computations_callees_first(module);
             }
-            // Rematerialization leaves originals whose uses all moved to clones dead.
+            // Rematerialization leaves originals whose uses all moved to clones dead: sweep them
+            // in one pass per computation, then let DCE do the rest (dead computations).
+            let done: Vec<CompId> = st.done.iter().copied().collect();
+            changed |= sweep_dead(module, &done)?;
             let mut dce = Dce::with_options(Default::default());
             changed |= dce
                 .run(module)
@@ -1055,6 +1060,36 @@ impl<'a> State<'a> {
         }
         Ok(net_added)
     }
+}
+
+/// Removes the instructions of `comps` that nothing live uses (as DCE would), walking each
+/// schedule backwards once and removing them in one batch.
+fn sweep_dead(module: &mut Module, comps: &[CompId]) -> Result<bool, RematError> {
+    let effects = SideEffects::new(module);
+    let mut dead = vec![false; module.instr_capacity()];
+    let mut all: Vec<InstrId> = Vec::new();
+    for &c in comps {
+        let seq = sequence(module, c)?;
+        let root = module.comp(c).root();
+        for &i in seq.iter().rev() {
+            let ins = module.instr(i);
+            if Some(i) != root
+                && ins.opcode != Opcode::Parameter
+                && ins.control_predecessors().is_empty()
+                && ins.control_successors().is_empty()
+                && ins.users().iter().all(|u| dead[u.index()])
+                && !effects.instr_has(module, i)
+            {
+                dead[i.index()] = true;
+                all.push(i);
+            }
+        }
+    }
+    if all.is_empty() {
+        return Ok(false);
+    }
+    module.remove_instructions(&all)?;
+    Ok(true)
 }
 
 /// True if nothing but dead bitcasts / get-tuple-elements use `i`.

@@ -1,0 +1,173 @@
+//! The fast search must make exactly the scan's choices (single-item recompute candidates):
+//! every recompute-mode filetest, and a few hundred random graphs under random limits, give
+//! byte-identical modules and the same summaries with `remat.search=fast` and
+//! `remat.search=faithful`.
+
+use tessera_hlo::text::{parse_module, print_module, PrintOptions};
+use tessera_hlo::Module;
+use tessera_pass::driver::{default_hooks, run_opt, OptSpec};
+use tessera_pass::Registry;
+use tessera_remat::{RematOptions, Rematerialization, SearchKind};
+
+fn testdata() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/remat")
+}
+
+#[test]
+fn filetests_give_the_same_result_with_both_searches() {
+    let mut r = Registry::with_generic_passes();
+    tessera_remat::register(&mut r);
+    let hooks = default_hooks();
+    let mut compared = 0;
+    let mut entries: Vec<_> = std::fs::read_dir(testdata())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("remat-")
+        })
+        .collect();
+    entries.sort();
+    for path in entries {
+        let text = std::fs::read_to_string(&path).unwrap();
+        let run = text.lines().next().unwrap();
+        if run.contains("remat.mode=") {
+            continue; // compressing modes always use the scan
+        }
+        let mut outs = Vec::new();
+        for search in ["fast", "faithful"] {
+            let mut spec = OptSpec::from_run_line(run).unwrap();
+            spec.pass_options.push(format!("remat.search={search}"));
+            spec.pass_options.push("remat.check_invariants=true".into());
+            let out = run_opt(&text, &spec, &r, &hooks)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            outs.push(out.text);
+        }
+        assert_eq!(outs[0], outs[1], "{}", path.display());
+        compared += 1;
+    }
+    assert!(compared >= 20, "only {compared} files compared");
+}
+
+/// A small deterministic generator (no dependency needed).
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        self.0 >> 33
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// A random scheduled DAG of elementwise ops on f32[256] (equal sizes make many cost ties,
+/// which is where the two searches could disagree), with a few rng ops (not
+/// rematerializable) and control edges.
+fn random_module(seed: u64) -> String {
+    let mut g = Lcg(seed);
+    let n = 8 + g.below(28) as usize;
+    let mut s = String::from("HloModule random, is_scheduled=true\n\nENTRY %main (p: f32[256], q: f32[256]) -> f32[256] {\n");
+    s.push_str("  %p = f32[256]{0} parameter(0)\n  %q = f32[256]{0} parameter(1)\n");
+    let mut names = vec!["p".to_string(), "q".to_string()];
+    let mut uses = vec![0usize; n + 2];
+    for k in 0..n {
+        let name = format!("v{k}");
+        let a = g.below(names.len() as u64) as usize;
+        let kind = g.below(10);
+        let line = if kind == 0 {
+            format!(
+                "  %{name} = f32[256]{{0}} rng(f32[] %c0, f32[] %c1), distribution=rng_uniform\n"
+            )
+        } else if kind < 4 {
+            uses[a] += 1;
+            format!(
+                "  %{name} = f32[256]{{0}} negate(f32[256]{{0}} %{})\n",
+                names[a]
+            )
+        } else {
+            // Prefer recent operands and one old one, to make long live ranges.
+            let b = names.len() - 1 - g.below(names.len().min(3) as u64) as usize;
+            uses[a] += 1;
+            uses[b] += 1;
+            // Now and then a control edge from an earlier value.
+            let ctrl = if kind == 9 && k > 1 {
+                format!(", control-predecessors={{%v{}}}", g.below(k as u64 - 1))
+            } else {
+                String::new()
+            };
+            format!(
+                "  %{name} = f32[256]{{0}} add(f32[256]{{0}} %{}, f32[256]{{0}} %{}){ctrl}\n",
+                names[a], names[b]
+            )
+        };
+        if kind == 0 && !s.contains("%c0 =") {
+            s.push_str("  %c0 = f32[] constant(0)\n  %c1 = f32[] constant(1)\n");
+        }
+        s.push_str(&line);
+        names.push(name);
+    }
+    // Sum everything nobody uses into the root so nothing is dead.
+    let mut acc = names.last().unwrap().clone();
+    let last = names.len() - 1;
+    for (i, name) in names.iter().enumerate().take(last).skip(2) {
+        if uses[i] == 0 {
+            let next = format!("s{i}");
+            s.push_str(&format!(
+                "  %{next} = f32[256]{{0}} add(f32[256]{{0}} %{acc}, f32[256]{{0}} %{name})\n"
+            ));
+            acc = next;
+        }
+    }
+    s.push_str(&format!(
+        "  ROOT %out = f32[256]{{0}} negate(f32[256]{{0}} %{acc})\n}}\n"
+    ));
+    s
+}
+
+fn run(m: &mut Module, limit: i64, search: SearchKind) -> String {
+    let mut p = Rematerialization::new(RematOptions {
+        memory_limit: Some(limit),
+        search,
+        check_invariants: true,
+        ..RematOptions::default()
+    });
+    let s = p.run_with_summary(m).unwrap();
+    tessera_hlo::verify::verify(m, &Default::default()).unwrap();
+    format!(
+        "{}\n{:?}",
+        print_module(m, &PrintOptions::default()),
+        (
+            s.peak_after,
+            s.instructions_rematerialized,
+            s.net_instructions_added
+        )
+    )
+}
+
+#[test]
+fn random_graphs_give_the_same_result_with_both_searches() {
+    let mut changed = 0;
+    for seed in 0..300u64 {
+        let text = random_module(seed);
+        let base = parse_module(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        tessera_hlo::verify::verify(&base, &Default::default())
+            .unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let mut g = Lcg(seed ^ 0x5eed);
+        let limit = 1024 * (1 + g.below(12) as i64);
+        let fast = run(&mut base.clone(), limit, SearchKind::Fast);
+        let faithful = run(&mut base.clone(), limit, SearchKind::Faithful);
+        assert_eq!(fast, faithful, "seed {seed}, limit {limit}\n{text}");
+        if fast.contains(".remat") {
+            changed += 1;
+        }
+    }
+    assert!(changed > 100, "only {changed} graphs were rematerialized");
+    eprintln!("{changed} of 300 random graphs rematerialized");
+}

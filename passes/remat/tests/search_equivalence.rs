@@ -131,10 +131,12 @@ fn random_module(seed: u64) -> String {
     s
 }
 
-fn run(m: &mut Module, limit: i64, search: SearchKind) -> String {
+fn run(m: &mut Module, limit: i64, search: SearchKind, blocks: usize) -> String {
     let mut p = Rematerialization::new(RematOptions {
         memory_limit: Some(limit),
         search,
+        block_size_limit: blocks,
+        block_rematerialization_factor: 2,
         check_invariants: true,
         ..RematOptions::default()
     });
@@ -146,7 +148,9 @@ fn run(m: &mut Module, limit: i64, search: SearchKind) -> String {
         (
             s.peak_after,
             s.instructions_rematerialized,
-            s.net_instructions_added
+            s.net_instructions_added,
+            s.effort,
+            s.max_block_size
         )
     )
 }
@@ -154,6 +158,7 @@ fn run(m: &mut Module, limit: i64, search: SearchKind) -> String {
 #[test]
 fn random_graphs_give_the_same_result_with_both_searches() {
     let mut changed = 0;
+    let mut with_blocks = 0;
     for seed in 0..300u64 {
         let text = random_module(seed);
         let base = parse_module(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
@@ -161,13 +166,24 @@ fn random_graphs_give_the_same_result_with_both_searches() {
             .unwrap_or_else(|e| panic!("{e}\n{text}"));
         let mut g = Lcg(seed ^ 0x5eed);
         let limit = 1024 * (1 + g.below(12) as i64);
-        let fast = run(&mut base.clone(), limit, SearchKind::Fast);
-        let faithful = run(&mut base.clone(), limit, SearchKind::Faithful);
-        assert_eq!(fast, faithful, "seed {seed}, limit {limit}\n{text}");
+        // Single instructions, and blocks of up to 4 (the block phase's budget depends on the
+        // single-instruction effort, which the fast search reports as the scan would).
+        let blocks = if seed % 2 == 0 { 1 } else { 4 };
+        let fast = run(&mut base.clone(), limit, SearchKind::Fast, blocks);
+        let faithful = run(&mut base.clone(), limit, SearchKind::Faithful, blocks);
+        assert_eq!(
+            fast, faithful,
+            "seed {seed}, limit {limit}, blocks {blocks}\n{text}"
+        );
         if fast.contains(".remat") {
             changed += 1;
         }
+        // The summary tuple ends with the largest block rematerialized.
+        if !fast.ends_with(", 1)") && !fast.ends_with(", 0)") {
+            with_blocks += 1;
+        }
     }
     assert!(changed > 100, "only {changed} graphs were rematerialized");
-    eprintln!("{changed} of 300 random graphs rematerialized");
+    assert!(with_blocks > 10, "only {with_blocks} graphs used blocks");
+    eprintln!("{changed} of 300 random graphs rematerialized, {with_blocks} with blocks");
 }

@@ -47,6 +47,8 @@ pub struct Item {
     pub position: u64,
     /// Generation counter for the fast search's lazily invalidated queue entries.
     pub(crate) generation: u32,
+    /// Counted by the fast search as an item the scan would evaluate.
+    pub(crate) scan_counted: bool,
 }
 
 impl Item {
@@ -65,6 +67,7 @@ impl Item {
             prev_skip: NIL,
             position: 0,
             generation: 0,
+            scan_counted: false,
         }
     }
 }

@@ -281,8 +281,11 @@ pub struct RematSummary {
     pub over_limit: Vec<OverLimit>,
     /// Computations the pass worked on.
     pub computations: Vec<String>,
-    /// Candidates evaluated by the searches.
+    /// Candidates the seed's scan evaluates (the fast search reports what the scan would have
+    /// evaluated, so the block phase's budget is the same).
     pub effort: i64,
+    /// Entries the fast search popped from its queue.
+    pub queue_pops: i64,
     /// The largest block rematerialized at once.
     pub max_block_size: usize,
     /// True if the module had no schedule and the pass used post-order.
@@ -469,6 +472,7 @@ impl Rematerialization {
             remat_count: 0,
             net_added: 0,
             effort: 0,
+            queue_pops: 0,
             max_block: 0,
             over_limit: Vec::new(),
             computations: Vec::new(),
@@ -506,6 +510,7 @@ impl Rematerialization {
         summary.instructions_rematerialized = st.remat_count;
         summary.net_instructions_added = st.net_added;
         summary.effort = st.effort;
+        summary.queue_pops = st.queue_pops;
         summary.max_block_size = st.max_block;
         summary.computations = st.computations.clone();
         summary.limit_met = self.options.memory_limit.is_none_or(|l| after <= l);
@@ -617,6 +622,7 @@ struct State<'a> {
     remat_count: i64,
     net_added: i64,
     effort: i64,
+    queue_pops: i64,
     max_block: usize,
     over_limit: Vec<OverLimit>,
     computations: Vec<String>,
@@ -744,6 +750,9 @@ impl<'a> State<'a> {
             let instr = t.list.item(item).instr;
             let mut callee = self.callee_usage(module, instr);
             t.begin_instruction(item)?;
+            if use_fast {
+                queue.on_begin(&mut t, module, item);
+            }
             let mut min_block = 1usize;
             let mut max_block = 1usize;
             if t.item_allocated_size(item) + callee > 0 {
@@ -823,7 +832,7 @@ impl<'a> State<'a> {
             }
             t.end_instruction()?;
             if use_fast {
-                queue.push(&mut t, module, &mut cache, item);
+                queue.on_end(&mut t, module, &mut cache, item);
             }
             item = t.list.next(item);
         }
@@ -858,6 +867,7 @@ impl<'a> State<'a> {
         );
         self.remat_count += remat_count;
         self.net_added += net_added;
+        self.queue_pops += queue.pops;
         Ok(changed)
     }
 

@@ -264,6 +264,12 @@ pub struct FastQueue {
     heap: BinaryHeap<Reverse<Entry>>,
     memory_limit: i64,
     renumberings: u64,
+    /// How many candidates the scan would evaluate now (finished express items that are not
+    /// denylisted, can be rematerialized and have no placed control successor): reported as
+    /// the pick's effort, so the block phase gets the same budget with either search.
+    scan_effort: i64,
+    /// Entries popped, summed over all picks.
+    pub pops: i64,
 }
 
 impl FastQueue {
@@ -272,7 +278,44 @@ impl FastQueue {
             heap: BinaryHeap::new(),
             memory_limit,
             renumberings: 0,
+            scan_effort: 0,
+            pops: 0,
         }
+    }
+
+    /// Accounting when `item` starts: its control predecessors can no longer be cloned.
+    pub fn on_begin(&mut self, tracker: &mut Tracker, module: &Module, item: ItemId) {
+        let preds = module
+            .instr(tracker.list.item(item).instr)
+            .control_predecessors()
+            .to_vec();
+        for p in preds {
+            let pi = tracker.list.get(p);
+            if pi != NIL && tracker.list.item(pi).scan_counted {
+                tracker.list.item_mut(pi).scan_counted = false;
+                self.scan_effort -= 1;
+            }
+        }
+    }
+
+    /// Accounting and queueing when `item` is finished.
+    pub fn on_end(
+        &mut self,
+        tracker: &mut Tracker,
+        module: &Module,
+        cache: &mut RematerializableCache,
+        item: ItemId,
+    ) {
+        let it = tracker.list.item(item);
+        if it.is_skip_node
+            && !it.denylisted
+            && cache.get(module, it.instr)
+            && !control_successor_placed(tracker, module, item)
+        {
+            tracker.list.item_mut(item).scan_counted = true;
+            self.scan_effort += 1;
+        }
+        self.push(tracker, module, cache, item);
     }
 
     /// The cost the item would have now if the current instruction did not use it; `None` if
@@ -392,7 +435,6 @@ impl FastQueue {
         self.rebuild_if_renumbered(tracker, module, cache);
         let mut best: Option<(i64, u64, ItemId)> = None;
         let mut keep: Vec<Entry> = Vec::new();
-        let mut effort = 0;
         while let Some(&Reverse(top)) = self.heap.peek() {
             if let Some((c, p, _)) = best {
                 if (top.cost, top.position) > (c, p) {
@@ -403,7 +445,7 @@ impl FastQueue {
             if tracker.list.item(top.item).generation != top.generation {
                 continue;
             }
-            effort += 1;
+            self.pops += 1;
             let Some(key) = self.key(tracker, module, cache, top.item) else {
                 let it = tracker.list.item_mut(top.item);
                 it.generation = it.generation.wrapping_add(1);
@@ -430,7 +472,7 @@ impl FastQueue {
         Pick {
             items: best.map(|b| vec![b.2]).unwrap_or_default(),
             strategy: Strategy::Recompute,
-            effort,
+            effort: self.scan_effort,
         }
     }
 }

@@ -1033,6 +1033,9 @@ impl<'a> State<'a> {
             }
             for &s in module.instr(remat).control_successors() {
                 let si = t.list.get(s);
+                if si == NIL {
+                    continue;
+                }
                 if t.list.item(si).placed {
                     return Err(RematError::Internal(format!(
                         "%{}: control successor %{} already placed",

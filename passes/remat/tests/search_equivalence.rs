@@ -1,7 +1,8 @@
 //! The fast search must make exactly the scan's choices (single-item recompute candidates):
 //! every recompute-mode filetest, and a few hundred random graphs under random limits, give
 //! byte-identical modules and the same summaries with `remat.search=fast` and
-//! `remat.search=faithful`.
+//! `remat.search=faithful` (and the filetests also with `remat.mode=recompute-and-compress` and
+//! the identity compact shape, which must choose the same).
 
 use tessera_hlo::text::{parse_module, print_module, PrintOptions};
 use tessera_hlo::Module;
@@ -37,15 +38,23 @@ fn filetests_give_the_same_result_with_both_searches() {
             continue; // compressing modes always use the scan
         }
         let mut outs = Vec::new();
-        for search in ["fast", "faithful"] {
+        // With the identity compact shape compression never saves anything, so
+        // recompute-and-compress (which always scans) must choose as recompute does.
+        for (search, mode) in [
+            ("fast", "recompute"),
+            ("faithful", "recompute"),
+            ("fast", "recompute-and-compress"),
+        ] {
             let mut spec = OptSpec::from_run_line(run).unwrap();
             spec.pass_options.push(format!("remat.search={search}"));
+            spec.pass_options.push(format!("remat.mode={mode}"));
             spec.pass_options.push("remat.check_invariants=true".into());
             let out = run_opt(&text, &spec, &r, &hooks)
                 .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             outs.push(out.text);
         }
         assert_eq!(outs[0], outs[1], "{}", path.display());
+        assert_eq!(outs[0], outs[2], "{} (recompute-and-compress)", path.display());
         compared += 1;
     }
     assert!(compared >= 20, "only {compared} files compared");

@@ -12,6 +12,7 @@ pub mod instruction;
 pub mod literal;
 pub mod metadata;
 pub mod module;
+mod names;
 pub mod opcode;
 pub mod proto;
 pub mod rare;

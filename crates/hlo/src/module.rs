@@ -9,12 +9,11 @@
 //! - control edges are mirrored (`a` in `b.control_predecessors` iff `b` in `a.control_successors`);
 //! - instruction and computation names are unique in the module.
 
-use crate::fxhash::FxHashMap;
-
 use indexmap::IndexMap;
 
 use crate::instruction::{CompId, InstrId, Instruction};
 use crate::metadata::{FrontendAttributes, StackFrameIndex};
+use crate::names::NameTable;
 use crate::opcode::Opcode;
 use crate::shape::Shape;
 use crate::sharding::Sharding;
@@ -142,10 +141,10 @@ pub struct Module {
     pub schedule: Option<Schedule>,
     pub stack_frames: StackFrameIndex,
     /// Every instruction name in use, for uniqueness.
-    names: FxHashMap<String, u32>,
+    names: NameTable,
     /// Every computation name in use (a separate namespace, as in XLA: a computation and an
     /// instruction may both be called `add`).
-    comp_names: FxHashMap<String, u32>,
+    comp_names: NameTable,
 }
 
 impl Module {
@@ -163,8 +162,8 @@ impl Module {
             },
             schedule: None,
             stack_frames: StackFrameIndex::default(),
-            names: FxHashMap::default(),
-            comp_names: FxHashMap::default(),
+            names: NameTable::default(),
+            comp_names: NameTable::default(),
         }
     }
 
@@ -262,23 +261,23 @@ impl Module {
     }
 
     pub fn is_name_used(&self, name: &str) -> bool {
-        self.names.contains_key(name)
+        self.names.contains(name)
     }
 
     /// True if a computation of the module has this name.
     pub fn is_computation_name_used(&self, name: &str) -> bool {
-        self.comp_names.contains_key(name)
+        self.comp_names.contains(name)
     }
 
     /// A computation name not yet used in the module, made from `base` with `.N` suffixes.
     pub fn unique_computation_name(&mut self, base: &str) -> String {
-        if !self.comp_names.contains_key(base) {
+        if !self.comp_names.contains(base) {
             return base.to_string();
         }
         let mut n = 1;
         loop {
             let candidate = format!("{base}.{n}");
-            if !self.comp_names.contains_key(&candidate) {
+            if !self.comp_names.contains(&candidate) {
                 return candidate;
             }
             n += 1;
@@ -295,14 +294,14 @@ impl Module {
             }
             _ => base,
         };
-        if !self.names.contains_key(base) {
+        if !self.names.contains(base) {
             return base.to_string();
         }
-        let mut n = self.names.get(stem).copied().unwrap_or(0).max(1);
+        let mut n = self.names.get(stem).unwrap_or(0).max(1);
         loop {
             let candidate = format!("{stem}.{n}");
-            if !self.names.contains_key(&candidate) {
-                self.names.insert(stem.to_string(), n + 1);
+            if !self.names.contains(&candidate) {
+                self.names.set(stem, n + 1);
                 return candidate;
             }
             n += 1;
@@ -310,10 +309,9 @@ impl Module {
     }
 
     fn claim_name(&mut self, name: &str) -> Result<(), MutationError> {
-        if self.names.contains_key(name) {
+        if !self.names.insert_new(name, 0) {
             return Err(MutationError::DuplicateName(name.to_string()));
         }
-        self.names.insert(name.to_string(), 0);
         Ok(())
     }
 
@@ -323,19 +321,19 @@ impl Module {
     /// (the text parser calls it with an estimate, to avoid regrowing the arenas).
     pub fn reserve(&mut self, instructions: usize, computations: usize) {
         self.instrs.reserve(instructions);
-        self.names.reserve(instructions);
+        // Names average well under 24 bytes.
+        self.names.reserve(instructions, instructions * 24);
         self.comps.reserve(computations);
         self.comp_order.reserve(computations);
-        self.comp_names.reserve(computations);
+        self.comp_names.reserve(computations, computations * 24);
     }
 
     /// Adds an empty computation with a name that must be unused.
     pub fn add_computation(&mut self, name: impl Into<String>) -> Result<CompId, MutationError> {
         let name = name.into();
-        if self.comp_names.contains_key(&name) {
+        if !self.comp_names.insert_new(&name, 0) {
             return Err(MutationError::DuplicateName(name));
         }
-        self.comp_names.insert(name.clone(), 0);
         let id = CompId::new(self.comps.len());
         self.comps.push(Some(Computation {
             name,
@@ -384,8 +382,13 @@ impl Module {
         self.claim_name(&instr.name)?;
         instr.parent = comp;
         instr.users.clear();
-        instr.control_predecessors.clear();
-        instr.control_successors.clear();
+        // Only touch the rare fields when set: writing would allocate them.
+        if !instr.control_predecessors.is_empty() {
+            instr.control_predecessors.clear();
+        }
+        if !instr.control_successors.is_empty() {
+            instr.control_successors.clear();
+        }
         let mut seen: smallvec::SmallVec<[InstrId; 4]> = smallvec::SmallVec::new();
         for &op in &instr.operands {
             if !seen.contains(&op) {

@@ -407,7 +407,14 @@ impl<'a> Parser<'a> {
             .m
             .add_computation(unique)
             .map_err(|e| self.c.error_at(name_at, e.to_string()))?;
-        let fresh = self.spare_scopes.pop().unwrap_or_default();
+        let mut fresh = self.spare_scopes.pop().unwrap_or_default();
+        // About one instruction per line up to the closing brace at the start of a line.
+        let rest = &self.c.b[self.c.pos..];
+        let body_len = rest
+            .windows(2)
+            .position(|w| w == b"\n}")
+            .unwrap_or(rest.len());
+        fresh.reserve(rest[..body_len].iter().filter(|&&b| b == b'\n').count());
         let outer_scope = std::mem::replace(&mut self.scope, fresh);
         let outer_current = self.current.replace(id);
         let mut root: Option<InstrId> = None;
@@ -669,12 +676,6 @@ impl<'a> Parser<'a> {
                 ),
             ));
         }
-        if text_name.is_some_and(|n| self.scope.contains_key(n)) {
-            return Err(self.c.error_at(
-                name_at,
-                format!("instruction '{name}' is defined twice in this computation"),
-            ));
-        }
         if self.m.is_name_used(&name) {
             instr.name = self.m.unique_name(&name);
         }
@@ -687,7 +688,12 @@ impl<'a> Parser<'a> {
             .add_instruction(comp, instr)
             .map_err(|e| self.c.error_at(name_at, e.to_string()))?;
         if let Some(n) = text_name {
-            self.scope.insert(n, id);
+            if self.scope.insert(n, id).is_some() {
+                return Err(self.c.error_at(
+                    name_at,
+                    format!("instruction '{n}' is defined twice in this computation"),
+                ));
+            }
         }
         for p in preds {
             self.m.add_control_dependency(p, id);

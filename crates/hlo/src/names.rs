@@ -1,0 +1,178 @@
+//! [`NameTable`]: a set of names with a `u32` each, without one allocation per name.
+//!
+//! The module keeps every instruction name for uniqueness (and, per `.N` stem, the next suffix
+//! to try). A `HashMap<String, u32>` allocated and later freed one string per instruction, which
+//! was a visible part of parsing a large module; here the names are appended to one arena string
+//! and the table holds offsets.
+
+use std::hash::Hasher;
+
+use hashbrown::HashTable;
+
+use crate::fxhash::FxHasher;
+
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    hash: u64,
+    start: u32,
+    len: u32,
+    value: u32,
+}
+
+#[derive(Clone, Debug, Default)]
+pub(crate) struct NameTable {
+    arena: String,
+    table: HashTable<Entry>,
+    /// Arena bytes still referenced by an entry (the rest is left by removals).
+    live_bytes: usize,
+}
+
+/// Fx over the bytes, then the high half folded into the low one: the table picks buckets by
+/// the low bits, and a bare Fx product leaves those depending only on the first bytes of the
+/// name (all `add.N` would share a bucket chain).
+#[inline]
+fn hash(name: &str) -> u64 {
+    let mut h = FxHasher::default();
+    h.write(name.as_bytes());
+    h.write_u8(0xff);
+    let x = h.finish();
+    x ^ (x >> 32)
+}
+
+impl NameTable {
+    #[inline]
+    fn text(&self, e: &Entry) -> &str {
+        &self.arena[e.start as usize..(e.start + e.len) as usize]
+    }
+
+    pub fn reserve(&mut self, names: usize, bytes: usize) {
+        self.table.reserve(names, |e| e.hash);
+        self.arena.reserve(bytes);
+    }
+
+    pub fn get(&self, name: &str) -> Option<u32> {
+        let h = hash(name);
+        self.table
+            .find(h, |e| self.text(e) == name)
+            .map(|e| e.value)
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.get(name).is_some()
+    }
+
+    /// Adds `name` with `value`; false (and nothing changed) if it is already there.
+    pub fn insert_new(&mut self, name: &str, value: u32) -> bool {
+        let h = hash(name);
+        let NameTable {
+            arena,
+            table,
+            live_bytes,
+        } = self;
+        let found = table
+            .find(h, |e| {
+                &arena[e.start as usize..(e.start + e.len) as usize] == name
+            })
+            .is_some();
+        if found {
+            return false;
+        }
+        let start = u32::try_from(arena.len()).expect("names arena over 4 GiB");
+        arena.push_str(name);
+        *live_bytes += name.len();
+        table.insert_unique(
+            h,
+            Entry {
+                hash: h,
+                start,
+                len: name.len() as u32,
+                value,
+            },
+            |e| e.hash,
+        );
+        true
+    }
+
+    /// Sets the value of `name`, adding it when absent.
+    pub fn set(&mut self, name: &str, value: u32) {
+        let h = hash(name);
+        let arena = &self.arena;
+        if let Some(e) = self.table.find_mut(h, |e| {
+            &arena[e.start as usize..(e.start + e.len) as usize] == name
+        }) {
+            e.value = value;
+            return;
+        }
+        self.insert_new(name, value);
+    }
+
+    pub fn remove(&mut self, name: &str) {
+        let h = hash(name);
+        let arena = &self.arena;
+        if let Ok(entry) = self.table.find_entry(h, |e| {
+            &arena[e.start as usize..(e.start + e.len) as usize] == name
+        }) {
+            entry.remove();
+            self.live_bytes -= name.len();
+            if self.arena.len() > 4096 && self.arena.len() > 2 * self.live_bytes {
+                self.compact();
+            }
+        }
+    }
+
+    /// Rewrites the arena with only the names still present.
+    fn compact(&mut self) {
+        let mut arena = String::with_capacity(self.live_bytes);
+        for e in self.table.iter_mut() {
+            let start = arena.len() as u32;
+            arena.push_str(&self.arena[e.start as usize..(e.start + e.len) as usize]);
+            e.start = start;
+        }
+        self.arena = arena;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn insert_get_set_remove() {
+        let mut t = NameTable::default();
+        assert!(t.insert_new("add", 0));
+        assert!(!t.insert_new("add", 5));
+        assert_eq!(t.get("add"), Some(0));
+        assert_eq!(t.get("ad"), None);
+        assert_eq!(t.get("add.1"), None);
+        t.set("add", 3);
+        t.set("mul", 2);
+        assert_eq!((t.get("add"), t.get("mul")), (Some(3), Some(2)));
+        t.remove("add");
+        assert!(!t.contains("add"));
+        assert!(t.contains("mul"));
+        assert!(t.insert_new("add", 1));
+        assert_eq!(t.get("add"), Some(1));
+    }
+
+    #[test]
+    fn removals_compact_the_arena() {
+        let mut t = NameTable::default();
+        for round in 0..50 {
+            for i in 0..100 {
+                assert!(t.insert_new(&format!("instruction.{round}.{i}"), i));
+            }
+            for i in 0..100 {
+                if i % 10 != 0 {
+                    t.remove(&format!("instruction.{round}.{i}"));
+                }
+            }
+        }
+        assert!(t.arena.len() <= 2 * t.live_bytes.max(4096));
+        for round in 0..50 {
+            for i in 0..100 {
+                let name = format!("instruction.{round}.{i}");
+                assert_eq!(t.get(&name), (i % 10 == 0).then_some(i), "{name}");
+            }
+        }
+    }
+}

@@ -75,8 +75,9 @@ pub struct Instruction {
     /// (`[true, false]` for the predicated form); `calls` for fusion/async/custom-call;
     /// `[select, scatter]` for select-and-scatter.
     pub called: SmallVec<[CompId; 1]>,
-    /// Distinct users, in the order they started using this instruction.
-    pub(crate) users: Vec<InstrId>,
+    /// Distinct users, in the order they started using this instruction (inline up to two:
+    /// most instructions have one or two users, and a heap vector each was a visible cost).
+    pub(crate) users: SmallVec<[InstrId; 2]>,
     pub attrs: Attrs,
     /// The rarely set fields; reached through `Deref` (`instr.sharding`).
     pub rare: Rare<RareInstrFields>,
@@ -135,7 +136,7 @@ impl Instruction {
             shape,
             operands: Operands::new(),
             called: SmallVec::new(),
-            users: Vec::new(),
+            users: SmallVec::new(),
             attrs: Attrs::default(),
             rare: Rare::new(),
         }

@@ -448,7 +448,7 @@ impl Module {
         }
         self.instr_mut(user).operands[index] = new;
         if !self.instr(user).operands.contains(&old) {
-            self.instr_mut(old).users.retain(|&x| x != user);
+            self.instr_mut(old).users.retain(|x| *x != user);
         }
         if !self.instr(new).users.contains(&user) {
             self.instr_mut(new).users.push(user);
@@ -511,7 +511,7 @@ impl Module {
         let instr = self.instrs[id.index()].take().unwrap();
         for &op in &instr.operands {
             if let Some(o) = self.instrs[op.index()].as_mut() {
-                o.users.retain(|&x| x != id);
+                o.users.retain(|x| *x != id);
             }
         }
         for &p in &instr.control_predecessors {
@@ -570,7 +570,7 @@ impl Module {
             for &op in &instr.operands {
                 if !gone[op.index()] {
                     if let Some(o) = self.instrs[op.index()].as_mut() {
-                        o.users.retain(|&x| x != id);
+                        o.users.retain(|x| *x != id);
                     }
                 }
             }

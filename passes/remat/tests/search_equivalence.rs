@@ -54,7 +54,12 @@ fn filetests_give_the_same_result_with_both_searches() {
             outs.push(out.text);
         }
         assert_eq!(outs[0], outs[1], "{}", path.display());
-        assert_eq!(outs[0], outs[2], "{} (recompute-and-compress)", path.display());
+        assert_eq!(
+            outs[0],
+            outs[2],
+            "{} (recompute-and-compress)",
+            path.display()
+        );
         compared += 1;
     }
     assert!(compared >= 20, "only {compared} files compared");

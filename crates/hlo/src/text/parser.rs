@@ -410,11 +410,16 @@ impl<'a> Parser<'a> {
         let mut fresh = self.spare_scopes.pop().unwrap_or_default();
         // About one instruction per line up to the closing brace at the start of a line.
         let rest = &self.c.b[self.c.pos..];
-        let body_len = rest
-            .windows(2)
-            .position(|w| w == b"\n}")
-            .unwrap_or(rest.len());
-        fresh.reserve(rest[..body_len].iter().filter(|&&b| b == b'\n').count());
+        let mut lines = 0;
+        for (k, &b) in rest.iter().enumerate() {
+            if b == b'\n' {
+                if rest.get(k + 1) == Some(&b'}') {
+                    break;
+                }
+                lines += 1;
+            }
+        }
+        fresh.reserve(lines);
         let outer_scope = std::mem::replace(&mut self.scope, fresh);
         let outer_current = self.current.replace(id);
         let mut root: Option<InstrId> = None;

@@ -24,33 +24,63 @@ use tessera_pass::{Pass, PassError, Result};
 use crate::dims::{conv_dims, dot_dims, DotDims};
 
 /// Options of `sharding-propagation` (`--pass-option sharding-propagation.KEY=VALUE`).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PropagationOptions {
-    /// Let entry parameters take shardings from their users, in addition to what the module's
-    /// `allow_spmd_sharding_propagation_to_parameters` allows.
-    pub propagate_to_parameters: bool,
-    /// Let the entry root take a sharding, in addition to what the module's
-    /// `allow_spmd_sharding_propagation_to_output` allows.
-    pub propagate_to_output: bool,
+    /// SPMD mode (XLA's `is_spmd`, default true): partial tilings merge, and reductions or
+    /// broadcasts over tiled dimensions become partially replicated. `false` is XLA's older mode.
+    pub is_spmd: bool,
+    /// Entry parameters that may take shardings, in addition to what the module's
+    /// `allow_spmd_sharding_propagation_to_parameters` allows: one flag for all, or one per
+    /// parameter (XLA's `allow_spmd_sharding_propagation_to_parameters`).
+    pub propagate_to_parameters: Vec<bool>,
+    /// The entry root may take a sharding: one flag, or one per element of a tuple root
+    /// (XLA's `allow_spmd_sharding_propagation_to_output`); the module's flag allows it too.
+    pub propagate_to_output: Vec<bool>,
     /// Keep the `metadata={...}` of shardings (XLA's `propagate_metadata`); by default it is
     /// removed, as XLA does.
     pub propagate_metadata: bool,
     /// Give every instruction left undecided a `{replicated}` sharding (what the partitioner
     /// would assume anyway) instead of leaving it without one.
     pub replicate_undecided: bool,
+    /// XLA's `cse_prevention_only`: propagate, then keep only the new shardings of scalar
+    /// broadcasts (marked so a later run removes them) and restore everything else.
+    pub cse_prevention_only: bool,
+}
+
+impl Default for PropagationOptions {
+    fn default() -> Self {
+        PropagationOptions {
+            is_spmd: true,
+            propagate_to_parameters: vec![false],
+            propagate_to_output: vec![false],
+            propagate_metadata: false,
+            replicate_undecided: false,
+            cse_prevention_only: false,
+        }
+    }
+}
+
+fn parse_bools(value: &str) -> Result<Vec<bool>, String> {
+    let v = value.trim_matches(|c| c == '{' || c == '}');
+    v.split(',').map(|x| parse_bool(x.trim())).collect()
 }
 
 impl PassOptions for PropagationOptions {
     const DOCS: &'static [OptionDoc] = &[
         OptionDoc {
+            key: "is_spmd",
+            default: "true",
+            doc: "SPMD mode: partial tilings merge (false: XLA's older non-SPMD rules)",
+        },
+        OptionDoc {
             key: "propagate_to_parameters",
             default: "false",
-            doc: "entry parameters may take shardings (also allowed by the module's allow_spmd_sharding_propagation_to_parameters)",
+            doc: "entry parameters may take shardings: one flag or one per parameter (alias allow_spmd_sharding_propagation_to_parameters)",
         },
         OptionDoc {
             key: "propagate_to_output",
             default: "false",
-            doc: "the entry root may take a sharding (also allowed by the module's allow_spmd_sharding_propagation_to_output)",
+            doc: "the entry root may take a sharding: one flag or one per tuple element (alias allow_spmd_sharding_propagation_to_output)",
         },
         OptionDoc {
             key: "propagate_metadata",
@@ -62,14 +92,25 @@ impl PassOptions for PropagationOptions {
             default: "false",
             doc: "give instructions that no sharding reaches {replicated}",
         },
+        OptionDoc {
+            key: "cse_prevention_only",
+            default: "false",
+            doc: "only shard scalar broadcasts (XLA's CSE-prevention run), restore the rest",
+        },
     ];
 
     fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
         match key {
-            "propagate_to_parameters" => self.propagate_to_parameters = parse_bool(value)?,
-            "propagate_to_output" => self.propagate_to_output = parse_bool(value)?,
+            "is_spmd" => self.is_spmd = parse_bool(value)?,
+            "propagate_to_parameters" | "allow_spmd_sharding_propagation_to_parameters" => {
+                self.propagate_to_parameters = parse_bools(value)?
+            }
+            "propagate_to_output" | "allow_spmd_sharding_propagation_to_output" => {
+                self.propagate_to_output = parse_bools(value)?
+            }
             "propagate_metadata" => self.propagate_metadata = parse_bool(value)?,
             "replicate_undecided" => self.replicate_undecided = parse_bool(value)?,
+            "cse_prevention_only" => self.cse_prevention_only = parse_bool(value)?,
             _ => return Err(unknown_key(key, Self::DOCS)),
         }
         Ok(())
@@ -167,6 +208,38 @@ pub fn propagate(
             name: module.instr(id).name.clone(),
             reason,
         });
+    }
+    // Per-element output flags: elements that may not change keep what they had.
+    let flags: Option<Vec<bool>> = if options.propagate_to_output.len() > 1 {
+        Some(options.propagate_to_output.clone())
+    } else {
+        module
+            .config
+            .allow_spmd_sharding_propagation_to_output
+            .clone()
+            .filter(|v| v.len() > 1)
+    };
+    if let (Some(flags), Some(root)) = (flags, module.comp(entry).root()) {
+        let shape = &module.instr(root).shape;
+        if let Some(ShardingKind::Tuple(leaves)) = table[root.index()].as_mut().map(|s| &mut s.kind)
+        {
+            let before = original[root.index()].as_ref().map(|s| expand(shape, s));
+            for (e, &allowed) in flags.iter().enumerate().take(shape.tuple_elements().len()) {
+                if allowed {
+                    continue;
+                }
+                let (start, len) = leaf_range(shape, e);
+                for k in start..start + len {
+                    let old = match before.as_ref().map(|s| &s.kind) {
+                        Some(ShardingKind::Tuple(b)) => b.get(k).cloned(),
+                        _ => None,
+                    };
+                    if let Some(slot) = leaves.get_mut(k) {
+                        *slot = old.unwrap_or_else(Sharding::replicated);
+                    }
+                }
+            }
+        }
     }
     for (k, slot) in table.iter_mut().enumerate() {
         let id = InstrId::new(k);
@@ -469,6 +542,7 @@ struct Propagator<'m> {
     entry: CompId,
     entry_root: Option<InstrId>,
     allow_output: bool,
+    spmd: bool,
     /// Per entry parameter number: may it take a sharding?
     allow_params: Vec<bool>,
     sh: Vec<Option<Sharding>>,
@@ -503,7 +577,14 @@ impl<'m> Propagator<'m> {
             })
             .collect();
         let cfg = &m.config;
-        let allow_output = o.propagate_to_output
+        let pick = |v: &[bool], k: usize| -> bool {
+            if v.len() == 1 {
+                v[0]
+            } else {
+                v.get(k).copied().unwrap_or(false)
+            }
+        };
+        let allow_output = o.propagate_to_output.iter().any(|&b| b)
             || cfg
                 .allow_spmd_sharding_propagation_to_output
                 .as_ref()
@@ -511,17 +592,11 @@ impl<'m> Propagator<'m> {
         let n_params = m.comp(entry).num_parameters();
         let allow_params: Vec<bool> = (0..n_params)
             .map(|k| {
-                o.propagate_to_parameters
+                pick(&o.propagate_to_parameters, k)
                     || cfg
                         .allow_spmd_sharding_propagation_to_parameters
                         .as_ref()
-                        .is_some_and(|v| {
-                            if v.len() == 1 {
-                                v[0]
-                            } else {
-                                v.get(k).copied().unwrap_or(false)
-                            }
-                        })
+                        .is_some_and(|v| pick(v, k))
             })
             .collect();
         let mut p = Propagator {
@@ -529,6 +604,7 @@ impl<'m> Propagator<'m> {
             entry,
             entry_root: m.comp(entry).root(),
             allow_output,
+            spmd: o.is_spmd,
             allow_params,
             sh,
             original,
@@ -686,7 +762,7 @@ impl<'m> Propagator<'m> {
     fn run_level(&mut self, level: u8) {
         self.done_fwd.iter_mut().for_each(|x| *x = false);
         self.done_bwd.iter_mut().for_each(|x| *x = false);
-        let may_merge = level > 0;
+        let may_merge = self.spmd && level > 0;
         let orders = std::mem::take(&mut self.orders);
         let mut changed_last = true;
         while changed_last {
@@ -861,7 +937,7 @@ impl<'m> Propagator<'m> {
         {
             return false;
         }
-        if i.opcode.is_elementwise() || i.opcode == Map {
+        if i.opcode.is_elementwise() || i.opcode == Map || (i.opcode == Rng && self.spmd) {
             return true;
         }
         match i.opcode {
@@ -869,10 +945,11 @@ impl<'m> Propagator<'m> {
             | OptimizationBarrier | Dot | DynamicSlice | DynamicUpdateSlice | Gather
             | GetTupleElement | Infeed | Iota | Pad | ReduceWindow | Reshape | Scatter
             | SelectAndScatter | Slice | Sort | Transpose | Tuple | While | Reduce
-            | RngBitGenerator | Call | Reverse | Rng => true,
+            | RngBitGenerator | Call => true,
+            Reverse => self.spmd,
             AllReduce | ReduceScatter => i.attrs.channel_id.is_none(),
             Parameter => self.param_allowed(id),
-            CustomCall => is_passthrough_custom_call(i, self.m),
+            CustomCall => self.spmd && is_passthrough_custom_call(i, self.m),
             _ => false,
         }
     }
@@ -947,7 +1024,7 @@ impl<'m> Propagator<'m> {
                 return true;
             }
         }
-        let mc = level > 0;
+        let mc = self.spmd && level > 0;
         if !self.supports_partitioning(id, self.allow_output) {
             // An unpartitionable array op next to a replicated operand is replicated too.
             if i.shape.is_tuple()
@@ -1256,7 +1333,12 @@ impl<'m> Propagator<'m> {
                 continue;
             }
             let s = self.cur(op).unwrap().clone();
-            if s.is_replicated() {
+            let tiles_reduced = s.as_tiled().is_some_and(|t| {
+                rdims
+                    .iter()
+                    .any(|&d| t.tile_assignment.dims().get(d).is_some_and(|&x| x > 1))
+            });
+            if s.is_replicated() || (!self.spmd && tiles_reduced) {
                 changed |= self.improve(
                     id,
                     spread(&i.shape, s.replicate_all_data_dims(None)),
@@ -1477,7 +1559,7 @@ impl<'m> Propagator<'m> {
         if !self.supports_partitioning(id, false) {
             return false;
         }
-        let mc = level > 0;
+        let mc = self.spmd && level > 0;
         let mut improved = false;
         for &u in i.users() {
             if let Some(s) = self.sharding_from_user(id, u, level) {
@@ -1507,9 +1589,20 @@ impl<'m> Propagator<'m> {
                 let rep: Vec<usize> = (0..u.shape.rank())
                     .filter(|d| !bd.contains(&(*d as i64)))
                     .collect();
+                let tiled = us.as_tiled().map(|t| t.tile_assignment.dims().to_vec());
+                if !self.spmd
+                    && tiled.is_some_and(|t| rep.iter().any(|&d| t.get(d).is_some_and(|&x| x > 1)))
+                {
+                    return None;
+                }
                 us.replicate_on_dims(&rep).remove_dims(&rep)
             }
-            Concatenate => (level > 0).then(|| us.clone()),
+            Concatenate => {
+                if level == 0 {
+                    return None;
+                }
+                self.concat_operand_from_user(id, user, index)
+            }
             Convolution => {
                 let cd = u.attrs.conv_dims.as_deref()?;
                 let dd = conv_dims(
@@ -1524,7 +1617,7 @@ impl<'m> Propagator<'m> {
                 if !dd.conv_spatial.is_empty() {
                     return None;
                 }
-                self.dot_operand_sharding(user, &dd, index, level > 0)
+                self.dot_operand_sharding(user, &dd, index, self.spmd && level > 0)
             }
             DynamicSlice | DynamicUpdateSlice => {
                 if level == 0 {
@@ -1541,7 +1634,19 @@ impl<'m> Propagator<'m> {
                 } else {
                     u.operand(1)
                 };
-                (operand == id).then(|| us.clone())
+                if operand != id {
+                    return None;
+                }
+                if !self.spmd {
+                    let t = us.as_tiled()?;
+                    let (ud, od) = (u.shape.dims(), i.shape.dims());
+                    for d in 0..ud.len() {
+                        if t.tile_assignment.dims()[d] > 1 && ud.get(d) != od.get(d) {
+                            return None;
+                        }
+                    }
+                }
+                Some(us.clone())
             }
             ReduceWindow => {
                 let n = u.operands().len() / 2;
@@ -1591,7 +1696,7 @@ impl<'m> Propagator<'m> {
                     self.shape(u.operand(0)).rank(),
                     self.shape(u.operand(1)).rank(),
                 );
-                self.dot_operand_sharding(user, &dd, index, level > 0)
+                self.dot_operand_sharding(user, &dd, index, self.spmd && level > 0)
             }
             Reduce => {
                 if i.shape.rank() == 0 {
@@ -1644,6 +1749,53 @@ impl<'m> Propagator<'m> {
             }
             _ => compatible_ignoring_type(&i.shape, &u.shape).then(|| us.clone()),
         }
+    }
+
+    /// The sharding a concatenate operand should have: the user's, or in non-SPMD mode with a
+    /// tiled concatenate dimension, the slice of the tile assignment the operand's rows fall in.
+    fn concat_operand_from_user(
+        &self,
+        id: InstrId,
+        user: InstrId,
+        index: usize,
+    ) -> Option<Sharding> {
+        let u = self.m.instr(user);
+        let us = self.cur(user)?;
+        if us.is_replicated() || self.spmd {
+            return Some(us.clone());
+        }
+        let t = us.as_tiled()?;
+        let cdim = dims_attr(&u.attrs).first().copied()? as usize;
+        let tdims = t.tile_assignment.dims();
+        if tdims[cdim] == 1 {
+            return Some(us.clone());
+        }
+        let start: i64 = u.operands()[..index]
+            .iter()
+            .map(|&o| self.shape(o).dims()[cdim])
+            .sum();
+        let tile = (u.shape.dims()[cdim] + tdims[cdim] - 1) / tdims[cdim];
+        let first = start / tile;
+        let last = (start + self.shape(id).dims()[cdim] + tile - 1) / tile;
+        let mut dims: SmallVec<[i64; 4]> = tdims.iter().copied().collect();
+        dims[cdim] = last - first;
+        let n: i64 = dims.iter().product();
+        let mut devices = Vec::with_capacity(n as usize);
+        let mut idx: SmallVec<[i64; 4]> = SmallVec::from_elem(0, dims.len());
+        for l in 0..n {
+            let mut rest = l;
+            for k in (0..dims.len()).rev() {
+                idx[k] = rest % dims[k];
+                rest /= dims[k];
+            }
+            idx[cdim] += first;
+            devices.push(t.tile_assignment.device_at(&idx));
+        }
+        if n == 1 {
+            return Some(Sharding::maximal(devices[0]));
+        }
+        let ta = tessera_hlo::TileAssignment::Explicit { dims, devices };
+        Some(Sharding::subgroup(ta, &t.subgroup_types()))
     }
 
     /// XLA's `InferDotOperandSharding`: the output sharding with the other operand's

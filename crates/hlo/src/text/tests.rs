@@ -115,14 +115,28 @@ fn integer_pred_and_tuple_literals() {
         constant_line("(f32[], s32[2])", "(1, {2, 3})"),
         "(1, {2, 3})"
     );
-    // One value fills the array; `{...}` (elided) reads as zeros.
+    // One value fills the array; `{...}` (elided) reads as zeros, also spaced out and per
+    // tuple element (XLA accepts these and leaves the values unset).
     assert_eq!(constant_line("s8[3]", "7"), "{7, 7, 7}");
     assert_eq!(constant_line("f32[2]", "{...}"), "{0, 0}");
-    assert_eq!(constant_line("(f32[], s32[2])", "{...}"), "(0, {0, 0})");
+    assert_eq!(
+        constant_line("s32[2,2]", "{ ... }"),
+        "{ { 0, 0 }, { 0, 0 } }"
+    );
+    assert_eq!(constant_line("s32[0]", "{...}"), "{}");
+    assert_eq!(
+        constant_line("(f32[2], s32[1])", "({...}, {\n...\n})"),
+        "({0, 0}, {0})"
+    );
+    // What XLA's parser refuses: an elided tuple or scalar, `...` nested below the top level.
     for bad in [
         "s4[1] constant({8})",
         "u8[1] constant({-1})",
         "s32[2] constant({1})",
+        "(f32[], s32[2]) constant({...})",
+        "f32[] constant({...})",
+        "s32[2,2] constant({ {...}, {1, 2} })",
+        "s32[2] constant({. ..})",
     ] {
         let e = err(&format!("HloModule m\nENTRY e {{\n  ROOT c = {bad}\n}}\n"));
         assert_eq!(e.line, 3, "{e}");

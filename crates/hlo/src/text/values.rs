@@ -320,12 +320,7 @@ impl<'a> Parser<'a> {
     fn parse_literal_inner(&mut self, shape: &Shape) -> PResult<Literal> {
         match shape {
             Shape::Tuple(elems) => {
-                self.c.skip_ws()?;
-                if self.c.b[self.c.pos..].starts_with(b"{...}") {
-                    // XLA elides tuple constants this way; read them as zeros.
-                    self.c.pos += 5;
-                    return Ok(Literal::zeros(shape.clone()));
-                }
+                // XLA's parser refuses an elided tuple (`{...}`); each element may be elided.
                 self.c.expect(b'(', "to start the tuple literal")?;
                 let mut parts = Vec::with_capacity(elems.len());
                 for (i, e) in elems.iter().enumerate() {
@@ -358,8 +353,9 @@ impl<'a> Parser<'a> {
                 } else {
                     self.c.skip_ws()?;
                     let start = self.c.pos;
-                    if self.c.b[self.c.pos..].starts_with(b"{...}") {
-                        self.c.pos += 5;
+                    if self.eat_elided_literal()? {
+                        // XLA leaves the values unset (whatever the memory held); zeros keep
+                        // our output deterministic.
                         bytes.resize(count as usize * width, 0);
                     } else if self.c.peek()? != Some(b'{') {
                         // One value for every element (`f32[3,3] constant(1)`).
@@ -390,6 +386,31 @@ impl<'a> Parser<'a> {
                 })
             }
         }
+    }
+
+    /// `{...}`, also spaced out (`{ ... }`): an elided array literal, consumed if it comes next.
+    fn eat_elided_literal(&mut self) -> PResult<bool> {
+        let b = self.c.b;
+        let skip = |mut p: usize| {
+            while p < b.len() && matches!(b[p], b' ' | b'\t' | b'\n' | b'\r') {
+                p += 1;
+            }
+            p
+        };
+        let p = self.c.pos;
+        if b.get(p) != Some(&b'{') {
+            return Ok(false);
+        }
+        let q = skip(p + 1);
+        if !b[q..].starts_with(b"...") {
+            return Ok(false);
+        }
+        let r = skip(q + 3);
+        if b.get(r) != Some(&b'}') {
+            return Ok(false);
+        }
+        self.c.pos = r + 1;
+        Ok(true)
     }
 
     fn literal_nested(&mut self, a: &ArrayShape, dim: usize, out: &mut Vec<u8>) -> PResult<()> {

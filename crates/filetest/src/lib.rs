@@ -72,6 +72,35 @@ pub fn filecheck(check_name: &str, checks: &str, output: &str) -> Result<(), Str
         .map_err(|r| render(&r))
 }
 
+/// How long one file's FileCheck may take. litcheck compiles each group of consecutive
+/// CHECK-DAG patterns that are regular expressions into one dense DFA; a group of several
+/// `{{.*}}` patterns can make that DFA exponentially large (minutes and gigabytes). A test
+/// that hits this fails with a message instead of hanging CI.
+const FILECHECK_DEADLINE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// [`filecheck`] on a worker thread, failing after [`FILECHECK_DEADLINE`]. The worker of a
+/// timed-out check is left running; the test process ends with it.
+fn filecheck_with_deadline(check_name: &str, checks: &str, output: &str) -> Result<(), String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (name, checks_owned, output_owned) = (
+        check_name.to_string(),
+        checks.to_string(),
+        output.to_string(),
+    );
+    std::thread::spawn(move || {
+        let _ = tx.send(filecheck(&name, &checks_owned, &output_owned));
+    });
+    match rx.recv_timeout(FILECHECK_DEADLINE) {
+        Ok(result) => result,
+        Err(_) => Err(format!(
+            "FileCheck did not finish within {} s: a group of consecutive CHECK-DAG regex \
+             patterns is compiled into one DFA that can grow exponentially; use ordered CHECK \
+             lines (the printer keeps instruction order) or split the group",
+            FILECHECK_DEADLINE.as_secs()
+        )),
+    }
+}
+
 /// FileCheck's report with source snippets of the check file and the output, without colours.
 fn render(report: &miette::Report) -> String {
     let mut s = String::new();
@@ -103,7 +132,7 @@ pub fn run_file(path: &Path, registry: &Registry) -> Result<usize, String> {
         let spec = OptSpec::from_run_line(run).map_err(|e| e.to_string())?;
         let out = run_opt(&text, &spec, registry, &hooks)
             .map_err(|e| format!("{run}\n  tessera opt failed: {e}"))?;
-        filecheck(&path.display().to_string(), &text, &out.text).map_err(|e| {
+        filecheck_with_deadline(&path.display().to_string(), &text, &out.text).map_err(|e| {
             format!(
                 "{run}\n--- FileCheck ---\n{e}\n--- output ---\n{}",
                 numbered(&out.text)

@@ -23,8 +23,11 @@ fn filetests() {
 }
 
 /// Lists the pending cases that pass now (move them to testdata/spmd). Never fails; run with
-/// `--nocapture` to read the list, or `SPMD_PENDING_REPORT=1` to see each failure too.
+/// `cargo test -p tessera-spmd --test filetests -- --ignored --nocapture` to read the list, or
+/// with `SPMD_PENDING_REPORT=1` to see each failure too. Not part of CI: pending cases check
+/// nothing, and some of their CHECK-DAG groups take FileCheck the full deadline to compile.
 #[test]
+#[ignore = "a report for porting work, not a check"]
 fn pending_report() {
     let s = run_dirs(&["spmd-pending"], &registry());
     eprintln!(

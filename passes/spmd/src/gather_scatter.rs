@@ -16,8 +16,8 @@
 //! - **parallel** dimensions: operand dimension `o` and indices dimension `i` walk together, so
 //!   a split of both along the same devices needs no communication. Explicit ones are
 //!   `operand_batching_dims` / `start_indices_batching_dims`; implicit ones are found where
-//!   index component `k` (mapped to operand dimension `o = start_index_map[k]`, sliced to size
-//!   1) is an iota along indices dimension `i` of the same size as `o` (XLA's
+//!   index component `k` (mapped to operand dimension `o = start_index_map[k]`, sliced to one
+//!   element) is an iota along indices dimension `i` of the same size as `o` (XLA's
 //!   `GetGatherScatterBatchParallelDims`; [`index_component_iotas`] looks for the iotas).
 //!
 //! The sharding functions follow XLA's `hlo_sharding_util` (`GatherOutputShardingFromIndex`,
@@ -814,6 +814,91 @@ mod tests {
         assert!(GatherScatter::scatter(&bad, &[2, 9], &[3], &[3, 9]).is_err());
     }
 
+    /// The while/conditional calling each computation, as the pass's computation map has it.
+    fn callers(m: &Module) -> impl Fn(CompId) -> Option<InstrId> + '_ {
+        move |c: CompId| {
+            m.computations().iter().find_map(|&k| {
+                m.comp(k).instructions().iter().copied().find(|&i| {
+                    let x = m.instr(i);
+                    match x.opcode {
+                        Opcode::While => x.while_body() == Some(c),
+                        Opcode::Conditional => x.called.contains(&c),
+                        _ => false,
+                    }
+                })
+            })
+        }
+    }
+
+    fn find(m: &Module, name: &str) -> InstrId {
+        m.find_instruction(name).unwrap()
+    }
+
+    #[test]
+    fn iotas_are_found_through_constants_broadcasts_concats_and_loops() {
+        let text = r#"
+HloModule m
+
+body {
+  p = (s32[], s32[4,3]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  idx = s32[4,3] get-tuple-element(p), index=1
+  ROOT t = (s32[], s32[4,3]) tuple(i, idx)
+}
+
+cond {
+  p = (s32[], s32[4,3]) parameter(0)
+  ROOT c = pred[] constant(true)
+}
+
+ENTRY e {
+  k = s32[2,3] constant({{0,0,0},{1,1,1}})
+  notiota = s32[2,3] constant({{0,1,2},{0,1,3}})
+  cols = s32[2,3] constant({{0,1,2},{0,1,2}})
+  f = f32[2,3] constant({{0,0,0},{1,1,1}})
+  small = s32[3] iota(), iota_dimension=0
+  b = s32[4,3] broadcast(small), dimensions={1}
+  p0 = s32[4,3,1] parameter(0)
+  io = s32[4,3,1] iota(), iota_dimension=0
+  cat = s32[4,3,2] concatenate(p0, io), dimensions={2}
+  cp = s32[4,3,2] copy(cat)
+  z = s32[] constant(0)
+  init = (s32[], s32[4,3]) tuple(z, b)
+  w = (s32[], s32[4,3]) while(init), condition=cond, body=body
+  ROOT r = s32[4,3] get-tuple-element(w), index=1
+}
+"#;
+        let m = tessera_hlo::text::parse_module(text).unwrap();
+        let c = callers(&m);
+        let dim = |name: &str| iota_dimension(&m, find(&m, name), &c);
+        assert_eq!(dim("k"), Some(0));
+        assert_eq!(dim("cols"), Some(1));
+        assert_eq!(dim("notiota"), None);
+        // Only s32 values count.
+        assert_eq!(dim("f"), None);
+        assert_eq!(dim("b"), Some(1));
+        // The loop-invariant tuple element of the body is the broadcast iota of the caller.
+        let body = m.find_computation("body").unwrap();
+        let idx = m
+            .comp(body)
+            .instructions()
+            .iter()
+            .copied()
+            .find(|&i| m.instr(i).name.starts_with("idx"))
+            .unwrap();
+        assert_eq!(iota_dimension(&m, idx, &c), Some(1));
+        // Index component 1 of the concatenate (through the copy) is an iota along dim 0.
+        assert_eq!(
+            index_component_iotas(&m, find(&m, "cp"), 2, 2, &c),
+            vec![None, Some(0)]
+        );
+        // An iota along the index vector dimension itself does not count.
+        assert_eq!(
+            index_component_iotas(&m, find(&m, "io"), 0, 1, &c),
+            vec![None]
+        );
+    }
+
     #[test]
     fn malformed_dimension_numbers_are_errors() {
         let dn = GatherDimensionNumbers {
@@ -833,5 +918,147 @@ mod tests {
         };
         assert!(GatherScatter::gather(&dn, &[1, 9], &[2, 9], &[3], 2).is_err());
         assert!(GatherScatter::gather(&dn, &[1], &[2, 9], &[3], 2).is_err());
+    }
+
+    // ----- properties -----
+
+    use proptest::prelude::*;
+    use tessera_hlo::sharding::TileAssignment;
+
+    /// A tiled sharding of `tiles` (data dims) plus an optional replicated subgroup, with
+    /// devices in the order `perm` of `0..n`.
+    fn tiled(tiles: &[i64], replicate: i64, perm: &[i64]) -> Sharding {
+        let mut dims: smallvec::SmallVec<[i64; 4]> = tiles.iter().copied().collect();
+        if replicate > 1 {
+            dims.push(replicate);
+        }
+        let ta = TileAssignment::Explicit {
+            dims,
+            devices: perm.to_vec(),
+        };
+        let types: Vec<tessera_hlo::sharding::SubgroupType> = if replicate > 1 {
+            vec![tessera_hlo::sharding::SubgroupType::Replicated]
+        } else {
+            Vec::new()
+        };
+        Sharding::subgroup(ta, &types)
+    }
+
+    /// For each device, its tile index along each data dimension (all zeros for a replicated
+    /// sharding of that rank).
+    fn tile_index(s: &Sharding, rank: usize, n: usize) -> Vec<Vec<i64>> {
+        match s.as_tiled() {
+            None => vec![vec![0; rank]; n],
+            Some(t) => t
+                .tile_assignment
+                .index_of_devices(n)
+                .into_iter()
+                .map(|ix| ix.expect("every device has a tile")[..rank].to_vec())
+                .collect(),
+        }
+    }
+
+    fn case() -> impl Strategy<Value = (Vec<i64>, i64, Vec<i64>, Vec<usize>, Vec<usize>, usize)> {
+        (1usize..4, 1usize..5).prop_flat_map(|(src_rank, tgt_rank)| {
+            (
+                proptest::collection::vec(1i64..4, src_rank),
+                1i64..3,
+                Just(src_rank),
+                Just(tgt_rank),
+            )
+                .prop_flat_map(|(tiles, rep, src_rank, tgt_rank)| {
+                    let n = (tiles.iter().product::<i64>() * rep) as usize;
+                    let k = src_rank.min(tgt_rank);
+                    (
+                        Just(tiles),
+                        Just(rep),
+                        Just((0..n as i64).collect::<Vec<_>>()).prop_shuffle(),
+                        Just((0..src_rank).collect::<Vec<_>>()).prop_shuffle(),
+                        Just((0..tgt_rank).collect::<Vec<_>>()).prop_shuffle(),
+                        0..=k,
+                        Just(tgt_rank),
+                    )
+                        .prop_map(
+                            |(tiles, rep, perm, src, tgt, k, tgt_rank)| {
+                                (
+                                    tiles,
+                                    rep,
+                                    perm,
+                                    src[..k].to_vec(),
+                                    {
+                                        let mut t = tgt[..k].to_vec();
+                                        t.push(tgt_rank);
+                                        t
+                                    },
+                                    k,
+                                )
+                            },
+                        )
+                })
+        })
+    }
+
+    proptest! {
+        /// Every device keeps, on target dimension `tgt[k]`, the tile index it had on source
+        /// dimension `src[k]`; every other target dimension has one tile; the devices that
+        /// held the same mapped tiles form the replication groups.
+        #[test]
+        fn propagate_moves_tile_indices((tiles, rep, perm, src, tgt_and_rank, _k) in case()) {
+            let tgt_rank = *tgt_and_rank.last().unwrap();
+            let tgt = &tgt_and_rank[..tgt_and_rank.len() - 1];
+            let s = tiled(&tiles, rep, &perm);
+            let n = perm.len();
+            let out = propagate_along_dims(&s, &src, tgt, tgt_rank).unwrap();
+            let before = tile_index(&s, tiles.len(), n);
+            let after = tile_index(&out, tgt_rank, n);
+            for (b4, af) in before.iter().zip(&after) {
+                for (&a, &b) in src.iter().zip(tgt) {
+                    prop_assert_eq!(af[b], b4[a]);
+                }
+                for (t, &x) in af.iter().enumerate() {
+                    if !tgt.contains(&t) {
+                        prop_assert_eq!(x, 0);
+                    }
+                }
+            }
+            // Back again: the source with everything else replicated.
+            let back = propagate_along_dims(&out, tgt, &src, tiles.len()).unwrap();
+            prop_assert!(back.same_as(&s.replicate_all_except(&src)));
+        }
+
+        /// Index pass-through there and back keeps the indices' batch tiles and replicates
+        /// the index vector dimension.
+        #[test]
+        fn index_passthrough_round_trips(
+            tiles in proptest::collection::vec(1i64..4, 3),
+            ivd in 0usize..4,
+        ) {
+            // Indices of rank 3 (ivd 3: the index vector is implicit) into an operand
+            // [8,8,5]: the first `components` dimensions are collapsed, the rest sliced whole.
+            let components = if ivd < 3 { 2usize } else { 1 };
+            let mut indices = vec![6i64, 7, 8];
+            if ivd < 3 {
+                indices[ivd] = components as i64;
+            }
+            let batch = if ivd < 3 { 2usize } else { 3 };
+            let rank = batch + 3 - components;
+            let dn = GatherDimensionNumbers {
+                offset_dims: (batch as i64..rank as i64).collect(),
+                collapsed_slice_dims: (0..components as i64).collect(),
+                start_index_map: (0..components as i64).collect(),
+                index_vector_dim: ivd as i64,
+                ..Default::default()
+            };
+            let operand = [8i64, 8, 5];
+            let slice: Vec<i64> =
+                (0..3).map(|d| if d < components { 1 } else { operand[d] }).collect();
+            let g = GatherScatter::gather(&dn, &slice, &operand, &indices, rank).unwrap();
+            let n = tiles.iter().product::<i64>() as usize;
+            let s = tiled(&tiles, 1, &(0..n as i64).collect::<Vec<_>>());
+            let out = output_from_indices(&g, &s).unwrap();
+            let back = indices_from_output(&g, &out).unwrap();
+            let expected = if ivd < 3 { s.replicate_on_dims(&[ivd]) } else { s.clone() };
+            prop_assert!(back.same_as(&expected));
+        }
     }
 }

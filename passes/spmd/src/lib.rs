@@ -4,10 +4,13 @@
 //!   gives every instruction a sharding from the annotated ones. See
 //!   docs/sharding-propagation.md.
 //! - [`dims`]: how dots and convolutions map operand dimensions to output dimensions.
+//! - [`gather_scatter`]: how gathers and scatters map dimensions between their operand,
+//!   indices and output (updates), and how shardings move along those mappings.
 //!
 //! The sharding algebra itself lives in `tessera_hlo::tiling` and `tessera_hlo::sharding_util`.
 
 pub mod dims;
+pub mod gather_scatter;
 pub mod propagation;
 
 pub use propagation::{

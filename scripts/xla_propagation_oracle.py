@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""Run XLA's own `sharding-propagation` on an HLO text file and print its answer.
+
+    XLA_FLAGS=--xla_force_host_platform_device_count=8 /work/oracle/venv/bin/python \
+        scripts/xla_propagation_oracle.py FILE.hlo [NUM_PARTITIONS] [--before] [--names]
+
+The module (`// ...` lines dropped, so filetests work as they are) is parsed by XLA, converted
+to StableHLO and compiled by jax's XLA with NUM_PARTITIONS (default 8) partitions and Shardy
+off; the module XLA dumps right after (or, with --before, right before) its
+`sharding-propagation` pass is printed. --names prints one `name sharding` line per instruction
+instead (`(none)` where XLA left none).
+
+Caveats: the passes XLA runs before propagation may rewrite the module (an `s32[8,1]` iota
+becomes a reshape of an `s32[8]` one, the root becomes a tuple, tuple elements of loops may be
+reordered, instruction names get `.N` suffixes), so compare by meaning; device ids in shardings
+must be below NUM_PARTITIONS. A research tool for checking ported expectations, not a
+dependency of anything.
+"""
+import glob
+import os
+import re
+import sys
+import tempfile
+
+import jax
+import numpy as np
+from jax._src.lib import xla_client as xc
+from jaxlib import _hlo
+
+jax.config.update("jax_use_shardy_partitioner", False)
+
+
+def main():
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    flags = {a for a in sys.argv[1:] if a.startswith("--")}
+    path = args[0]
+    n = int(args[1]) if len(args) > 1 else 8
+    text = "\n".join(l for l in open(path).read().splitlines() if not l.startswith("//"))
+    proto = _hlo.hlo_module_from_text(text).as_serialized_hlo_module_proto()
+    mlir = xc._xla.mlir.hlo_to_stablehlo(proto)
+    opts = xc.CompileOptions()
+    eb = opts.executable_build_options
+    eb.num_partitions = n
+    eb.num_replicas = 1
+    eb.use_spmd_partitioning = True
+    eb.device_assignment = xc.DeviceAssignment.create(np.arange(n).reshape(1, n))
+    dump = tempfile.mkdtemp()
+    eb.debug_options.xla_dump_to = dump
+    eb.debug_options.xla_dump_hlo_pass_re = "sharding-propagation"
+    client = jax.devices()[0].client
+    try:
+        client.compile_and_load(mlir, jax.devices()[:n], opts)
+    except Exception as e:  # compilation after propagation may fail; the dump is what matters
+        print(f"note: compile stopped: {str(e)[:300]}", file=sys.stderr)
+    which = "*before_sharding-propagation*" if "--before" in flags else "*after_sharding-propagation*"
+    files = sorted(glob.glob(os.path.join(dump, which)))
+    if not files:
+        sys.exit(f"no {which} dump in {dump}")
+    out = open(files[0]).read()
+    if "--names" not in flags:
+        print(out)
+        return
+    for line in out.splitlines():
+        line = re.sub(r", metadata=\{[^}]*\}", "", line)
+        m = re.match(r"\s+(?:ROOT )?%(\S+) = (.*)$", line)
+        if not m:
+            continue
+        s = re.search(r"sharding=(\{.*\})$", m.group(2))
+        print(m.group(1), s.group(1) if s else "(none)")
+
+
+if __name__ == "__main__":
+    main()

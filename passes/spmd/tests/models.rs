@@ -7,7 +7,7 @@
 //! with XLA's. A difference must be listed, with an argument, in
 //! testdata/models/propagation_differences.md.
 //!
-//! `cargo test -p tessera-spmd --test models -- --ignored --nocapture` prints every difference.
+//! `cargo test -p tessera-spmd --test models -- --nocapture` prints the counts per model.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -18,7 +18,7 @@ use tessera_hlo::sharding::{Sharding, ShardingKind, SubgroupType};
 use tessera_hlo::text::{parse_module, sharding_to_string};
 use tessera_pass::Registry;
 
-const MODELS: &[&str] = &["mlp", "transformer_block", "convnet", "embedding"];
+const MODELS: &[&str] = &["mlp", "transformer_block", "convnet", "embedding", "transformer48"];
 
 fn models_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/models")
@@ -181,7 +181,6 @@ fn differences(registry: &Registry, model: &str) -> (BTreeMap<String, String>, u
 }
 
 #[test]
-#[ignore = "until the sharding-propagation pass lands; run with --ignored to count differences"]
 fn shardings_agree_with_xla() {
     let mut registry = Registry::with_generic_passes();
     tessera_spmd::register(&mut registry);

@@ -354,7 +354,26 @@ impl Module {
     pub fn add_instruction(
         &mut self,
         comp: CompId,
+        instr: Instruction,
+    ) -> Result<InstrId, MutationError> {
+        self.add_instruction_impl(comp, instr, false)
+    }
+
+    /// [`Module::add_instruction`], except that a name already in use is replaced by a fresh
+    /// one made with [`Module::unique_name`] (one name lookup instead of two, for the parser).
+    pub(crate) fn add_instruction_renaming(
+        &mut self,
+        comp: CompId,
+        instr: Instruction,
+    ) -> Result<InstrId, MutationError> {
+        self.add_instruction_impl(comp, instr, true)
+    }
+
+    fn add_instruction_impl(
+        &mut self,
+        comp: CompId,
         mut instr: Instruction,
+        rename: bool,
     ) -> Result<InstrId, MutationError> {
         for &op in &instr.operands {
             let o = self.instr(op);
@@ -379,7 +398,13 @@ impl Module {
                 ));
             }
         }
-        self.claim_name(&instr.name)?;
+        if !self.names.insert_new(&instr.name, 0) {
+            if !rename {
+                return Err(MutationError::DuplicateName(instr.name.clone()));
+            }
+            instr.name = self.unique_name(&instr.name);
+            self.claim_name(&instr.name)?;
+        }
         instr.parent = comp;
         instr.users.clear();
         // Only touch the rare fields when set: writing would allocate them.

@@ -20,6 +20,77 @@ use crate::types::ElementType;
 
 pub(super) type PResult<T> = Result<T, ParseError>;
 
+/// Number of `\n` bytes, eight at a time.
+fn count_newlines(b: &[u8]) -> usize {
+    const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+    const NL: u64 = 0x0a0a_0a0a_0a0a_0a0a;
+    let mut chunks = b.chunks_exact(8);
+    let mut n = 0;
+    for c in &mut chunks {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(c);
+        // Zero bytes where the input has '\n'; a byte's high bit in `y` is set iff it is
+        // nonzero (no carries between bytes).
+        let x = u64::from_le_bytes(w) ^ NL;
+        let y = ((x & LOW7).wrapping_add(LOW7) | x) & !LOW7;
+        n += (y ^ !LOW7).count_ones() as usize;
+    }
+    n + chunks.remainder().iter().filter(|&&c| c == b'\n').count()
+}
+
+/// Instructions by (computation, text name): each computation's scope, in one table.
+#[derive(Default)]
+struct ScopeTable<'a> {
+    table: hashbrown::HashTable<ScopeEntry<'a>>,
+}
+
+struct ScopeEntry<'a> {
+    name: &'a str,
+    comp: CompId,
+    id: InstrId,
+}
+
+impl<'a> ScopeTable<'a> {
+    /// Fx over the name and the computation, the high half folded into the low one (the table
+    /// takes buckets from the low bits, which a bare Fx product leaves depending on few bytes).
+    #[inline]
+    fn hash(comp: CompId, name: &str) -> u64 {
+        use std::hash::Hasher;
+        let mut h = crate::fxhash::FxHasher::default();
+        h.write(name.as_bytes());
+        h.write_u32(comp.index() as u32);
+        let x = h.finish();
+        x ^ (x >> 29)
+    }
+
+    fn reserve(&mut self, n: usize) {
+        self.table.reserve(n, |e| Self::hash(e.comp, e.name));
+    }
+
+    #[inline]
+    fn get(&self, comp: CompId, name: &str) -> Option<InstrId> {
+        self.table
+            .find(Self::hash(comp, name), |e| e.comp == comp && e.name == name)
+            .map(|e| e.id)
+    }
+
+    /// Adds `name` in `comp`; false if the computation already has it.
+    fn insert(&mut self, comp: CompId, name: &'a str, id: InstrId) -> bool {
+        let h = Self::hash(comp, name);
+        match self.table.entry(
+            h,
+            |e| e.comp == comp && e.name == name,
+            |e| Self::hash(e.comp, e.name),
+        ) {
+            hashbrown::hash_table::Entry::Occupied(_) => false,
+            hashbrown::hash_table::Entry::Vacant(v) => {
+                v.insert(ScopeEntry { name, comp, id });
+                true
+            }
+        }
+    }
+}
+
 /// Nesting limit for shapes, literals, shardings and inline computations, so that hostile input
 /// cannot overflow the stack.
 const MAX_DEPTH: u32 = 200;
@@ -29,12 +100,14 @@ pub(super) struct Parser<'a> {
     pub m: Module,
     /// Computations by their name in the text.
     comps: FxHashMap<&'a str, CompId>,
-    /// Instructions of the computation being parsed, by their name in the text.
-    scope: FxHashMap<&'a str, InstrId>,
-    /// Cleared scope maps kept for reuse (no rehashing for every computation).
-    spare_scopes: Vec<FxHashMap<&'a str, InstrId>>,
+    /// Instructions by computation and name in the text (one table for the whole module, so
+    /// nothing is cleared or rehashed per computation).
+    scope: ScopeTable<'a>,
     /// The computation being parsed (for placing inline computations before it).
     current: Option<CompId>,
+    /// Computations to print right before another one (inline computations and async
+    /// wrappers before their caller), applied once at the end.
+    placed_before: Vec<(CompId, CompId)>,
     depth: u32,
 }
 
@@ -59,9 +132,9 @@ impl<'a> Parser<'a> {
             c: Cursor::new(src),
             m: Module::new(""),
             comps: FxHashMap::default(),
-            scope: FxHashMap::default(),
-            spare_scopes: Vec::new(),
+            scope: ScopeTable::default(),
             current: None,
+            placed_before: Vec::new(),
             depth: 0,
         }
     }
@@ -80,14 +153,57 @@ impl<'a> Parser<'a> {
         self.depth -= 1;
     }
 
+    /// The instruction of the current computation with this text name.
+    #[inline]
+    fn lookup(&self, name: &str) -> Option<InstrId> {
+        self.scope.get(self.current?, name)
+    }
+
+    /// Puts every inline computation and async wrapper right before the computation that
+    /// uses it (its own inline computations before it, recursively), the rest in text order.
+    /// One pass at the end: moving each one as it is parsed cost a pass over all computations
+    /// per inline computation.
+    fn place_computations(&mut self) {
+        if self.placed_before.is_empty() {
+            return;
+        }
+        let order = self.m.computations().to_vec();
+        let mut before: FxHashMap<CompId, Vec<CompId>> = FxHashMap::default();
+        let mut placed = vec![false; self.m.comp_capacity()];
+        for &(inner, outer) in &self.placed_before {
+            before.entry(outer).or_default().push(inner);
+            placed[inner.index()] = true;
+        }
+        let mut out = Vec::with_capacity(order.len());
+        // Iterative, as nesting may be deep: (computation, its inner ones emitted yet).
+        let mut stack: Vec<(CompId, bool)> = Vec::new();
+        for &top in order.iter().filter(|c| !placed[c.index()]) {
+            stack.push((top, false));
+            while let Some((c, expanded)) = stack.pop() {
+                if expanded {
+                    out.push(c);
+                    continue;
+                }
+                stack.push((c, true));
+                if let Some(inners) = before.get(&c) {
+                    for &i in inners.iter().rev() {
+                        stack.push((i, false));
+                    }
+                }
+            }
+        }
+        self.m.set_computation_order(out);
+    }
+
     // ----- module -----
 
     pub fn parse_module(mut self) -> PResult<Module> {
         let mut scheduled = false;
         // Roughly one instruction per line: reserve so the arenas never regrow.
-        let lines = self.c.b.iter().filter(|&&b| b == b'\n').count();
+        let lines = count_newlines(self.c.b);
         self.m.reserve(lines + 1, lines / 16 + 1);
         self.comps.reserve(lines / 16 + 1);
+        self.scope.reserve(lines + 1);
         let has_header = self.c.eat_keyword("HloModule")?;
         if has_header {
             let name = self.c.name("a module name")?;
@@ -123,6 +239,7 @@ impl<'a> Parser<'a> {
         let Some(entry) = entry.or(last) else {
             return Err(self.c.expected("a computation"));
         };
+        self.place_computations();
         self.m.set_entry(entry);
         if !has_header {
             self.m.name = format!("module_{}", self.m.comp(entry).name);
@@ -407,20 +524,6 @@ impl<'a> Parser<'a> {
             .m
             .add_computation(unique)
             .map_err(|e| self.c.error_at(name_at, e.to_string()))?;
-        let mut fresh = self.spare_scopes.pop().unwrap_or_default();
-        // About one instruction per line up to the closing brace at the start of a line.
-        let rest = &self.c.b[self.c.pos..];
-        let mut lines = 0;
-        for (k, &b) in rest.iter().enumerate() {
-            if b == b'\n' {
-                if rest.get(k + 1) == Some(&b'}') {
-                    break;
-                }
-                lines += 1;
-            }
-        }
-        fresh.reserve(lines);
-        let outer_scope = std::mem::replace(&mut self.scope, fresh);
         let outer_current = self.current.replace(id);
         let mut root: Option<InstrId> = None;
         let mut last: Option<InstrId> = None;
@@ -454,9 +557,6 @@ impl<'a> Parser<'a> {
         if let Some(r) = root.or(last) {
             self.m.set_root(id, r);
         }
-        let mut done = std::mem::replace(&mut self.scope, outer_scope);
-        done.clear();
-        self.spare_scopes.push(done);
         self.current = outer_current;
         self.leave();
         Ok(id)
@@ -523,11 +623,7 @@ impl<'a> Parser<'a> {
             Some(n) => n.to_string(),
             None => format!("{}.anon", opcode.name()),
         };
-        let mut instr = Instruction::new(
-            name.as_str(),
-            opcode,
-            shape.unwrap_or(Shape::Tuple(Vec::new())),
-        );
+        let mut instr = Instruction::new(name, opcode, shape.unwrap_or(Shape::Tuple(Vec::new())));
         self.c
             .expect_parts(b'(', &["to start the operands of ", opname])?;
         let mut operands: SmallVec<[InstrId; 2]> = SmallVec::new();
@@ -681,19 +777,17 @@ impl<'a> Parser<'a> {
                 ),
             ));
         }
-        if self.m.is_name_used(&name) {
-            instr.name = self.m.unique_name(&name);
-        }
         instr.operands = operands;
         let comp = self
             .current
             .expect("instructions are parsed inside a computation");
+        // A name another computation already uses gets XLA's `.N` suffix.
         let id = self
             .m
-            .add_instruction(comp, instr)
+            .add_instruction_renaming(comp, instr)
             .map_err(|e| self.c.error_at(name_at, e.to_string()))?;
         if let Some(n) = text_name {
-            if self.scope.insert(n, id).is_some() {
+            if !self.scope.insert(comp, n, id) {
                 return Err(self.c.error_at(
                     name_at,
                     format!("instruction '{n}' is defined twice in this computation"),
@@ -762,19 +856,7 @@ impl<'a> Parser<'a> {
             .map_err(|e| self.c.error_at(at, e.to_string()))?;
         self.m.set_root(comp, root);
         if let Some(outer) = self.current {
-            let mut order: Vec<CompId> = self
-                .m
-                .computations()
-                .iter()
-                .copied()
-                .filter(|&c| c != comp)
-                .collect();
-            let pos = order
-                .iter()
-                .position(|&c| c == outer)
-                .unwrap_or(order.len());
-            order.insert(pos, comp);
-            self.m.set_computation_order(order);
+            self.placed_before.push((comp, outer));
         }
         Ok(comp)
     }
@@ -824,7 +906,7 @@ impl<'a> Parser<'a> {
             return self.parse_instruction_rhs(None, shape_at);
         }
         let name = self.c.name("an operand name")?;
-        let Some(&id) = self.scope.get(name) else {
+        let Some(id) = self.lookup(name) else {
             return Err(self
                 .c
                 .error_at(at, format!("instruction '{name}' is not defined")));
@@ -935,19 +1017,7 @@ impl<'a> Parser<'a> {
             let outer = self.current;
             let id = self.parse_body("anonymous_computation", at)?;
             if let Some(outer) = outer {
-                let mut order: Vec<CompId> = self
-                    .m
-                    .computations()
-                    .iter()
-                    .copied()
-                    .filter(|&c| c != id)
-                    .collect();
-                let pos = order
-                    .iter()
-                    .position(|&c| c == outer)
-                    .unwrap_or(order.len());
-                order.insert(pos, id);
-                self.m.set_computation_order(order);
+                self.placed_before.push((id, outer));
             }
             return Ok(id);
         }
@@ -991,7 +1061,7 @@ impl<'a> Parser<'a> {
                 self.c.pos
             };
             let name = self.c.name("an instruction name")?;
-            let id = self.scope.get(name).copied().ok_or_else(|| {
+            let id = self.lookup(name).ok_or_else(|| {
                 self.c
                     .error_at(at, format!("instruction '{name}' is not defined"))
             })?;

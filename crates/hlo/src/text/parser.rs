@@ -20,6 +20,104 @@ use crate::types::ElementType;
 
 pub(super) type PResult<T> = Result<T, ParseError>;
 
+/// The opcodes whose result shape XLA's parser infers when the text leaves it out (the ones
+/// `CanInferShape` in `xla/hlo/parser/hlo_parser.cc` answers true for).
+fn xla_infers_shape(op: Opcode) -> bool {
+    use Opcode::*;
+    matches!(
+        op,
+        Abs | Acos
+            | Acosh
+            | Asin
+            | Asinh
+            | Add
+            | AddDependency
+            | AfterAll
+            | Atan2
+            | Atanh
+            | BatchNormGrad
+            | BatchNormInference
+            | BatchNormTraining
+            | Broadcast
+            | Call
+            | Ceil
+            | Cholesky
+            | Clamp
+            | Clz
+            | Compare
+            | Complex
+            | Concatenate
+            | Conditional
+            | Convolution
+            | Copy
+            | Cos
+            | Cosh
+            | OptimizationBarrier
+            | Divide
+            | Domain
+            | Dot
+            | Erf
+            | Exp
+            | Expm1
+            | Fft
+            | Floor
+            | Gather
+            | GetDimensionSize
+            | SetDimensionSize
+            | GetTupleElement
+            | Imag
+            | IsFinite
+            | Log
+            | Log1p
+            | Logistic
+            | And
+            | Not
+            | Or
+            | Xor
+            | Map
+            | Maximum
+            | Minimum
+            | Multiply
+            | Negate
+            | Pad
+            | PartitionId
+            | PopulationCount
+            | Power
+            | RaggedDot
+            | Real
+            | Reduce
+            | Remainder
+            | ReplicaId
+            | Reverse
+            | RoundNearestAfz
+            | RoundNearestEven
+            | Rsqrt
+            | Scan
+            | ScaledDot
+            | Scatter
+            | Select
+            | ShiftLeft
+            | ShiftRightArithmetic
+            | ShiftRightLogical
+            | Sign
+            | Sin
+            | Sinh
+            | Sqrt
+            | Cbrt
+            | ReduceWindow
+            | SelectAndScatter
+            | Sort
+            | Subtract
+            | Tan
+            | Tanh
+            | Transpose
+            | TriangularSolve
+            | Tuple
+            | While
+            | TopK
+    )
+}
+
 /// Number of `\n` bytes, eight at a time.
 fn count_newlines(b: &[u8]) -> usize {
     const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
@@ -38,7 +136,8 @@ fn count_newlines(b: &[u8]) -> usize {
     n + chunks.remainder().iter().filter(|&&c| c == b'\n').count()
 }
 
-/// Instructions by (computation, text name): each computation's scope, in one table.
+/// Instructions by (computation, text name): the scope of every computation, in one table
+/// hashed by the name alone, so that it also tells whether any computation has used a name.
 #[derive(Default)]
 struct ScopeTable<'a> {
     table: hashbrown::HashTable<ScopeEntry<'a>>,
@@ -51,43 +150,45 @@ struct ScopeEntry<'a> {
 }
 
 impl<'a> ScopeTable<'a> {
-    /// Fx over the name and the computation, the high half folded into the low one (the table
-    /// takes buckets from the low bits, which a bare Fx product leaves depending on few bytes).
-    #[inline]
-    fn hash(comp: CompId, name: &str) -> u64 {
-        use std::hash::Hasher;
-        let mut h = crate::fxhash::FxHasher::default();
-        h.write(name.as_bytes());
-        h.write_u32(comp.index() as u32);
-        let x = h.finish();
-        x ^ (x >> 29)
-    }
-
     fn reserve(&mut self, n: usize) {
-        self.table.reserve(n, |e| Self::hash(e.comp, e.name));
+        self.table.reserve(n, |e| crate::names::hash(e.name));
     }
 
     #[inline]
     fn get(&self, comp: CompId, name: &str) -> Option<InstrId> {
         self.table
-            .find(Self::hash(comp, name), |e| e.comp == comp && e.name == name)
+            .find(crate::names::hash(name), |e| {
+                e.comp == comp && e.name == name
+            })
             .map(|e| e.id)
     }
 
+    /// True if some computation has an instruction with this text name.
+    #[inline]
+    fn has_name(&self, hash: u64, name: &str) -> bool {
+        self.table.find(hash, |e| e.name == name).is_some()
+    }
+
+    /// Adds `name` in `comp`, known to be used by no computation yet.
+    #[inline]
+    fn insert_new_name(&mut self, hash: u64, comp: CompId, name: &'a str, id: InstrId) {
+        self.table
+            .insert_unique(hash, ScopeEntry { name, comp, id }, |e| {
+                crate::names::hash(e.name)
+            });
+    }
+
     /// Adds `name` in `comp`; false if the computation already has it.
-    fn insert(&mut self, comp: CompId, name: &'a str, id: InstrId) -> bool {
-        let h = Self::hash(comp, name);
-        match self.table.entry(
-            h,
-            |e| e.comp == comp && e.name == name,
-            |e| Self::hash(e.comp, e.name),
-        ) {
-            hashbrown::hash_table::Entry::Occupied(_) => false,
-            hashbrown::hash_table::Entry::Vacant(v) => {
-                v.insert(ScopeEntry { name, comp, id });
-                true
-            }
+    fn insert(&mut self, hash: u64, comp: CompId, name: &'a str, id: InstrId) -> bool {
+        if self
+            .table
+            .find(hash, |e| e.comp == comp && e.name == name)
+            .is_some()
+        {
+            return false;
         }
+        self.insert_new_name(hash, comp, name, id);
+        true
     }
 }
 
@@ -677,8 +778,9 @@ impl<'a> Parser<'a> {
             instr.attrs.custom_call = Some(Box::default());
         }
         if opcode == Opcode::TopK {
-            // XLA's default when `largest=` is not written.
+            // XLA's defaults when `largest=` and `is_stable=` are not written.
             instr.attrs.largest = true;
+            instr.attrs.is_stable = true;
         }
         // The instruction an async shorthand wraps (`custom-call-start` wraps a custom-call).
         let mut wrapped: Option<(Instruction, Calls)> = match wrapped_opcode {
@@ -691,7 +793,10 @@ impl<'a> Parser<'a> {
                     Opcode::Gather => w.attrs.gather_dims = Some(Box::default()),
                     Opcode::Scatter => w.attrs.scatter_dims = Some(Box::default()),
                     Opcode::CustomCall => w.attrs.custom_call = Some(Box::default()),
-                    Opcode::TopK => w.attrs.largest = true,
+                    Opcode::TopK => {
+                        w.attrs.largest = true;
+                        w.attrs.is_stable = true;
+                    }
                     _ => {}
                 }
                 Some((w, Calls::default()))
@@ -781,13 +886,28 @@ impl<'a> Parser<'a> {
         let comp = self
             .current
             .expect("instructions are parsed inside a computation");
-        // A name another computation already uses gets XLA's `.N` suffix.
+        // A name already in use gets XLA's `.N` suffix. Until something makes the module build
+        // its name table (a rename, an anonymous instruction, an async wrapper), the module's
+        // names are exactly the text names seen so far, which the scope table knows.
+        let hash = text_name.map(crate::names::hash);
+        let (taken, fresh) = match (text_name, hash) {
+            (Some(n), Some(h)) if !self.m.name_table_built() => {
+                let used = self.scope.has_name(h, n);
+                (used, !used)
+            }
+            _ => (self.m.is_name_used(&instr.name), false),
+        };
+        if taken {
+            instr.name = self.m.unique_name(&instr.name);
+        }
         let id = self
             .m
-            .add_instruction_renaming(comp, instr)
+            .add_parsed_instruction(comp, instr)
             .map_err(|e| self.c.error_at(name_at, e.to_string()))?;
-        if let Some(n) = text_name {
-            if !self.scope.insert(comp, n, id) {
+        if let (Some(n), Some(h)) = (text_name, hash) {
+            if fresh {
+                self.scope.insert_new_name(h, comp, n, id);
+            } else if !self.scope.insert(h, comp, n, id) {
                 return Err(self.c.error_at(
                     name_at,
                     format!("instruction '{n}' is defined twice in this computation"),
@@ -890,6 +1010,14 @@ impl<'a> Parser<'a> {
             self.c.skip_ws()?;
             self.c.pos
         };
+        // `%name`: neither a shape nor a nested instruction can start with `%`.
+        if self.c.byte_at(0) == Some(b'%') {
+            let name = self.c.name("an operand name")?;
+            return self.lookup(name).ok_or_else(|| {
+                self.c
+                    .error_at(shape_at, format!("instruction '{name}' is not defined"))
+            });
+        }
         let declared = if self.can_be_shape()? {
             Some(self.parse_shape()?)
         } else {
@@ -1003,6 +1131,77 @@ impl<'a> Parser<'a> {
                     return fail();
                 }
                 Ok(shape_of(idx))
+            }
+            // Without a written shape XLA's parser takes the broadcast's `dimensions` as sizes
+            // put before the operand's dimensions (the old client-side broadcast), and keeps
+            // the attribute as written.
+            Opcode::Broadcast => match operands.first().map(|&o| &self.m.instr(o).shape) {
+                Some(Shape::Array(a)) => {
+                    let sizes = instr.attrs.dimensions.as_deref().unwrap_or(&[]);
+                    if let Some(bad) = sizes.iter().find(|&&d| d < 0) {
+                        return Err(self.c.error_at(
+                            at,
+                            format!("cannot infer the broadcast shape: negative size {bad}"),
+                        ));
+                    }
+                    let mut dims: crate::shape::Dims = sizes.iter().copied().collect();
+                    dims.extend(a.dims.iter().copied());
+                    let dynamic = if a.dynamic.is_empty() {
+                        SmallVec::new()
+                    } else {
+                        std::iter::repeat_n(false, sizes.len())
+                            .chain(a.dynamic.iter().copied())
+                            .collect()
+                    };
+                    Ok(Shape::Array(crate::shape::ArrayShape {
+                        ty: a.ty,
+                        dims,
+                        dynamic,
+                        layout: None,
+                    }))
+                }
+                _ => fail(),
+            },
+            // The other opcodes XLA's parser infers (`CanInferShape` in hlo_parser.cc): the
+            // verifier's shape inference, from the operands, attributes and callees.
+            _ if xla_infers_shape(op) => {
+                let shapes: Vec<&Shape> =
+                    operands.iter().map(|&o| &self.m.instr(o).shape).collect();
+                let called: Vec<crate::module::ProgramShape> = instr
+                    .called
+                    .iter()
+                    .map(|&c| {
+                        let comp = self.m.comp(c);
+                        crate::module::ProgramShape {
+                            parameters: (0..comp.num_parameters())
+                                .map(|n| {
+                                    comp.parameter(n).map_or(Shape::Tuple(Vec::new()), |p| {
+                                        self.m.instr(p).shape.clone()
+                                    })
+                                })
+                                .collect(),
+                            result: comp.root().map_or(Shape::Tuple(Vec::new()), |r| {
+                                self.m.instr(r).shape.clone()
+                            }),
+                        }
+                    })
+                    .collect();
+                crate::verify::shape_inference::infer_shape(
+                    op,
+                    &shapes,
+                    &instr.attrs,
+                    &called,
+                    None,
+                )
+                .map_err(|e| {
+                    self.c.error_at(
+                        at,
+                        format!(
+                            "cannot infer the shape of {}: {e}; write it before the opcode",
+                            op.name()
+                        ),
+                    )
+                })
             }
             _ => fail(),
         }

@@ -421,15 +421,16 @@ impl<'a> Parser<'a> {
                         // our output deterministic.
                         bytes.resize(count as usize * width, 0);
                     } else if self.c.peek()? != Some(b'{') {
-                        // One value for every element (`f32[3,3] constant(1)`).
-                        self.literal_element(a.ty, &mut bytes)?;
-                        let one = bytes.clone();
-                        for _ in 1..count {
-                            bytes.extend_from_slice(&one);
-                        }
+                        // One value without braces (`f32[3,3] constant(1)`): XLA's parser
+                        // writes it to the first element and leaves the others zero.
                         if count == 0 {
-                            bytes.clear();
+                            return Err(self.c.error_at(
+                                start,
+                                "a value for an array without elements (write {})",
+                            ));
                         }
+                        self.literal_element(a.ty, &mut bytes)?;
+                        bytes.resize(count as usize * width, 0);
                     } else {
                         self.literal_nested(a, 0, &mut bytes)?;
                         if bytes.len() != count as usize * width {

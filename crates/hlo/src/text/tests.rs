@@ -567,3 +567,23 @@ fn parsed_module_names_stay_unique() {
     assert!(m.add_instruction(entry, dup).is_err());
     assert_eq!(m.unique_name("add"), "add.3");
 }
+
+#[test]
+fn integers_print_like_display() {
+    for x in [
+        0,
+        1,
+        -1,
+        9,
+        10,
+        -10,
+        4096,
+        i64::MAX,
+        i64::MIN,
+        1_000_000_007,
+    ] {
+        let mut s = String::new();
+        printer::write_i64(&mut s, x);
+        assert_eq!(s, x.to_string());
+    }
+}

@@ -1,7 +1,8 @@
 //! Times the text parser and printer on HLO files, and optionally writes what the printer prints.
 //!
 //! `cargo run --release -p tessera-hlo --example text_roundtrip -- [--out DIR] FILE...`
-//! prints, per file, its size, instruction count and the median of 5 parse and print times.
+//! prints, per file, its size, instruction count and the median of 5 parse and print times
+//! (parse also as MB/s and microseconds per instruction, to show that time is linear in size).
 
 use std::time::{Duration, Instant};
 
@@ -55,11 +56,12 @@ fn main() {
         };
         let (tq, printed) = best_of(5, || print_module(&m, &PrintOptions::default()));
         println!(
-            "{path}: {:.2} MB, {} instructions: parse {:.1} ms ({:.0} MB/s), print {:.1} ms",
+            "{path}: {:.2} MB, {} instructions: parse {:.1} ms ({:.0} MB/s, {:.2} us/instruction), print {:.1} ms",
             text.len() as f64 / 1e6,
             m.instruction_count(),
             tp.as_secs_f64() * 1e3,
             text.len() as f64 / 1e6 / tp.as_secs_f64(),
+            tp.as_secs_f64() * 1e6 / m.instruction_count().max(1) as f64,
             tq.as_secs_f64() * 1e3
         );
         if let Some(dir) = &out_dir {

@@ -17,6 +17,7 @@ use crate::names::NameTable;
 use crate::opcode::Opcode;
 use crate::shape::Shape;
 use crate::sharding::Sharding;
+use std::sync::OnceLock;
 
 /// A computation: an ordered list of instructions with parameters and a root.
 #[derive(Clone, Debug)]
@@ -140,8 +141,10 @@ pub struct Module {
     pub config: ModuleConfig,
     pub schedule: Option<Schedule>,
     pub stack_frames: StackFrameIndex,
-    /// Every instruction name in use, for uniqueness.
-    names: NameTable,
+    /// Every instruction name in use, for uniqueness. Built from the instructions on first
+    /// need: the text parser checks names with its own table and leaves it unbuilt, so a module
+    /// that is parsed and printed never pays for it.
+    names: OnceLock<NameTable>,
     /// Every computation name in use (a separate namespace, as in XLA: a computation and an
     /// instruction may both be called `add`).
     comp_names: NameTable,
@@ -162,7 +165,7 @@ impl Module {
             },
             schedule: None,
             stack_frames: StackFrameIndex::default(),
-            names: NameTable::default(),
+            names: OnceLock::new(),
             comp_names: NameTable::default(),
         }
     }
@@ -261,7 +264,45 @@ impl Module {
     }
 
     pub fn is_name_used(&self, name: &str) -> bool {
-        self.names.contains(name)
+        self.names().contains(name)
+    }
+
+    /// The instruction name table, built now if it was not yet.
+    fn names(&self) -> &NameTable {
+        self.names.get_or_init(|| self.build_names())
+    }
+
+    fn names_mut(&mut self) -> &mut NameTable {
+        if self.names.get().is_none() {
+            self.names = OnceLock::from(self.build_names());
+        }
+        self.names.get_mut().expect("the name table was just built")
+    }
+
+    fn build_names(&self) -> NameTable {
+        let mut t = NameTable::default();
+        let (count, bytes) = self
+            .instrs
+            .iter()
+            .flatten()
+            .fold((0, 0), |(n, b), i| (n + 1, b + i.name.len()));
+        t.reserve(count, bytes);
+        for i in self.instrs.iter().flatten() {
+            t.insert_new(&i.name, 0);
+        }
+        t
+    }
+
+    /// True once the instruction name table exists (see [`Module::add_parsed_instruction`]).
+    pub(crate) fn name_table_built(&self) -> bool {
+        self.names.get().is_some()
+    }
+
+    /// Forgets a removed instruction's name (nothing to do while the table is unbuilt).
+    fn forget_name(&mut self, name: &str) {
+        if let Some(t) = self.names.get_mut() {
+            t.remove(name);
+        }
     }
 
     /// True if a computation of the module has this name.
@@ -294,14 +335,15 @@ impl Module {
             }
             _ => base,
         };
-        if !self.names.contains(base) {
+        let names = self.names_mut();
+        if !names.contains(base) {
             return base.to_string();
         }
-        let mut n = self.names.get(stem).unwrap_or(0).max(1);
+        let mut n = names.get(stem).unwrap_or(0).max(1);
         loop {
             let candidate = format!("{stem}.{n}");
-            if !self.names.contains(&candidate) {
-                self.names.set(stem, n + 1);
+            if !names.contains(&candidate) {
+                names.set(stem, n + 1);
                 return candidate;
             }
             n += 1;
@@ -309,7 +351,7 @@ impl Module {
     }
 
     fn claim_name(&mut self, name: &str) -> Result<(), MutationError> {
-        if !self.names.insert_new(name, 0) {
+        if !self.names_mut().insert_new(name, 0) {
             return Err(MutationError::DuplicateName(name.to_string()));
         }
         Ok(())
@@ -322,7 +364,9 @@ impl Module {
     pub fn reserve(&mut self, instructions: usize, computations: usize) {
         self.instrs.reserve(instructions);
         // Names average well under 24 bytes.
-        self.names.reserve(instructions, instructions * 24);
+        if let Some(names) = self.names.get_mut() {
+            names.reserve(instructions, instructions * 24);
+        }
         self.comps.reserve(computations);
         self.comp_order.reserve(computations);
         self.comp_names.reserve(computations, computations * 24);
@@ -354,7 +398,27 @@ impl Module {
     pub fn add_instruction(
         &mut self,
         comp: CompId,
+        instr: Instruction,
+    ) -> Result<InstrId, MutationError> {
+        self.add_instruction_impl(comp, instr, true)
+    }
+
+    /// [`Module::add_instruction`] for the text parser, which has made sure that the name is
+    /// unused (with its own table while the module's is unbuilt, with
+    /// [`Module::is_name_used`] once it is): the name is recorded only if the table exists.
+    pub(crate) fn add_parsed_instruction(
+        &mut self,
+        comp: CompId,
+        instr: Instruction,
+    ) -> Result<InstrId, MutationError> {
+        self.add_instruction_impl(comp, instr, false)
+    }
+
+    fn add_instruction_impl(
+        &mut self,
+        comp: CompId,
         mut instr: Instruction,
+        always_claim: bool,
     ) -> Result<InstrId, MutationError> {
         for &op in &instr.operands {
             let o = self.instr(op);
@@ -379,7 +443,9 @@ impl Module {
                 ));
             }
         }
-        self.claim_name(&instr.name)?;
+        if always_claim || self.name_table_built() {
+            self.claim_name(&instr.name)?;
+        }
         instr.parent = comp;
         instr.users.clear();
         // Only touch the rare fields when set: writing would allocate them.
@@ -520,7 +586,7 @@ impl Module {
         for &s in &instr.control_successors {
             self.instr_mut(s).control_predecessors.retain(|&x| x != id);
         }
-        self.names.remove(&instr.name);
+        self.forget_name(&instr.name);
         let c = self.comp_mut(instr.parent);
         c.instrs.retain(|&x| x != id);
         if instr.opcode == Opcode::Parameter {
@@ -584,7 +650,7 @@ impl Module {
                     o.control_predecessors.retain(|&x| x != id);
                 }
             }
-            self.names.remove(&instr.name);
+            self.forget_name(&instr.name);
             if instr.opcode == Opcode::Parameter {
                 for p in self.comp_mut(instr.parent).params.iter_mut() {
                     if *p == Some(id) {
@@ -618,7 +684,7 @@ impl Module {
         };
         for id in c.instrs {
             if let Some(i) = self.instrs[id.index()].take() {
-                self.names.remove(&i.name);
+                self.forget_name(&i.name);
             }
         }
         self.comp_names.remove(&c.name);
@@ -666,7 +732,7 @@ impl Module {
         }
         self.claim_name(&name)?;
         let old = std::mem::replace(&mut self.instr_mut(id).name, name);
-        self.names.remove(&old);
+        self.forget_name(&old);
         Ok(())
     }
 

@@ -31,7 +31,7 @@ pub(crate) struct NameTable {
 /// the low bits, and a bare Fx product leaves those depending only on the first bytes of the
 /// name (all `add.N` would share a bucket chain).
 #[inline]
-fn hash(name: &str) -> u64 {
+pub(crate) fn hash(name: &str) -> u64 {
     let mut h = FxHasher::default();
     h.write(name.as_bytes());
     h.write_u8(0xff);

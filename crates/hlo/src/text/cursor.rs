@@ -11,9 +11,28 @@ pub(super) struct Cursor<'a> {
     pub pos: usize,
 }
 
-#[inline]
+/// Bytes that may appear in a name: letters, digits, `_`, `.`, `-` (a table: this test runs for
+/// every byte of every name).
+static NAME_BYTES: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut c = 0;
+    while c < 256 {
+        let b = c as u8;
+        t[c] = b.is_ascii_alphanumeric() || b == b'_' || b == b'.' || b == b'-';
+        c += 1;
+    }
+    t
+};
+
+#[inline(always)]
 pub(super) fn is_name_byte(c: u8) -> bool {
-    c.is_ascii_alphanumeric() || c == b'_' || c == b'.' || c == b'-'
+    NAME_BYTES[c as usize]
+}
+
+/// Whitespace, or the `/` that may start a comment: what [`Cursor::skip_ws`] has to look at.
+#[inline(always)]
+fn is_ws_or_slash(c: u8) -> bool {
+    matches!(c, b' ' | b'\t' | b'\n' | b'\r' | b'/')
 }
 
 impl<'a> Cursor<'a> {
@@ -38,6 +57,7 @@ impl<'a> Cursor<'a> {
         (line, col)
     }
 
+    #[cold]
     pub fn error_at(&self, at: usize, message: impl Into<String>) -> ParseError {
         let (line, column) = self.line_col(at);
         ParseError {
@@ -48,6 +68,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// An error at the next token: `expected <what>, found <token>`.
+    #[cold]
     pub fn expected(&mut self, what: &str) -> ParseError {
         let _ = self.skip_ws();
         let found = self.describe_here();
@@ -75,8 +96,28 @@ impl<'a> Cursor<'a> {
     }
 
     /// Skips spaces, newlines, `// ...` and `/* ... */` comments.
-    #[inline]
+    ///
+    /// Most tokens are followed by nothing or by one space, so those two cases are decided here
+    /// (inlined into every caller); anything else goes to [`Cursor::skip_ws_slow`].
+    #[inline(always)]
     pub fn skip_ws(&mut self) -> Result<(), ParseError> {
+        match self.b.get(self.pos) {
+            Some(&c) if !is_ws_or_slash(c) => return Ok(()),
+            None => return Ok(()),
+            Some(b' ') => match self.b.get(self.pos + 1) {
+                Some(&c) if !is_ws_or_slash(c) => {
+                    self.pos += 1;
+                    return Ok(());
+                }
+                _ => {}
+            },
+            _ => {}
+        }
+        self.skip_ws_slow()
+    }
+
+    #[inline(never)]
+    fn skip_ws_slow(&mut self) -> Result<(), ParseError> {
         loop {
             match self.b.get(self.pos) {
                 Some(b' ' | b'\t' | b'\n' | b'\r') => self.pos += 1,
@@ -108,7 +149,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// The next byte after whitespace, not consumed.
-    #[inline]
+    #[inline(always)]
     pub fn peek(&mut self) -> Result<Option<u8>, ParseError> {
         self.skip_ws()?;
         Ok(self.b.get(self.pos).copied())
@@ -126,7 +167,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// Consumes `c` if it is the next byte.
-    #[inline]
+    #[inline(always)]
     pub fn eat(&mut self, c: u8) -> Result<bool, ParseError> {
         if self.peek()? == Some(c) {
             self.pos += 1;
@@ -137,27 +178,33 @@ impl<'a> Cursor<'a> {
     }
 
     /// Consumes `c` or fails with `expected '<c>' <context>, found ...`.
-    #[inline]
+    #[inline(always)]
     pub fn expect(&mut self, c: u8, context: &str) -> Result<(), ParseError> {
         if self.eat(c)? {
             Ok(())
         } else {
-            let what = if context.is_empty() {
-                format!("'{}'", c as char)
-            } else {
-                format!("'{}' {}", c as char, context)
-            };
-            Err(self.expected(&what))
+            Err(self.expect_failed(c, context))
         }
     }
 
+    #[cold]
+    #[inline(never)]
+    fn expect_failed(&mut self, c: u8, context: &str) -> ParseError {
+        let what = if context.is_empty() {
+            format!("'{}'", c as char)
+        } else {
+            format!("'{}' {}", c as char, context)
+        };
+        self.expected(&what)
+    }
+
     /// Like [`Cursor::expect`] with the context made of `parts`, joined only on error.
-    #[inline]
+    #[inline(always)]
     pub fn expect_parts(&mut self, c: u8, parts: &[&str]) -> Result<(), ParseError> {
         if self.eat(c)? {
             Ok(())
         } else {
-            self.expect(c, &parts.concat())
+            Err(self.expect_failed(c, &parts.concat()))
         }
     }
 
@@ -189,14 +236,12 @@ impl<'a> Cursor<'a> {
     pub fn peek_word(&mut self) -> Result<&'a str, ParseError> {
         self.skip_ws()?;
         let start = self.pos;
-        let mut end = start;
-        while end < self.b.len() && is_name_byte(self.b[end]) {
-            end += 1;
-        }
-        Ok(&self.src[start..end])
+        let end = self.name_end(start);
+        Ok(self.slice(start, end))
     }
 
     /// An identifier: a letter or `_` followed by name bytes.
+    #[inline]
     pub fn ident(&mut self, what: &str) -> Result<&'a str, ParseError> {
         self.skip_ws()?;
         let start = self.pos;
@@ -204,33 +249,66 @@ impl<'a> Cursor<'a> {
             Some(c) if c.is_ascii_alphabetic() || *c == b'_' => {}
             _ => return Err(self.expected(what)),
         }
-        let mut end = start + 1;
-        while end < self.b.len() && is_name_byte(self.b[end]) {
-            end += 1;
-        }
+        let end = self.name_end(start + 1);
         self.pos = end;
-        Ok(&self.src[start..end])
+        Ok(self.slice(start, end))
     }
 
     /// A name with or without its `%` sigil; returns it without the sigil.
+    #[inline]
     pub fn name(&mut self, what: &str) -> Result<&'a str, ParseError> {
         self.skip_ws()?;
         let sigil = self.b.get(self.pos) == Some(&b'%');
         let start = self.pos + sigil as usize;
-        let mut end = start;
-        while end < self.b.len() && is_name_byte(self.b[end]) {
-            end += 1;
-        }
+        let end = self.name_end(start);
         if end == start {
             return Err(self.expected(what));
         }
         self.pos = end;
-        Ok(&self.src[start..end])
+        Ok(self.slice(start, end))
+    }
+
+    /// The end of the run of name bytes starting at `start`.
+    #[inline(always)]
+    fn name_end(&self, start: usize) -> usize {
+        let b = self.b;
+        let mut end = start;
+        while end < b.len() && is_name_byte(b[end]) {
+            end += 1;
+        }
+        end
+    }
+
+    /// `src[start..end]` for a range of ASCII name bytes (always on character boundaries).
+    #[inline(always)]
+    fn slice(&self, start: usize, end: usize) -> &'a str {
+        // Every caller passes a range of ASCII bytes, which `get` accepts; the fallback is
+        // never taken.
+        self.src.get(start..end).unwrap_or("")
     }
 
     /// A signed decimal 64-bit integer (`0x0_1` in a padding is `0`, `x`, `0_1`: no hex here).
+    #[inline]
     pub fn int(&mut self, what: &str) -> Result<i64, ParseError> {
         self.skip_ws()?;
+        // Fast path: an unsigned number of at most 18 digits, which cannot overflow.
+        let b = self.b;
+        let start = self.pos;
+        let mut p = start;
+        let mut v: i64 = 0;
+        while p < b.len() && b[p].is_ascii_digit() && p - start < 18 {
+            v = v * 10 + (b[p] - b'0') as i64;
+            p += 1;
+        }
+        if p > start && !b.get(p).is_some_and(|c| c.is_ascii_digit()) {
+            self.pos = p;
+            return Ok(v);
+        }
+        self.int_slow(what)
+    }
+
+    #[inline(never)]
+    fn int_slow(&mut self, what: &str) -> Result<i64, ParseError> {
         let start = self.pos;
         let mut p = self.pos;
         let negative = match self.b.get(p) {
@@ -245,7 +323,6 @@ impl<'a> Cursor<'a> {
             _ => false,
         };
         let digits_start = p;
-        let radix = 10;
         while p < self.b.len() && self.b[p].is_ascii_digit() {
             p += 1;
         }
@@ -253,7 +330,8 @@ impl<'a> Cursor<'a> {
             return Err(self.expected(what));
         }
         let text = &self.src[digits_start..p];
-        let magnitude = u64::from_str_radix(text, radix)
+        let magnitude = text
+            .parse::<u64>()
             .map_err(|_| self.error_at(start, format!("integer {text} is out of range")))?;
         let value = if negative {
             if magnitude > i64::MAX as u64 + 1 {

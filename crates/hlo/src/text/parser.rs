@@ -20,6 +20,178 @@ use crate::types::ElementType;
 
 pub(super) type PResult<T> = Result<T, ParseError>;
 
+/// The opcodes whose result shape XLA's parser infers when the text leaves it out (the ones
+/// `CanInferShape` in `xla/hlo/parser/hlo_parser.cc` answers true for).
+fn xla_infers_shape(op: Opcode) -> bool {
+    use Opcode::*;
+    matches!(
+        op,
+        Abs | Acos
+            | Acosh
+            | Asin
+            | Asinh
+            | Add
+            | AddDependency
+            | AfterAll
+            | Atan2
+            | Atanh
+            | BatchNormGrad
+            | BatchNormInference
+            | BatchNormTraining
+            | Broadcast
+            | Call
+            | Ceil
+            | Cholesky
+            | Clamp
+            | Clz
+            | Compare
+            | Complex
+            | Concatenate
+            | Conditional
+            | Convolution
+            | Copy
+            | Cos
+            | Cosh
+            | OptimizationBarrier
+            | Divide
+            | Domain
+            | Dot
+            | Erf
+            | Exp
+            | Expm1
+            | Fft
+            | Floor
+            | Gather
+            | GetDimensionSize
+            | SetDimensionSize
+            | GetTupleElement
+            | Imag
+            | IsFinite
+            | Log
+            | Log1p
+            | Logistic
+            | And
+            | Not
+            | Or
+            | Xor
+            | Map
+            | Maximum
+            | Minimum
+            | Multiply
+            | Negate
+            | Pad
+            | PartitionId
+            | PopulationCount
+            | Power
+            | RaggedDot
+            | Real
+            | Reduce
+            | Remainder
+            | ReplicaId
+            | Reverse
+            | RoundNearestAfz
+            | RoundNearestEven
+            | Rsqrt
+            | Scan
+            | ScaledDot
+            | Scatter
+            | Select
+            | ShiftLeft
+            | ShiftRightArithmetic
+            | ShiftRightLogical
+            | Sign
+            | Sin
+            | Sinh
+            | Sqrt
+            | Cbrt
+            | ReduceWindow
+            | SelectAndScatter
+            | Sort
+            | Subtract
+            | Tan
+            | Tanh
+            | Transpose
+            | TriangularSolve
+            | Tuple
+            | While
+            | TopK
+    )
+}
+
+/// Number of `\n` bytes, eight at a time.
+fn count_newlines(b: &[u8]) -> usize {
+    const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+    const NL: u64 = 0x0a0a_0a0a_0a0a_0a0a;
+    let mut chunks = b.chunks_exact(8);
+    let mut n = 0;
+    for c in &mut chunks {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(c);
+        // Zero bytes where the input has '\n'; a byte's high bit in `y` is set iff it is
+        // nonzero (no carries between bytes).
+        let x = u64::from_le_bytes(w) ^ NL;
+        let y = ((x & LOW7).wrapping_add(LOW7) | x) & !LOW7;
+        n += (y ^ !LOW7).count_ones() as usize;
+    }
+    n + chunks.remainder().iter().filter(|&&c| c == b'\n').count()
+}
+
+/// Instructions by (computation, text name): the scope of every computation, in one table
+/// hashed by the name alone, so that it also tells whether any computation has used a name.
+#[derive(Default)]
+struct ScopeTable<'a> {
+    table: hashbrown::HashTable<ScopeEntry<'a>>,
+}
+
+struct ScopeEntry<'a> {
+    name: &'a str,
+    comp: CompId,
+    id: InstrId,
+}
+
+impl<'a> ScopeTable<'a> {
+    fn reserve(&mut self, n: usize) {
+        self.table.reserve(n, |e| crate::names::hash(e.name));
+    }
+
+    #[inline]
+    fn get(&self, comp: CompId, name: &str) -> Option<InstrId> {
+        self.table
+            .find(crate::names::hash(name), |e| {
+                e.comp == comp && e.name == name
+            })
+            .map(|e| e.id)
+    }
+
+    /// True if some computation has an instruction with this text name.
+    #[inline]
+    fn has_name(&self, hash: u64, name: &str) -> bool {
+        self.table.find(hash, |e| e.name == name).is_some()
+    }
+
+    /// Adds `name` in `comp`, known to be used by no computation yet.
+    #[inline]
+    fn insert_new_name(&mut self, hash: u64, comp: CompId, name: &'a str, id: InstrId) {
+        self.table
+            .insert_unique(hash, ScopeEntry { name, comp, id }, |e| {
+                crate::names::hash(e.name)
+            });
+    }
+
+    /// Adds `name` in `comp`; false if the computation already has it.
+    fn insert(&mut self, hash: u64, comp: CompId, name: &'a str, id: InstrId) -> bool {
+        if self
+            .table
+            .find(hash, |e| e.comp == comp && e.name == name)
+            .is_some()
+        {
+            return false;
+        }
+        self.insert_new_name(hash, comp, name, id);
+        true
+    }
+}
+
 /// Nesting limit for shapes, literals, shardings and inline computations, so that hostile input
 /// cannot overflow the stack.
 const MAX_DEPTH: u32 = 200;
@@ -29,12 +201,14 @@ pub(super) struct Parser<'a> {
     pub m: Module,
     /// Computations by their name in the text.
     comps: FxHashMap<&'a str, CompId>,
-    /// Instructions of the computation being parsed, by their name in the text.
-    scope: FxHashMap<&'a str, InstrId>,
-    /// Cleared scope maps kept for reuse (no rehashing for every computation).
-    spare_scopes: Vec<FxHashMap<&'a str, InstrId>>,
+    /// Instructions by computation and name in the text (one table for the whole module, so
+    /// nothing is cleared or rehashed per computation).
+    scope: ScopeTable<'a>,
     /// The computation being parsed (for placing inline computations before it).
     current: Option<CompId>,
+    /// Computations to print right before another one (inline computations and async
+    /// wrappers before their caller), applied once at the end.
+    placed_before: Vec<(CompId, CompId)>,
     depth: u32,
 }
 
@@ -59,9 +233,9 @@ impl<'a> Parser<'a> {
             c: Cursor::new(src),
             m: Module::new(""),
             comps: FxHashMap::default(),
-            scope: FxHashMap::default(),
-            spare_scopes: Vec::new(),
+            scope: ScopeTable::default(),
             current: None,
+            placed_before: Vec::new(),
             depth: 0,
         }
     }
@@ -80,14 +254,57 @@ impl<'a> Parser<'a> {
         self.depth -= 1;
     }
 
+    /// The instruction of the current computation with this text name.
+    #[inline]
+    fn lookup(&self, name: &str) -> Option<InstrId> {
+        self.scope.get(self.current?, name)
+    }
+
+    /// Puts every inline computation and async wrapper right before the computation that
+    /// uses it (its own inline computations before it, recursively), the rest in text order.
+    /// One pass at the end: moving each one as it is parsed cost a pass over all computations
+    /// per inline computation.
+    fn place_computations(&mut self) {
+        if self.placed_before.is_empty() {
+            return;
+        }
+        let order = self.m.computations().to_vec();
+        let mut before: FxHashMap<CompId, Vec<CompId>> = FxHashMap::default();
+        let mut placed = vec![false; self.m.comp_capacity()];
+        for &(inner, outer) in &self.placed_before {
+            before.entry(outer).or_default().push(inner);
+            placed[inner.index()] = true;
+        }
+        let mut out = Vec::with_capacity(order.len());
+        // Iterative, as nesting may be deep: (computation, its inner ones emitted yet).
+        let mut stack: Vec<(CompId, bool)> = Vec::new();
+        for &top in order.iter().filter(|c| !placed[c.index()]) {
+            stack.push((top, false));
+            while let Some((c, expanded)) = stack.pop() {
+                if expanded {
+                    out.push(c);
+                    continue;
+                }
+                stack.push((c, true));
+                if let Some(inners) = before.get(&c) {
+                    for &i in inners.iter().rev() {
+                        stack.push((i, false));
+                    }
+                }
+            }
+        }
+        self.m.set_computation_order(out);
+    }
+
     // ----- module -----
 
     pub fn parse_module(mut self) -> PResult<Module> {
         let mut scheduled = false;
         // Roughly one instruction per line: reserve so the arenas never regrow.
-        let lines = self.c.b.iter().filter(|&&b| b == b'\n').count();
+        let lines = count_newlines(self.c.b);
         self.m.reserve(lines + 1, lines / 16 + 1);
         self.comps.reserve(lines / 16 + 1);
+        self.scope.reserve(lines + 1);
         let has_header = self.c.eat_keyword("HloModule")?;
         if has_header {
             let name = self.c.name("a module name")?;
@@ -123,6 +340,7 @@ impl<'a> Parser<'a> {
         let Some(entry) = entry.or(last) else {
             return Err(self.c.expected("a computation"));
         };
+        self.place_computations();
         self.m.set_entry(entry);
         if !has_header {
             self.m.name = format!("module_{}", self.m.comp(entry).name);
@@ -407,20 +625,6 @@ impl<'a> Parser<'a> {
             .m
             .add_computation(unique)
             .map_err(|e| self.c.error_at(name_at, e.to_string()))?;
-        let mut fresh = self.spare_scopes.pop().unwrap_or_default();
-        // About one instruction per line up to the closing brace at the start of a line.
-        let rest = &self.c.b[self.c.pos..];
-        let mut lines = 0;
-        for (k, &b) in rest.iter().enumerate() {
-            if b == b'\n' {
-                if rest.get(k + 1) == Some(&b'}') {
-                    break;
-                }
-                lines += 1;
-            }
-        }
-        fresh.reserve(lines);
-        let outer_scope = std::mem::replace(&mut self.scope, fresh);
         let outer_current = self.current.replace(id);
         let mut root: Option<InstrId> = None;
         let mut last: Option<InstrId> = None;
@@ -454,9 +658,6 @@ impl<'a> Parser<'a> {
         if let Some(r) = root.or(last) {
             self.m.set_root(id, r);
         }
-        let mut done = std::mem::replace(&mut self.scope, outer_scope);
-        done.clear();
-        self.spare_scopes.push(done);
         self.current = outer_current;
         self.leave();
         Ok(id)
@@ -523,11 +724,7 @@ impl<'a> Parser<'a> {
             Some(n) => n.to_string(),
             None => format!("{}.anon", opcode.name()),
         };
-        let mut instr = Instruction::new(
-            name.as_str(),
-            opcode,
-            shape.unwrap_or(Shape::Tuple(Vec::new())),
-        );
+        let mut instr = Instruction::new(name, opcode, shape.unwrap_or(Shape::Tuple(Vec::new())));
         self.c
             .expect_parts(b'(', &["to start the operands of ", opname])?;
         let mut operands: SmallVec<[InstrId; 2]> = SmallVec::new();
@@ -581,8 +778,9 @@ impl<'a> Parser<'a> {
             instr.attrs.custom_call = Some(Box::default());
         }
         if opcode == Opcode::TopK {
-            // XLA's default when `largest=` is not written.
+            // XLA's defaults when `largest=` and `is_stable=` are not written.
             instr.attrs.largest = true;
+            instr.attrs.is_stable = true;
         }
         // The instruction an async shorthand wraps (`custom-call-start` wraps a custom-call).
         let mut wrapped: Option<(Instruction, Calls)> = match wrapped_opcode {
@@ -595,7 +793,10 @@ impl<'a> Parser<'a> {
                     Opcode::Gather => w.attrs.gather_dims = Some(Box::default()),
                     Opcode::Scatter => w.attrs.scatter_dims = Some(Box::default()),
                     Opcode::CustomCall => w.attrs.custom_call = Some(Box::default()),
-                    Opcode::TopK => w.attrs.largest = true,
+                    Opcode::TopK => {
+                        w.attrs.largest = true;
+                        w.attrs.is_stable = true;
+                    }
                     _ => {}
                 }
                 Some((w, Calls::default()))
@@ -681,19 +882,32 @@ impl<'a> Parser<'a> {
                 ),
             ));
         }
-        if self.m.is_name_used(&name) {
-            instr.name = self.m.unique_name(&name);
-        }
         instr.operands = operands;
         let comp = self
             .current
             .expect("instructions are parsed inside a computation");
+        // A name already in use gets XLA's `.N` suffix. Until something makes the module build
+        // its name table (a rename, an anonymous instruction, an async wrapper), the module's
+        // names are exactly the text names seen so far, which the scope table knows.
+        let hash = text_name.map(crate::names::hash);
+        let (taken, fresh) = match (text_name, hash) {
+            (Some(n), Some(h)) if !self.m.name_table_built() => {
+                let used = self.scope.has_name(h, n);
+                (used, !used)
+            }
+            _ => (self.m.is_name_used(&instr.name), false),
+        };
+        if taken {
+            instr.name = self.m.unique_name(&instr.name);
+        }
         let id = self
             .m
-            .add_instruction(comp, instr)
+            .add_parsed_instruction(comp, instr)
             .map_err(|e| self.c.error_at(name_at, e.to_string()))?;
-        if let Some(n) = text_name {
-            if self.scope.insert(n, id).is_some() {
+        if let (Some(n), Some(h)) = (text_name, hash) {
+            if fresh {
+                self.scope.insert_new_name(h, comp, n, id);
+            } else if !self.scope.insert(h, comp, n, id) {
                 return Err(self.c.error_at(
                     name_at,
                     format!("instruction '{n}' is defined twice in this computation"),
@@ -762,19 +976,7 @@ impl<'a> Parser<'a> {
             .map_err(|e| self.c.error_at(at, e.to_string()))?;
         self.m.set_root(comp, root);
         if let Some(outer) = self.current {
-            let mut order: Vec<CompId> = self
-                .m
-                .computations()
-                .iter()
-                .copied()
-                .filter(|&c| c != comp)
-                .collect();
-            let pos = order
-                .iter()
-                .position(|&c| c == outer)
-                .unwrap_or(order.len());
-            order.insert(pos, comp);
-            self.m.set_computation_order(order);
+            self.placed_before.push((comp, outer));
         }
         Ok(comp)
     }
@@ -808,6 +1010,14 @@ impl<'a> Parser<'a> {
             self.c.skip_ws()?;
             self.c.pos
         };
+        // `%name`: neither a shape nor a nested instruction can start with `%`.
+        if self.c.byte_at(0) == Some(b'%') {
+            let name = self.c.name("an operand name")?;
+            return self.lookup(name).ok_or_else(|| {
+                self.c
+                    .error_at(shape_at, format!("instruction '{name}' is not defined"))
+            });
+        }
         let declared = if self.can_be_shape()? {
             Some(self.parse_shape()?)
         } else {
@@ -824,7 +1034,7 @@ impl<'a> Parser<'a> {
             return self.parse_instruction_rhs(None, shape_at);
         }
         let name = self.c.name("an operand name")?;
-        let Some(&id) = self.scope.get(name) else {
+        let Some(id) = self.lookup(name) else {
             return Err(self
                 .c
                 .error_at(at, format!("instruction '{name}' is not defined")));
@@ -922,6 +1132,77 @@ impl<'a> Parser<'a> {
                 }
                 Ok(shape_of(idx))
             }
+            // Without a written shape XLA's parser takes the broadcast's `dimensions` as sizes
+            // put before the operand's dimensions (the old client-side broadcast), and keeps
+            // the attribute as written.
+            Opcode::Broadcast => match operands.first().map(|&o| &self.m.instr(o).shape) {
+                Some(Shape::Array(a)) => {
+                    let sizes = instr.attrs.dimensions.as_deref().unwrap_or(&[]);
+                    if let Some(bad) = sizes.iter().find(|&&d| d < 0) {
+                        return Err(self.c.error_at(
+                            at,
+                            format!("cannot infer the broadcast shape: negative size {bad}"),
+                        ));
+                    }
+                    let mut dims: crate::shape::Dims = sizes.iter().copied().collect();
+                    dims.extend(a.dims.iter().copied());
+                    let dynamic = if a.dynamic.is_empty() {
+                        SmallVec::new()
+                    } else {
+                        std::iter::repeat_n(false, sizes.len())
+                            .chain(a.dynamic.iter().copied())
+                            .collect()
+                    };
+                    Ok(Shape::Array(crate::shape::ArrayShape {
+                        ty: a.ty,
+                        dims,
+                        dynamic,
+                        layout: None,
+                    }))
+                }
+                _ => fail(),
+            },
+            // The other opcodes XLA's parser infers (`CanInferShape` in hlo_parser.cc): the
+            // verifier's shape inference, from the operands, attributes and callees.
+            _ if xla_infers_shape(op) => {
+                let shapes: Vec<&Shape> =
+                    operands.iter().map(|&o| &self.m.instr(o).shape).collect();
+                let called: Vec<crate::module::ProgramShape> = instr
+                    .called
+                    .iter()
+                    .map(|&c| {
+                        let comp = self.m.comp(c);
+                        crate::module::ProgramShape {
+                            parameters: (0..comp.num_parameters())
+                                .map(|n| {
+                                    comp.parameter(n).map_or(Shape::Tuple(Vec::new()), |p| {
+                                        self.m.instr(p).shape.clone()
+                                    })
+                                })
+                                .collect(),
+                            result: comp.root().map_or(Shape::Tuple(Vec::new()), |r| {
+                                self.m.instr(r).shape.clone()
+                            }),
+                        }
+                    })
+                    .collect();
+                crate::verify::shape_inference::infer_shape(
+                    op,
+                    &shapes,
+                    &instr.attrs,
+                    &called,
+                    None,
+                )
+                .map_err(|e| {
+                    self.c.error_at(
+                        at,
+                        format!(
+                            "cannot infer the shape of {}: {e}; write it before the opcode",
+                            op.name()
+                        ),
+                    )
+                })
+            }
             _ => fail(),
         }
     }
@@ -935,19 +1216,7 @@ impl<'a> Parser<'a> {
             let outer = self.current;
             let id = self.parse_body("anonymous_computation", at)?;
             if let Some(outer) = outer {
-                let mut order: Vec<CompId> = self
-                    .m
-                    .computations()
-                    .iter()
-                    .copied()
-                    .filter(|&c| c != id)
-                    .collect();
-                let pos = order
-                    .iter()
-                    .position(|&c| c == outer)
-                    .unwrap_or(order.len());
-                order.insert(pos, id);
-                self.m.set_computation_order(order);
+                self.placed_before.push((id, outer));
             }
             return Ok(id);
         }
@@ -991,7 +1260,7 @@ impl<'a> Parser<'a> {
                 self.c.pos
             };
             let name = self.c.name("an instruction name")?;
-            let id = self.scope.get(name).copied().ok_or_else(|| {
+            let id = self.lookup(name).ok_or_else(|| {
                 self.c
                     .error_at(at, format!("instruction '{name}' is not defined"))
             })?;

@@ -200,12 +200,38 @@ fn write_bools(out: &mut String, v: &[bool]) {
 }
 
 fn write_ints(out: &mut String, v: &[i64], sep: &str) {
-    for (i, x) in v.iter().enumerate() {
+    for (i, &x) in v.iter().enumerate() {
         if i > 0 {
             out.push_str(sep);
         }
-        let _ = write!(out, "{x}");
+        write_i64(out, x);
     }
+}
+
+/// `x` in decimal, without going through `core::fmt` (shapes and dimension lists are most of
+/// what a large module prints, so this is the printer's hottest path).
+#[inline]
+pub(super) fn write_i64(out: &mut String, x: i64) {
+    if (0..10).contains(&x) {
+        out.push((b'0' + x as u8) as char);
+        return;
+    }
+    let mut buf = [0u8; 20];
+    let mut n = x.unsigned_abs();
+    let mut k = buf.len();
+    loop {
+        k -= 1;
+        buf[k] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    if x < 0 {
+        out.push('-');
+    }
+    // ASCII digits: always valid UTF-8.
+    out.push_str(std::str::from_utf8(&buf[k..]).unwrap_or("?"));
 }
 
 fn write_int_list(out: &mut String, v: &[i64]) {
@@ -273,7 +299,7 @@ pub(super) fn write_shape(out: &mut String, s: &Shape, layout: bool) {
                     if a.is_dynamic_dim(i) {
                         out.push_str("<=");
                     }
-                    let _ = write!(out, "{d}");
+                    write_i64(out, d);
                 }
             }
             out.push(']');

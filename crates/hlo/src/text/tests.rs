@@ -115,9 +115,9 @@ fn integer_pred_and_tuple_literals() {
         constant_line("(f32[], s32[2])", "(1, {2, 3})"),
         "(1, {2, 3})"
     );
-    // One value fills the array; `{...}` (elided) reads as zeros, also spaced out and per
-    // tuple element (XLA accepts these and leaves the values unset).
-    assert_eq!(constant_line("s8[3]", "7"), "{7, 7, 7}");
+    // One value sets the first element (as in XLA); `{...}` (elided) reads as zeros, also
+    // spaced out and per tuple element (XLA accepts these and leaves the values unset).
+    assert_eq!(constant_line("s8[3]", "7"), "{7, 0, 0}");
     assert_eq!(constant_line("f32[2]", "{...}"), "{0, 0}");
     assert_eq!(
         constant_line("s32[2,2]", "{ ... }"),
@@ -449,4 +449,141 @@ ENTRY %e (p: f32[8]) -> f32[8] {
         e.message.contains("async-start or async-update operand"),
         "{e}"
     );
+}
+
+/// Checked against jaxlib 0.12's parser: one value without braces fills the first element of
+/// an array and leaves the rest zero; an empty array takes no value.
+#[test]
+fn one_unbraced_value_sets_the_first_element_as_in_xla() {
+    assert_eq!(constant_line("f32[3]", "1"), "{1, 0, 0}");
+    assert_eq!(constant_line("s32[4]", "7"), "{7, 0, 0, 0}");
+    assert_eq!(constant_line("f32[2,2]", "2.5"), "{ { 2.5, 0 }, { 0, 0 } }");
+    assert_eq!(constant_line("pred[3]", "true"), "{1, 0, 0}");
+    let e = err("HloModule m\nENTRY e {\n  ROOT c = f32[0] constant(1)\n}\n");
+    assert!(e.message.contains("without elements"), "{e}");
+}
+
+/// XLA's lexer reads `-0` as the integer zero, so a float constant written `-0` is +0; `-0.0`
+/// keeps its sign (and prints as `-0.0`, which both parsers read back as negative zero).
+#[test]
+fn minus_zero_integer_token_is_positive_zero() {
+    for ty in ["f32", "f64", "bf16", "f16"] {
+        assert_eq!(constant_line(&format!("{ty}[]"), "-0"), "0", "{ty}");
+        assert_eq!(constant_line(&format!("{ty}[]"), "-0.0"), "-0.0", "{ty}");
+    }
+    assert_eq!(constant_line("c64[]", "(-0, -0.0)"), "(0, -0.0)");
+}
+
+/// XLA prints `largest=` and `is_stable=` on every topk and reads a missing one as true.
+#[test]
+fn topk_defaults_are_largest_and_stable() {
+    let text = "HloModule m\nENTRY e {\n  p = f32[8] parameter(0)\n  a = (f32[2], s32[2]) topk(p), k=2\n  ROOT b = (f32[2], s32[2]) topk(p), k=2, largest=false, is_stable=false\n}\n";
+    let (m, printed) = roundtrip(text);
+    assert!(
+        line_of(&printed, "a").ends_with("%p), k=2, largest=true, is_stable=true"),
+        "{printed}"
+    );
+    assert!(
+        line_of(&printed, "b").ends_with("k=2, largest=false, is_stable=false"),
+        "{printed}"
+    );
+    let a = m.find_instruction("a").unwrap();
+    assert!(m.instr(a).attrs.is_stable && m.instr(a).attrs.largest);
+}
+
+/// The short form may leave out the shape of every opcode XLA's parser infers; the shapes
+/// below are the ones jaxlib 0.12 infers for the same text.
+#[test]
+fn short_form_infers_shapes_like_xla() {
+    let text = r#"HloModule m
+
+add {
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT s = add(x, y)
+}
+
+ENTRY e {
+  a = f32[2,3] parameter(0)
+  b = f32[3,4] parameter(1)
+  v = f32[3] parameter(2)
+  z = f32[] constant(0)
+  dot = dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  tr = transpose(a), dimensions={1,0}
+  bc = broadcast(v), dimensions={1}
+  red = reduce(a, z), dimensions={1}, to_apply=add
+  cat = concatenate(a, a), dimensions={0}
+  cmp = compare(a, a), direction=LT
+  sel = select(cmp, a, a)
+  re = real(a)
+  call = call(z, z), to_apply=add
+  ROOT t = tuple(dot, tr, bc, red, cat, sel, re, call)
+}
+"#;
+    let (m, _) = roundtrip(text);
+    let shape = |n: &str| shape_to_string(&m.instr(m.find_instruction(n).unwrap()).shape);
+    assert_eq!(shape("s"), "f32[]");
+    assert_eq!(shape("dot"), "f32[2,4]");
+    assert_eq!(shape("tr"), "f32[3,2]");
+    assert_eq!(shape("bc"), "f32[1,3]");
+    assert_eq!(shape("red"), "f32[2]");
+    assert_eq!(shape("cat"), "f32[4,3]");
+    assert_eq!(shape("cmp"), "pred[2,3]");
+    assert_eq!(shape("sel"), "f32[2,3]");
+    assert_eq!(shape("re"), "f32[2,3]");
+    assert_eq!(shape("call"), "f32[]");
+    // XLA needs these written: slice, reshape, convert (and the rest of its "false" list).
+    for body in ["slice(a), slice={[0:1], [0:2]}", "reshape(a)", "convert(a)"] {
+        let e = err(&format!(
+            "HloModule m\nENTRY e {{\n  a = f32[2,3] parameter(0)\n  ROOT r = {body}\n}}\n"
+        ));
+        assert!(e.message.contains("cannot infer the shape"), "{body}: {e}");
+    }
+    // An inference error says why.
+    let e = err("HloModule m\nENTRY e {\n  a = f32[2,3] parameter(0)\n  ROOT r = dot(a, a), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n}\n");
+    assert!(e.message.contains("cannot infer the shape of dot:"), "{e}");
+}
+
+/// The parser leaves the module's name table unbuilt; the first mutation that needs it builds
+/// it from the parsed instructions, so uniqueness holds as if it had been kept all along.
+#[test]
+fn parsed_module_names_stay_unique() {
+    let text = "HloModule m\nc1 {\n  a = f32[] parameter(0)\n  ROOT add = f32[] negate(a)\n}\nENTRY e {\n  a = f32[] parameter(0)\n  add = f32[] call(a), to_apply=c1\n  ROOT add.1 = f32[] negate(add)\n}\n";
+    let (mut m, printed) = roundtrip(text);
+    // The entry's `a` and `add` are renamed (c1 has them), and so is its `add.1`, taken by
+    // then by the renamed `add`.
+    assert!(printed.contains("%a.1 = f32[] parameter(0)"), "{printed}");
+    assert!(
+        printed.contains("%add.1 = f32[] call(f32[] %a.1)"),
+        "{printed}"
+    );
+    assert!(
+        printed.contains("ROOT %add.2 = f32[] negate(f32[] %add.1)"),
+        "{printed}"
+    );
+    assert!(m.is_name_used("add.2") && !m.is_name_used("add.3"));
+    let entry = m.entry().unwrap();
+    let dup = crate::Instruction::new("a", Opcode::Parameter, Shape::Tuple(vec![]));
+    assert!(m.add_instruction(entry, dup).is_err());
+    assert_eq!(m.unique_name("add"), "add.3");
+}
+
+#[test]
+fn integers_print_like_display() {
+    for x in [
+        0,
+        1,
+        -1,
+        9,
+        10,
+        -10,
+        4096,
+        i64::MAX,
+        i64::MIN,
+        1_000_000_007,
+    ] {
+        let mut s = String::new();
+        printer::write_i64(&mut s, x);
+        assert_eq!(s, x.to_string());
+    }
 }

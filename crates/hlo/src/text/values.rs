@@ -61,7 +61,7 @@ impl<'a> Parser<'a> {
         self.c.expect(b'[', "to start the dimensions")?;
         let mut dims: SmallVec<[i64; 4]> = SmallVec::new();
         let mut dynamic: SmallVec<[bool; 4]> = SmallVec::new();
-        if !self.c.eat(b']')? {
+        if !self.static_dims(&mut dims) && !self.c.eat(b']')? {
             loop {
                 if self.c.eat_str("<=")? {
                     dims.push(self.c.int("a dimension bound")?);
@@ -116,6 +116,66 @@ impl<'a> Parser<'a> {
         }))
     }
 
+    /// Fast path for the dimensions after `[` in their common spelling (`2,8,4096]`: sizes
+    /// and commas only, no spaces, bounds or comments); consumes them and the `]` and returns
+    /// true, or leaves the cursor alone and returns false for the general loop to handle.
+    #[inline]
+    fn static_dims(&mut self, dims: &mut SmallVec<[i64; 4]>) -> bool {
+        let b = self.c.b;
+        let mut p = self.c.pos;
+        if b.get(p) == Some(&b']') {
+            self.c.pos = p + 1;
+            return true;
+        }
+        loop {
+            let Some((v, end)) = small_uint(b, p) else {
+                dims.clear();
+                return false;
+            };
+            dims.push(v);
+            match b.get(end) {
+                Some(b',') => p = end + 1,
+                Some(b']') => {
+                    self.c.pos = end + 1;
+                    return true;
+                }
+                _ => {
+                    dims.clear();
+                    return false;
+                }
+            }
+        }
+    }
+
+    /// Fast path for a layout that is only a minor-to-major list (`{2,1,0}`, no spaces): the
+    /// layout, with the cursor after it, or `None` with the cursor unmoved.
+    #[inline]
+    fn plain_layout(&mut self) -> Option<Layout> {
+        let b = self.c.b;
+        let mut p = self.c.pos;
+        if b.get(p) != Some(&b'{') {
+            return None;
+        }
+        p += 1;
+        let mut l = Layout::default();
+        if b.get(p) == Some(&b'}') {
+            self.c.pos = p + 1;
+            return Some(l);
+        }
+        loop {
+            let (v, end) = small_uint(b, p)?;
+            l.minor_to_major.push(v);
+            match b.get(end) {
+                Some(b',') => p = end + 1,
+                Some(b'}') => {
+                    self.c.pos = end + 1;
+                    return Some(l);
+                }
+                _ => return None,
+            }
+        }
+    }
+
     /// A `{` that opens a layout (followed by a digit or `:`), not an instruction list.
     fn layout_follows(&mut self) -> PResult<bool> {
         if self.c.peek()? != Some(b'{') {
@@ -138,6 +198,9 @@ impl<'a> Parser<'a> {
     }
 
     fn parse_layout(&mut self, rank: usize) -> PResult<Layout> {
+        if let Some(l) = self.plain_layout() {
+            return Ok(l);
+        }
         self.c.expect(b'{', "to start the layout")?;
         let mut l = Layout::default();
         let _ = rank;
@@ -358,15 +421,16 @@ impl<'a> Parser<'a> {
                         // our output deterministic.
                         bytes.resize(count as usize * width, 0);
                     } else if self.c.peek()? != Some(b'{') {
-                        // One value for every element (`f32[3,3] constant(1)`).
-                        self.literal_element(a.ty, &mut bytes)?;
-                        let one = bytes.clone();
-                        for _ in 1..count {
-                            bytes.extend_from_slice(&one);
-                        }
+                        // One value without braces (`f32[3,3] constant(1)`): XLA's parser
+                        // writes it to the first element and leaves the others zero.
                         if count == 0 {
-                            bytes.clear();
+                            return Err(self.c.error_at(
+                                start,
+                                "a value for an array without elements (write {})",
+                            ));
                         }
+                        self.literal_element(a.ty, &mut bytes)?;
+                        bytes.resize(count as usize * width, 0);
                     } else {
                         self.literal_nested(a, 0, &mut bytes)?;
                         if bytes.len() != count as usize * width {
@@ -1430,6 +1494,19 @@ impl<'a> Parser<'a> {
 }
 
 /// Largest finite value of a float type (for range checks).
+/// An unsigned decimal of 1 to 18 digits at `p` (so it cannot overflow) and the position after
+/// it, if one is there and is not followed by a further digit.
+#[inline(always)]
+fn small_uint(b: &[u8], p: usize) -> Option<(i64, usize)> {
+    let mut q = p;
+    let mut v: i64 = 0;
+    while q < b.len() && b[q].is_ascii_digit() && q - p < 18 {
+        v = v * 10 + (b[q] - b'0') as i64;
+        q += 1;
+    }
+    (q > p && !b.get(q).is_some_and(|c| c.is_ascii_digit())).then_some((v, q))
+}
+
 pub(super) fn max_finite(ty: ElementType) -> f64 {
     match ty {
         ElementType::F32 => f32::MAX as f64,

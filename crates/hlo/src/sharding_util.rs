@@ -190,10 +190,15 @@ impl Sharding {
         self.normalized().kind == other.normalized().kind
     }
 
-    /// Replicated, maximal, manual, unknown or unreduced: one piece per device holding the
-    /// whole value (XLA's `IsTileMaximal`). False for tuples.
+    /// XLA's `IsTileMaximal`: replicated or on one device (a tuple: every leaf is). Manual,
+    /// unknown and unreduced shardings are not tile-maximal in XLA (its `maximal_` flag is set
+    /// only for replicated and single-device shardings).
     pub fn is_tile_maximal(&self) -> bool {
-        !matches!(self.kind, ShardingKind::Tiled(_) | ShardingKind::Tuple(_))
+        match &self.kind {
+            ShardingKind::Tuple(e) => e.iter().all(Sharding::is_tile_maximal),
+            ShardingKind::Replicated | ShardingKind::Maximal(_) => true,
+            _ => false,
+        }
     }
 
     /// Number of data tiles (1 for tile-maximal shardings).
@@ -204,12 +209,13 @@ impl Sharding {
         }
     }
 
-    /// XLA's `IsSpatiallyPartitioned`: tiled or replicated (a tuple: any leaf is).
+    /// XLA's `IsSpatiallyPartitioned`: not tile-maximal, or replicated (a tuple: any leaf is).
+    /// As in XLA this holds for manual shardings too: they may reach an instruction that has
+    /// no sharding yet.
     pub fn is_spatially_partitioned(&self) -> bool {
         match &self.kind {
             ShardingKind::Tuple(e) => e.iter().any(Sharding::is_spatially_partitioned),
-            ShardingKind::Tiled(_) | ShardingKind::Replicated => true,
-            _ => false,
+            _ => !self.is_tile_maximal() || self.is_replicated(),
         }
     }
 
@@ -241,9 +247,10 @@ impl Sharding {
         self.as_tiled().map_or(0, TiledSharding::data_rank)
     }
 
-    /// XLA's `IsShardingMoreSpecific(self, other)`: more data tiles than a tiled `other`, any
-    /// tiling over a maximal `other`, anything but replication over a replicated `other`;
-    /// tuples: no leaf worse and one better. Never for manual shardings.
+    /// XLA's `IsShardingMoreSpecific(self, other)`: a manual sharding over a tile-maximal one;
+    /// else (neither manual) more data tiles than a tiled `other`, any tiling over a maximal
+    /// `other`, anything but replication over a replicated `other`; tuples: no leaf worse and
+    /// one better.
     pub fn more_specific_than(&self, other: &Sharding) -> bool {
         match (&self.kind, &other.kind) {
             (ShardingKind::Tuple(a), ShardingKind::Tuple(b)) => {
@@ -261,18 +268,49 @@ impl Sharding {
             }
             (ShardingKind::Tuple(_), _) | (_, ShardingKind::Tuple(_)) => false,
             _ => {
+                if self.is_manual() && other.is_tile_maximal() {
+                    return true;
+                }
                 if self.is_manual() || other.is_manual() {
                     return false;
                 }
                 if !other.is_tile_maximal() {
                     self.num_tiles() > other.num_tiles()
-                } else if !other.is_replicated() {
-                    !self.is_tile_maximal()
-                } else {
+                } else if other.is_replicated() {
                     !self.is_replicated()
+                } else {
+                    !self.is_tile_maximal()
                 }
             }
         }
+    }
+
+    /// XLA's `IsShardingStrictlyBetter(self, other)`: a manual sharding replaces a
+    /// tile-maximal one whatever else holds (tuples: some leaf does so and no leaf the other
+    /// way round).
+    pub fn strictly_better_than(&self, other: &Sharding) -> bool {
+        fn mask(a: &Sharding, b: &Sharding) -> u8 {
+            match (&a.kind, &b.kind) {
+                (ShardingKind::Tuple(x), ShardingKind::Tuple(y)) => {
+                    x.iter().zip(y).fold(0, |m, (p, q)| m | mask(p, q))
+                }
+                (ShardingKind::Tuple(_), _) | (_, ShardingKind::Tuple(_)) => 0,
+                _ => {
+                    let mut m = 0;
+                    if a.is_manual() && b.is_tile_maximal() {
+                        m |= 1;
+                    }
+                    if b.is_manual() && a.is_tile_maximal() {
+                        m |= 2;
+                    }
+                    m
+                }
+            }
+        }
+        if self.is_tuple() != other.is_tuple() {
+            return false;
+        }
+        mask(self, other) == 1
     }
 
     /// XLA's `PartiallyReplicateTiledShardingOnDims`: the tiles of data dimensions `dims` move
@@ -852,7 +890,16 @@ mod tests {
         let m = Sharding::maximal(0);
         assert!(t.more_specific_than(&r) && !r.more_specific_than(&t));
         assert!(m.more_specific_than(&r) && t.more_specific_than(&m));
-        assert!(!Sharding::manual().more_specific_than(&r));
+        // As in XLA, a manual sharding is more specific than a tile-maximal one, not than a
+        // tiled one.
+        assert!(Sharding::manual().more_specific_than(&r));
+        assert!(!Sharding::manual().more_specific_than(&t));
+        assert!(!r.more_specific_than(&Sharding::manual()));
+        assert!(Sharding::manual().strictly_better_than(&r));
+        assert!(!Sharding::manual().strictly_better_than(&t));
+        let tm = Sharding::tuple(vec![Sharding::manual(), r.clone()]);
+        let tr = Sharding::tuple(vec![r.clone(), r.clone()]);
+        assert!(tm.strictly_better_than(&tr) && !tr.strictly_better_than(&tm));
     }
 
     proptest! {

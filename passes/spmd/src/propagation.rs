@@ -23,6 +23,9 @@ use tessera_pass::{Pass, PassError, Result};
 
 use crate::dims::{conv_dims, dot_dims, DotDims};
 
+mod manual;
+mod setup;
+
 /// Options of `sharding-propagation` (`--pass-option sharding-propagation.KEY=VALUE`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PropagationOptions {
@@ -180,22 +183,50 @@ pub fn propagate(
         return Ok((false, PropagationReport::default()));
     };
     let mut changed = false;
+    let cse = options.cse_prevention_only;
+    // A CSE-prevention run restores everything but its own shardings at the end.
+    let before_all: Vec<Option<Sharding>> = if cse {
+        (0..module.instr_capacity())
+            .map(|k| {
+                module
+                    .try_instr(InstrId::new(k))
+                    .and_then(|i| i.sharding.clone())
+            })
+            .collect()
+    } else {
+        changed |= setup::remove_cse_prevention(module);
+        Vec::new()
+    };
+    if options.propagate_metadata {
+        changed |= setup::assign_sharding_metadata(module);
+    }
     let mut unspecified: Vec<(InstrId, Vec<usize>)> = Vec::new();
-    changed |= process_sharding_custom_calls(module, &mut unspecified)?;
+    changed |= process_sharding_custom_calls(module, !cse, &mut unspecified)?;
+    changed |= setup::check_while_devices(module)?;
+    let flags = Flags::new(module, options);
+    if !flags.output_any
+        && module
+            .comp(entry)
+            .root()
+            .is_some_and(|r| !module.instr(r).sharding.as_ref().is_some_and(is_unknown))
+    {
+        changed |= setup::copy_above_while_root(module)?;
+    }
 
     let m: &Module = module;
-    let mut p = Propagator::new(m, entry, options);
+    let mut p = Propagator::new(m, entry, options, &flags);
     for (id, dims) in unspecified {
         p.unspecified[id.index()] = Some(dims);
     }
     p.run();
+    p.restore_entry_interface(&flags);
     let mut report = PropagationReport {
         iterations: p.iterations,
         inferred_from_operands: p.from_operands,
         inferred_from_users: p.from_users,
         undecided: Vec::new(),
     };
-    let undecided = p.undecided();
+    let undecided = if cse { Vec::new() } else { p.undecided() };
     let mut table = std::mem::take(&mut p.sh);
     let original = std::mem::take(&mut p.original);
     drop(p);
@@ -208,38 +239,6 @@ pub fn propagate(
             name: module.instr(id).name.clone(),
             reason,
         });
-    }
-    // Per-element output flags: elements that may not change keep what they had.
-    let flags: Option<Vec<bool>> = if options.propagate_to_output.len() > 1 {
-        Some(options.propagate_to_output.clone())
-    } else {
-        module
-            .config
-            .allow_spmd_sharding_propagation_to_output
-            .clone()
-            .filter(|v| v.len() > 1)
-    };
-    if let (Some(flags), Some(root)) = (flags, module.comp(entry).root()) {
-        let shape = &module.instr(root).shape;
-        if let Some(ShardingKind::Tuple(leaves)) = table[root.index()].as_mut().map(|s| &mut s.kind)
-        {
-            let before = original[root.index()].as_ref().map(|s| expand(shape, s));
-            for (e, &allowed) in flags.iter().enumerate().take(shape.tuple_elements().len()) {
-                if allowed {
-                    continue;
-                }
-                let (start, len) = leaf_range(shape, e);
-                for k in start..start + len {
-                    let old = match before.as_ref().map(|s| &s.kind) {
-                        Some(ShardingKind::Tuple(b)) => b.get(k).cloned(),
-                        _ => None,
-                    };
-                    if let Some(slot) = leaves.get_mut(k) {
-                        *slot = old.unwrap_or_else(Sharding::replicated);
-                    }
-                }
-            }
-        }
     }
     for (k, slot) in table.iter_mut().enumerate() {
         let id = InstrId::new(k);
@@ -257,12 +256,87 @@ pub fn propagate(
                 strip_metadata(s);
             }
         }
+        if cse {
+            // Keep only the new shardings of CSE targets, marked; restore everything else.
+            let before = before_all.get(k).cloned().flatten();
+            new = if setup::is_cse_target(module, instr) && before.is_none() {
+                new.map(|s| setup::mark_cse_prevention(&s))
+            } else {
+                before
+            };
+        }
         if new != *old {
             module.instr_mut(id).sharding = new;
             changed = true;
         }
     }
+    if cse {
+        // What counts is the difference with the input (the annotations' operands were
+        // touched on the way and are restored now).
+        changed = (0..module.instr_capacity()).any(|k| {
+            let now = module
+                .try_instr(InstrId::new(k))
+                .and_then(|i| i.sharding.clone());
+            now != before_all.get(k).cloned().flatten()
+        });
+    }
     Ok((changed, report))
+}
+
+fn is_unknown(s: &Sharding) -> bool {
+    matches!(s.kind, ShardingKind::Unknown)
+}
+
+fn has_unknown(s: &Sharding) -> bool {
+    match &s.kind {
+        ShardingKind::Tuple(e) => e.iter().any(has_unknown),
+        k => matches!(k, ShardingKind::Unknown),
+    }
+}
+
+fn replace_unknown(s: &mut Sharding) {
+    match &mut s.kind {
+        ShardingKind::Tuple(e) => e.iter_mut().for_each(replace_unknown),
+        k @ ShardingKind::Unknown => *k = ShardingKind::Replicated,
+        _ => {}
+    }
+}
+
+/// The effective per-parameter and per-output flags: the pass options when they allow
+/// anything, else the module's `allow_spmd_sharding_propagation_to_*`.
+struct Flags {
+    output: Vec<bool>,
+    output_any: bool,
+    params: Vec<bool>,
+    params_any: bool,
+}
+
+impl Flags {
+    fn new(m: &Module, o: &PropagationOptions) -> Flags {
+        let pick = |opt: &[bool], cfg: &Option<Vec<bool>>| -> Vec<bool> {
+            if opt.iter().any(|&b| b) {
+                opt.to_vec()
+            } else if let Some(c) = cfg.as_ref().filter(|c| c.iter().any(|&b| b)) {
+                c.clone()
+            } else {
+                vec![false]
+            }
+        };
+        let output = pick(
+            &o.propagate_to_output,
+            &m.config.allow_spmd_sharding_propagation_to_output,
+        );
+        let params = pick(
+            &o.propagate_to_parameters,
+            &m.config.allow_spmd_sharding_propagation_to_parameters,
+        );
+        Flags {
+            output_any: output.iter().any(|&b| b),
+            params_any: params.iter().any(|&b| b),
+            output,
+            params,
+        }
+    }
 }
 
 fn strip_metadata(s: &mut Sharding) {
@@ -328,10 +402,13 @@ fn parse_unspecified_dims(i: &Instruction) -> std::result::Result<Vec<usize>, St
 }
 
 /// Replaces every `custom-call(...), custom_call_target="Sharding"` with a `copy` that keeps
-/// its name and sharding (as XLA's pass does, so later passes need no special case). A fully
-/// specified annotation also goes onto its operand when that has none.
+/// its name and sharding (as XLA's pass does, so later passes need no special case), unless
+/// `replace_with_copy` is off (a CSE-prevention run) or the annotation is `{unknown}` on an
+/// operand that is not a parameter. A fully specified annotation also goes onto its operand
+/// when that has none; a partial one (`unspecified_dims=[..]`) records its free dimensions.
 fn process_sharding_custom_calls(
     module: &mut Module,
+    replace_with_copy: bool,
     unspecified: &mut Vec<(InstrId, Vec<usize>)>,
 ) -> Result<bool> {
     let mut changed = false;
@@ -358,6 +435,17 @@ fn process_sharding_custom_calls(
                     i.name
                 )));
             };
+            let keep = !replace_with_copy
+                || (is_unknown(&sharding) && module.instr(operand).opcode != Opcode::Parameter);
+            if keep {
+                if !dims.is_empty() {
+                    unspecified.push((id, dims));
+                } else if module.instr(operand).sharding.is_none() {
+                    module.instr_mut(operand).sharding = Some(sharding);
+                }
+                continue;
+            }
+            let i = module.instr(id);
             let name = i.name.clone();
             let mut copy = Instruction::new(name.clone(), Opcode::Copy, i.shape.clone())
                 .with_operands(&[operand]);
@@ -452,11 +540,16 @@ fn can_propagate_at(i: &Instruction, level: u8) -> bool {
     !(level < 2 && i.opcode == Broadcast)
 }
 
+/// XLA's `IsPassthroughCustomOps`: custom-calls whose output is laid out like their first
+/// operand.
 fn is_passthrough_custom_call(i: &Instruction, m: &Module) -> bool {
     let Some(cc) = i.attrs.custom_call.as_ref() else {
         return false;
     };
-    if cc.target == "Sharding" || cc.target == "X64Combine" {
+    if matches!(
+        cc.target.as_str(),
+        "Sharding" | "X64Combine" | "LayoutConstraint"
+    ) {
         return true;
     }
     if i.operands().len() != 1
@@ -473,7 +566,29 @@ fn is_passthrough_custom_call(i: &Instruction, m: &Module) -> bool {
             | "ResizeNearestGrad"
             | "ResizeBilinearGrad"
             | "Cholesky"
+            | "MoveToHost"
+            | "MoveToDevice"
+            | "PinToDevice"
+            | "PinToDeviceSram"
     )
+}
+
+/// Custom-calls that may be partitioned (XLA: passthrough ops and those with a registered
+/// custom-call partitioner; of those, the shard barriers).
+fn custom_call_is_shardable(i: &Instruction, m: &Module) -> bool {
+    is_passthrough_custom_call(i, m) || is_shard_barrier(i).is_some()
+}
+
+/// `ShardBarrierFrom` (`Some(true)`: nothing flows forward through it) or `ShardBarrierTo`
+/// (`Some(false)`: nothing flows backward through it).
+fn is_shard_barrier(i: &Instruction) -> Option<bool> {
+    if is_custom_call(i, "ShardBarrierFrom") {
+        Some(true)
+    } else if is_custom_call(i, "ShardBarrierTo") {
+        Some(false)
+    } else {
+        None
+    }
 }
 
 /// Leaf range `(start, len)` of tuple element `index` in the flattened leaves of `shape`.
@@ -541,10 +656,14 @@ struct Propagator<'m> {
     m: &'m Module,
     entry: CompId,
     entry_root: Option<InstrId>,
+    /// The entry root may take a sharding (some output flag is set).
     allow_output: bool,
     spmd: bool,
-    /// Per entry parameter number: may it take a sharding?
-    allow_params: Vec<bool>,
+    /// Some entry parameter may take a sharding: XLA then lets every entry parameter take one
+    /// from its users and restores the ones whose flag is off at the end.
+    params_any: bool,
+    /// Per entry parameter (or per element of a single tuple parameter): may it take one?
+    param_flags: Vec<bool>,
     sh: Vec<Option<Sharding>>,
     original: Vec<Option<Sharding>>,
     provided: Vec<bool>,
@@ -561,7 +680,7 @@ struct Propagator<'m> {
 }
 
 impl<'m> Propagator<'m> {
-    fn new(m: &'m Module, entry: CompId, o: &PropagationOptions) -> Propagator<'m> {
+    fn new(m: &'m Module, entry: CompId, o: &PropagationOptions, flags: &Flags) -> Propagator<'m> {
         let cap = m.instr_capacity();
         let mut sh: Vec<Option<Sharding>> = vec![None; cap];
         for &c in m.computations() {
@@ -576,36 +695,14 @@ impl<'m> Propagator<'m> {
                     .and_then(|i| i.sharding.clone())
             })
             .collect();
-        let cfg = &m.config;
-        let pick = |v: &[bool], k: usize| -> bool {
-            if v.len() == 1 {
-                v[0]
-            } else {
-                v.get(k).copied().unwrap_or(false)
-            }
-        };
-        let allow_output = o.propagate_to_output.iter().any(|&b| b)
-            || cfg
-                .allow_spmd_sharding_propagation_to_output
-                .as_ref()
-                .is_some_and(|v| v.iter().any(|&b| b));
-        let n_params = m.comp(entry).num_parameters();
-        let allow_params: Vec<bool> = (0..n_params)
-            .map(|k| {
-                pick(&o.propagate_to_parameters, k)
-                    || cfg
-                        .allow_spmd_sharding_propagation_to_parameters
-                        .as_ref()
-                        .is_some_and(|v| pick(v, k))
-            })
-            .collect();
         let mut p = Propagator {
             m,
             entry,
             entry_root: m.comp(entry).root(),
-            allow_output,
+            allow_output: flags.output_any,
             spmd: o.is_spmd,
-            allow_params,
+            params_any: flags.params_any,
+            param_flags: flags.params.clone(),
             sh,
             original,
             provided: vec![false; cap],
@@ -619,13 +716,37 @@ impl<'m> Propagator<'m> {
             from_users: 0,
         };
         p.build_computation_map();
-        for (k, s) in p.sh.iter().enumerate() {
-            p.provided[k] = s.is_some();
+        // Annotations the pass may not change (XLA's `provided_shardings`): every sharding but
+        // those of parameters and the entry root, and `{unknown}` ones; the entry root when the
+        // output may not take a sharding; entry parameters when none may.
+        for &c in m.computations() {
+            for &id in m.comp(c).instructions() {
+                let i = m.instr(id);
+                let Some(s) = p.sh[id.index()].as_ref() else {
+                    continue;
+                };
+                if Some(id) != p.entry_root && i.opcode != Opcode::Parameter && !has_unknown(s) {
+                    p.provided[id.index()] = true;
+                }
+            }
         }
-        if !p.allow_output {
-            if let Some(r) = p.entry_root {
+        if let Some(r) = p.entry_root {
+            if !p.allow_output && !p.sh[r.index()].as_ref().is_some_and(has_unknown) {
                 p.provided[r.index()] = true;
             }
+        }
+        if !p.params_any {
+            for k in 0..m.comp(entry).num_parameters() {
+                if let Some(id) = m.comp(entry).parameter(k) {
+                    if p.sh[id.index()].as_ref().is_some_and(|s| !has_unknown(s)) {
+                        p.provided[id.index()] = true;
+                    }
+                }
+            }
+        }
+        // `{unknown}` takes part as `{replicated}`.
+        for s in p.sh.iter_mut().flatten() {
+            replace_unknown(s);
         }
         for &c in m.computations() {
             p.orders.push((c, analysis::post_order(m, c)));
@@ -666,6 +787,9 @@ impl<'m> Propagator<'m> {
                     Opcode::While => {
                         if let Some(b) = i.while_body() {
                             self.caller[b.index()] = Some(id);
+                        }
+                        if let Some(c) = i.while_condition() {
+                            self.caller[c.index()] = Some(id);
                         }
                     }
                     _ => {
@@ -756,6 +880,14 @@ impl<'m> Propagator<'m> {
         }
         for &u in m.instr(for_users.unwrap_or(id)).users() {
             self.done_fwd[u.index()] = false;
+            // The parameters of what the user calls see the new sharding too.
+            for &c in &m.instr(u).called {
+                for k in 0..m.comp(c).num_parameters() {
+                    if let Some(p) = m.comp(c).parameter(k) {
+                        self.done_fwd[p.index()] = false;
+                    }
+                }
+            }
         }
     }
 
@@ -780,7 +912,6 @@ impl<'m> Propagator<'m> {
                         if let Some(dims) = self.unspecified[id.index()].clone() {
                             if self.refine_unspecified_from_operand(id, &dims) {
                                 self.from_operands += 1;
-                                self.clear_cache(id, None);
                                 self.done_fwd[id.index()] = true;
                                 changed_last = true;
                             }
@@ -799,6 +930,17 @@ impl<'m> Propagator<'m> {
                     }
                 }
                 for &id in order.iter().rev() {
+                    // A manual conversion is refined together with the annotation before it:
+                    // when the conversion is to be revisited, so is the annotation.
+                    let i = self.m.instr(id);
+                    if !self.done_bwd[id.index()]
+                        && (is_custom_call(i, "SPMDFullToShardShape")
+                            || is_custom_call(i, "SPMDShardToFullShape"))
+                    {
+                        if let Some(&op) = i.operands().first() {
+                            self.done_bwd[op.index()] = false;
+                        }
+                    }
                     if self.done_bwd[id.index()] {
                         continue;
                     }
@@ -809,8 +951,6 @@ impl<'m> Propagator<'m> {
                         if let Some(dims) = self.unspecified[id.index()].clone() {
                             if self.refine_unspecified_from_users(id, &dims, level) {
                                 self.from_users += 1;
-                                self.clear_cache(id, None);
-                                self.done_bwd[id.index()] = true;
                                 changed_last = true;
                             }
                         }
@@ -871,39 +1011,44 @@ impl<'m> Propagator<'m> {
         changed
     }
 
-    /// XLA's `MaybeImproveInstructionSharding`.
+    /// XLA's `MaybeImproveInstructionSharding` (`ReturnImprovedShardingImpl`): a manual
+    /// sharding replaces a tile-maximal one; else a spatially partitioned candidate is taken
+    /// when there is no sharding yet, or when it merges with the current one into something
+    /// more specific (with as many tiles as the candidate only if each device's new piece lies
+    /// inside its old one, unless `aggressive`).
     fn improve(&mut self, id: InstrId, new: Sharding, may_combine: bool, aggressive: bool) -> bool {
         let shape = self.shape(id);
         let mut new = new;
-        if !new.is_spatially_partitioned() || !fits(&new, shape) {
+        if !fits(&new, shape) {
+            return false;
+        }
+        if let Some(old) = self.sh[id.index()].as_ref() {
+            if new.strictly_better_than(old) {
+                self.sh[id.index()] = Some(new);
+                return true;
+            }
+        }
+        if !new.is_spatially_partitioned() {
             return false;
         }
         let Some(old) = self.sh[id.index()].as_ref() else {
             self.sh[id.index()] = Some(new);
             return true;
         };
+        if new.is_manual() {
+            return false;
+        }
         let tiles = new.num_tiles();
         if !merge_sharding(old, &mut new, may_combine) {
             return false;
         }
-        if !aggressive && shape.is_array() && !old.is_tile_maximal() && new.num_tiles() == tiles {
-            let (Some(ot), Some(nt)) = (old.as_tiled(), new.as_tiled()) else {
-                return false;
-            };
-            let mut diff = Vec::new();
-            for d in 0..shape.rank() {
-                let (a, b) = (ot.tile_assignment.dims()[d], nt.tile_assignment.dims()[d]);
-                if a == b {
-                    continue;
-                }
-                if a != 1 {
-                    return false;
-                }
-                diff.push(d);
-            }
-            if !new.replicate_on_dims(&diff).same_as(old) {
-                return false;
-            }
+        if !aggressive
+            && shape.is_array()
+            && !old.is_tile_maximal()
+            && new.num_tiles() == tiles
+            && !is_sub_tiling(shape, &new, old)
+        {
+            return false;
         }
         if &new == old {
             return false;
@@ -914,21 +1059,32 @@ impl<'m> Propagator<'m> {
 
     // ----- which instructions may be sharded -----
 
+    /// The flag of entry parameter `k` (one flag for all, one per parameter, or, for a single
+    /// tuple parameter, one per element: then any).
+    fn param_flag(&self, k: usize) -> bool {
+        let f = &self.param_flags;
+        if f.len() == 1 {
+            return f[0];
+        }
+        let n = self.m.comp(self.entry).num_parameters();
+        if n == 1 && f.len() > 1 {
+            return f.iter().any(|&b| b);
+        }
+        f.get(k).copied().unwrap_or(false)
+    }
+
+    /// May this parameter keep a sharding the pass gives it?
     fn param_allowed(&self, id: InstrId) -> bool {
         let i = self.m.instr(id);
         if self.caller[i.parent.index()].is_some() {
             return true;
         }
-        i.parent == self.entry
-            && self
-                .allow_params
-                .get(i.attrs.parameter_number as usize)
-                .copied()
-                .unwrap_or(false)
+        i.parent == self.entry && self.param_flag(i.attrs.parameter_number as usize)
     }
 
-    /// XLA's `SupportSpatialPartitioning`.
-    fn supports_partitioning(&self, id: InstrId, allow_output: bool) -> bool {
+    /// XLA's `SupportSpatialPartitioning`: `allow_output` lets the entry root take a sharding,
+    /// `allow_params` entry parameters (XLA allows both only when inferring from users).
+    fn supports_partitioning(&self, id: InstrId, allow_output: bool, allow_params: bool) -> bool {
         use Opcode::*;
         let i = self.m.instr(id);
         if self.is_root(id)
@@ -937,19 +1093,20 @@ impl<'m> Propagator<'m> {
         {
             return false;
         }
-        if i.opcode.is_elementwise() || i.opcode == Map || (i.opcode == Rng && self.spmd) {
-            return true;
+        if i.opcode.is_elementwise() || i.opcode == Map {
+            return i.opcode != Rng || self.spmd;
         }
         match i.opcode {
             Broadcast | Concatenate | Conditional | Constant | Convolution
             | OptimizationBarrier | Dot | DynamicSlice | DynamicUpdateSlice | Gather
             | GetTupleElement | Infeed | Iota | Pad | ReduceWindow | Reshape | Scatter
             | SelectAndScatter | Slice | Sort | Transpose | Tuple | While | Reduce
-            | RngBitGenerator | Call => true,
+            | RngBitGenerator | Call | AllReduce | CollectivePermute | ReduceScatter => true,
             Reverse => self.spmd,
-            AllReduce | ReduceScatter => i.attrs.channel_id.is_none(),
-            Parameter => self.param_allowed(id),
-            CustomCall => self.spmd && is_passthrough_custom_call(i, self.m),
+            Parameter => {
+                self.caller[i.parent.index()].is_some() || (i.parent == self.entry && allow_params)
+            }
+            CustomCall => self.spmd && custom_call_is_shardable(i, self.m),
             _ => false,
         }
     }
@@ -1006,26 +1163,12 @@ impl<'m> Propagator<'m> {
         if !can_propagate_at(i, level) {
             return false;
         }
-        if self.cur(id).is_some_and(Sharding::is_manual) {
-            return false;
-        }
         // Manual shardings flow into everything computed from a manual value.
-        if self.cur(id).is_none()
-            && (i.shape.is_array() || matches!(i.opcode, Reduce | Sort | ReduceWindow))
-        {
-            for &op in i.operands() {
-                if !self.cur(op).is_some_and(Sharding::is_manual) {
-                    continue;
-                }
-                if level == 0 && matches!(i.opcode, Concatenate | DynamicSlice) {
-                    return false;
-                }
-                self.sh[id.index()] = Some(spread(&i.shape, Sharding::manual()));
-                return true;
-            }
+        if let Some(changed) = self.forward_manual(id, level) {
+            return changed;
         }
         let mc = self.spmd && level > 0;
-        if !self.supports_partitioning(id, self.allow_output) {
+        if !self.supports_partitioning(id, self.allow_output, false) {
             // An unpartitionable array op next to a replicated operand is replicated too.
             if i.shape.is_tuple()
                 || i.operands().is_empty()
@@ -1236,10 +1379,17 @@ impl<'m> Propagator<'m> {
                 self.improve(id, s, mc, false)
             }
             CustomCall => {
-                if is_custom_call(i, "X64Combine") {
+                // Nothing flows forward through a ShardBarrierFrom; a ShardBarrierTo takes its
+                // operand's sharding (as the barrier partitioners say).
+                if is_shard_barrier(i) == Some(true) {
                     return false;
                 }
-                let Some(op) = self.representative(id).filter(|&o| self.sp(o)) else {
+                let op = if is_shard_barrier(i) == Some(false) {
+                    Some(i.operand(0))
+                } else {
+                    self.representative(id)
+                };
+                let Some(op) = op.filter(|&o| self.sp(o)) else {
                     return false;
                 };
                 let s = self.cur(op).unwrap().clone();
@@ -1538,31 +1688,33 @@ impl<'m> Propagator<'m> {
         if level < 2 && i.opcode == Opcode::Broadcast {
             return false;
         }
-        if self.cur(id).is_some_and(Sharding::is_manual) {
-            return false;
+        // Manual shardings flow back into everything a manual value is computed from.
+        if let Some(changed) = self.backward_manual(id, level) {
+            return changed;
         }
-        if self.cur(id).is_none() {
-            for &u in i.users() {
-                if !self.cur(u).is_some_and(Sharding::is_manual)
-                    || is_custom_call(m.instr(u), "SPMDFullToShardShape")
-                {
-                    continue;
-                }
-                if i.shape.is_array() {
-                    self.sh[id.index()] = Some(Sharding::manual());
-                } else if let Some(s) = self.sharding_from_user(id, u, level) {
-                    self.sh[id.index()] = Some(s);
-                }
-                return true;
-            }
-        }
-        if !self.supports_partitioning(id, false) {
+        if !self.supports_partitioning(id, false, self.params_any) {
             return false;
         }
         let mc = self.spmd && level > 0;
+        let barrier = is_shard_barrier(i);
         let mut improved = false;
         for &u in i.users() {
-            if let Some(s) = self.sharding_from_user(id, u, level) {
+            // A random bit generator needs its state replicated.
+            if m.instr(u).opcode == Opcode::RngBitGenerator {
+                let r = replicated_for(&i.shape);
+                let changed = self.cur(id) != Some(&r);
+                self.sh[id.index()] = Some(r);
+                return changed;
+            }
+            if let Some(mut s) = self.sharding_from_user(id, u, level) {
+                if manual::all_manual(&s) && !self.may_become_manual(id) {
+                    continue;
+                }
+                // A ShardBarrierTo lets no sharding through backward: it becomes replicated
+                // (and so does what feeds it).
+                if barrier == Some(false) {
+                    s = replicated_for(&i.shape);
+                }
                 improved |= self.improve(id, s, mc, false);
             }
         }
@@ -1672,7 +1824,19 @@ impl<'m> Propagator<'m> {
                 }
                 us.transpose(&inv).map(|s| s.normalized())
             }
-            Tuple => Some(sub_sharding(us, &u.shape, index)),
+            Tuple => {
+                // An operand used at several positions takes the most specific of them.
+                let mut best = sub_sharding(us, &u.shape, index);
+                for (k, &o) in u.operands().iter().enumerate().skip(index + 1) {
+                    if o == id {
+                        let alt = sub_sharding(us, &u.shape, k);
+                        if alt.more_specific_than(&best) {
+                            best = alt;
+                        }
+                    }
+                }
+                Some(best)
+            }
             GetTupleElement => {
                 let (start, len) = leaf_range(&i.shape, u.attrs.tuple_index as usize);
                 let ulv: Vec<Sharding> = match &us.kind {
@@ -1893,12 +2057,29 @@ impl<'m> Propagator<'m> {
 
     // ----- partially specified annotations -----
 
-    fn refine_unspecified_from_operand(&mut self, _id: InstrId, _dims: &[usize]) -> bool {
-        false
+    /// XLA's `InferUnspecifiedDimsFromOperand` for partial annotation `id` (see `manual.rs`);
+    /// clears the caches around what changed.
+    fn refine_unspecified_from_operand(&mut self, id: InstrId, dims: &[usize]) -> bool {
+        let Some(conv) = self.unspecified_from_operand(id, dims) else {
+            return false;
+        };
+        self.clear_cache(id, conv);
+        true
     }
 
-    fn refine_unspecified_from_users(&mut self, _id: InstrId, _dims: &[usize], _level: u8) -> bool {
-        false
+    /// XLA's `InferUnspecifiedDimsFromUsers` for partial annotation `id` (see `manual.rs`);
+    /// clears the caches around what changed and marks the annotation (and its conversion op)
+    /// done.
+    fn refine_unspecified_from_users(&mut self, id: InstrId, dims: &[usize], level: u8) -> bool {
+        let Some(conv) = self.unspecified_from_users(id, dims, level) else {
+            return false;
+        };
+        self.clear_cache(id, conv);
+        self.done_bwd[id.index()] = true;
+        if let Some(c) = conv {
+            self.done_bwd[c.index()] = true;
+        }
+        true
     }
 
     // ----- the report -----
@@ -1927,7 +2108,7 @@ impl<'m> Propagator<'m> {
                         "entry parameter {} may not take a sharding (allow_spmd_sharding_propagation_to_parameters is off)",
                         i.attrs.parameter_number
                     )
-                } else if !self.supports_partitioning(id, self.allow_output) {
+                } else if !self.supports_partitioning(id, self.allow_output, self.params_any) {
                     format!(
                         "`{}` cannot be partitioned here and no operand is replicated",
                         i.opcode
@@ -1940,6 +2121,35 @@ impl<'m> Propagator<'m> {
         }
         out
     }
+}
+
+/// XLA's `IsSubTilingOrEqualSharding(shape, sub, of)`: every device's piece of `shape` under
+/// `sub` lies inside its piece under `of` (manual shardings never are).
+fn is_sub_tiling(shape: &Shape, sub: &Sharding, of: &Sharding) -> bool {
+    if sub.is_manual() || of.is_manual() {
+        return false;
+    }
+    if of.is_tile_maximal() {
+        return true;
+    }
+    if sub.is_tile_maximal() {
+        return false;
+    }
+    let (Some(a), Some(b)) = (sub.as_tiled(), of.as_tiled()) else {
+        return false;
+    };
+    if a.data_rank() != b.data_rank() || a.data_rank() != shape.rank() {
+        return false;
+    }
+    let dims = shape.dims();
+    a.tile_assignment.devices().into_iter().all(|d| {
+        match (sub.device_bounds(dims, d), of.device_bounds(dims, d)) {
+            (Some((s1, l1)), Some((s2, l2))) => {
+                (0..dims.len()).all(|k| l1[k] <= s1[k] || (s1[k] >= s2[k] && l1[k] <= l2[k]))
+            }
+            _ => false,
+        }
+    })
 }
 
 fn dims_attr(a: &Attrs) -> &[i64] {

@@ -15,7 +15,7 @@
 use smallvec::SmallVec;
 use tessera_hlo::attrs::Attrs;
 use tessera_hlo::sharding::ShardingKind;
-use tessera_hlo::sharding_util::merge_sharding;
+use tessera_hlo::sharding_util::{merge_if_compatible, merge_sharding};
 use tessera_hlo::{analysis, CompId, InstrId, Instruction, Module, Opcode, Shape, Sharding};
 use tessera_pass::options::{parse_bool, unknown_key, OptionDoc, PassOptions};
 use tessera_pass::registry::RegisteredPass;
@@ -270,6 +270,7 @@ pub fn propagate(
             changed = true;
         }
     }
+    changed |= setup::remove_shard_barriers(module)?;
     if cse {
         // What counts is the difference with the input (the annotations' operands were
         // touched on the way and are restored now).
@@ -1017,30 +1018,45 @@ impl<'m> Propagator<'m> {
     /// more specific (with as many tiles as the candidate only if each device's new piece lies
     /// inside its old one, unless `aggressive`).
     fn improve(&mut self, id: InstrId, new: Sharding, may_combine: bool, aggressive: bool) -> bool {
+        match self.improved(id, new, may_combine, aggressive) {
+            Some(s) => {
+                self.sh[id.index()] = Some(s);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// What [`Self::improve`] would set, without setting it (XLA's `ReturnImprovedSharding`).
+    fn improved(
+        &self,
+        id: InstrId,
+        new: Sharding,
+        may_combine: bool,
+        aggressive: bool,
+    ) -> Option<Sharding> {
         let shape = self.shape(id);
         let mut new = new;
         if !fits(&new, shape) {
-            return false;
+            return None;
         }
         if let Some(old) = self.sh[id.index()].as_ref() {
             if new.strictly_better_than(old) {
-                self.sh[id.index()] = Some(new);
-                return true;
+                return Some(new);
             }
         }
         if !new.is_spatially_partitioned() {
-            return false;
+            return None;
         }
         let Some(old) = self.sh[id.index()].as_ref() else {
-            self.sh[id.index()] = Some(new);
-            return true;
+            return Some(new);
         };
         if new.is_manual() {
-            return false;
+            return None;
         }
         let tiles = new.num_tiles();
         if !merge_sharding(old, &mut new, may_combine) {
-            return false;
+            return None;
         }
         if !aggressive
             && shape.is_array()
@@ -1048,13 +1064,9 @@ impl<'m> Propagator<'m> {
             && new.num_tiles() == tiles
             && !is_sub_tiling(shape, &new, old)
         {
-            return false;
+            return None;
         }
-        if &new == old {
-            return false;
-        }
-        self.sh[id.index()] = Some(new);
-        true
+        (&new != old).then_some(new)
     }
 
     // ----- which instructions may be sharded -----
@@ -1356,12 +1368,15 @@ impl<'m> Propagator<'m> {
                 };
                 let s = self.cur(op).unwrap().clone();
                 let sort_dim = dims_attr(&i.attrs).first().copied().unwrap_or(0) as usize;
+                // Sharded along the sort dimension: only when the partitioner can move those
+                // tiles to another dimension (XLA's GetFirstTargetDimToMoveShardingTiles).
                 if s.as_tiled().is_some_and(|t| {
                     t.tile_assignment
                         .dims()
                         .get(sort_dim)
                         .is_some_and(|&d| d != 1)
-                }) {
+                }) && first_target_dim_to_move_tiles(self.shape(op), &s, sort_dim).is_none()
+                {
                     return false;
                 }
                 self.improve(id, spread(&i.shape, s), mc, aggressive)
@@ -1451,6 +1466,10 @@ impl<'m> Propagator<'m> {
             let n = oshape.leaf_count();
             if let Some(s) = self.cur(o) {
                 let olv: Vec<Sharding> = match &s.kind {
+                    // An outfeed's value is its token: the last leaf of its sharding.
+                    ShardingKind::Tuple(e) if self.m.instr(o).opcode == Opcode::Outfeed => {
+                        e.last().cloned().into_iter().collect()
+                    }
                     ShardingKind::Tuple(e) => e.clone(),
                     _ => vec![s.clone(); n],
                 };
@@ -1511,26 +1530,78 @@ impl<'m> Propagator<'m> {
     }
 
     /// XLA's `InferDotShardingFromOperands`: each operand's sharding with its contracting
-    /// dimensions replicated, moved to the output dimensions; the larger operand first.
+    /// dimensions replicated, moved to the output dimensions. When both improve the output, the
+    /// one whose tiling the next sharded user (through a chain of single users) refines goes
+    /// first, else the larger operand; the other then merges in.
     fn forward_dot(&mut self, id: InstrId, dd: &DotDims, mc: bool) -> bool {
         let i = self.m.instr(id);
         let (l, r) = (i.operand(0), i.operand(1));
-        let larger = if self.shape(l).byte_size(8) >= self.shape(r).byte_size(8) {
-            0
-        } else {
-            1
-        };
-        let mut changed = false;
-        for k in [larger, 1 - larger] {
-            let op = i.operand(k);
-            if !self.sp(op) {
-                continue;
+        let from = |p: &Self, k: usize, op: InstrId| -> Option<Sharding> {
+            if !p.sp(op) {
+                return None;
             }
-            if let Some(s) = self.dot_from_operand(id, dd, k) {
-                changed |= self.improve(id, s, mc, false);
+            let s = p.dot_from_operand(id, dd, k)?;
+            p.improved(id, s, mc, false)
+        };
+        let (a, b) = (from(self, 0, l), from(self, 1, r));
+        let (first, second) = match (a, b) {
+            (None, None) => return false,
+            (Some(s), None) | (None, Some(s)) => {
+                self.sh[id.index()] = Some(s);
+                return true;
+            }
+            (Some(a), Some(b)) => {
+                let shape = self.shape(id);
+                let by_lookahead = self.lookahead_user_sharding(id).and_then(|la| {
+                    match (is_sub_tiling(shape, &la, &a), is_sub_tiling(shape, &la, &b)) {
+                        (true, false) => Some(false),
+                        (false, true) => Some(true),
+                        _ => None,
+                    }
+                });
+                let swap = by_lookahead.unwrap_or_else(|| {
+                    self.shape(l).byte_size(8) < self.shape(r).byte_size(8)
+                });
+                if swap {
+                    (b, a)
+                } else {
+                    (a, b)
+                }
+            }
+        };
+        self.sh[id.index()] = Some(first);
+        self.improve(id, second, mc, false);
+        true
+    }
+
+    /// XLA's `LookaheadUserSharding`: following `id`'s single user, and its single user, and
+    /// so on up to the first one with a sharding, the sharding that user asks of `id`.
+    fn lookahead_user_sharding(&mut self, id: InstrId) -> Option<Sharding> {
+        let m = self.m;
+        if m.instr(id).users().len() != 1 {
+            return None;
+        }
+        let mut chain = vec![id, m.instr(id).users()[0]];
+        while self.cur(*chain.last().unwrap()).is_none() {
+            let users = m.instr(*chain.last().unwrap()).users();
+            if users.len() != 1 {
+                return None;
+            }
+            chain.push(users[0]);
+        }
+        let mut result = None;
+        for k in (1..chain.len()).rev() {
+            result = self.sharding_from_user(chain[k - 1], chain[k], 3);
+            match &result {
+                Some(s) if k != 1 => self.sh[chain[k - 1].index()] = Some(s.clone()),
+                _ => break,
             }
         }
-        changed
+        // The chain's middle had no sharding: it gets none back.
+        for &c in &chain[1..chain.len() - 1] {
+            self.sh[c.index()] = None;
+        }
+        result
     }
 
     fn dot_from_operand(&self, id: InstrId, dd: &DotDims, k: usize) -> Option<Sharding> {
@@ -1620,8 +1691,38 @@ impl<'m> Propagator<'m> {
             };
             return self.improve(id, s.normalized(), mc, false);
         }
-        let s = ls.replicate_all_data_dims(Some(i.shape.rank()));
+        // A large kernel (a backward convolution, say): only the batch tiling is kept.
+        let s = ls.replicate_all_except(&[cd.input_batch_dimension as usize]);
+        let Some(s) = s.transpose_collapsed(&self.conv_lhs_to_out(id), &self.conv_out_to_lhs(id))
+        else {
+            return false;
+        };
         self.improve(id, s, mc, false)
+    }
+
+    /// Output dimension of each lhs dimension of convolution `id` (batch, feature, spatial).
+    fn conv_lhs_to_out(&self, id: InstrId) -> Vec<i64> {
+        let i = self.m.instr(id);
+        let cd = i.attrs.conv_dims.as_deref().unwrap();
+        let mut v = vec![-1i64; self.shape(i.operand(0)).rank()];
+        v[cd.input_batch_dimension as usize] = cd.output_batch_dimension;
+        v[cd.input_feature_dimension as usize] = cd.output_feature_dimension;
+        for (k, &d) in cd.input_spatial_dimensions.iter().enumerate() {
+            v[d as usize] = cd.output_spatial_dimensions[k];
+        }
+        v
+    }
+
+    /// Lhs dimension of each output dimension of convolution `id`.
+    fn conv_out_to_lhs(&self, id: InstrId) -> Vec<i64> {
+        let l2o = self.conv_lhs_to_out(id);
+        let mut v = vec![-1i64; self.shape(id).rank()];
+        for (l, &o) in l2o.iter().enumerate() {
+            if o >= 0 {
+                v[o as usize] = l as i64;
+            }
+        }
+        v
     }
 
     /// XLA's `IsConvolutionKernelSmall`.
@@ -1643,34 +1744,20 @@ impl<'m> Propagator<'m> {
         true
     }
 
-    fn forward_dynamic_slice(&mut self, id: InstrId, level: u8, mc: bool) -> bool {
+    /// XLA's `InferDynamicUpdateSliceShardingFromOperand1/0`: a dynamic-slice (or the update
+    /// of a dynamic-update-slice) passes its operand's sharding on with the sliced dimensions
+    /// replicated; a dynamic-update-slice also takes its base operand's sharding.
+    fn forward_dynamic_slice(&mut self, id: InstrId, _level: u8, mc: bool) -> bool {
         let i = self.m.instr(id);
         let op = if i.opcode == Opcode::DynamicSlice {
             i.operand(0)
         } else {
             i.operand(1)
         };
-        let slice_dim_sharded = || -> bool {
-            let Some(s) = self.cur(op).filter(|s| s.is_spatially_partitioned()) else {
-                return false;
-            };
-            let Some(t) = s.as_tiled() else {
-                return false;
-            };
-            if s.num_tiles() == 1 {
-                return false;
-            }
-            let (od, id_) = (self.shape(op).dims(), i.shape.dims());
-            (0..id_.len()).any(|d| t.tile_assignment.dims()[d] > 1 && id_[d] != od[d])
-        };
-        let sliced = slice_dim_sharded();
-        if level == 0 && sliced {
-            return false;
-        }
         let aggressive = self.non_root_users_is_one(id);
         let mut changed = false;
-        if self.sp(op) && (self.cur(op).unwrap().num_tiles() == 1 || !sliced) {
-            let s = self.cur(op).unwrap().clone();
+        if self.sp(op) {
+            let s = self.cur(op).unwrap().replicate_on_dims(&self.sliced_dims(id, op));
             changed |= self.improve(id, s, mc, aggressive);
         }
         if i.opcode == Opcode::DynamicUpdateSlice && self.sp(i.operand(0)) {
@@ -1678,6 +1765,12 @@ impl<'m> Propagator<'m> {
             changed |= self.improve(id, s, mc, false);
         }
         changed
+    }
+
+    /// The dimensions where (dynamic-)slice `id` and `op` differ in size.
+    fn sliced_dims(&self, id: InstrId, op: InstrId) -> Vec<usize> {
+        let (a, b) = (self.shape(id).dims(), self.shape(op).dims());
+        (0..a.len()).filter(|&d| b.get(d) != Some(&a[d])).collect()
     }
 
     // ----- backward -----
@@ -1789,16 +1882,7 @@ impl<'m> Propagator<'m> {
                 if operand != id {
                     return None;
                 }
-                if !self.spmd {
-                    let t = us.as_tiled()?;
-                    let (ud, od) = (u.shape.dims(), i.shape.dims());
-                    for d in 0..ud.len() {
-                        if t.tile_assignment.dims()[d] > 1 && ud.get(d) != od.get(d) {
-                            return None;
-                        }
-                    }
-                }
-                Some(us.clone())
+                Some(us.replicate_on_dims(&self.sliced_dims(user, operand)))
             }
             ReduceWindow => {
                 let n = u.operands().len() / 2;
@@ -1871,14 +1955,27 @@ impl<'m> Propagator<'m> {
                 } else {
                     us.clone()
                 };
-                if s.is_tile_maximal() {
-                    return Some(s);
+                let mut s = if s.is_tile_maximal() {
+                    s
+                } else {
+                    let rd = dims_attr(&u.attrs);
+                    let map: Vec<usize> = (0..i.shape.rank())
+                        .filter(|d| !rd.contains(&(*d as i64)))
+                        .collect();
+                    s.insert_dims(i.shape.rank(), &map)?
+                };
+                // What the reduce's other inputs are sharded as refines it when compatible.
+                let n = u.operands().len() / 2;
+                for &o in &u.operands()[..n] {
+                    if o == id || s.is_manual() {
+                        continue;
+                    }
+                    if let Some(os) = self.cur(o).filter(|x| !x.is_manual() && !x.is_tuple()) {
+                        let min = s.num_tiles() + 1;
+                        merge_if_compatible(os, min, &mut s);
+                    }
                 }
-                let rd = dims_attr(&u.attrs);
-                let map: Vec<usize> = (0..i.shape.rank())
-                    .filter(|d| !rd.contains(&(*d as i64)))
-                    .collect();
-                s.insert_dims(i.shape.rank(), &map)
+                Some(s)
             }
             Sort => {
                 if us.is_tuple() {
@@ -1889,6 +1986,24 @@ impl<'m> Propagator<'m> {
             Reverse => {
                 let dims: Vec<usize> = dims_attr(&u.attrs).iter().map(|&d| d as usize).collect();
                 Some(us.reverse_dims(&dims))
+            }
+            Outfeed => {
+                // The outfeed's sharding covers (its data, the token).
+                if index != 0 {
+                    return None;
+                }
+                match &us.kind {
+                    ShardingKind::Tuple(e) => {
+                        let data = &i.shape;
+                        let n = data.leaf_count_nonempty();
+                        if data.is_tuple() {
+                            Some(Sharding::tuple(e.get(..n)?.to_vec()))
+                        } else {
+                            e.first().cloned()
+                        }
+                    }
+                    _ => Some(spread(&i.shape, us.clone())),
+                }
             }
             Gather => self.gather_operand_from_output(id, user, index),
             Scatter => self.scatter_operand_from_output(id, user, index),
@@ -2121,6 +2236,20 @@ impl<'m> Propagator<'m> {
         }
         out
     }
+}
+
+/// XLA's `GetFirstTargetDimToMoveShardingTiles`: the first other dimension of `shape` whose
+/// size the tiles of `source` times its own tiles divide (`source` must be tiled and not of
+/// size 1).
+fn first_target_dim_to_move_tiles(shape: &Shape, s: &Sharding, source: usize) -> Option<usize> {
+    let t = s.as_tiled()?;
+    let dims = shape.dims();
+    let tiles = t.tile_assignment.dims();
+    if dims.len() < 2 || dims.get(source) == Some(&1) || tiles.get(source).is_none_or(|&n| n == 1)
+    {
+        return None;
+    }
+    (0..dims.len()).find(|&d| d != source && dims[d] % (tiles[source] * tiles[d]) == 0)
 }
 
 /// XLA's `IsSubTilingOrEqualSharding(shape, sub, of)`: every device's piece of `shape` under

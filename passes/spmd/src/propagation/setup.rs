@@ -7,7 +7,7 @@ use tessera_hlo::sharding::ShardingKind;
 use tessera_hlo::{InstrId, Instruction, Module, Opcode, Shape, Sharding};
 use tessera_pass::{PassError, Result};
 
-use super::{expand, has_unknown, leaf_range, Flags, Propagator};
+use super::{expand, has_unknown, is_shard_barrier, leaf_range, remove_with_edges, Flags, Propagator};
 
 /// The `op_name` that marks a sharding given only to keep CSE from merging broadcasts.
 pub(super) const CSE_PREVENTION_NAME: &str = "_sharding_propagation_cse_prevention";
@@ -225,6 +225,32 @@ pub(super) fn copy_above_while_root(module: &mut Module) -> Result<bool> {
         }
     }
     Ok(true)
+}
+
+/// Removes the `ShardBarrierFrom` / `ShardBarrierTo` custom-calls once propagation is done
+/// (their users read their operand instead), as XLA's pass does.
+pub(super) fn remove_shard_barriers(module: &mut Module) -> Result<bool> {
+    let barriers: Vec<InstrId> = module
+        .computations()
+        .iter()
+        .flat_map(|&c| module.comp(c).instructions().to_vec())
+        .filter(|&id| is_shard_barrier(module.instr(id)).is_some())
+        .collect();
+    for &id in &barriers {
+        let i = module.instr(id);
+        let Some(&op) = i.operands().first() else {
+            continue;
+        };
+        let comp = i.parent;
+        module.replace_all_uses_with(id, op)?;
+        if let Some(s) = module.schedule.as_mut() {
+            if let Some(seq) = s.sequences.get_mut(&comp) {
+                seq.retain(|&x| x != id);
+            }
+        }
+        remove_with_edges(module, id)?;
+    }
+    Ok(!barriers.is_empty())
 }
 
 /// XLA's test for entry parameters and outputs: every tiled data dimension splits evenly (a

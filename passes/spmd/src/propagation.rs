@@ -1318,17 +1318,8 @@ impl<'m> Propagator<'m> {
                     return false;
                 }
                 let s = self.cur(op).unwrap();
-                match s.reshape_through(self.shape(op).dims(), i.shape.dims()) {
-                    Some(new) => self.improve(id, new, mc, aggressive),
-                    None => {
-                        if self.cur(id).is_none() {
-                            let r = s.replicate_all_data_dims(Some(i.shape.rank()));
-                            self.sh[id.index()] = Some(r);
-                            return true;
-                        }
-                        false
-                    }
-                }
+                let new = s.propagate_through_reshape(self.shape(op).dims(), i.shape.dims());
+                self.improve(id, new, mc, aggressive)
             }
             Reverse => {
                 let op = i.operand(0);
@@ -1894,10 +1885,7 @@ impl<'m> Propagator<'m> {
                 }
                 Some(us.clone())
             }
-            Reshape => Some(
-                us.reshape_through(u.shape.dims(), i.shape.dims())
-                    .unwrap_or_else(|| us.replicate_all_data_dims(Some(i.shape.rank()))),
-            ),
+            Reshape => Some(us.propagate_through_reshape(u.shape.dims(), i.shape.dims())),
             Pad => (index == 0).then(|| us.clone()),
             Slice => Some(us.clone()),
             Transpose => {

@@ -1046,6 +1046,12 @@ impl<'m> Propagator<'m> {
             }
         }
         if !new.is_spatially_partitioned() {
+            // An empty tuple has one sharding, `{}`; XLA's output shows it set from a tuple
+            // user though it is not spatially partitioned.
+            let empty = matches!(&new.kind, ShardingKind::Tuple(e) if e.is_empty());
+            if empty && shape.leaf_count() == 0 && self.sh[id.index()].is_none() {
+                return Some(new);
+            }
             return None;
         }
         let Some(old) = self.sh[id.index()].as_ref() else {

@@ -204,14 +204,6 @@ pub fn propagate(
     changed |= process_sharding_custom_calls(module, !cse, &mut unspecified)?;
     changed |= setup::check_while_devices(module)?;
     let flags = Flags::new(module, options);
-    if !flags.output_any
-        && module
-            .comp(entry)
-            .root()
-            .is_some_and(|r| !module.instr(r).sharding.as_ref().is_some_and(is_unknown))
-    {
-        changed |= setup::copy_above_while_root(module)?;
-    }
 
     let m: &Module = module;
     let mut p = Propagator::new(m, entry, options, &flags);
@@ -406,7 +398,8 @@ fn parse_unspecified_dims(i: &Instruction) -> std::result::Result<Vec<usize>, St
 /// its name and sharding (as XLA's pass does, so later passes need no special case), unless
 /// `replace_with_copy` is off (a CSE-prevention run) or the annotation is `{unknown}` on an
 /// operand that is not a parameter. A fully specified annotation also goes onto its operand
-/// when that has none; a partial one (`unspecified_dims=[..]`) records its free dimensions.
+/// when that has none and no other user; a partial one (`unspecified_dims=[..]`) records its
+/// free dimensions.
 fn process_sharding_custom_calls(
     module: &mut Module,
     replace_with_copy: bool,
@@ -441,7 +434,9 @@ fn process_sharding_custom_calls(
             if keep {
                 if !dims.is_empty() {
                     unspecified.push((id, dims));
-                } else if module.instr(operand).sharding.is_none() {
+                } else if module.instr(operand).sharding.is_none()
+                    && module.users(operand).len() == 1
+                {
                     module.instr_mut(operand).sharding = Some(sharding);
                 }
                 continue;
@@ -494,7 +489,11 @@ fn process_sharding_custom_calls(
             changed = true;
             if !dims.is_empty() {
                 unspecified.push((new, dims));
-            } else if module.instr(operand).sharding.is_none() {
+            } else if module.instr(operand).sharding.is_none()
+                && module.users(operand).len() == 1
+            {
+                // Only a sole user decides its operand's sharding outright; with others, the
+                // operand's sharding comes out of propagation (XLA does the same).
                 module.instr_mut(operand).sharding = Some(sharding);
             }
         }
@@ -786,11 +785,11 @@ impl<'m> Propagator<'m> {
                 }
                 match i.opcode {
                     Opcode::While => {
+                        // Only the body (XLA's computation map): the condition's parameter
+                        // follows the loop through `related`, the rest of the condition
+                        // propagates as a computation of its own.
                         if let Some(b) = i.while_body() {
                             self.caller[b.index()] = Some(id);
-                        }
-                        if let Some(c) = i.while_condition() {
-                            self.caller[c.index()] = Some(id);
                         }
                     }
                     _ => {
@@ -872,6 +871,9 @@ impl<'m> Propagator<'m> {
         for level in 0..4u8 {
             self.run_level(level);
         }
+        // XLA runs the last level once more, with fresh caches, after its shard-group
+        // alignment (which this pass does not have); it can still change a few shardings.
+        self.run_level(3);
     }
 
     fn clear_cache(&mut self, id: InstrId, for_users: Option<InstrId>) {
@@ -974,33 +976,39 @@ impl<'m> Propagator<'m> {
     }
 
     /// After `id` changed: when it is a while/conditional/call, or a parameter or root of a
-    /// computation one of those calls, every related instruction takes its sharding.
+    /// computation one of those calls, every related instruction takes its sharding (XLA's
+    /// `maybe_computation_propagation`, which overrides provided shardings too); a parameter
+    /// of a conditional branch also passes its sharding to the conditional's operand for it.
     fn computation_propagation(&mut self, id: InstrId) -> Vec<InstrId> {
         let mut changed = Vec::new();
         let mut work = vec![id];
         while let Some(x) = work.pop() {
             let i = self.m.instr(x);
-            let mut searches: SmallVec<[InstrId; 2]> = SmallVec::new();
+            let mut groups: SmallVec<[SmallVec<[InstrId; 4]>; 2]> = SmallVec::new();
             if self.is_mapped_caller(x) {
-                searches.push(x);
+                groups.push(self.related(x));
             }
             if i.opcode == Opcode::Parameter || self.is_root(x) {
                 if let Some(c) = self.caller[i.parent.index()] {
-                    searches.push(c);
+                    groups.push(self.related(c));
+                    let ci = self.m.instr(c);
+                    if i.opcode == Opcode::Parameter && ci.opcode == Opcode::Conditional {
+                        if let Some(b) = ci.called.iter().position(|&k| k == i.parent) {
+                            if let Some(&op) = ci.operands().get(b + 1) {
+                                groups.push(SmallVec::from_slice(&[x, op]));
+                            }
+                        }
+                    }
                 }
             }
             let Some(s) = self.sh[x.index()].clone() else {
                 continue;
             };
-            for search in searches {
-                let related = self.related(search);
+            for related in groups {
                 if !related.contains(&x) {
                     continue;
                 }
                 for r in related {
-                    if self.provided[r.index()] && self.sh[r.index()].is_some() {
-                        continue;
-                    }
                     if self.sh[r.index()].as_ref() != Some(&s) {
                         self.sh[r.index()] = Some(s.clone());
                         changed.push(r);
@@ -1921,10 +1929,20 @@ impl<'m> Propagator<'m> {
                     ShardingKind::Tuple(e) => e.clone(),
                     _ => vec![us.clone(); len],
                 };
-                let fill = ulv.first()?.replicate_all_data_dims(None);
+                // Without a sharding of its own, every other leaf is the user's sharding with
+                // the data replicated (keeping manual subgroups), at that leaf's rank.
+                let first = ulv.first()?;
                 let mut leaves: Vec<Sharding> = match self.cur(id).map(|s| &s.kind) {
                     Some(ShardingKind::Tuple(e)) => e.clone(),
-                    _ => vec![fill; i.shape.leaf_count()],
+                    _ => {
+                        let mut v = Vec::with_capacity(i.shape.leaf_count());
+                        i.shape.for_each_subshape(|_, sub| {
+                            if !sub.is_tuple() {
+                                v.push(first.replicate_all_data_dims(Some(sub.rank())));
+                            }
+                        });
+                        v
+                    }
                 };
                 for (k, s) in ulv.into_iter().enumerate().take(len) {
                     *leaves.get_mut(start + k)? = s;
@@ -2198,8 +2216,19 @@ impl<'m> Propagator<'m> {
     fn undecided(&self) -> Vec<(InstrId, String)> {
         let m = self.m;
         let mut out = Vec::new();
+        // Loop conditions are reported too, though not in the computation map.
+        let mut conditions = vec![false; m.comp_capacity()];
         for &c in m.computations() {
-            if c != self.entry && self.caller[c.index()].is_none() {
+            for &id in m.comp(c).instructions() {
+                if let Some(cond) = m.instr(id).while_condition() {
+                    if self.is_mapped_caller(id) {
+                        conditions[cond.index()] = true;
+                    }
+                }
+            }
+        }
+        for &c in m.computations() {
+            if c != self.entry && self.caller[c.index()].is_none() && !conditions[c.index()] {
                 continue;
             }
             for &id in m.comp(c).instructions() {
@@ -2217,6 +2246,10 @@ impl<'m> Propagator<'m> {
                         "entry parameter {} may not take a sharding (allow_spmd_sharding_propagation_to_parameters is off)",
                         i.attrs.parameter_number
                     )
+                } else if self.is_root(id) && c != self.entry && self.caller[c.index()].is_none()
+                {
+                    "the root of a loop condition takes no sharding (XLA leaves it to the partitioner)"
+                        .to_string()
                 } else if !self.supports_partitioning(id, self.allow_output, self.params_any) {
                     format!(
                         "`{}` cannot be partitioned here and no operand is replicated",

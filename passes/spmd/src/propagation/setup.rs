@@ -201,32 +201,6 @@ pub(super) fn check_while_devices(module: &mut Module) -> Result<bool> {
     Ok(changed)
 }
 
-/// When the entry root is a while and may not take a propagated sharding, XLA puts a copy
-/// above it (carrying the root's sharding) so that the loop itself stays free to take one.
-pub(super) fn copy_above_while_root(module: &mut Module) -> Result<bool> {
-    let Some(entry) = module.entry() else {
-        return Ok(false);
-    };
-    let Some(root) = module.comp(entry).root() else {
-        return Ok(false);
-    };
-    if module.instr(root).opcode != Opcode::While {
-        return Ok(false);
-    }
-    let name = module.unique_name("copy");
-    let r = module.instr(root);
-    let mut copy = Instruction::new(name, Opcode::Copy, r.shape.clone()).with_operands(&[root]);
-    copy.sharding = r.sharding.clone();
-    let id = module.add_instruction(entry, copy)?;
-    module.set_root(entry, id);
-    if let Some(s) = module.schedule.as_mut() {
-        if let Some(seq) = s.sequences.get_mut(&entry) {
-            seq.push(id);
-        }
-    }
-    Ok(true)
-}
-
 /// Removes the `ShardBarrierFrom` / `ShardBarrierTo` custom-calls once propagation is done
 /// (their users read their operand instead), as XLA's pass does.
 pub(super) fn remove_shard_barriers(module: &mut Module) -> Result<bool> {

@@ -1127,7 +1127,7 @@ impl<'m> Propagator<'m> {
             | OptimizationBarrier | Dot | DynamicSlice | DynamicUpdateSlice | Gather
             | GetTupleElement | Infeed | Iota | Pad | ReduceWindow | Reshape | Scatter
             | SelectAndScatter | Slice | Sort | Transpose | Tuple | While | Reduce
-            | RngBitGenerator | Call | AllReduce | CollectivePermute | ReduceScatter => true,
+            | RngBitGenerator | Call | AllReduce | ReduceScatter => true,
             Reverse => self.spmd,
             Parameter => {
                 self.caller[i.parent.index()].is_some() || (i.parent == self.entry && allow_params)

@@ -1,7 +1,7 @@
 //! The work around the fixed point, after XLA's `ShardingPropagation::Run`: shardings an
 //! earlier CSE-prevention run left behind, sharding metadata, device checks of while loops that
-//! hold channel instructions, the copy under a while that is the entry root, and at the end the
-//! restoration and evenness rules for entry parameters and outputs.
+//! hold channel instructions, and at the end the removal of shard barriers and the restoration
+//! and evenness rules for entry parameters and outputs.
 
 use tessera_hlo::sharding::ShardingKind;
 use tessera_hlo::{InstrId, Instruction, Module, Opcode, Shape, Sharding};

@@ -637,7 +637,13 @@ impl Sharding {
             let mut found = false;
             for end in (start + 1..=from.len()).rev() {
                 let run: Dims = (0..from.len())
-                    .map(|i| if (start..end).contains(&i) { tdims[i] } else { 1 })
+                    .map(|i| {
+                        if (start..end).contains(&i) {
+                            tdims[i]
+                        } else {
+                            1
+                        }
+                    })
                     .collect();
                 let run_sharding = Sharding::tiled(TileAssignment::iota(&run), false);
                 let Some(reshaped) = run_sharding.reshape_through(from, to) else {
@@ -1066,7 +1072,11 @@ mod tests {
         // A sharded dimension hands the target dimension gcd(tiles, size) tiles and carries the
         // rest; what is left over is replication.
         assert_eq!(
-            show(&s("{devices=[6,1]<=[6]}").reshape_through(&[6, 4], &[4, 6]).unwrap()),
+            show(
+                &s("{devices=[6,1]<=[6]}")
+                    .reshape_through(&[6, 4], &[4, 6])
+                    .unwrap()
+            ),
             "{devices=[2,1,3]<=[6] last_tile_dim_replicate}"
         );
         // The whole shape does not fit [4,6] -> [6,4] under [2,2]; the run of dimension 0 does.
@@ -1129,7 +1139,104 @@ mod tests {
         assert!(tm.strictly_better_than(&tr) && !tr.strictly_better_than(&tm));
     }
 
+    /// The linear indices (row-major in `dims`) of the elements device `dev` holds.
+    fn piece(s: &Sharding, dims: &[i64], dev: i64) -> std::collections::BTreeSet<i64> {
+        let mut out = std::collections::BTreeSet::new();
+        let Some((st, li)) = s.device_bounds(dims, dev) else {
+            return out;
+        };
+        let total: i64 = dims.iter().product();
+        'elems: for l in 0..total {
+            let mut rest = l;
+            for i in (0..dims.len()).rev() {
+                let x = rest % dims[i];
+                rest /= dims[i];
+                if x < st[i] || x >= li[i] {
+                    continue 'elems;
+                }
+            }
+            out.insert(l);
+        }
+        out
+    }
+
+    /// A shape of rank 1..=3 and a reshape of it: the same elements, refactored.
+    fn arb_reshape() -> impl Strategy<Value = (Vec<i64>, Vec<i64>)> {
+        let factors = prop::sample::select(vec![1i64, 2, 3, 4, 6]);
+        (prop::collection::vec(factors, 1..4), 0usize..64).prop_map(|(from, pick)| {
+            let total: i64 = from.iter().product();
+            // Ordered factorizations of `total` into at most 3 factors.
+            let mut options: Vec<Vec<i64>> = Vec::new();
+            for a in 1..=total {
+                if total % a != 0 {
+                    continue;
+                }
+                options.push(vec![a, total / a]);
+                for b in 1..=total / a {
+                    if (total / a) % b == 0 {
+                        options.push(vec![a, b, total / a / b]);
+                    }
+                }
+            }
+            options.push(vec![total]);
+            let to = options[pick % options.len()].clone();
+            (from, to)
+        })
+    }
+
     proptest! {
+        /// Propagating a sharding through a reshape never asks a device for data it does not
+        /// hold: under the target sharding each device's piece (as element indices) contains
+        /// its piece under the source sharding. Tiles divide their dimensions; devices are in
+        /// a shuffled order; a replicated subgroup is optional.
+        #[test]
+        fn reshape_keeps_device_pieces((from, to) in arb_reshape(), seed in 0u64..10_000, repl in 1i64..3) {
+            // Tiles: a divisor of each dimension, chosen by the seed.
+            let tiles: Vec<i64> = from.iter().enumerate().map(|(i, &d)| {
+                let divs: Vec<i64> = (1..=d).filter(|k| d % k == 0).collect();
+                divs[((seed >> (3 * i)) as usize) % divs.len()]
+            }).collect();
+            let mut tdims = tiles.clone();
+            if repl > 1 { tdims.push(repl); }
+            let n: i64 = tdims.iter().product();
+            let mut devices: Vec<i64> = (0..n).collect();
+            let mut x = seed;
+            for k in (1..devices.len()).rev() {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                devices.swap(k, (x >> 33) as usize % (k + 1));
+            }
+            let ta = TileAssignment::Explicit { dims: tdims.iter().copied().collect(), devices };
+            let s = Sharding::tiled(ta, repl > 1);
+            let t = s.propagate_through_reshape(&from, &to);
+            for dev in 0..n {
+                let before = piece(&s, &from, dev);
+                let after = piece(&t, &to, dev);
+                prop_assert!(before.is_subset(&after),
+                    "{} {:?} -> {:?} gives {}: device {} loses data", show(&s), from, to, show(&t), dev);
+            }
+            // Going through the reshape and back only ever coarsens.
+            let back = t.propagate_through_reshape(&to, &from);
+            for dev in 0..n {
+                prop_assert!(piece(&s, &from, dev).is_subset(&piece(&back, &from, dev)));
+            }
+        }
+
+        /// Reversing the same dimensions twice gives the sharding back, and a reversed
+        /// sharding's device pieces are the mirrored pieces.
+        #[test]
+        fn reverse_mirrors_pieces(a in 1i64..5, b in 1i64..5, ta in 1i64..3, tb in 1i64..3, d in 0usize..2) {
+            let dims = [a * ta, b * tb];
+            let s = Sharding::tiled(TileAssignment::iota(&[ta, tb]), false);
+            let r = s.reverse_dims(&[d]);
+            prop_assert_eq!(r.reverse_dims(&[d]).normalized(), s.normalized());
+            for dev in 0..ta * tb {
+                let (st, li) = s.device_bounds(&dims, dev).unwrap();
+                let (rst, rli) = r.device_bounds(&dims, dev).unwrap();
+                prop_assert_eq!((rst[d], rli[d]), (dims[d] - li[d], dims[d] - st[d]));
+                prop_assert_eq!((rst[1 - d], rli[1 - d]), (st[1 - d], li[1 - d]));
+            }
+        }
+
         /// The canonical spelling lists the same devices.
         #[test]
         fn canonical_keeps_devices(a in 1i64..4, b in 1i64..4, c in 1i64..3, rot in 0usize..3) {

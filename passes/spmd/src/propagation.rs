@@ -489,9 +489,7 @@ fn process_sharding_custom_calls(
             changed = true;
             if !dims.is_empty() {
                 unspecified.push((new, dims));
-            } else if module.instr(operand).sharding.is_none()
-                && module.users(operand).len() == 1
-            {
+            } else if module.instr(operand).sharding.is_none() && module.users(operand).len() == 1 {
                 // Only a sole user decides its operand's sharding outright; with others, the
                 // operand's sharding comes out of propagation (XLA does the same).
                 module.instr_mut(operand).sharding = Some(sharding);
@@ -1564,9 +1562,8 @@ impl<'m> Propagator<'m> {
                         _ => None,
                     }
                 });
-                let swap = by_lookahead.unwrap_or_else(|| {
-                    self.shape(l).byte_size(8) < self.shape(r).byte_size(8)
-                });
+                let swap = by_lookahead
+                    .unwrap_or_else(|| self.shape(l).byte_size(8) < self.shape(r).byte_size(8));
                 if swap {
                     (b, a)
                 } else {
@@ -1762,7 +1759,10 @@ impl<'m> Propagator<'m> {
         let aggressive = self.non_root_users_is_one(id);
         let mut changed = false;
         if self.sp(op) {
-            let s = self.cur(op).unwrap().replicate_on_dims(&self.sliced_dims(id, op));
+            let s = self
+                .cur(op)
+                .unwrap()
+                .replicate_on_dims(&self.sliced_dims(id, op));
             changed |= self.improve(id, s, mc, aggressive);
         }
         if i.opcode == Opcode::DynamicUpdateSlice && self.sp(i.operand(0)) {
@@ -2246,8 +2246,7 @@ impl<'m> Propagator<'m> {
                         "entry parameter {} may not take a sharding (allow_spmd_sharding_propagation_to_parameters is off)",
                         i.attrs.parameter_number
                     )
-                } else if self.is_root(id) && c != self.entry && self.caller[c.index()].is_none()
-                {
+                } else if self.is_root(id) && c != self.entry && self.caller[c.index()].is_none() {
                     "the root of a loop condition takes no sharding (XLA leaves it to the partitioner)"
                         .to_string()
                 } else if !self.supports_partitioning(id, self.allow_output, self.params_any) {
@@ -2272,8 +2271,7 @@ fn first_target_dim_to_move_tiles(shape: &Shape, s: &Sharding, source: usize) ->
     let t = s.as_tiled()?;
     let dims = shape.dims();
     let tiles = t.tile_assignment.dims();
-    if dims.len() < 2 || dims.get(source) == Some(&1) || tiles.get(source).is_none_or(|&n| n == 1)
-    {
+    if dims.len() < 2 || dims.get(source) == Some(&1) || tiles.get(source).is_none_or(|&n| n == 1) {
         return None;
     }
     (0..dims.len()).find(|&d| d != source && dims[d] % (tiles[source] * tiles[d]) == 0)

@@ -7,7 +7,9 @@ use tessera_hlo::sharding::ShardingKind;
 use tessera_hlo::{InstrId, Instruction, Module, Opcode, Shape, Sharding};
 use tessera_pass::{PassError, Result};
 
-use super::{expand, has_unknown, is_shard_barrier, leaf_range, remove_with_edges, Flags, Propagator};
+use super::{
+    expand, has_unknown, is_shard_barrier, leaf_range, remove_with_edges, Flags, Propagator,
+};
 
 /// The `op_name` that marks a sharding given only to keep CSE from merging broadcasts.
 pub(super) const CSE_PREVENTION_NAME: &str = "_sharding_propagation_cse_prevention";

@@ -190,10 +190,15 @@ impl Sharding {
         self.normalized().kind == other.normalized().kind
     }
 
-    /// Replicated, maximal, manual, unknown or unreduced: one piece per device holding the
-    /// whole value (XLA's `IsTileMaximal`). False for tuples.
+    /// XLA's `IsTileMaximal`: replicated or on one device (a tuple: every leaf is). Manual,
+    /// unknown and unreduced shardings are not tile-maximal in XLA (its `maximal_` flag is set
+    /// only for replicated and single-device shardings).
     pub fn is_tile_maximal(&self) -> bool {
-        !matches!(self.kind, ShardingKind::Tiled(_) | ShardingKind::Tuple(_))
+        match &self.kind {
+            ShardingKind::Tuple(e) => e.iter().all(Sharding::is_tile_maximal),
+            ShardingKind::Replicated | ShardingKind::Maximal(_) => true,
+            _ => false,
+        }
     }
 
     /// Number of data tiles (1 for tile-maximal shardings).
@@ -204,12 +209,13 @@ impl Sharding {
         }
     }
 
-    /// XLA's `IsSpatiallyPartitioned`: tiled or replicated (a tuple: any leaf is).
+    /// XLA's `IsSpatiallyPartitioned`: not tile-maximal, or replicated (a tuple: any leaf is).
+    /// As in XLA this holds for manual shardings too: they may reach an instruction that has
+    /// no sharding yet.
     pub fn is_spatially_partitioned(&self) -> bool {
         match &self.kind {
             ShardingKind::Tuple(e) => e.iter().any(Sharding::is_spatially_partitioned),
-            ShardingKind::Tiled(_) | ShardingKind::Replicated => true,
-            _ => false,
+            _ => !self.is_tile_maximal() || self.is_replicated(),
         }
     }
 
@@ -241,9 +247,10 @@ impl Sharding {
         self.as_tiled().map_or(0, TiledSharding::data_rank)
     }
 
-    /// XLA's `IsShardingMoreSpecific(self, other)`: more data tiles than a tiled `other`, any
-    /// tiling over a maximal `other`, anything but replication over a replicated `other`;
-    /// tuples: no leaf worse and one better. Never for manual shardings.
+    /// XLA's `IsShardingMoreSpecific(self, other)`: a manual sharding over a tile-maximal one;
+    /// else (neither manual) more data tiles than a tiled `other`, any tiling over a maximal
+    /// `other`, anything but replication over a replicated `other`; tuples: no leaf worse and
+    /// one better.
     pub fn more_specific_than(&self, other: &Sharding) -> bool {
         match (&self.kind, &other.kind) {
             (ShardingKind::Tuple(a), ShardingKind::Tuple(b)) => {
@@ -261,18 +268,49 @@ impl Sharding {
             }
             (ShardingKind::Tuple(_), _) | (_, ShardingKind::Tuple(_)) => false,
             _ => {
+                if self.is_manual() && other.is_tile_maximal() {
+                    return true;
+                }
                 if self.is_manual() || other.is_manual() {
                     return false;
                 }
                 if !other.is_tile_maximal() {
                     self.num_tiles() > other.num_tiles()
-                } else if !other.is_replicated() {
-                    !self.is_tile_maximal()
-                } else {
+                } else if other.is_replicated() {
                     !self.is_replicated()
+                } else {
+                    !self.is_tile_maximal()
                 }
             }
         }
+    }
+
+    /// XLA's `IsShardingStrictlyBetter(self, other)`: a manual sharding replaces a
+    /// tile-maximal one whatever else holds (tuples: some leaf does so and no leaf the other
+    /// way round).
+    pub fn strictly_better_than(&self, other: &Sharding) -> bool {
+        fn mask(a: &Sharding, b: &Sharding) -> u8 {
+            match (&a.kind, &b.kind) {
+                (ShardingKind::Tuple(x), ShardingKind::Tuple(y)) => {
+                    x.iter().zip(y).fold(0, |m, (p, q)| m | mask(p, q))
+                }
+                (ShardingKind::Tuple(_), _) | (_, ShardingKind::Tuple(_)) => 0,
+                _ => {
+                    let mut m = 0;
+                    if a.is_manual() && b.is_tile_maximal() {
+                        m |= 1;
+                    }
+                    if b.is_manual() && a.is_tile_maximal() {
+                        m |= 2;
+                    }
+                    m
+                }
+            }
+        }
+        if self.is_tuple() != other.is_tuple() {
+            return false;
+        }
+        mask(self, other) == 1
     }
 
     /// XLA's `PartiallyReplicateTiledShardingOnDims`: the tiles of data dimensions `dims` move
@@ -447,11 +485,15 @@ impl Sharding {
         with_meta(Sharding::subgroup(ta, &t.subgroup_types()), self)
     }
 
-    /// XLA's `ReshapeSharding`: the sharding of `reshape(x)` from `from` to `to` given x's,
-    /// following dimension splits and merges (a merge keeps only a sharded major dimension, or
-    /// minor ones whose more major partners are split into one element per tile; size-1
-    /// dimensions may come and go, a sharded one going into the replication). `None` when no
-    /// data tiling survives.
+    /// XLA's `ReshapeSharding`: the sharding of `reshape(x)` from `from` to `to` given x's.
+    /// Source and target dimensions are walked major to minor: unsharded source dimensions are
+    /// multiplied together and absorb whole target dimensions, equal sizes keep their tiles, a
+    /// target dimension of size 1 gets none, a sharded source dimension of size 1 goes into the
+    /// replication, and a sharded dimension of another size gives the target dimension
+    /// `gcd(tiles, target size)` of its tiles and carries the rest on (so `[6,4] -> [4,6]` under
+    /// `[6,1]` gives `[2,1,3]` partially replicated). The walk stops at the first pair it cannot
+    /// match; tiles not placed by then become replication. `None` when no data tiling survives
+    /// or a sharded dimension does not divide evenly.
     pub fn reshape_through(&self, from: &[i64], to: &[i64]) -> Option<Sharding> {
         let t = match &self.kind {
             ShardingKind::Tiled(t) => t,
@@ -461,76 +503,273 @@ impl Sharding {
         if t.data_rank() != from.len() {
             return None;
         }
-        let tiles = t.data_tile_dims();
-        // Stacks with the most major dimension on top.
+        // Stacks with the most major dimension on top; `index` is the source dimension the
+        // last pop took (pushes back step it down again).
         let mut src: Vec<i64> = from.iter().rev().copied().collect();
-        let mut src_tiles: Vec<i64> = tiles.iter().rev().copied().collect();
+        let mut parts: Vec<i64> = t.data_tile_dims().iter().rev().copied().collect();
         let mut tgt: Vec<i64> = to.iter().rev().copied().collect();
+        let mut index = -1i64;
         let mut out: Dims = SmallVec::new();
-        let mut added_replication = 1i64;
-        while !src.is_empty() || !tgt.is_empty() {
-            let Some(t_size) = tgt.pop() else {
-                if src_tiles.iter().product::<i64>() != 1 {
-                    return None;
+        let mut fold_into_last = false;
+        let mut to_replicate: Vec<usize> = Vec::new();
+        let emit = |out: &mut Dims, fold: &mut bool, n: i64| {
+            if *fold {
+                *out.last_mut().expect("folding needs a dimension") *= n;
+            } else {
+                out.push(n);
+            }
+            *fold = false;
+        };
+        while !src.is_empty() && !tgt.is_empty() && parts.iter().product::<i64>() != 1 {
+            // Unsharded source dimensions absorb whole target dimensions.
+            let mut unsharded = 1;
+            while parts.last() == Some(&1) {
+                unsharded *= src.pop().unwrap();
+                parts.pop();
+                index += 1;
+            }
+            while let Some(&t_size) = tgt.last() {
+                if t_size <= 1 || unsharded % t_size != 0 {
+                    break;
                 }
+                unsharded /= t_size;
+                tgt.pop();
+                emit(&mut out, &mut fold_into_last, 1);
+            }
+            if unsharded != 1 {
+                src.push(unsharded);
+                parts.push(1);
+                index -= 1;
+            }
+            let (Some(s_size), Some(t_size)) = (src.pop(), tgt.pop()) else {
                 break;
             };
-            let (s_size, s_parts) = match src.pop() {
-                Some(s) => (s, src_tiles.pop().unwrap()),
-                None => (1, 1),
-            };
-            if s_parts * src_tiles.iter().product::<i64>() == 1 {
-                out.push(1);
-                continue;
-            }
+            let s_parts = parts.pop().unwrap();
+            index += 1;
             if s_size == t_size {
-                out.push(s_parts);
+                emit(&mut out, &mut fold_into_last, s_parts);
             } else if t_size == 1 {
-                out.push(1);
+                emit(&mut out, &mut fold_into_last, 1);
                 src.push(s_size);
-                src_tiles.push(s_parts);
+                parts.push(s_parts);
+                index -= 1;
             } else if s_size == 1 {
-                added_replication *= s_parts;
                 tgt.push(t_size);
-            } else if s_size > t_size {
-                if s_size % t_size != 0 || s_size % s_parts != 0 {
-                    return None;
+                if s_parts > 1 {
+                    to_replicate.push(index as usize);
                 }
-                if t_size % s_parts == 0 {
-                    out.push(s_parts);
-                    src.push(s_size / t_size);
-                    src_tiles.push(1);
-                } else if s_parts % t_size == 0 {
-                    out.push(t_size);
-                    src.push(s_size / t_size);
-                    src_tiles.push(s_parts / t_size);
-                } else {
-                    return None;
+            } else if s_parts == 1 {
+                // An unsharded remainder merges with the next unsharded dimension (the target
+                // dimension is consumed, as in XLA); with a sharded one next, stop.
+                match parts.last() {
+                    Some(1) => *src.last_mut().unwrap() *= s_size,
+                    _ => break,
                 }
+            } else if s_size % s_parts != 0 {
+                return None;
             } else {
-                // Merge with the next source dimension.
-                if s_size % s_parts != 0 || src.is_empty() {
-                    return None;
+                let g = gcd(s_parts, t_size);
+                if g == 1 {
+                    break;
                 }
-                if *src_tiles.last().unwrap() != 1 && s_size != s_parts {
-                    return None;
-                }
-                *src.last_mut().unwrap() *= s_size;
-                *src_tiles.last_mut().unwrap() *= s_parts;
-                tgt.push(t_size);
+                src.push(s_size / g);
+                parts.push(s_parts / g);
+                index -= 1;
+                tgt.push(t_size / g);
+                emit(&mut out, &mut fold_into_last, g);
+                fold_into_last = true;
             }
         }
         if out.iter().product::<i64>() == 1 {
             return None;
         }
-        let mut types = t.subgroup_types();
-        out.extend(t.tile_assignment.dims()[t.data_rank()..].iter().copied());
-        if added_replication > 1 {
-            out.push(added_replication);
-            types.push(SubgroupType::Replicated);
+        out.resize(to.len().max(out.len()), 1);
+        let base = if to_replicate.is_empty() {
+            self.clone()
+        } else {
+            self.replicate_on_dims(&to_replicate)
+        };
+        let bt = base.as_tiled()?;
+        let r = bt.data_rank();
+        let bdims = bt.tile_assignment.dims();
+        let mut types = bt.subgroup_types();
+        let repl = types.iter().position(|x| *x == SubgroupType::Replicated);
+        for (k, &d) in bdims[r..].iter().enumerate() {
+            out.push(if repl == Some(k) { 1 } else { d });
         }
-        let ta = t.tile_assignment.reshape(&out)?;
+        let total = bt.tile_assignment.num_devices();
+        let placed: i64 = out.iter().product();
+        debug_assert_eq!(total % placed, 0);
+        let rest = total / placed;
+        if rest > 1 {
+            match repl {
+                Some(k) => out[to.len() + k] = rest,
+                None => {
+                    out.push(rest);
+                    types.push(SubgroupType::Replicated);
+                }
+            }
+        }
+        let ta = bt.tile_assignment.reshape(&out)?;
         Some(with_meta(Sharding::subgroup(ta, &types), self))
+    }
+
+    /// XLA's `PropagateShardingThroughReshape`: the sharding of `reshape(x)` given x's. Tries
+    /// [`reshape_through`](Sharding::reshape_through) on the tiles of runs of consecutive source
+    /// dimensions (longest first, left to right, the tiles outside a run counted as
+    /// replication) and merges every run that fits into the result; replicated when none does.
+    /// A manual subgroup is set aside and put back around the reshape.
+    pub fn propagate_through_reshape(&self, from: &[i64], to: &[i64]) -> Sharding {
+        let t = match &self.kind {
+            ShardingKind::Tiled(t) => t,
+            _ => return self.clone(),
+        };
+        if let Some(md) = self.subgroup_manual_dim() {
+            return self.with_manual_set_aside(md, to.len(), |inner| {
+                inner.propagate_through_reshape(from, to)
+            });
+        }
+        let ta = &t.tile_assignment;
+        let tdims = ta.dims();
+        let mut result = Sharding::replicated();
+        let mut start = 0;
+        while start < from.len() {
+            let mut found = false;
+            for end in (start + 1..=from.len()).rev() {
+                let run: Dims = (0..from.len())
+                    .map(|i| {
+                        if (start..end).contains(&i) {
+                            tdims[i]
+                        } else {
+                            1
+                        }
+                    })
+                    .collect();
+                let run_sharding = Sharding::tiled(TileAssignment::iota(&run), false);
+                let Some(reshaped) = run_sharding.reshape_through(from, to) else {
+                    continue;
+                };
+                // The run's tiles first, then the others (as replication).
+                let mut perm: Vec<usize> = (start..end).collect();
+                perm.extend(0..start);
+                perm.extend(end..tdims.len());
+                let mut dims: Dims = reshaped
+                    .as_tiled()
+                    .map(|r| r.tile_assignment.dims().iter().copied().collect())
+                    .unwrap_or_default();
+                let replicas = ta.num_devices() / dims.iter().product::<i64>();
+                if dims.len() == to.len() {
+                    dims.push(replicas);
+                } else {
+                    *dims.last_mut().unwrap() *= replicas;
+                }
+                let Some(moved) = ta.transpose(&perm).reshape(&dims) else {
+                    continue;
+                };
+                let candidate = Sharding::subgroup(moved, &[SubgroupType::Replicated]);
+                let min = result.num_tiles() + 1;
+                if merge_if_compatible(&candidate, min, &mut result) {
+                    start = end;
+                    found = true;
+                    break;
+                }
+            }
+            if !found {
+                start += 1;
+            }
+        }
+        with_meta(result, self)
+    }
+
+    /// Applies `f` to this sharding with its manual subgroup dimension `md` taken out (each
+    /// manual group seen as one device set), then puts the manual dimension back as the first
+    /// subgroup dimension of `f`'s result, whose data rank is `out_rank` (XLA's
+    /// `GroupShardingOnDims` / `UngroupSharding` for a manual subgroup).
+    pub fn with_manual_set_aside(
+        &self,
+        md: usize,
+        out_rank: usize,
+        f: impl FnOnce(&Sharding) -> Sharding,
+    ) -> Sharding {
+        let t = self.as_tiled().expect("a manual subgroup is tiled");
+        let ta = &t.tile_assignment;
+        let dims = ta.dims();
+        let groups = dims[md];
+        // Inner assignment over positions 0..n within a manual group.
+        let inner_dims: Dims = (0..dims.len())
+            .filter(|&d| d != md)
+            .map(|d| dims[d])
+            .collect();
+        let mut inner_types = t.subgroup_types();
+        inner_types.retain(|x| *x != SubgroupType::Manual);
+        let inner = Sharding::subgroup(TileAssignment::iota(&inner_dims), &inner_types);
+        let res = f(&inner);
+        let Some(rt) = res.as_tiled() else {
+            // Replicated inside each group: manual-only subgroups.
+            let mut d: Dims = SmallVec::from_elem(1, out_rank);
+            let n = ta.num_devices() / groups;
+            d.push(groups);
+            d.push(n);
+            let moved = {
+                let mut perm: Vec<usize> = vec![md];
+                perm.extend((0..dims.len()).filter(|&x| x != md));
+                ta.transpose(&perm)
+            };
+            let out = moved.reshape(&d).expect("same device count");
+            return with_meta(
+                Sharding::subgroup(out, &[SubgroupType::Manual, SubgroupType::Replicated]),
+                self,
+            );
+        };
+        let rdims = rt.tile_assignment.dims();
+        let rr = rt.data_rank();
+        let mut out_dims: Dims = rdims[..rr].iter().copied().collect();
+        out_dims.push(groups);
+        out_dims.extend(rdims[rr..].iter().copied());
+        let mut types = vec![SubgroupType::Manual];
+        types.extend(rt.subgroup_types());
+        // Device at (data idx, g, subgroup idx) = original device at (g, inner position).
+        let inner_pos = rt.tile_assignment.devices();
+        let mut devices = Vec::with_capacity(ta.num_devices() as usize);
+        let n_inner = inner_pos.len();
+        let data_count: usize = rdims[..rr].iter().product::<i64>() as usize;
+        let sub_count = n_inner / data_count;
+        let orig = ta.devices();
+        // Original linear index of (g, inner linear position p).
+        let orig_linear = |g: i64, p: i64| -> usize {
+            let mut rest = p;
+            let mut idx = vec![0i64; dims.len()];
+            for d in (0..dims.len()).rev() {
+                if d == md {
+                    continue;
+                }
+                idx[d] = rest % dims[d];
+                rest /= dims[d];
+            }
+            idx[md] = g;
+            idx.iter().zip(dims).fold(0i64, |acc, (&i, &n)| acc * n + i) as usize
+        };
+        for di in 0..data_count {
+            for g in 0..groups {
+                for si in 0..sub_count {
+                    let p = inner_pos[di * sub_count + si];
+                    devices.push(orig[orig_linear(g, p)]);
+                }
+            }
+        }
+        let out = TileAssignment::Explicit {
+            dims: out_dims,
+            devices,
+        };
+        with_meta(Sharding::subgroup(out, &types), self)
+    }
+}
+
+fn gcd(a: i64, b: i64) -> i64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
     }
 }
 
@@ -829,6 +1068,42 @@ mod tests {
     }
 
     #[test]
+    fn reshape_through_gcd_and_runs() {
+        // A sharded dimension hands the target dimension gcd(tiles, size) tiles and carries the
+        // rest; what is left over is replication.
+        assert_eq!(
+            show(
+                &s("{devices=[6,1]<=[6]}")
+                    .reshape_through(&[6, 4], &[4, 6])
+                    .unwrap()
+            ),
+            "{devices=[2,1,3]<=[6] last_tile_dim_replicate}"
+        );
+        // The whole shape does not fit [4,6] -> [6,4] under [2,2]; the run of dimension 0 does.
+        let x = s("{devices=[2,2]<=[4]}");
+        assert_eq!(
+            show(&x.propagate_through_reshape(&[4, 6], &[6, 4])),
+            "{devices=[2,1,2]<=[4] last_tile_dim_replicate}"
+        );
+        assert_eq!(
+            show(&x.propagate_through_reshape(&[4, 6], &[4, 2, 3])),
+            "{devices=[2,2,1]<=[4]}"
+        );
+        // Nothing fits: replicated.
+        assert!(s("{devices=[1,4]<=[4]}")
+            .propagate_through_reshape(&[8, 6], &[48])
+            .is_replicated());
+        // A manual subgroup is set aside and put back.
+        assert_eq!(
+            show(
+                &s("{devices=[2,1,2]<=[4] last_tile_dims={manual}}")
+                    .propagate_through_reshape(&[4, 6], &[2, 2, 6])
+            ),
+            "{devices=[2,1,1,2]<=[4] last_tile_dims={manual}}"
+        );
+    }
+
+    #[test]
     fn merge_partial_shardings() {
         let a = s("{devices=[2,1,2]<=[4] last_tile_dim_replicate}");
         let mut b = s("{devices=[1,2,2]<=[2,2]T(1,0) last_tile_dim_replicate}");
@@ -852,10 +1127,116 @@ mod tests {
         let m = Sharding::maximal(0);
         assert!(t.more_specific_than(&r) && !r.more_specific_than(&t));
         assert!(m.more_specific_than(&r) && t.more_specific_than(&m));
-        assert!(!Sharding::manual().more_specific_than(&r));
+        // As in XLA, a manual sharding is more specific than a tile-maximal one, not than a
+        // tiled one.
+        assert!(Sharding::manual().more_specific_than(&r));
+        assert!(!Sharding::manual().more_specific_than(&t));
+        assert!(!r.more_specific_than(&Sharding::manual()));
+        assert!(Sharding::manual().strictly_better_than(&r));
+        assert!(!Sharding::manual().strictly_better_than(&t));
+        let tm = Sharding::tuple(vec![Sharding::manual(), r.clone()]);
+        let tr = Sharding::tuple(vec![r.clone(), r.clone()]);
+        assert!(tm.strictly_better_than(&tr) && !tr.strictly_better_than(&tm));
+    }
+
+    /// The linear indices (row-major in `dims`) of the elements device `dev` holds.
+    fn piece(s: &Sharding, dims: &[i64], dev: i64) -> std::collections::BTreeSet<i64> {
+        let mut out = std::collections::BTreeSet::new();
+        let Some((st, li)) = s.device_bounds(dims, dev) else {
+            return out;
+        };
+        let total: i64 = dims.iter().product();
+        'elems: for l in 0..total {
+            let mut rest = l;
+            for i in (0..dims.len()).rev() {
+                let x = rest % dims[i];
+                rest /= dims[i];
+                if x < st[i] || x >= li[i] {
+                    continue 'elems;
+                }
+            }
+            out.insert(l);
+        }
+        out
+    }
+
+    /// A shape of rank 1..=3 and a reshape of it: the same elements, refactored.
+    fn arb_reshape() -> impl Strategy<Value = (Vec<i64>, Vec<i64>)> {
+        let factors = prop::sample::select(vec![1i64, 2, 3, 4, 6]);
+        (prop::collection::vec(factors, 1..4), 0usize..64).prop_map(|(from, pick)| {
+            let total: i64 = from.iter().product();
+            // Ordered factorizations of `total` into at most 3 factors.
+            let mut options: Vec<Vec<i64>> = Vec::new();
+            for a in 1..=total {
+                if total % a != 0 {
+                    continue;
+                }
+                options.push(vec![a, total / a]);
+                for b in 1..=total / a {
+                    if (total / a) % b == 0 {
+                        options.push(vec![a, b, total / a / b]);
+                    }
+                }
+            }
+            options.push(vec![total]);
+            let to = options[pick % options.len()].clone();
+            (from, to)
+        })
     }
 
     proptest! {
+        /// Propagating a sharding through a reshape never asks a device for data it does not
+        /// hold: under the target sharding each device's piece (as element indices) contains
+        /// its piece under the source sharding. Tiles divide their dimensions; devices are in
+        /// a shuffled order; a replicated subgroup is optional.
+        #[test]
+        fn reshape_keeps_device_pieces((from, to) in arb_reshape(), seed in 0u64..10_000, repl in 1i64..3) {
+            // Tiles: a divisor of each dimension, chosen by the seed.
+            let tiles: Vec<i64> = from.iter().enumerate().map(|(i, &d)| {
+                let divs: Vec<i64> = (1..=d).filter(|k| d % k == 0).collect();
+                divs[((seed >> (3 * i)) as usize) % divs.len()]
+            }).collect();
+            let mut tdims = tiles.clone();
+            if repl > 1 { tdims.push(repl); }
+            let n: i64 = tdims.iter().product();
+            let mut devices: Vec<i64> = (0..n).collect();
+            let mut x = seed;
+            for k in (1..devices.len()).rev() {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                devices.swap(k, (x >> 33) as usize % (k + 1));
+            }
+            let ta = TileAssignment::Explicit { dims: tdims.iter().copied().collect(), devices };
+            let s = Sharding::tiled(ta, repl > 1);
+            let t = s.propagate_through_reshape(&from, &to);
+            for dev in 0..n {
+                let before = piece(&s, &from, dev);
+                let after = piece(&t, &to, dev);
+                prop_assert!(before.is_subset(&after),
+                    "{} {:?} -> {:?} gives {}: device {} loses data", show(&s), from, to, show(&t), dev);
+            }
+            // Going through the reshape and back only ever coarsens.
+            let back = t.propagate_through_reshape(&to, &from);
+            for dev in 0..n {
+                prop_assert!(piece(&s, &from, dev).is_subset(&piece(&back, &from, dev)));
+            }
+        }
+
+        /// Reversing the same dimensions twice gives the sharding back, and a reversed
+        /// sharding's device pieces are the mirrored pieces.
+        #[test]
+        fn reverse_mirrors_pieces(a in 1i64..5, b in 1i64..5, ta in 1i64..3, tb in 1i64..3, d in 0usize..2) {
+            let dims = [a * ta, b * tb];
+            let s = Sharding::tiled(TileAssignment::iota(&[ta, tb]), false);
+            let r = s.reverse_dims(&[d]);
+            prop_assert_eq!(r.reverse_dims(&[d]).normalized(), s.normalized());
+            for dev in 0..ta * tb {
+                let (st, li) = s.device_bounds(&dims, dev).unwrap();
+                let (rst, rli) = r.device_bounds(&dims, dev).unwrap();
+                prop_assert_eq!((rst[d], rli[d]), (dims[d] - li[d], dims[d] - st[d]));
+                prop_assert_eq!((rst[1 - d], rli[1 - d]), (st[1 - d], li[1 - d]));
+            }
+        }
+
         /// The canonical spelling lists the same devices.
         #[test]
         fn canonical_keeps_devices(a in 1i64..4, b in 1i64..4, c in 1i64..3, rot in 0usize..3) {

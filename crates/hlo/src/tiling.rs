@@ -771,6 +771,60 @@ mod tests {
             prop_assert!(count.iter().all(|&c| c == repl));
         }
 
+        /// Tile arithmetic on one uneven dimension: tiles are `ceil(d / t)` long, laid end to end
+        /// from 0, the last non-empty one clamped at `d`, the rest empty at `d`.
+        #[test]
+        fn uneven_tile_offsets(d in 1i64..60, t in 1i64..12) {
+            let size = tile_shape(&[d], &[t])[0];
+            prop_assert_eq!(size, (d + t - 1) / t);
+            let mut next = 0;
+            let mut nonempty = 0;
+            for i in 0..t {
+                let (start, limit) = tile_bounds(&[d], &[t], &[i]);
+                prop_assert_eq!(start[0], next.min(d));
+                prop_assert!(limit[0] - start[0] <= size);
+                prop_assert!(limit[0] <= d);
+                if limit[0] > start[0] {
+                    nonempty += 1;
+                    // Only the last non-empty tile may be short.
+                    if limit[0] - start[0] < size {
+                        prop_assert_eq!(limit[0], d);
+                    }
+                }
+                next = limit[0];
+            }
+            prop_assert_eq!(next, d);
+            prop_assert_eq!(nonempty, (d + size - 1) / size);
+        }
+
+        /// A sharding's device pieces under `transpose(perm)` are the original pieces with their
+        /// dimensions permuted, partial replication included, and transposing back restores it.
+        #[test]
+        fn sharding_transpose_moves_pieces(dims in arb_dims(), seed in 0u64..1000, rot in 0usize..3, repl in 1i64..3) {
+            let r = dims.len();
+            let tiles: Vec<i64> = dims.iter().enumerate().map(|(i, &d)| 1 + ((seed >> (2 * i)) as i64 % d)).collect();
+            let mut tdims = tiles.clone();
+            if repl > 1 { tdims.push(repl); }
+            let s = Sharding::tiled(TileAssignment::iota(&tdims), repl > 1);
+            let perm: Vec<usize> = (0..r).map(|i| (i + rot) % r).collect();
+            let mut inv = vec![0; r];
+            for (i, &p) in perm.iter().enumerate() { inv[p] = i; }
+            let t = s.transpose(&perm).unwrap();
+            let tshape: Vec<i64> = perm.iter().map(|&p| dims[p]).collect();
+            let n: i64 = tdims.iter().product();
+            for dev in 0..n {
+                let (st, li) = s.device_bounds(&dims, dev).unwrap();
+                let (tst, tli) = t.device_bounds(&tshape, dev).unwrap();
+                for (j, &p) in perm.iter().enumerate() {
+                    prop_assert_eq!((tst[j], tli[j]), (st[p], li[p]));
+                }
+            }
+            let back = t.transpose(&inv).unwrap();
+            for dev in 0..n {
+                prop_assert_eq!(back.device_bounds(&dims, dev), s.device_bounds(&dims, dev));
+            }
+        }
+
         /// Transposing a tile assignment and back is the identity on devices.
         #[test]
         fn transpose_round_trip(dims in arb_dims(), rot in 0usize..3) {

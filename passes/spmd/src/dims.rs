@@ -4,7 +4,7 @@
 //! convolution reduces it to size 1), a non-contracting dimension of one operand (and the
 //! output), or a convolution spatial dimension (windowed: no simple mapping).
 
-use tessera_hlo::attrs::{ConvDimensionNumbers, DotDimensionNumbers, Window};
+use tessera_hlo::attrs::{ConvDimensionNumbers, DotDimensionNumbers, Window, WindowDim};
 
 /// One dimension's position in lhs, rhs and output; -1 where it has none.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,19 +80,24 @@ pub fn dot_dims(d: &DotDimensionNumbers, lhs_rank: usize, rhs_rank: usize) -> Do
     out
 }
 
-/// The mapping of a `convolution` read as a dot where it can be: the input batch is lhs
-/// non-contracting, the input feature contracts with the kernel input feature, the kernel output
-/// feature is rhs non-contracting (grouped convolutions make feature/batch dimensions batch
-/// dimensions); a spatial dimension is contracting when the window covers the whole input and
-/// the output has size 1, lhs non-contracting for a 1-wide kernel that keeps the size, rhs
-/// non-contracting for a size-1 input whose kernel spans the output, else a convolution spatial
-/// dimension.
+/// The mapping of a `convolution` read as a dot where it can be, as XLA's
+/// `ParseConvolutionDimsInfo` reads it: the input batch is lhs non-contracting, the input feature
+/// contracts with the kernel input feature, the kernel output feature is rhs non-contracting
+/// (grouped convolutions make the feature or batch dimensions batch dimensions, which XLA does
+/// not; see docs/sharding-propagation.md). Each spatial dimension is then, in this order:
+/// - a batch dimension when the window walks the input one element at a time without mixing
+///   them (window = input size, base dilation = input size, and stride or window dilation =
+///   input size - 1; or the padded, reversed spelling of the same),
+/// - contracting when the window covers the whole input without padding, dilation or reversal,
+/// - lhs non-contracting for a 1-wide kernel window (stride 1, no padding, no reversal),
+/// - rhs non-contracting for a size-1 input that a reversed, fully padded window slides over,
+/// - else a convolution spatial dimension.
 pub fn conv_dims(
     d: &ConvDimensionNumbers,
     window: Option<&Window>,
     lhs_dims: &[i64],
     rhs_dims: &[i64],
-    out_dims: &[i64],
+    _out_dims: &[i64],
     feature_group_count: i64,
     batch_group_count: i64,
 ) -> DotDims {
@@ -139,23 +144,31 @@ pub fn conv_dims(
         let o = d.output_spatial_dimensions[i];
         let ls = lhs_dims.get(l as usize).copied().unwrap_or(1);
         let rs = rhs_dims.get(r as usize).copied().unwrap_or(1);
-        let os = out_dims.get(o as usize).copied().unwrap_or(1);
         let w = window
             .and_then(|w| w.dims.get(i))
             .copied()
             .unwrap_or_default();
-        let plain = w.padding_low == 0
-            && w.padding_high == 0
-            && w.window_dilation == 1
-            && w.base_dilation == 1
-            && !w.window_reversal;
         let t = DimTriple::new(l, r, o);
-        if plain && ls == w.size && os == 1 && ls > 1 {
+        let no_pad = w.padding_low == 0 && w.padding_high == 0;
+        let undilated = w.window_dilation == 1 && w.base_dilation == 1;
+        if spatial_is_batch(ls, &w) {
+            out.batch.push(t);
+        } else if ls == w.size && undilated && no_pad && !w.window_reversal {
+            // One window over the whole input (any stride): a contraction.
             out.contracting.push(t);
-        } else if plain && rs == 1 && w.stride == 1 && ls == os {
-            out.lhs_non_contracting.push(t);
-        } else if ls == 1 && rs == os && w.stride == 1 && os > 1 {
-            out.rhs_non_contracting.push(t);
+        } else if w.stride == 1 && undilated {
+            if rs == 1 && w.size == 1 && no_pad && !w.window_reversal {
+                out.lhs_non_contracting.push(t);
+            } else if ls == 1
+                && w.size == rs
+                && w.padding_low == rs - 1
+                && w.padding_high == rs - 1
+                && w.window_reversal
+            {
+                out.rhs_non_contracting.push(t);
+            } else {
+                out.conv_spatial.push(t);
+            }
         } else {
             out.conv_spatial.push(t);
         }
@@ -163,10 +176,30 @@ pub fn conv_dims(
     out
 }
 
+/// A spatial dimension that a dot's batch dimension was written as: each output element sees
+/// exactly one input element of it (XLA's `SpatialIsBatch`, both spellings).
+fn spatial_is_batch(size: i64, w: &WindowDim) -> bool {
+    let step = (size - 1).max(1);
+    let unpadded = size == w.size
+        && size == w.base_dilation
+        && ((step == w.stride && w.window_dilation == 1)
+            || (step == w.window_dilation && w.stride == 1))
+        && w.padding_low == 0
+        && w.padding_high == 0
+        && !w.window_reversal;
+    let padded = size == w.size
+        && w.padding_low == size - 1
+        && w.padding_high == size - 1
+        && w.window_reversal
+        && w.window_dilation == 1
+        && w.stride == size
+        && w.base_dilation == size - 1;
+    unpadded || padded
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tessera_hlo::attrs::WindowDim;
 
     fn dnums(lb: &[i64], lc: &[i64], rb: &[i64], rc: &[i64]) -> DotDimensionNumbers {
         DotDimensionNumbers {

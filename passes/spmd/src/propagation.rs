@@ -24,6 +24,9 @@ use tessera_pass::{Pass, PassError, Result};
 use crate::dims::{conv_dims, dot_dims, DotDims};
 use crate::gather_scatter::{self as gs, DimMap, GatherScatter};
 
+mod manual;
+mod setup;
+
 /// Options of `sharding-propagation` (`--pass-option sharding-propagation.KEY=VALUE`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PropagationOptions {
@@ -181,22 +184,42 @@ pub fn propagate(
         return Ok((false, PropagationReport::default()));
     };
     let mut changed = false;
+    let cse = options.cse_prevention_only;
+    // A CSE-prevention run restores everything but its own shardings at the end.
+    let before_all: Vec<Option<Sharding>> = if cse {
+        (0..module.instr_capacity())
+            .map(|k| {
+                module
+                    .try_instr(InstrId::new(k))
+                    .and_then(|i| i.sharding.clone())
+            })
+            .collect()
+    } else {
+        changed |= setup::remove_cse_prevention(module);
+        Vec::new()
+    };
+    if options.propagate_metadata {
+        changed |= setup::assign_sharding_metadata(module);
+    }
     let mut unspecified: Vec<(InstrId, Vec<usize>)> = Vec::new();
-    changed |= process_sharding_custom_calls(module, &mut unspecified)?;
+    changed |= process_sharding_custom_calls(module, !cse, &mut unspecified)?;
+    changed |= setup::check_while_devices(module)?;
+    let flags = Flags::new(module, options);
 
     let m: &Module = module;
-    let mut p = Propagator::new(m, entry, options);
+    let mut p = Propagator::new(m, entry, options, &flags);
     for (id, dims) in unspecified {
         p.unspecified[id.index()] = Some(dims);
     }
     p.run();
+    p.restore_entry_interface(&flags);
     let mut report = PropagationReport {
         iterations: p.iterations,
         inferred_from_operands: p.from_operands,
         inferred_from_users: p.from_users,
         undecided: Vec::new(),
     };
-    let undecided = p.undecided();
+    let undecided = if cse { Vec::new() } else { p.undecided() };
     let mut table = std::mem::take(&mut p.sh);
     let original = std::mem::take(&mut p.original);
     drop(p);
@@ -209,38 +232,6 @@ pub fn propagate(
             name: module.instr(id).name.clone(),
             reason,
         });
-    }
-    // Per-element output flags: elements that may not change keep what they had.
-    let flags: Option<Vec<bool>> = if options.propagate_to_output.len() > 1 {
-        Some(options.propagate_to_output.clone())
-    } else {
-        module
-            .config
-            .allow_spmd_sharding_propagation_to_output
-            .clone()
-            .filter(|v| v.len() > 1)
-    };
-    if let (Some(flags), Some(root)) = (flags, module.comp(entry).root()) {
-        let shape = &module.instr(root).shape;
-        if let Some(ShardingKind::Tuple(leaves)) = table[root.index()].as_mut().map(|s| &mut s.kind)
-        {
-            let before = original[root.index()].as_ref().map(|s| expand(shape, s));
-            for (e, &allowed) in flags.iter().enumerate().take(shape.tuple_elements().len()) {
-                if allowed {
-                    continue;
-                }
-                let (start, len) = leaf_range(shape, e);
-                for k in start..start + len {
-                    let old = match before.as_ref().map(|s| &s.kind) {
-                        Some(ShardingKind::Tuple(b)) => b.get(k).cloned(),
-                        _ => None,
-                    };
-                    if let Some(slot) = leaves.get_mut(k) {
-                        *slot = old.unwrap_or_else(Sharding::replicated);
-                    }
-                }
-            }
-        }
     }
     for (k, slot) in table.iter_mut().enumerate() {
         let id = InstrId::new(k);
@@ -258,12 +249,88 @@ pub fn propagate(
                 strip_metadata(s);
             }
         }
+        if cse {
+            // Keep only the new shardings of CSE targets, marked; restore everything else.
+            let before = before_all.get(k).cloned().flatten();
+            new = if setup::is_cse_target(module, instr) && before.is_none() {
+                new.map(|s| setup::mark_cse_prevention(&s))
+            } else {
+                before
+            };
+        }
         if new != *old {
             module.instr_mut(id).sharding = new;
             changed = true;
         }
     }
+    changed |= setup::remove_shard_barriers(module)?;
+    if cse {
+        // What counts is the difference with the input (the annotations' operands were
+        // touched on the way and are restored now).
+        changed = (0..module.instr_capacity()).any(|k| {
+            let now = module
+                .try_instr(InstrId::new(k))
+                .and_then(|i| i.sharding.clone());
+            now != before_all.get(k).cloned().flatten()
+        });
+    }
     Ok((changed, report))
+}
+
+fn is_unknown(s: &Sharding) -> bool {
+    matches!(s.kind, ShardingKind::Unknown)
+}
+
+fn has_unknown(s: &Sharding) -> bool {
+    match &s.kind {
+        ShardingKind::Tuple(e) => e.iter().any(has_unknown),
+        k => matches!(k, ShardingKind::Unknown),
+    }
+}
+
+fn replace_unknown(s: &mut Sharding) {
+    match &mut s.kind {
+        ShardingKind::Tuple(e) => e.iter_mut().for_each(replace_unknown),
+        k @ ShardingKind::Unknown => *k = ShardingKind::Replicated,
+        _ => {}
+    }
+}
+
+/// The effective per-parameter and per-output flags: the pass options when they allow
+/// anything, else the module's `allow_spmd_sharding_propagation_to_*`.
+struct Flags {
+    output: Vec<bool>,
+    output_any: bool,
+    params: Vec<bool>,
+    params_any: bool,
+}
+
+impl Flags {
+    fn new(m: &Module, o: &PropagationOptions) -> Flags {
+        let pick = |opt: &[bool], cfg: &Option<Vec<bool>>| -> Vec<bool> {
+            if opt.iter().any(|&b| b) {
+                opt.to_vec()
+            } else if let Some(c) = cfg.as_ref().filter(|c| c.iter().any(|&b| b)) {
+                c.clone()
+            } else {
+                vec![false]
+            }
+        };
+        let output = pick(
+            &o.propagate_to_output,
+            &m.config.allow_spmd_sharding_propagation_to_output,
+        );
+        let params = pick(
+            &o.propagate_to_parameters,
+            &m.config.allow_spmd_sharding_propagation_to_parameters,
+        );
+        Flags {
+            output_any: output.iter().any(|&b| b),
+            params_any: params.iter().any(|&b| b),
+            output,
+            params,
+        }
+    }
 }
 
 fn strip_metadata(s: &mut Sharding) {
@@ -329,10 +396,14 @@ fn parse_unspecified_dims(i: &Instruction) -> std::result::Result<Vec<usize>, St
 }
 
 /// Replaces every `custom-call(...), custom_call_target="Sharding"` with a `copy` that keeps
-/// its name and sharding (as XLA's pass does, so later passes need no special case). A fully
-/// specified annotation also goes onto its operand when that has none.
+/// its name and sharding (as XLA's pass does, so later passes need no special case), unless
+/// `replace_with_copy` is off (a CSE-prevention run) or the annotation is `{unknown}` on an
+/// operand that is not a parameter. A fully specified annotation also goes onto its operand
+/// when that has none and no other user; a partial one (`unspecified_dims=[..]`) records its
+/// free dimensions.
 fn process_sharding_custom_calls(
     module: &mut Module,
+    replace_with_copy: bool,
     unspecified: &mut Vec<(InstrId, Vec<usize>)>,
 ) -> Result<bool> {
     let mut changed = false;
@@ -359,6 +430,19 @@ fn process_sharding_custom_calls(
                     i.name
                 )));
             };
+            let keep = !replace_with_copy
+                || (is_unknown(&sharding) && module.instr(operand).opcode != Opcode::Parameter);
+            if keep {
+                if !dims.is_empty() {
+                    unspecified.push((id, dims));
+                } else if module.instr(operand).sharding.is_none()
+                    && module.users(operand).len() == 1
+                {
+                    module.instr_mut(operand).sharding = Some(sharding);
+                }
+                continue;
+            }
+            let i = module.instr(id);
             let name = i.name.clone();
             let mut copy = Instruction::new(name.clone(), Opcode::Copy, i.shape.clone())
                 .with_operands(&[operand]);
@@ -406,7 +490,9 @@ fn process_sharding_custom_calls(
             changed = true;
             if !dims.is_empty() {
                 unspecified.push((new, dims));
-            } else if module.instr(operand).sharding.is_none() {
+            } else if module.instr(operand).sharding.is_none() && module.users(operand).len() == 1 {
+                // Only a sole user decides its operand's sharding outright; with others, the
+                // operand's sharding comes out of propagation (XLA does the same).
                 module.instr_mut(operand).sharding = Some(sharding);
             }
         }
@@ -453,11 +539,16 @@ fn can_propagate_at(i: &Instruction, level: u8) -> bool {
     !(level < 2 && i.opcode == Broadcast)
 }
 
+/// XLA's `IsPassthroughCustomOps`: custom-calls whose output is laid out like their first
+/// operand.
 fn is_passthrough_custom_call(i: &Instruction, m: &Module) -> bool {
     let Some(cc) = i.attrs.custom_call.as_ref() else {
         return false;
     };
-    if cc.target == "Sharding" || cc.target == "X64Combine" {
+    if matches!(
+        cc.target.as_str(),
+        "Sharding" | "X64Combine" | "LayoutConstraint"
+    ) {
         return true;
     }
     if i.operands().len() != 1
@@ -474,7 +565,29 @@ fn is_passthrough_custom_call(i: &Instruction, m: &Module) -> bool {
             | "ResizeNearestGrad"
             | "ResizeBilinearGrad"
             | "Cholesky"
+            | "MoveToHost"
+            | "MoveToDevice"
+            | "PinToDevice"
+            | "PinToDeviceSram"
     )
+}
+
+/// Custom-calls that may be partitioned (XLA: passthrough ops and those with a registered
+/// custom-call partitioner; of those, the shard barriers).
+fn custom_call_is_shardable(i: &Instruction, m: &Module) -> bool {
+    is_passthrough_custom_call(i, m) || is_shard_barrier(i).is_some()
+}
+
+/// `ShardBarrierFrom` (`Some(true)`: nothing flows forward through it) or `ShardBarrierTo`
+/// (`Some(false)`: nothing flows backward through it).
+fn is_shard_barrier(i: &Instruction) -> Option<bool> {
+    if is_custom_call(i, "ShardBarrierFrom") {
+        Some(true)
+    } else if is_custom_call(i, "ShardBarrierTo") {
+        Some(false)
+    } else {
+        None
+    }
 }
 
 /// Leaf range `(start, len)` of tuple element `index` in the flattened leaves of `shape`.
@@ -542,10 +655,14 @@ struct Propagator<'m> {
     m: &'m Module,
     entry: CompId,
     entry_root: Option<InstrId>,
+    /// The entry root may take a sharding (some output flag is set).
     allow_output: bool,
     spmd: bool,
-    /// Per entry parameter number: may it take a sharding?
-    allow_params: Vec<bool>,
+    /// Some entry parameter may take a sharding: XLA then lets every entry parameter take one
+    /// from its users and restores the ones whose flag is off at the end.
+    params_any: bool,
+    /// Per entry parameter (or per element of a single tuple parameter): may it take one?
+    param_flags: Vec<bool>,
     sh: Vec<Option<Sharding>>,
     original: Vec<Option<Sharding>>,
     provided: Vec<bool>,
@@ -562,7 +679,7 @@ struct Propagator<'m> {
 }
 
 impl<'m> Propagator<'m> {
-    fn new(m: &'m Module, entry: CompId, o: &PropagationOptions) -> Propagator<'m> {
+    fn new(m: &'m Module, entry: CompId, o: &PropagationOptions, flags: &Flags) -> Propagator<'m> {
         let cap = m.instr_capacity();
         let mut sh: Vec<Option<Sharding>> = vec![None; cap];
         for &c in m.computations() {
@@ -577,36 +694,14 @@ impl<'m> Propagator<'m> {
                     .and_then(|i| i.sharding.clone())
             })
             .collect();
-        let cfg = &m.config;
-        let pick = |v: &[bool], k: usize| -> bool {
-            if v.len() == 1 {
-                v[0]
-            } else {
-                v.get(k).copied().unwrap_or(false)
-            }
-        };
-        let allow_output = o.propagate_to_output.iter().any(|&b| b)
-            || cfg
-                .allow_spmd_sharding_propagation_to_output
-                .as_ref()
-                .is_some_and(|v| v.iter().any(|&b| b));
-        let n_params = m.comp(entry).num_parameters();
-        let allow_params: Vec<bool> = (0..n_params)
-            .map(|k| {
-                pick(&o.propagate_to_parameters, k)
-                    || cfg
-                        .allow_spmd_sharding_propagation_to_parameters
-                        .as_ref()
-                        .is_some_and(|v| pick(v, k))
-            })
-            .collect();
         let mut p = Propagator {
             m,
             entry,
             entry_root: m.comp(entry).root(),
-            allow_output,
+            allow_output: flags.output_any,
             spmd: o.is_spmd,
-            allow_params,
+            params_any: flags.params_any,
+            param_flags: flags.params.clone(),
             sh,
             original,
             provided: vec![false; cap],
@@ -620,13 +715,37 @@ impl<'m> Propagator<'m> {
             from_users: 0,
         };
         p.build_computation_map();
-        for (k, s) in p.sh.iter().enumerate() {
-            p.provided[k] = s.is_some();
+        // Annotations the pass may not change (XLA's `provided_shardings`): every sharding but
+        // those of parameters and the entry root, and `{unknown}` ones; the entry root when the
+        // output may not take a sharding; entry parameters when none may.
+        for &c in m.computations() {
+            for &id in m.comp(c).instructions() {
+                let i = m.instr(id);
+                let Some(s) = p.sh[id.index()].as_ref() else {
+                    continue;
+                };
+                if Some(id) != p.entry_root && i.opcode != Opcode::Parameter && !has_unknown(s) {
+                    p.provided[id.index()] = true;
+                }
+            }
         }
-        if !p.allow_output {
-            if let Some(r) = p.entry_root {
+        if let Some(r) = p.entry_root {
+            if !p.allow_output && !p.sh[r.index()].as_ref().is_some_and(has_unknown) {
                 p.provided[r.index()] = true;
             }
+        }
+        if !p.params_any {
+            for k in 0..m.comp(entry).num_parameters() {
+                if let Some(id) = m.comp(entry).parameter(k) {
+                    if p.sh[id.index()].as_ref().is_some_and(|s| !has_unknown(s)) {
+                        p.provided[id.index()] = true;
+                    }
+                }
+            }
+        }
+        // `{unknown}` takes part as `{replicated}`.
+        for s in p.sh.iter_mut().flatten() {
+            replace_unknown(s);
         }
         for &c in m.computations() {
             p.orders.push((c, analysis::post_order(m, c)));
@@ -665,6 +784,9 @@ impl<'m> Propagator<'m> {
                 }
                 match i.opcode {
                     Opcode::While => {
+                        // Only the body (XLA's computation map): the condition's parameter
+                        // follows the loop through `related`, the rest of the condition
+                        // propagates as a computation of its own.
                         if let Some(b) = i.while_body() {
                             self.caller[b.index()] = Some(id);
                         }
@@ -748,6 +870,9 @@ impl<'m> Propagator<'m> {
         for level in 0..4u8 {
             self.run_level(level);
         }
+        // XLA runs the last level once more, with fresh caches, after its shard-group
+        // alignment (which this pass does not have); it can still change a few shardings.
+        self.run_level(3);
     }
 
     fn clear_cache(&mut self, id: InstrId, for_users: Option<InstrId>) {
@@ -757,6 +882,14 @@ impl<'m> Propagator<'m> {
         }
         for &u in m.instr(for_users.unwrap_or(id)).users() {
             self.done_fwd[u.index()] = false;
+            // The parameters of what the user calls see the new sharding too.
+            for &c in &m.instr(u).called {
+                for k in 0..m.comp(c).num_parameters() {
+                    if let Some(p) = m.comp(c).parameter(k) {
+                        self.done_fwd[p.index()] = false;
+                    }
+                }
+            }
         }
     }
 
@@ -781,7 +914,6 @@ impl<'m> Propagator<'m> {
                         if let Some(dims) = self.unspecified[id.index()].clone() {
                             if self.refine_unspecified_from_operand(id, &dims) {
                                 self.from_operands += 1;
-                                self.clear_cache(id, None);
                                 self.done_fwd[id.index()] = true;
                                 changed_last = true;
                             }
@@ -800,6 +932,17 @@ impl<'m> Propagator<'m> {
                     }
                 }
                 for &id in order.iter().rev() {
+                    // A manual conversion is refined together with the annotation before it:
+                    // when the conversion is to be revisited, so is the annotation.
+                    let i = self.m.instr(id);
+                    if !self.done_bwd[id.index()]
+                        && (is_custom_call(i, "SPMDFullToShardShape")
+                            || is_custom_call(i, "SPMDShardToFullShape"))
+                    {
+                        if let Some(&op) = i.operands().first() {
+                            self.done_bwd[op.index()] = false;
+                        }
+                    }
                     if self.done_bwd[id.index()] {
                         continue;
                     }
@@ -810,8 +953,6 @@ impl<'m> Propagator<'m> {
                         if let Some(dims) = self.unspecified[id.index()].clone() {
                             if self.refine_unspecified_from_users(id, &dims, level) {
                                 self.from_users += 1;
-                                self.clear_cache(id, None);
-                                self.done_bwd[id.index()] = true;
                                 changed_last = true;
                             }
                         }
@@ -834,33 +975,39 @@ impl<'m> Propagator<'m> {
     }
 
     /// After `id` changed: when it is a while/conditional/call, or a parameter or root of a
-    /// computation one of those calls, every related instruction takes its sharding.
+    /// computation one of those calls, every related instruction takes its sharding (XLA's
+    /// `maybe_computation_propagation`, which overrides provided shardings too); a parameter
+    /// of a conditional branch also passes its sharding to the conditional's operand for it.
     fn computation_propagation(&mut self, id: InstrId) -> Vec<InstrId> {
         let mut changed = Vec::new();
         let mut work = vec![id];
         while let Some(x) = work.pop() {
             let i = self.m.instr(x);
-            let mut searches: SmallVec<[InstrId; 2]> = SmallVec::new();
+            let mut groups: SmallVec<[SmallVec<[InstrId; 4]>; 2]> = SmallVec::new();
             if self.is_mapped_caller(x) {
-                searches.push(x);
+                groups.push(self.related(x));
             }
             if i.opcode == Opcode::Parameter || self.is_root(x) {
                 if let Some(c) = self.caller[i.parent.index()] {
-                    searches.push(c);
+                    groups.push(self.related(c));
+                    let ci = self.m.instr(c);
+                    if i.opcode == Opcode::Parameter && ci.opcode == Opcode::Conditional {
+                        if let Some(b) = ci.called.iter().position(|&k| k == i.parent) {
+                            if let Some(&op) = ci.operands().get(b + 1) {
+                                groups.push(SmallVec::from_slice(&[x, op]));
+                            }
+                        }
+                    }
                 }
             }
             let Some(s) = self.sh[x.index()].clone() else {
                 continue;
             };
-            for search in searches {
-                let related = self.related(search);
+            for related in groups {
                 if !related.contains(&x) {
                     continue;
                 }
                 for r in related {
-                    if self.provided[r.index()] && self.sh[r.index()].is_some() {
-                        continue;
-                    }
                     if self.sh[r.index()].as_ref() != Some(&s) {
                         self.sh[r.index()] = Some(s.clone());
                         changed.push(r);
@@ -872,64 +1019,97 @@ impl<'m> Propagator<'m> {
         changed
     }
 
-    /// XLA's `MaybeImproveInstructionSharding`.
+    /// XLA's `MaybeImproveInstructionSharding` (`ReturnImprovedShardingImpl`): a manual
+    /// sharding replaces a tile-maximal one; else a spatially partitioned candidate is taken
+    /// when there is no sharding yet, or when it merges with the current one into something
+    /// more specific (with as many tiles as the candidate only if each device's new piece lies
+    /// inside its old one, unless `aggressive`).
     fn improve(&mut self, id: InstrId, new: Sharding, may_combine: bool, aggressive: bool) -> bool {
+        match self.improved(id, new, may_combine, aggressive) {
+            Some(s) => {
+                self.sh[id.index()] = Some(s);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// What [`Self::improve`] would set, without setting it (XLA's `ReturnImprovedSharding`).
+    fn improved(
+        &self,
+        id: InstrId,
+        new: Sharding,
+        may_combine: bool,
+        aggressive: bool,
+    ) -> Option<Sharding> {
         let shape = self.shape(id);
         let mut new = new;
-        if !new.is_spatially_partitioned() || !fits(&new, shape) {
-            return false;
+        if !fits(&new, shape) {
+            return None;
+        }
+        if let Some(old) = self.sh[id.index()].as_ref() {
+            if new.strictly_better_than(old) {
+                return Some(new);
+            }
+        }
+        if !new.is_spatially_partitioned() {
+            // An empty tuple has one sharding, `{}`; XLA's output shows it set from a tuple
+            // user though it is not spatially partitioned.
+            let empty = matches!(&new.kind, ShardingKind::Tuple(e) if e.is_empty());
+            if empty && shape.leaf_count() == 0 && self.sh[id.index()].is_none() {
+                return Some(new);
+            }
+            return None;
         }
         let Some(old) = self.sh[id.index()].as_ref() else {
-            self.sh[id.index()] = Some(new);
-            return true;
+            return Some(new);
         };
+        if new.is_manual() {
+            return None;
+        }
         let tiles = new.num_tiles();
         if !merge_sharding(old, &mut new, may_combine) {
-            return false;
+            return None;
         }
-        if !aggressive && shape.is_array() && !old.is_tile_maximal() && new.num_tiles() == tiles {
-            let (Some(ot), Some(nt)) = (old.as_tiled(), new.as_tiled()) else {
-                return false;
-            };
-            let mut diff = Vec::new();
-            for d in 0..shape.rank() {
-                let (a, b) = (ot.tile_assignment.dims()[d], nt.tile_assignment.dims()[d]);
-                if a == b {
-                    continue;
-                }
-                if a != 1 {
-                    return false;
-                }
-                diff.push(d);
-            }
-            if !new.replicate_on_dims(&diff).same_as(old) {
-                return false;
-            }
+        if !aggressive
+            && shape.is_array()
+            && !old.is_tile_maximal()
+            && new.num_tiles() == tiles
+            && !is_sub_tiling(shape, &new, old)
+        {
+            return None;
         }
-        if &new == old {
-            return false;
-        }
-        self.sh[id.index()] = Some(new);
-        true
+        (&new != old).then_some(new)
     }
 
     // ----- which instructions may be sharded -----
 
+    /// The flag of entry parameter `k` (one flag for all, one per parameter, or, for a single
+    /// tuple parameter, one per element: then any).
+    fn param_flag(&self, k: usize) -> bool {
+        let f = &self.param_flags;
+        if f.len() == 1 {
+            return f[0];
+        }
+        let n = self.m.comp(self.entry).num_parameters();
+        if n == 1 && f.len() > 1 {
+            return f.iter().any(|&b| b);
+        }
+        f.get(k).copied().unwrap_or(false)
+    }
+
+    /// May this parameter keep a sharding the pass gives it?
     fn param_allowed(&self, id: InstrId) -> bool {
         let i = self.m.instr(id);
         if self.caller[i.parent.index()].is_some() {
             return true;
         }
-        i.parent == self.entry
-            && self
-                .allow_params
-                .get(i.attrs.parameter_number as usize)
-                .copied()
-                .unwrap_or(false)
+        i.parent == self.entry && self.param_flag(i.attrs.parameter_number as usize)
     }
 
-    /// XLA's `SupportSpatialPartitioning`.
-    fn supports_partitioning(&self, id: InstrId, allow_output: bool) -> bool {
+    /// XLA's `SupportSpatialPartitioning`: `allow_output` lets the entry root take a sharding,
+    /// `allow_params` entry parameters (XLA allows both only when inferring from users).
+    fn supports_partitioning(&self, id: InstrId, allow_output: bool, allow_params: bool) -> bool {
         use Opcode::*;
         let i = self.m.instr(id);
         if self.is_root(id)
@@ -938,19 +1118,20 @@ impl<'m> Propagator<'m> {
         {
             return false;
         }
-        if i.opcode.is_elementwise() || i.opcode == Map || (i.opcode == Rng && self.spmd) {
-            return true;
+        if i.opcode.is_elementwise() || i.opcode == Map {
+            return i.opcode != Rng || self.spmd;
         }
         match i.opcode {
             Broadcast | Concatenate | Conditional | Constant | Convolution
             | OptimizationBarrier | Dot | DynamicSlice | DynamicUpdateSlice | Gather
             | GetTupleElement | Infeed | Iota | Pad | ReduceWindow | Reshape | Scatter
             | SelectAndScatter | Slice | Sort | Transpose | Tuple | While | Reduce
-            | RngBitGenerator | Call => true,
+            | RngBitGenerator | Call | AllReduce | ReduceScatter => true,
             Reverse => self.spmd,
-            AllReduce | ReduceScatter => i.attrs.channel_id.is_none(),
-            Parameter => self.param_allowed(id),
-            CustomCall => self.spmd && is_passthrough_custom_call(i, self.m),
+            Parameter => {
+                self.caller[i.parent.index()].is_some() || (i.parent == self.entry && allow_params)
+            }
+            CustomCall => self.spmd && custom_call_is_shardable(i, self.m),
             _ => false,
         }
     }
@@ -1007,26 +1188,12 @@ impl<'m> Propagator<'m> {
         if !can_propagate_at(i, level) {
             return false;
         }
-        if self.cur(id).is_some_and(Sharding::is_manual) {
-            return false;
-        }
         // Manual shardings flow into everything computed from a manual value.
-        if self.cur(id).is_none()
-            && (i.shape.is_array() || matches!(i.opcode, Reduce | Sort | ReduceWindow))
-        {
-            for &op in i.operands() {
-                if !self.cur(op).is_some_and(Sharding::is_manual) {
-                    continue;
-                }
-                if level == 0 && matches!(i.opcode, Concatenate | DynamicSlice) {
-                    return false;
-                }
-                self.sh[id.index()] = Some(spread(&i.shape, Sharding::manual()));
-                return true;
-            }
+        if let Some(changed) = self.forward_manual(id, level) {
+            return changed;
         }
         let mc = self.spmd && level > 0;
-        if !self.supports_partitioning(id, self.allow_output) {
+        if !self.supports_partitioning(id, self.allow_output, false) {
             // An unpartitionable array op next to a replicated operand is replicated too.
             if i.shape.is_tuple()
                 || i.operands().is_empty()
@@ -1164,17 +1331,8 @@ impl<'m> Propagator<'m> {
                     return false;
                 }
                 let s = self.cur(op).unwrap();
-                match s.reshape_through(self.shape(op).dims(), i.shape.dims()) {
-                    Some(new) => self.improve(id, new, mc, aggressive),
-                    None => {
-                        if self.cur(id).is_none() {
-                            let r = s.replicate_all_data_dims(Some(i.shape.rank()));
-                            self.sh[id.index()] = Some(r);
-                            return true;
-                        }
-                        false
-                    }
-                }
+                let new = s.propagate_through_reshape(self.shape(op).dims(), i.shape.dims());
+                self.improve(id, new, mc, aggressive)
             }
             Reverse => {
                 let op = i.operand(0);
@@ -1214,12 +1372,15 @@ impl<'m> Propagator<'m> {
                 };
                 let s = self.cur(op).unwrap().clone();
                 let sort_dim = dims_attr(&i.attrs).first().copied().unwrap_or(0) as usize;
+                // Sharded along the sort dimension: only when the partitioner can move those
+                // tiles to another dimension (XLA's GetFirstTargetDimToMoveShardingTiles).
                 if s.as_tiled().is_some_and(|t| {
                     t.tile_assignment
                         .dims()
                         .get(sort_dim)
                         .is_some_and(|&d| d != 1)
-                }) {
+                }) && first_target_dim_to_move_tiles(self.shape(op), &s, sort_dim).is_none()
+                {
                     return false;
                 }
                 self.improve(id, spread(&i.shape, s), mc, aggressive)
@@ -1237,10 +1398,17 @@ impl<'m> Propagator<'m> {
                 self.improve(id, s, mc, false)
             }
             CustomCall => {
-                if is_custom_call(i, "X64Combine") {
+                // Nothing flows forward through a ShardBarrierFrom; a ShardBarrierTo takes its
+                // operand's sharding (as the barrier partitioners say).
+                if is_shard_barrier(i) == Some(true) {
                     return false;
                 }
-                let Some(op) = self.representative(id).filter(|&o| self.sp(o)) else {
+                let op = if is_shard_barrier(i) == Some(false) {
+                    Some(i.operand(0))
+                } else {
+                    self.representative(id)
+                };
+                let Some(op) = op.filter(|&o| self.sp(o)) else {
                     return false;
                 };
                 let s = self.cur(op).unwrap().clone();
@@ -1302,6 +1470,10 @@ impl<'m> Propagator<'m> {
             let n = oshape.leaf_count();
             if let Some(s) = self.cur(o) {
                 let olv: Vec<Sharding> = match &s.kind {
+                    // An outfeed's value is its token: the last leaf of its sharding.
+                    ShardingKind::Tuple(e) if self.m.instr(o).opcode == Opcode::Outfeed => {
+                        e.last().cloned().into_iter().collect()
+                    }
                     ShardingKind::Tuple(e) => e.clone(),
                     _ => vec![s.clone(); n],
                 };
@@ -1362,26 +1534,77 @@ impl<'m> Propagator<'m> {
     }
 
     /// XLA's `InferDotShardingFromOperands`: each operand's sharding with its contracting
-    /// dimensions replicated, moved to the output dimensions; the larger operand first.
+    /// dimensions replicated, moved to the output dimensions. When both improve the output, the
+    /// one whose tiling the next sharded user (through a chain of single users) refines goes
+    /// first, else the larger operand; the other then merges in.
     fn forward_dot(&mut self, id: InstrId, dd: &DotDims, mc: bool) -> bool {
         let i = self.m.instr(id);
         let (l, r) = (i.operand(0), i.operand(1));
-        let larger = if self.shape(l).byte_size(8) >= self.shape(r).byte_size(8) {
-            0
-        } else {
-            1
-        };
-        let mut changed = false;
-        for k in [larger, 1 - larger] {
-            let op = i.operand(k);
-            if !self.sp(op) {
-                continue;
+        let from = |p: &Self, k: usize, op: InstrId| -> Option<Sharding> {
+            if !p.sp(op) {
+                return None;
             }
-            if let Some(s) = self.dot_from_operand(id, dd, k) {
-                changed |= self.improve(id, s, mc, false);
+            let s = p.dot_from_operand(id, dd, k)?;
+            p.improved(id, s, mc, false)
+        };
+        let (a, b) = (from(self, 0, l), from(self, 1, r));
+        let (first, second) = match (a, b) {
+            (None, None) => return false,
+            (Some(s), None) | (None, Some(s)) => {
+                self.sh[id.index()] = Some(s);
+                return true;
+            }
+            (Some(a), Some(b)) => {
+                let shape = self.shape(id);
+                let by_lookahead = self.lookahead_user_sharding(id).and_then(|la| {
+                    match (is_sub_tiling(shape, &la, &a), is_sub_tiling(shape, &la, &b)) {
+                        (true, false) => Some(false),
+                        (false, true) => Some(true),
+                        _ => None,
+                    }
+                });
+                let swap = by_lookahead
+                    .unwrap_or_else(|| self.shape(l).byte_size(8) < self.shape(r).byte_size(8));
+                if swap {
+                    (b, a)
+                } else {
+                    (a, b)
+                }
+            }
+        };
+        self.sh[id.index()] = Some(first);
+        self.improve(id, second, mc, false);
+        true
+    }
+
+    /// XLA's `LookaheadUserSharding`: following `id`'s single user, and its single user, and
+    /// so on up to the first one with a sharding, the sharding that user asks of `id`.
+    fn lookahead_user_sharding(&mut self, id: InstrId) -> Option<Sharding> {
+        let m = self.m;
+        if m.instr(id).users().len() != 1 {
+            return None;
+        }
+        let mut chain = vec![id, m.instr(id).users()[0]];
+        while self.cur(*chain.last().unwrap()).is_none() {
+            let users = m.instr(*chain.last().unwrap()).users();
+            if users.len() != 1 {
+                return None;
+            }
+            chain.push(users[0]);
+        }
+        let mut result = None;
+        for k in (1..chain.len()).rev() {
+            result = self.sharding_from_user(chain[k - 1], chain[k], 3);
+            match &result {
+                Some(s) if k != 1 => self.sh[chain[k - 1].index()] = Some(s.clone()),
+                _ => break,
             }
         }
-        changed
+        // The chain's middle had no sharding: it gets none back.
+        for &c in &chain[1..chain.len() - 1] {
+            self.sh[c.index()] = None;
+        }
+        result
     }
 
     fn dot_from_operand(&self, id: InstrId, dd: &DotDims, k: usize) -> Option<Sharding> {
@@ -1471,8 +1694,38 @@ impl<'m> Propagator<'m> {
             };
             return self.improve(id, s.normalized(), mc, false);
         }
-        let s = ls.replicate_all_data_dims(Some(i.shape.rank()));
+        // A large kernel (a backward convolution, say): only the batch tiling is kept.
+        let s = ls.replicate_all_except(&[cd.input_batch_dimension as usize]);
+        let Some(s) = s.transpose_collapsed(&self.conv_lhs_to_out(id), &self.conv_out_to_lhs(id))
+        else {
+            return false;
+        };
         self.improve(id, s, mc, false)
+    }
+
+    /// Output dimension of each lhs dimension of convolution `id` (batch, feature, spatial).
+    fn conv_lhs_to_out(&self, id: InstrId) -> Vec<i64> {
+        let i = self.m.instr(id);
+        let cd = i.attrs.conv_dims.as_deref().unwrap();
+        let mut v = vec![-1i64; self.shape(i.operand(0)).rank()];
+        v[cd.input_batch_dimension as usize] = cd.output_batch_dimension;
+        v[cd.input_feature_dimension as usize] = cd.output_feature_dimension;
+        for (k, &d) in cd.input_spatial_dimensions.iter().enumerate() {
+            v[d as usize] = cd.output_spatial_dimensions[k];
+        }
+        v
+    }
+
+    /// Lhs dimension of each output dimension of convolution `id`.
+    fn conv_out_to_lhs(&self, id: InstrId) -> Vec<i64> {
+        let l2o = self.conv_lhs_to_out(id);
+        let mut v = vec![-1i64; self.shape(id).rank()];
+        for (l, &o) in l2o.iter().enumerate() {
+            if o >= 0 {
+                v[o as usize] = l as i64;
+            }
+        }
+        v
     }
 
     /// XLA's `IsConvolutionKernelSmall`.
@@ -1494,34 +1747,23 @@ impl<'m> Propagator<'m> {
         true
     }
 
-    fn forward_dynamic_slice(&mut self, id: InstrId, level: u8, mc: bool) -> bool {
+    /// XLA's `InferDynamicUpdateSliceShardingFromOperand1/0`: a dynamic-slice (or the update
+    /// of a dynamic-update-slice) passes its operand's sharding on with the sliced dimensions
+    /// replicated; a dynamic-update-slice also takes its base operand's sharding.
+    fn forward_dynamic_slice(&mut self, id: InstrId, _level: u8, mc: bool) -> bool {
         let i = self.m.instr(id);
         let op = if i.opcode == Opcode::DynamicSlice {
             i.operand(0)
         } else {
             i.operand(1)
         };
-        let slice_dim_sharded = || -> bool {
-            let Some(s) = self.cur(op).filter(|s| s.is_spatially_partitioned()) else {
-                return false;
-            };
-            let Some(t) = s.as_tiled() else {
-                return false;
-            };
-            if s.num_tiles() == 1 {
-                return false;
-            }
-            let (od, id_) = (self.shape(op).dims(), i.shape.dims());
-            (0..id_.len()).any(|d| t.tile_assignment.dims()[d] > 1 && id_[d] != od[d])
-        };
-        let sliced = slice_dim_sharded();
-        if level == 0 && sliced {
-            return false;
-        }
         let aggressive = self.non_root_users_is_one(id);
         let mut changed = false;
-        if self.sp(op) && (self.cur(op).unwrap().num_tiles() == 1 || !sliced) {
-            let s = self.cur(op).unwrap().clone();
+        if self.sp(op) {
+            let s = self
+                .cur(op)
+                .unwrap()
+                .replicate_on_dims(&self.sliced_dims(id, op));
             changed |= self.improve(id, s, mc, aggressive);
         }
         if i.opcode == Opcode::DynamicUpdateSlice && self.sp(i.operand(0)) {
@@ -1529,6 +1771,12 @@ impl<'m> Propagator<'m> {
             changed |= self.improve(id, s, mc, false);
         }
         changed
+    }
+
+    /// The dimensions where (dynamic-)slice `id` and `op` differ in size.
+    fn sliced_dims(&self, id: InstrId, op: InstrId) -> Vec<usize> {
+        let (a, b) = (self.shape(id).dims(), self.shape(op).dims());
+        (0..a.len()).filter(|&d| b.get(d) != Some(&a[d])).collect()
     }
 
     // ----- backward -----
@@ -1539,31 +1787,33 @@ impl<'m> Propagator<'m> {
         if level < 2 && i.opcode == Opcode::Broadcast {
             return false;
         }
-        if self.cur(id).is_some_and(Sharding::is_manual) {
-            return false;
+        // Manual shardings flow back into everything a manual value is computed from.
+        if let Some(changed) = self.backward_manual(id, level) {
+            return changed;
         }
-        if self.cur(id).is_none() {
-            for &u in i.users() {
-                if !self.cur(u).is_some_and(Sharding::is_manual)
-                    || is_custom_call(m.instr(u), "SPMDFullToShardShape")
-                {
-                    continue;
-                }
-                if i.shape.is_array() {
-                    self.sh[id.index()] = Some(Sharding::manual());
-                } else if let Some(s) = self.sharding_from_user(id, u, level) {
-                    self.sh[id.index()] = Some(s);
-                }
-                return true;
-            }
-        }
-        if !self.supports_partitioning(id, false) {
+        if !self.supports_partitioning(id, false, self.params_any) {
             return false;
         }
         let mc = self.spmd && level > 0;
+        let barrier = is_shard_barrier(i);
         let mut improved = false;
         for &u in i.users() {
-            if let Some(s) = self.sharding_from_user(id, u, level) {
+            // A random bit generator needs its state replicated.
+            if m.instr(u).opcode == Opcode::RngBitGenerator {
+                let r = replicated_for(&i.shape);
+                let changed = self.cur(id) != Some(&r);
+                self.sh[id.index()] = Some(r);
+                return changed;
+            }
+            if let Some(mut s) = self.sharding_from_user(id, u, level) {
+                if manual::all_manual(&s) && !self.may_become_manual(id) {
+                    continue;
+                }
+                // A ShardBarrierTo lets no sharding through backward: it becomes replicated
+                // (and so does what feeds it).
+                if barrier == Some(false) {
+                    s = replicated_for(&i.shape);
+                }
                 improved |= self.improve(id, s, mc, false);
             }
         }
@@ -1638,16 +1888,7 @@ impl<'m> Propagator<'m> {
                 if operand != id {
                     return None;
                 }
-                if !self.spmd {
-                    let t = us.as_tiled()?;
-                    let (ud, od) = (u.shape.dims(), i.shape.dims());
-                    for d in 0..ud.len() {
-                        if t.tile_assignment.dims()[d] > 1 && ud.get(d) != od.get(d) {
-                            return None;
-                        }
-                    }
-                }
-                Some(us.clone())
+                Some(us.replicate_on_dims(&self.sliced_dims(user, operand)))
             }
             ReduceWindow => {
                 let n = u.operands().len() / 2;
@@ -1659,10 +1900,7 @@ impl<'m> Propagator<'m> {
                 }
                 Some(us.clone())
             }
-            Reshape => Some(
-                us.reshape_through(u.shape.dims(), i.shape.dims())
-                    .unwrap_or_else(|| us.replicate_all_data_dims(Some(i.shape.rank()))),
-            ),
+            Reshape => Some(us.propagate_through_reshape(u.shape.dims(), i.shape.dims())),
             Pad => (index == 0).then(|| us.clone()),
             Slice => Some(us.clone()),
             Transpose => {
@@ -1673,17 +1911,39 @@ impl<'m> Propagator<'m> {
                 }
                 us.transpose(&inv).map(|s| s.normalized())
             }
-            Tuple => Some(sub_sharding(us, &u.shape, index)),
+            Tuple => {
+                // An operand used at several positions takes the most specific of them.
+                let mut best = sub_sharding(us, &u.shape, index);
+                for (k, &o) in u.operands().iter().enumerate().skip(index + 1) {
+                    if o == id {
+                        let alt = sub_sharding(us, &u.shape, k);
+                        if alt.more_specific_than(&best) {
+                            best = alt;
+                        }
+                    }
+                }
+                Some(best)
+            }
             GetTupleElement => {
                 let (start, len) = leaf_range(&i.shape, u.attrs.tuple_index as usize);
                 let ulv: Vec<Sharding> = match &us.kind {
                     ShardingKind::Tuple(e) => e.clone(),
                     _ => vec![us.clone(); len],
                 };
-                let fill = ulv.first()?.replicate_all_data_dims(None);
+                // Without a sharding of its own, every other leaf is the user's sharding with
+                // the data replicated (keeping manual subgroups), at that leaf's rank.
+                let first = ulv.first()?;
                 let mut leaves: Vec<Sharding> = match self.cur(id).map(|s| &s.kind) {
                     Some(ShardingKind::Tuple(e)) => e.clone(),
-                    _ => vec![fill; i.shape.leaf_count()],
+                    _ => {
+                        let mut v = Vec::with_capacity(i.shape.leaf_count());
+                        i.shape.for_each_subshape(|_, sub| {
+                            if !sub.is_tuple() {
+                                v.push(first.replicate_all_data_dims(Some(sub.rank())));
+                            }
+                        });
+                        v
+                    }
                 };
                 for (k, s) in ulv.into_iter().enumerate().take(len) {
                     *leaves.get_mut(start + k)? = s;
@@ -1708,14 +1968,27 @@ impl<'m> Propagator<'m> {
                 } else {
                     us.clone()
                 };
-                if s.is_tile_maximal() {
-                    return Some(s);
+                let mut s = if s.is_tile_maximal() {
+                    s
+                } else {
+                    let rd = dims_attr(&u.attrs);
+                    let map: Vec<usize> = (0..i.shape.rank())
+                        .filter(|d| !rd.contains(&(*d as i64)))
+                        .collect();
+                    s.insert_dims(i.shape.rank(), &map)?
+                };
+                // What the reduce's other inputs are sharded as refines it when compatible.
+                let n = u.operands().len() / 2;
+                for &o in &u.operands()[..n] {
+                    if o == id || s.is_manual() {
+                        continue;
+                    }
+                    if let Some(os) = self.cur(o).filter(|x| !x.is_manual() && !x.is_tuple()) {
+                        let min = s.num_tiles() + 1;
+                        merge_if_compatible(os, min, &mut s);
+                    }
                 }
-                let rd = dims_attr(&u.attrs);
-                let map: Vec<usize> = (0..i.shape.rank())
-                    .filter(|d| !rd.contains(&(*d as i64)))
-                    .collect();
-                s.insert_dims(i.shape.rank(), &map)
+                Some(s)
             }
             Sort => {
                 if us.is_tuple() {
@@ -1726,6 +1999,24 @@ impl<'m> Propagator<'m> {
             Reverse => {
                 let dims: Vec<usize> = dims_attr(&u.attrs).iter().map(|&d| d as usize).collect();
                 Some(us.reverse_dims(&dims))
+            }
+            Outfeed => {
+                // The outfeed's sharding covers (its data, the token).
+                if index != 0 {
+                    return None;
+                }
+                match &us.kind {
+                    ShardingKind::Tuple(e) => {
+                        let data = &i.shape;
+                        let n = data.leaf_count_nonempty();
+                        if data.is_tuple() {
+                            Some(Sharding::tuple(e.get(..n)?.to_vec()))
+                        } else {
+                            e.first().cloned()
+                        }
+                    }
+                    _ => Some(spread(&i.shape, us.clone())),
+                }
             }
             Gather => self.gather_operand_from_output(id, user, index),
             Scatter => self.scatter_operand_from_output(id, user, index),
@@ -2175,12 +2466,29 @@ impl<'m> Propagator<'m> {
 
     // ----- partially specified annotations -----
 
-    fn refine_unspecified_from_operand(&mut self, _id: InstrId, _dims: &[usize]) -> bool {
-        false
+    /// XLA's `InferUnspecifiedDimsFromOperand` for partial annotation `id` (see `manual.rs`);
+    /// clears the caches around what changed.
+    fn refine_unspecified_from_operand(&mut self, id: InstrId, dims: &[usize]) -> bool {
+        let Some(conv) = self.unspecified_from_operand(id, dims) else {
+            return false;
+        };
+        self.clear_cache(id, conv);
+        true
     }
 
-    fn refine_unspecified_from_users(&mut self, _id: InstrId, _dims: &[usize], _level: u8) -> bool {
-        false
+    /// XLA's `InferUnspecifiedDimsFromUsers` for partial annotation `id` (see `manual.rs`);
+    /// clears the caches around what changed and marks the annotation (and its conversion op)
+    /// done.
+    fn refine_unspecified_from_users(&mut self, id: InstrId, dims: &[usize], level: u8) -> bool {
+        let Some(conv) = self.unspecified_from_users(id, dims, level) else {
+            return false;
+        };
+        self.clear_cache(id, conv);
+        self.done_bwd[id.index()] = true;
+        if let Some(c) = conv {
+            self.done_bwd[c.index()] = true;
+        }
+        true
     }
 
     // ----- the report -----
@@ -2190,8 +2498,19 @@ impl<'m> Propagator<'m> {
     fn undecided(&self) -> Vec<(InstrId, String)> {
         let m = self.m;
         let mut out = Vec::new();
+        // Loop conditions are reported too, though not in the computation map.
+        let mut conditions = vec![false; m.comp_capacity()];
         for &c in m.computations() {
-            if c != self.entry && self.caller[c.index()].is_none() {
+            for &id in m.comp(c).instructions() {
+                if let Some(cond) = m.instr(id).while_condition() {
+                    if self.is_mapped_caller(id) {
+                        conditions[cond.index()] = true;
+                    }
+                }
+            }
+        }
+        for &c in m.computations() {
+            if c != self.entry && self.caller[c.index()].is_none() && !conditions[c.index()] {
                 continue;
             }
             for &id in m.comp(c).instructions() {
@@ -2209,7 +2528,10 @@ impl<'m> Propagator<'m> {
                         "entry parameter {} may not take a sharding (allow_spmd_sharding_propagation_to_parameters is off)",
                         i.attrs.parameter_number
                     )
-                } else if !self.supports_partitioning(id, self.allow_output) {
+                } else if self.is_root(id) && c != self.entry && self.caller[c.index()].is_none() {
+                    "the root of a loop condition takes no sharding (XLA leaves it to the partitioner)"
+                        .to_string()
+                } else if !self.supports_partitioning(id, self.allow_output, self.params_any) {
                     format!(
                         "`{}` cannot be partitioned here and no operand is replicated",
                         i.opcode
@@ -2222,6 +2544,48 @@ impl<'m> Propagator<'m> {
         }
         out
     }
+}
+
+/// XLA's `GetFirstTargetDimToMoveShardingTiles`: the first other dimension of `shape` whose
+/// size the tiles of `source` times its own tiles divide (`source` must be tiled and not of
+/// size 1).
+fn first_target_dim_to_move_tiles(shape: &Shape, s: &Sharding, source: usize) -> Option<usize> {
+    let t = s.as_tiled()?;
+    let dims = shape.dims();
+    let tiles = t.tile_assignment.dims();
+    if dims.len() < 2 || dims.get(source) == Some(&1) || tiles.get(source).is_none_or(|&n| n == 1) {
+        return None;
+    }
+    (0..dims.len()).find(|&d| d != source && dims[d] % (tiles[source] * tiles[d]) == 0)
+}
+
+/// XLA's `IsSubTilingOrEqualSharding(shape, sub, of)`: every device's piece of `shape` under
+/// `sub` lies inside its piece under `of` (manual shardings never are).
+fn is_sub_tiling(shape: &Shape, sub: &Sharding, of: &Sharding) -> bool {
+    if sub.is_manual() || of.is_manual() {
+        return false;
+    }
+    if of.is_tile_maximal() {
+        return true;
+    }
+    if sub.is_tile_maximal() {
+        return false;
+    }
+    let (Some(a), Some(b)) = (sub.as_tiled(), of.as_tiled()) else {
+        return false;
+    };
+    if a.data_rank() != b.data_rank() || a.data_rank() != shape.rank() {
+        return false;
+    }
+    let dims = shape.dims();
+    a.tile_assignment.devices().into_iter().all(|d| {
+        match (sub.device_bounds(dims, d), of.device_bounds(dims, d)) {
+            (Some((s1, l1)), Some((s2, l2))) => {
+                (0..dims.len()).all(|k| l1[k] <= s1[k] || (s1[k] >= s2[k] && l1[k] <= l2[k]))
+            }
+            _ => false,
+        }
+    })
 }
 
 fn dims_attr(a: &Attrs) -> &[i64] {

@@ -201,6 +201,24 @@ impl<'f> Tracker<'f> {
         id
     }
 
+    /// Back to the state `new` left: nothing placed, every buffer waiting for all its users.
+    /// Only valid while the list holds the items `new` made (no insertions).
+    pub fn reset(&mut self) {
+        self.memory_usage = 0;
+        self.in_progress = NIL;
+        self.revived.clear();
+        self.list.reset_placement();
+        for b in &mut self.buffers {
+            let mut distinct: SmallVec<[ItemId; 4]> = SmallVec::new();
+            for u in &b.users {
+                if !distinct.contains(&u.user) {
+                    distinct.push(u.user);
+                }
+            }
+            b.unfinished_user_count = distinct.len() as i64;
+        }
+    }
+
     pub fn size_of(&self, shape: &Shape) -> i64 {
         (self.size_fn)(shape)
     }
@@ -328,6 +346,12 @@ impl<'f> Tracker<'f> {
     /// buffers are freed; dead operands they need (other than ones the block defines) become
     /// live across this point again.
     pub fn memory_reduced_if_rematerialized(&self, items: &[ItemId]) -> i64 {
+        self.memory_reduced(items, true)
+    }
+
+    /// [`Tracker::memory_reduced_if_rematerialized`]; with `check_in_use` false, as if the
+    /// current instruction used none of the block's buffers (the fast search's keys).
+    pub fn memory_reduced(&self, items: &[ItemId], check_in_use: bool) -> i64 {
         let mut reduced = 0;
         for (k, &item) in items.iter().enumerate() {
             let it = self.list.item(item);
@@ -339,7 +363,7 @@ impl<'f> Tracker<'f> {
                 if buf.has_indirect_uses || buf.live_out || buf.index.len() > 1 {
                     return 0;
                 }
-                if self.is_in_use(b) {
+                if check_in_use && self.is_in_use(b) {
                     return 0;
                 }
                 if self.is_currently_live(b) {

@@ -16,7 +16,8 @@
 //! - `optimum`: the pass against the exhaustive optimum ([`optimal`]) on random DAGs of 12 to
 //!   30 instructions at several limits: how often it is optimal, its excess recomputations,
 //!   feasible limits it misses.
-//! - `once`: one run of the pass on FILE (scheduled first if it is not) at PCT% of its peak;
+//! - `once`: one run of the pass on FILE (scheduled first if it is not; `chain:N` and
+//!   `ladder:N` name generated modules) at PCT% of its peak;
 //!   meant for profilers (`valgrind --tool=callgrind --toggle-collect=...run_inner...`).
 
 use std::path::PathBuf;
@@ -178,10 +179,12 @@ fn scaling(args: &Args) {
     let reps = args.num("--reps", 3);
     let sizes: Vec<usize> = args.list("--sizes", &[1000, 3000, 10000, 30000, 100000]);
     let pct = args.num("--pct", 50) as i64;
-    let ladder: Vec<usize> = args.list("--ladder", &[4, 1]);
+    // skip, rung, block_size_limit: recomputing a ladder value needs its add too (a block of
+    // two); single instructions save nothing there.
+    let ladder: Vec<usize> = args.list("--ladder", &[4, 1, 2]);
     println!(
-        "fast search, limit {pct}% of the peak, chain(n, 64), ladder(n, 64, skip {}, rung {}), median of {reps}",
-        ladder[0], ladder[1]
+        "fast search, limit {pct}% of the peak, chain(n, 64) with single instructions, ladder(n, 64, skip {}, rung {}) with blocks of up to {}, median of {reps}",
+        ladder[0], ladder[1], ladder[2]
     );
     println!("| family | instructions | peak before | peak after | rematerialized | pass time (ms) | us / instruction |");
     println!("|---|---|---|---|---|---|---|");
@@ -196,6 +199,7 @@ fn scaling(args: &Args) {
             let peak = peak_of(&m);
             let opts = RematOptions {
                 memory_limit: Some(peak * pct / 100),
+                block_size_limit: if family == "chain" { 1 } else { ladder[2] },
                 ..RematOptions::default()
             };
             let (sum, t) = time_pass(&m, &opts, reps);
@@ -433,7 +437,12 @@ fn once(args: &Args) {
     let pct: i64 = args.0.get(2).map_or(90, |v| v.parse().unwrap());
     let search = parse_search(args.0.get(3).map_or("fast", |s| s.as_str()));
     let block: usize = args.0.get(4).map_or(1, |v| v.parse().unwrap());
-    let m = load_scheduled(std::path::Path::new(file));
+    // FILE may also name a generated module: chain:N or ladder:N (skip 4, rung 1).
+    let m = match file.split_once(':') {
+        Some(("chain", n)) => gen::chain(n.parse().unwrap(), 64),
+        Some(("ladder", n)) => gen::ladder(n.parse().unwrap(), 64, 4, 1),
+        _ => load_scheduled(std::path::Path::new(file)),
+    };
     let peak = peak_of(&m);
     let opts = RematOptions {
         memory_limit: Some(peak * pct / 100),

@@ -731,26 +731,17 @@ impl<'a> State<'a> {
             None => self.new_tracker(module, c)?,
         };
         let min_remat_size = self.opts.min_remat_size;
-        let sizes: Vec<(ItemId, i64)> = {
-            let mut v = Vec::new();
-            let mut it = t.list.first();
-            while it != NIL {
-                v.push((it, t.item_allocated_size(it)));
-                it = t.list.next(it);
-            }
-            v
-        };
-        let promote: HashSet<ItemId> = sizes
-            .iter()
-            .filter(|(_, s)| *s >= min_remat_size)
-            .map(|(i, _)| *i)
-            .collect();
-        let mut k = 0usize;
-        let order: Vec<ItemId> = sizes.iter().map(|(i, _)| *i).collect();
+        // Items allocating at least min_remat_size go on the express lane (in list order).
+        let mut promote = Vec::with_capacity(t.list.len());
+        let mut it = t.list.first();
+        while it != NIL {
+            promote.push(t.item_allocated_size(it) >= min_remat_size);
+            it = t.list.next(it);
+        }
+        let mut k = 0;
         t.list.promote_nodes_to_skip(|_| {
-            let yes = promote.contains(&order[k]);
             k += 1;
-            yes
+            promote[k - 1]
         });
         self.check(module, &t)?;
 

@@ -12,6 +12,7 @@
 //! the caller and count zero bytes.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
 use smallvec::SmallVec;
 use tessera_hlo::analysis::{BufferId as LogicalId, ShapeIndex, TuplePointsTo};
@@ -44,6 +45,31 @@ pub struct Buffer {
     pub unfinished_user_count: i64,
     /// Defined by a parameter: owned by the caller, zero bytes here.
     pub defined_by_parameter: bool,
+}
+
+/// A hasher for dense integer ids (a multiply and a rotate; SipHash costs more than the
+/// tracker's own work on long computations).
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(b as u64);
+        }
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(n as u64);
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
 }
 
 /// True for instructions that pass the buffers they use on to their users and that
@@ -90,7 +116,7 @@ impl<'f> Tracker<'f> {
             .ok_or_else(|| RematError::Malformed(format!("computation {} has no root", c.name)))?;
         let mut live_out = points_to.points_to(root).flattened();
         live_out.sort();
-        let mut to_id: HashMap<LogicalId, u32> = HashMap::new();
+        let mut to_id: HashMap<LogicalId, u32, BuildHasherDefault<IdHasher>> = HashMap::default();
         let mut item = t.list.first();
         while item != NIL {
             let instr = t.list.item(item).instr;

@@ -287,6 +287,8 @@ fn optimum(args: &Args) {
     let pcts: Vec<i64> = args.list("--pcts", &[90, 80, 70, 60, 50]);
     let blocks: Vec<usize> = args.list("--blocks", &[1, 4]);
     let max_states = args.num("--max-states", 2_000_000);
+    let show_misses = args.num("--show-misses", 0);
+    let mut shown = 0;
     let mut rng = gen::SplitMix::new(0x0b7);
     let mut tallies: Vec<((usize, i64), Tally)> = Vec::new();
     for &b in &blocks {
@@ -366,6 +368,17 @@ fn optimum(args: &Args) {
                             tally.net_below_optimum += 1;
                         }
                     } else {
+                        if shown < show_misses && *b == 1 {
+                            shown += 1;
+                            let names: Vec<&str> =
+                                schedule.iter().map(|&v| p.names[v].as_str()).collect();
+                            println!(
+                                "missed: dag {d} at {limit} ({pct}%, blocks {b}): walk peak {}, optimum {recomputations}: {}\n{}",
+                                run.walk_peak,
+                                names.join(" "),
+                                tessera_hlo::text::print_module(&m, &Default::default())
+                            );
+                        }
                         tally.missed += 1;
                         if run.final_peak <= limit {
                             tally.missed_walk_final_met += 1;

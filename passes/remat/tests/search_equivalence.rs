@@ -1,5 +1,6 @@
-//! The fast search must make exactly the scan's choices (single-item recompute candidates):
-//! every recompute-mode filetest, and a few hundred random graphs under random limits, give
+//! The fast search must make exactly the scan's choices (recompute candidates, single items and
+//! blocks): every recompute-mode filetest, and a few hundred random graphs under random limits
+//! and block settings, give
 //! byte-identical modules and the same summaries with `remat.search=fast` and
 //! `remat.search=faithful` (and the filetests also with `remat.mode=recompute-and-compress` and
 //! the identity compact shape, which must choose the same).

@@ -280,7 +280,8 @@ pub struct FastQueue {
     generations: Vec<Vec<u32>>,
     /// Per item: length of its run of good items, capped at `max_block`.
     runs: Vec<u32>,
-    /// Per run length `0..=max_block`: express items with that run.
+    /// Per run length: express items with that run (grown on demand, as are the heaps: the
+    /// block size limit is user input and may be far above any run).
     run_counts: Vec<i64>,
     max_block: usize,
     memory_limit: i64,
@@ -293,10 +294,10 @@ impl FastQueue {
     pub fn new(memory_limit: i64, max_block: usize) -> FastQueue {
         let max_block = max_block.max(1);
         FastQueue {
-            heaps: (0..max_block).map(|_| BinaryHeap::new()).collect(),
-            generations: vec![Vec::new(); max_block],
+            heaps: Vec::new(),
+            generations: Vec::new(),
             runs: Vec::new(),
-            run_counts: vec![0; max_block + 1],
+            run_counts: vec![0; 2],
             max_block,
             memory_limit,
             renumberings: 0,
@@ -314,6 +315,9 @@ impl FastQueue {
                 .resize(tracker.list.len().max(item as usize + 1), 0);
         }
         let old = self.runs[item as usize] as usize;
+        if self.run_counts.len() <= run {
+            self.run_counts.resize(run + 1, 0);
+        }
         if tracker.list.item(item).is_skip_node {
             self.run_counts[old] -= 1;
             self.run_counts[run] += 1;
@@ -340,7 +344,7 @@ impl FastQueue {
     /// a run of `b` good items counts once for each `b` in range.
     pub fn effort(&self, min: usize, max: usize) -> i64 {
         let max = max.min(self.max_block);
-        (1..=self.max_block)
+        (1..self.run_counts.len())
             .map(|r| {
                 let sizes = (r + 1)
                     .saturating_sub(min)
@@ -461,6 +465,10 @@ impl FastQueue {
         size: usize,
     ) {
         let key = self.key(tracker, module, cache, start, size);
+        if self.heaps.len() < size {
+            self.heaps.resize_with(size, BinaryHeap::new);
+            self.generations.resize_with(size, Vec::new);
+        }
         let gens = &mut self.generations[size - 1];
         if gens.len() <= start as usize {
             gens.resize(tracker.list.len().max(start as usize + 1), 0);
@@ -477,8 +485,9 @@ impl FastQueue {
     }
 
     fn generation(&self, size: usize, start: ItemId) -> u32 {
-        self.generations[size - 1]
-            .get(start as usize)
+        self.generations
+            .get(size - 1)
+            .and_then(|g| g.get(start as usize))
             .copied()
             .unwrap_or(0)
     }
@@ -564,7 +573,8 @@ impl FastQueue {
     ) -> Pick {
         self.absorb_revivals(tracker, module, cache);
         self.rebuild_if_renumbered(tracker, module, cache);
-        let max = max.min(self.max_block);
+        // Sizes without a heap never had a candidate.
+        let max = max.min(self.max_block).min(self.heaps.len());
         let mut best: Option<(i64, u64, usize, ItemId)> = None;
         for size in min.max(1)..=max {
             let mut keep: Vec<Entry> = Vec::new();
@@ -621,7 +631,7 @@ impl FastQueue {
         module: &Module,
         cache: &mut RematerializableCache,
     ) -> Result<(), String> {
-        let mut counts = vec![0i64; self.max_block + 1];
+        let mut counts = vec![0i64; self.run_counts.len().max(2)];
         let mut it = tracker.list.first();
         while it != NIL {
             let mut run = 0;
@@ -637,16 +647,22 @@ impl FastQueue {
                 ));
             }
             if tracker.list.item(it).is_skip_node {
+                if counts.len() <= run {
+                    counts.resize(run + 1, 0);
+                }
                 counts[run] += 1;
             }
             it = tracker.list.next(it);
         }
         // Items never finished count as run 0 in both; compare the lengths that matter.
-        if counts[1..] != self.run_counts[1..] {
+        counts.resize(self.run_counts.len().max(counts.len()), 0);
+        let mut have = self.run_counts.clone();
+        have.resize(counts.len(), 0);
+        if counts[1..] != have[1..] {
             return Err(format!(
                 "run counts {:?}, the queue has {:?}",
                 &counts[1..],
-                &self.run_counts[1..]
+                &have[1..]
             ));
         }
         Ok(())

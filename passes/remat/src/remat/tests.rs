@@ -116,3 +116,24 @@ fn compact_and_padded_sizes() {
     );
     assert_eq!(size_pad_minor_to_64(&c), 2 * 64 * 4);
 }
+
+/// A block size limit far above any run (user input) costs nothing extra: the queue's tables
+/// grow with the runs, not with the limit, and both searches still agree.
+#[test]
+fn huge_block_size_limit() {
+    let mut outs = Vec::new();
+    for search in [SearchKind::Fast, SearchKind::Faithful] {
+        let (text, s) = run(
+            SINGLE,
+            RematOptions {
+                memory_limit: Some(1),
+                block_size_limit: 1 << 40,
+                search,
+                ..RematOptions::default()
+            },
+        );
+        assert!(!s.limit_met);
+        outs.push((text, s.peak_after, s.instructions_rematerialized, s.effort));
+    }
+    assert_eq!(outs[0], outs[1]);
+}

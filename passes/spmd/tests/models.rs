@@ -18,7 +18,13 @@ use tessera_hlo::sharding::{Sharding, ShardingKind, SubgroupType};
 use tessera_hlo::text::{parse_module, sharding_to_string};
 use tessera_pass::Registry;
 
-const MODELS: &[&str] = &["mlp", "transformer_block", "convnet", "embedding", "transformer48"];
+const MODELS: &[&str] = &[
+    "mlp",
+    "transformer_block",
+    "convnet",
+    "embedding",
+    "transformer48",
+];
 
 fn models_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/models")
@@ -56,6 +62,11 @@ fn meaning(s: &Sharding) -> Meaning {
         ShardingKind::Unreduced => Meaning::Unreduced,
         ShardingKind::Maximal(d) => Meaning::Maximal(*d),
         ShardingKind::Tuple(elements) => Meaning::Tuple(elements.iter().map(meaning).collect()),
+        // A named sharding means what its tiled equivalent means.
+        ShardingKind::Named(n) => match n.to_tiled(None) {
+            Ok(t) => meaning(&t),
+            Err(e) => panic!("invalid named sharding in a model: {e}"),
+        },
         ShardingKind::Tiled(t) => {
             let dims = t.tile_assignment.dims().to_vec();
             let mut subgroups = t.last_tile_dims.clone();

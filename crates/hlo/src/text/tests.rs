@@ -1040,3 +1040,66 @@ fn origin_recovery_table_errors() {
     assert!(m.config.origin_recovery_table.is_empty());
     assert!(!printed.contains("origin_recovery_table"));
 }
+
+/// Errors in a named sharding or in the origin recovery table of a module name the line and
+/// column of the bad token.
+#[test]
+fn named_sharding_and_recovery_table_errors_have_positions() {
+    let text = "HloModule m, num_partitions=8\n\nENTRY e {\n  \
+        p0 = f32[8,4] parameter(0), sharding={mesh['x'=2,'y'=4], [{'x'}, {'z'}]}\n  \
+        ROOT n = f32[8,4] negate(p0)\n}\n";
+    let e = err(text);
+    assert_eq!((e.line, e.column), (4, 69), "{e}");
+    assert!(e.to_string().contains("'z' is not an axis of the mesh"), "{e}");
+    let text = "HloModule m, num_partitions=8\n\nENTRY e {\n  \
+        p0 = f32[8,4] parameter(0), sharding={mesh['x'=2,'y'=4], [{'x'}, {'y'}], bogus}\n  \
+        ROOT n = f32[8,4] negate(p0)\n}\n";
+    let e = err(text);
+    assert_eq!(e.line, 4, "{e}");
+    let text = "HloModule m, origin_recovery_table={\n  {\"a\"} : {\"b\"}\n  {\"a\"} : {\"c\"}\n}\n\
+        ENTRY e {\n  ROOT p = f32[] parameter(0)\n}\n";
+    let e = err(text);
+    assert_eq!(e.line, 3, "{e}");
+    assert!(e.to_string().contains("listed twice"), "{e}");
+}
+
+/// Cut and corrupted copies of the named-sharding and recovery-table fixtures give errors (or
+/// parse), never panics.
+#[test]
+fn never_panics_on_damaged_named_shardings_or_recovery_tables() {
+    for name in ["named_shardings.hlo", "origin_recovery_table.hlo"] {
+        let path = format!(
+            "{}/../../testdata/text/xla_printed/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let text = std::fs::read_to_string(&path).unwrap();
+        let text = &text[text.find("HloModule").unwrap()..];
+        parse_module(text).unwrap();
+        let bytes = text.as_bytes();
+        for cut in (0..bytes.len()).step_by(7) {
+            if text.is_char_boundary(cut) {
+                let _ = parse_module(&text[..cut]);
+            }
+        }
+        let noise = [
+            b'{', b'}', b'[', b']', b',', b'=', b'\'', b'"', b':', b'?', b'(', b')', b'0', b'9',
+        ];
+        let mut state: u32 = 777;
+        for _ in 0..800 {
+            state = state.wrapping_mul(1_103_515_245).wrapping_add(12345);
+            let pos = (state >> 8) as usize % bytes.len();
+            let b = noise[(state >> 20) as usize % noise.len()];
+            let mut v = bytes.to_vec();
+            v[pos] = b;
+            if let Ok(s) = std::str::from_utf8(&v) {
+                if let Ok(m) = parse_module(s) {
+                    // Whatever parses also prints and reads back.
+                    let printed = m.to_text();
+                    let again = parse_module(&printed)
+                        .unwrap_or_else(|e| panic!("{e}\n{printed}"));
+                    assert_eq!(again.to_text(), printed);
+                }
+            }
+        }
+    }
+}

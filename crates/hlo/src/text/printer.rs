@@ -180,6 +180,7 @@ fn write_module(out: &mut String, m: &Module, opts: &PrintOptions, level: usize)
         out.push('\n');
     }
     let pct = if opts.short_form { "" } else { "%" };
+    let mut shapes = ShapeSpans::new(m.instr_capacity());
     for &c in m.computations() {
         let comp = m.comp(c);
         out.push_str(ind);
@@ -218,7 +219,7 @@ fn write_module(out: &mut String, m: &Module, opts: &PrintOptions, level: usize)
             let is_root = comp.root() == Some(id);
             out.push_str(ind);
             out.push_str(if is_root { "  ROOT " } else { "  " });
-            write_instruction(out, m, id, opts);
+            write_instruction(out, m, id, opts, &mut shapes);
             out.push('\n');
         }
         out.push_str(ind);
@@ -452,13 +453,48 @@ fn write_layout(out: &mut String, l: &Layout) {
     out.push('}');
 }
 
-fn write_instruction(out: &mut String, m: &Module, id: InstrId, opts: &PrintOptions) {
+/// Where in the output each instruction's shape (with its layout) was printed, so that printing
+/// it again as an operand is a copy of those bytes instead of a walk over the shape. Large tuple
+/// shapes repeated on every operand that uses them are most of what a tuple-heavy module prints.
+struct ShapeSpans {
+    /// Byte range in the output per instruction id; an empty range is "not printed yet".
+    spans: Vec<(usize, usize)>,
+}
+
+impl ShapeSpans {
+    fn new(n: usize) -> ShapeSpans {
+        ShapeSpans {
+            spans: vec![(0, 0); n],
+        }
+    }
+
+    /// Prints the shape of `id` (layout included), copying an earlier printing when there is one.
+    #[inline]
+    fn write(&mut self, out: &mut String, id: InstrId, shape: &Shape) {
+        let (start, end) = self.spans[id.index()];
+        if start < end {
+            out.extend_from_within(start..end);
+        } else {
+            let start = out.len();
+            write_shape(out, shape, true);
+            self.spans[id.index()] = (start, out.len());
+        }
+    }
+}
+
+fn write_instruction(
+    out: &mut String,
+    m: &Module,
+    id: InstrId,
+    opts: &PrintOptions,
+    shapes: &mut ShapeSpans,
+) {
     let i = m.instr(id);
     let pct = if opts.short_form { "" } else { "%" };
     out.push_str(pct);
     out.push_str(&i.name);
     out.push_str(" = ");
-    write_shape(out, &i.shape, true);
+    shapes.write(out, id, &i.shape);
     out.push(' ');
     out.push_str(i.opcode.name());
     out.push('(');
@@ -478,7 +514,7 @@ fn write_instruction(out: &mut String, m: &Module, id: InstrId, opts: &PrintOpti
                 }
                 let oi = m.instr(o);
                 if !opts.short_form {
-                    write_shape(out, &oi.shape, true);
+                    shapes.write(out, o, &oi.shape);
                     out.push(' ');
                 }
                 out.push_str(pct);

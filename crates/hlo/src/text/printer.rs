@@ -301,30 +301,52 @@ fn write_int_list(out: &mut String, v: &[i64]) {
     out.push('}');
 }
 
-/// A string in double quotes with C escapes, as XLA's `CEscape`.
+/// Bytes `write_string` escapes: control characters, `"`, `'`, `\\`, DEL and every non-ASCII
+/// byte (XLA's `CEscape` writes those in octal).
+static NEEDS_ESCAPE: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        t[b] = b < 0x20
+            || b >= 0x7f
+            || b == b'"' as usize
+            || b == b'\\' as usize
+            || b == b'\'' as usize;
+        b += 1;
+    }
+    t
+};
+
+/// A string in double quotes with C escapes, as XLA's `CEscape`. Runs of bytes that need no
+/// escape are copied as one slice.
 pub(super) fn write_string(out: &mut String, s: &str) {
     out.push('"');
-    if !s
-        .bytes()
-        .any(|b| b == b'"' || b == b'\\' || b == b'\'' || !(0x20..0x7f).contains(&b))
-    {
-        out.push_str(s);
-    } else {
-        for b in s.bytes() {
-            match b {
-                b'\n' => out.push_str("\\n"),
-                b'\r' => out.push_str("\\r"),
-                b'\t' => out.push_str("\\t"),
-                b'"' => out.push_str("\\\""),
-                b'\'' => out.push_str("\\'"),
-                b'\\' => out.push_str("\\\\"),
-                0x20..=0x7e => out.push(b as char),
-                _ => {
-                    let _ = write!(out, "\\{:03o}", b);
-                }
+    let bytes = s.as_bytes();
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        if !NEEDS_ESCAPE[b as usize] {
+            continue;
+        }
+        // Bytes in `start..i` are ASCII (anything else is escaped), so both ends are char
+        // boundaries; `get` keeps that from ever being a panic.
+        out.push_str(s.get(start..i).unwrap_or(""));
+        start = i + 1;
+        match b {
+            b'\n' => out.push_str("\\n"),
+            b'\r' => out.push_str("\\r"),
+            b'\t' => out.push_str("\\t"),
+            b'"' => out.push_str("\\\""),
+            b'\'' => out.push_str("\\'"),
+            b'\\' => out.push_str("\\\\"),
+            _ => {
+                out.push('\\');
+                out.push((b'0' + (b >> 6)) as char);
+                out.push((b'0' + ((b >> 3) & 7)) as char);
+                out.push((b'0' + (b & 7)) as char);
             }
         }
     }
+    out.push_str(s.get(start..).unwrap_or(""));
     out.push('"');
 }
 
@@ -1526,7 +1548,9 @@ pub(super) fn write_metadata(out: &mut String, md: &OpMetadata) {
     ] {
         if v != 0 {
             sep(out);
-            let _ = write!(out, "{name}={v}");
+            out.push_str(name);
+            out.push('=');
+            write_i64(out, i64::from(v));
         }
     }
     if !md.profile_type.is_empty() {
@@ -1575,7 +1599,8 @@ pub(super) fn write_metadata(out: &mut String, md: &OpMetadata) {
     }
     if md.stack_frame_id != 0 {
         sep(out);
-        let _ = write!(out, "stack_frame_id={}", md.stack_frame_id);
+        out.push_str("stack_frame_id=");
+        write_i64(out, i64::from(md.stack_frame_id));
     }
     if !md.scheduling_name.is_empty() {
         sep(out);

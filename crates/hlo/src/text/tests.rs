@@ -1050,13 +1050,17 @@ fn named_sharding_and_recovery_table_errors_have_positions() {
         ROOT n = f32[8,4] negate(p0)\n}\n";
     let e = err(text);
     assert_eq!((e.line, e.column), (4, 69), "{e}");
-    assert!(e.to_string().contains("'z' is not an axis of the mesh"), "{e}");
+    assert!(
+        e.to_string().contains("'z' is not an axis of the mesh"),
+        "{e}"
+    );
     let text = "HloModule m, num_partitions=8\n\nENTRY e {\n  \
         p0 = f32[8,4] parameter(0), sharding={mesh['x'=2,'y'=4], [{'x'}, {'y'}], bogus}\n  \
         ROOT n = f32[8,4] negate(p0)\n}\n";
     let e = err(text);
     assert_eq!(e.line, 4, "{e}");
-    let text = "HloModule m, origin_recovery_table={\n  {\"a\"} : {\"b\"}\n  {\"a\"} : {\"c\"}\n}\n\
+    let text =
+        "HloModule m, origin_recovery_table={\n  {\"a\"} : {\"b\"}\n  {\"a\"} : {\"c\"}\n}\n\
         ENTRY e {\n  ROOT p = f32[] parameter(0)\n}\n";
     let e = err(text);
     assert_eq!(e.line, 3, "{e}");
@@ -1095,11 +1099,23 @@ fn never_panics_on_damaged_named_shardings_or_recovery_tables() {
                 if let Ok(m) = parse_module(s) {
                     // Whatever parses also prints and reads back.
                     let printed = m.to_text();
-                    let again = parse_module(&printed)
-                        .unwrap_or_else(|e| panic!("{e}\n{printed}"));
+                    let again = parse_module(&printed).unwrap_or_else(|e| panic!("{e}\n{printed}"));
                     assert_eq!(again.to_text(), printed);
                 }
             }
         }
     }
+}
+
+#[test]
+fn strings_print_with_c_escapes() {
+    let mut out = String::new();
+    printer::write_string(&mut out, "plain");
+    printer::write_string(&mut out, "a\"b'c\\d\ne\rf\tg\u{7f}h\u{1}é€");
+    printer::write_string(&mut out, "é");
+    printer::write_string(&mut out, "");
+    assert_eq!(
+        out,
+        r#""plain""a\"b\'c\\d\ne\rf\tg\177h\001\303\251\342\202\254""\303\251""""#
+    );
 }

@@ -522,7 +522,7 @@ fn write_instruction(
     out.push('(');
     match i.opcode {
         Opcode::Parameter => {
-            let _ = write!(out, "{}", i.attrs.parameter_number);
+            write_i64(out, i.attrs.parameter_number);
         }
         Opcode::Constant => {
             if let Some(l) = &i.attrs.literal {
@@ -555,14 +555,17 @@ fn write_attributes(out: &mut String, m: &Module, i: &Instruction, opts: &PrintO
     let comp_name = |k: usize| -> &str { &m.comp(i.called[k]).name };
     // Opcode-specific attributes, in the order XLA prints them.
     if let Some(cid) = a.channel_id {
-        let _ = write!(out, ", channel_id={cid}");
+        out.push_str(", channel_id=");
+        write_i64(out, cid);
     }
     match i.opcode {
         Iota => {
-            let _ = write!(out, ", iota_dimension={}", a.iota_dimension);
+            out.push_str(", iota_dimension=");
+            write_i64(out, a.iota_dimension);
         }
         GetTupleElement => {
-            let _ = write!(out, ", index={}", a.tuple_index);
+            out.push_str(", index=");
+            write_i64(out, a.tuple_index);
         }
         Compare => {
             if let Some(c) = a.comparison {
@@ -648,9 +651,13 @@ fn write_attributes(out: &mut String, m: &Module, i: &Instruction, opts: &PrintO
             if k > 0 {
                 out.push_str(", ");
             }
-            let _ = write!(out, "[{}:{}", d.start, d.limit);
+            out.push('[');
+            write_i64(out, d.start);
+            out.push(':');
+            write_i64(out, d.limit);
             if d.stride != 1 {
-                let _ = write!(out, ":{}", d.stride);
+                out.push(':');
+                write_i64(out, d.stride);
             }
             out.push(']');
         }
@@ -667,9 +674,12 @@ fn write_attributes(out: &mut String, m: &Module, i: &Instruction, opts: &PrintO
             if k > 0 {
                 out.push('x');
             }
-            let _ = write!(out, "{}_{}", d.low, d.high);
+            write_i64(out, d.low);
+            out.push('_');
+            write_i64(out, d.high);
             if interior {
-                let _ = write!(out, "_{}", d.interior);
+                out.push('_');
+                write_i64(out, d.interior);
             }
         }
     }
@@ -1010,12 +1020,16 @@ fn write_attributes(out: &mut String, m: &Module, i: &Instruction, opts: &PrintO
             out.push('}');
         }
         Fusion | AsyncStart | AsyncUpdate | AsyncDone if n == 1 => {
-            let _ = write!(out, ", calls={pct}{}", comp_name(0));
+            out.push_str(", calls=");
+            out.push_str(pct);
+            out.push_str(comp_name(0));
         }
         CustomCall => {
             let uses_to_apply = a.custom_call_uses_to_apply;
             if uses_to_apply && n == 1 {
-                let _ = write!(out, ", to_apply={pct}{}", comp_name(0));
+                out.push_str(", to_apply=");
+                out.push_str(pct);
+                out.push_str(comp_name(0));
             } else if n > 0 {
                 out.push_str(", called_computations={");
                 for k in 0..n {
@@ -1029,7 +1043,9 @@ fn write_attributes(out: &mut String, m: &Module, i: &Instruction, opts: &PrintO
             }
         }
         _ if n == 1 => {
-            let _ = write!(out, ", to_apply={pct}{}", comp_name(0));
+            out.push_str(", to_apply=");
+            out.push_str(pct);
+            out.push_str(comp_name(0));
         }
         _ => {}
     }
@@ -1211,7 +1227,7 @@ fn x_join(out: &mut String, it: impl Iterator<Item = i64>) {
         if k > 0 {
             out.push('x');
         }
-        let _ = write!(out, "{v}");
+        write_i64(out, v);
     }
 }
 
@@ -1731,11 +1747,14 @@ fn write_element(out: &mut String, ty: ElementType, b: &[u8], scalar: bool) {
             } else {
                 ((u << (64 - bits)) as i64) >> (64 - bits)
             };
-            let _ = write!(out, "{v}");
+            write_i64(out, v);
         }
-        _ if ty.is_unsigned_int() => {
-            let _ = write!(out, "{u}");
-        }
+        _ if ty.is_unsigned_int() => match i64::try_from(u) {
+            Ok(v) => write_i64(out, v),
+            Err(_) => {
+                let _ = write!(out, "{u}");
+            }
+        },
         _ if ty.is_float() => format_float(ty, u, out),
         _ => out.push('?'),
     }

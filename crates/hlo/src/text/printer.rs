@@ -291,8 +291,12 @@ pub(super) fn write_i64(out: &mut String, x: i64) {
     if x < 0 {
         out.push('-');
     }
-    // ASCII digits: always valid UTF-8.
-    out.push_str(std::str::from_utf8(&buf[k..]).unwrap_or("?"));
+    // A few ASCII digits: pushed one by one, which costs less than validating them as UTF-8 for
+    // one `push_str`.
+    out.reserve(buf.len() - k);
+    for &b in &buf[k..] {
+        out.push(char::from(b));
+    }
 }
 
 fn write_int_list(out: &mut String, v: &[i64]) {

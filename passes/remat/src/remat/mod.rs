@@ -488,6 +488,7 @@ impl Rematerialization {
             computations: Vec::new(),
             comp_names: None,
             trackers: Vec::new(),
+            finished: Vec::new(),
         };
         for c in computation_post_order(module, false) {
             if matches!(
@@ -518,6 +519,9 @@ impl Rematerialization {
                 })?;
             }
         }
+        // The walk's running maximum misses buffers that clones revived at the points before
+        // the clone; measure the result (the walk, or the module without its dead originals).
+        st.measure_results(module);
         let after = st.peak[entry.index()].unwrap_or(0) + output_size;
         summary.peak_after = after;
         summary.instructions_rematerialized = st.remat_count;
@@ -641,8 +645,12 @@ struct State<'a> {
     computations: Vec<String>,
     /// Set once a fusion computation was cloned.
     comp_names: Option<CompNames>,
-    /// The trackers `compute_peak_memory` built, reset, by computation.
+    /// The trackers `compute_peak_memory` built, reset, by computation; after
+    /// `rematerialize_computation`, its final tracker.
     trackers: Vec<Option<Tracker<'a>>>,
+    /// Rematerialized computations with their limits, in the order they were finished
+    /// (callees before their callers).
+    finished: Vec<(CompId, i64)>,
 }
 
 fn sequence(module: &Module, c: CompId) -> Result<Vec<InstrId>, RematError> {
@@ -691,6 +699,37 @@ impl<'a> State<'a> {
         }
         self.trackers[c.index()] = Some(t);
         Ok(peak)
+    }
+
+    /// Replaces the peak of every rematerialized computation (callees first) by the peak of
+    /// its final sequence measured from scratch, leaving out the instructions removed since
+    /// (dead originals), and lists the computations still over their limits.
+    fn measure_results(&mut self, module: &Module) {
+        self.over_limit.clear();
+        for k in 0..self.finished.len() {
+            let (c, limit) = self.finished[k];
+            let Some(t) = self.trackers.get(c.index()).and_then(Option::as_ref) else {
+                continue;
+            };
+            let Some(comp) = module.try_comp(c) else {
+                continue;
+            };
+            let (peak, at) = t.measure(
+                |i| module.try_instr(i).is_none(),
+                |i| self.callee_usage(module, i),
+            );
+            if peak > limit {
+                if let Some(at) = at {
+                    self.over_limit.push(OverLimit {
+                        computation: comp.name.clone(),
+                        instruction: module.instr(at).name.clone(),
+                        bytes: peak,
+                        limit,
+                    });
+                }
+            }
+            self.peak[c.index()] = Some(peak);
+        }
     }
 
     fn new_tracker(&self, module: &Module, c: CompId) -> Result<Tracker<'a>, RematError> {
@@ -755,7 +794,6 @@ impl<'a> State<'a> {
         let use_fast =
             self.opts.search == SearchKind::Fast && self.opts.mode == RematMode::Recompute;
         let mut queue = FastQueue::new(memory_limit, self.opts.block_size_limit);
-        let mut worst: Option<(i64, InstrId)> = None;
 
         let mut item = t.list.first();
         while item != NIL {
@@ -844,9 +882,6 @@ impl<'a> State<'a> {
             }
             let now = t.memory_usage() + callee;
             peak = peak.max(now);
-            if now > memory_limit && worst.is_none_or(|(b, _)| now > b) {
-                worst = Some((now, instr));
-            }
             t.end_instruction()?;
             if use_fast {
                 queue.on_end(&mut t, module, &mut cache, item);
@@ -866,15 +901,9 @@ impl<'a> State<'a> {
                 )));
             }
         }
+        // The running maximum decides the callers' choices (as in the seed); what the result
+        // uses is measured again at the end of the run (`measure_results`).
         self.peak[c.index()] = Some(peak);
-        if let Some((bytes, at)) = worst {
-            self.over_limit.push(OverLimit {
-                computation: module.comp(c).name.clone(),
-                instruction: module.instr(at).name.clone(),
-                bytes,
-                limit: memory_limit,
-            });
-        }
         let order = t.list.order();
         if let Some(s) = module.schedule.as_mut() {
             s.sequences.insert(c, order);
@@ -890,6 +919,11 @@ impl<'a> State<'a> {
         self.remat_count += remat_count;
         self.net_added += net_added;
         self.queue_pops += queue.pops;
+        if self.trackers.len() <= c.index() {
+            self.trackers.resize_with(c.index() + 1, || None);
+        }
+        self.trackers[c.index()] = Some(t);
+        self.finished.push((c, memory_limit));
         Ok(changed)
     }
 

@@ -522,6 +522,98 @@ impl Module {
         Ok(())
     }
 
+    /// Applies many [`Module::replace_operand`] edits `(user, operand index, new value)` at
+    /// once, with the operands and users that applying them one by one in order gives, but
+    /// scanning each affected users list once: a value that loses or gains k of its n users
+    /// costs O(n + k log k), not O(n k). A user keeps its place in a users list it does not
+    /// leave; users new to a list are appended in edit order (so the lists equal the
+    /// one-by-one result unless an edit takes a value away that a later edit puts back). Every
+    /// edit is checked before anything changes; on an error the module is untouched.
+    pub fn replace_operands(
+        &mut self,
+        edits: &[(InstrId, usize, InstrId)],
+    ) -> Result<(), MutationError> {
+        for &(user, index, new) in edits {
+            let u = self.instr(user);
+            if index >= u.operands.len() {
+                return Err(MutationError::OperandIndex {
+                    name: u.name.clone(),
+                    index,
+                    count: u.operands.len(),
+                });
+            }
+            if self.instr(new).parent != u.parent {
+                return Err(MutationError::CrossComputation(
+                    u.name.clone(),
+                    self.instr(new).name.clone(),
+                ));
+            }
+        }
+        // (old value, user that stopped reading it there) and (new value, user), in edit order.
+        let mut lost: Vec<(InstrId, InstrId)> = Vec::with_capacity(edits.len());
+        let mut gained: Vec<(InstrId, InstrId)> = Vec::with_capacity(edits.len());
+        for &(user, index, new) in edits {
+            let old = self.instr(user).operands[index];
+            if old == new {
+                continue;
+            }
+            self.instr_mut(user).operands[index] = new;
+            lost.push((old, user));
+            gained.push((new, user));
+        }
+        // A user leaves `old`'s list if it reads `old` nowhere any more (one edit may have put
+        // back what another took, as in the one-by-one order).
+        lost.sort_unstable();
+        lost.dedup();
+        let mut k = 0;
+        while k < lost.len() {
+            let old = lost[k].0;
+            let end = k + lost[k..].partition_point(|&(o, _)| o == old);
+            let mut gone: Vec<InstrId> = lost[k..end]
+                .iter()
+                .map(|&(_, u)| u)
+                .filter(|&u| !self.instr(u).operands.contains(&old))
+                .collect();
+            if !gone.is_empty() {
+                gone.sort_unstable();
+                self.instr_mut(old)
+                    .users
+                    .retain(|u| gone.binary_search(u).is_err());
+            }
+            k = end;
+        }
+        // A user joins `new`'s list (at the end, in edit order) if it is not there yet and
+        // still reads `new` (a later edit may have replaced it again).
+        let mut news: Vec<InstrId> = gained.iter().map(|&(n, _)| n).collect();
+        news.sort_unstable();
+        news.dedup();
+        for new in news {
+            let mut candidates: Vec<InstrId> = gained
+                .iter()
+                .filter(|&&(n, u)| n == new && self.instr(u).operands.contains(&new))
+                .map(|&(_, u)| u)
+                .collect();
+            if candidates.is_empty() {
+                continue;
+            }
+            let mut present: Vec<InstrId> = candidates.clone();
+            present.sort_unstable();
+            present.dedup();
+            let mut seen = vec![false; present.len()];
+            for u in &self.instr(new).users {
+                if let Ok(p) = present.binary_search(u) {
+                    seen[p] = true;
+                }
+            }
+            candidates.retain(|u| {
+                let p = present.binary_search(u).unwrap_or(0);
+                !std::mem::replace(&mut seen[p], true)
+            });
+            self.instr_mut(new).users.extend(candidates);
+        }
+        Ok(())
+    }
+
     /// Replaces every operand use of `old` by `new` (and the root, if `old` is a root).
     pub fn replace_all_uses_with(
         &mut self,
@@ -783,6 +875,74 @@ mod tests {
         assert_eq!(m.unique_name("add"), "add.1");
         assert_eq!(m.unique_name("add"), "add.2");
         assert_eq!(m.unique_name("fresh"), "fresh");
+    }
+
+    /// `replace_operands` gives the operands and users lists of `replace_operand` one by one,
+    /// on a value with many users losing some of them, repeated users and operands, and edits
+    /// that undo earlier ones; bad edits change nothing.
+    #[test]
+    fn replaces_many_operands_at_once() {
+        let build = || {
+            let mut m = Module::new("m");
+            let c = m.add_computation("main").unwrap();
+            let p0 = m.add_instruction(c, param(0, "p0")).unwrap();
+            let p1 = m.add_instruction(c, param(1, "p1")).unwrap();
+            let mut adds = Vec::new();
+            for k in 0..12 {
+                let ops = if k % 3 == 0 { [p0, p0] } else { [p0, p1] };
+                let a = Instruction::new(format!("add{k}"), Opcode::Add, Shape::array(F32, &[4]))
+                    .with_operands(&ops);
+                adds.push(m.add_instruction(c, a).unwrap());
+            }
+            let n = Instruction::new("neg", Opcode::Negate, Shape::array(F32, &[4]))
+                .with_operands(&[p1]);
+            let neg = m.add_instruction(c, n).unwrap();
+            (m, p0, p1, adds, neg)
+        };
+        let (m0, p0, p1, adds, neg) = build();
+        let edits = vec![
+            (adds[0], 0, neg), // add0 still reads p0 at 1
+            (adds[0], 1, neg), // now it does not
+            (adds[2], 0, neg),
+            (adds[3], 1, p1),
+            (adds[4], 0, p0), // no change
+            (adds[5], 0, neg),
+            (adds[5], 0, p1), // replaced again: neg does not gain add5
+            (adds[7], 0, p1),
+            (adds[7], 0, neg),
+            (adds[11], 1, neg),
+        ];
+        let mut one = m0.clone();
+        for &(u, k, n) in &edits {
+            one.replace_operand(u, k, n).unwrap();
+        }
+        let mut batch = m0.clone();
+        batch.replace_operands(&edits).unwrap();
+        for &i in m0
+            .comp(m0.entry().unwrap_or(m0.instr(p0).parent))
+            .instructions()
+        {
+            assert_eq!(batch.operands(i), one.operands(i), "%{}", m0.instr(i).name);
+            assert_eq!(batch.users(i), one.users(i), "%{}", m0.instr(i).name);
+        }
+        assert_eq!(batch.users(neg), &[adds[0], adds[2], adds[7], adds[11]]);
+        assert!(!batch.users(p0).contains(&adds[0]));
+        assert!(batch.users(p0).contains(&adds[3]));
+        // Bad edits: nothing changes, even for the good edits before them.
+        let mut bad = m0.clone();
+        let err = bad.replace_operands(&[(adds[1], 0, neg), (adds[1], 2, neg)]);
+        assert!(matches!(
+            err,
+            Err(MutationError::OperandIndex { index: 2, .. })
+        ));
+        let other = bad.add_computation("other").unwrap();
+        let q = bad.add_instruction(other, param(0, "q")).unwrap();
+        assert!(matches!(
+            bad.replace_operands(&[(adds[1], 0, neg), (adds[1], 0, q)]),
+            Err(MutationError::CrossComputation(..))
+        ));
+        assert_eq!(bad.operands(adds[1]), m0.operands(adds[1]));
+        assert_eq!(bad.users(neg), m0.users(neg));
     }
 
     #[test]

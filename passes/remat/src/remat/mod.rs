@@ -998,24 +998,29 @@ impl<'a> State<'a> {
 
             // Every unplaced use of `best` reads the clone instead (through a new
             // get-tuple-element and/or bitcast when the use was through one).
+            // The rewiring is collected and applied in one batch (`replace_operands`): a value
+            // with many users would otherwise have its users list scanned once per use.
             let mut indirect: Vec<ItemId> = Vec::new();
             let mut gte_cache: Vec<(usize, InstrId)> = Vec::new();
+            let mut edits: Vec<(InstrId, usize, InstrId)> = Vec::new();
             for u in t.item_uses(best_item) {
                 if t.list.item(u.user).placed {
                     continue;
                 }
                 let user = t.list.item(u.user).instr;
                 let mut remat_use = remat;
-                let user_operand = *module
-                    .operands(user)
-                    .get(u.operand_number as usize)
-                    .ok_or_else(|| {
+                let k = u.operand_number as usize;
+                // The operand as the edits so far leave it.
+                let user_operand = match edits.iter().rev().find(|e| e.0 == user && e.1 == k) {
+                    Some(e) => e.2,
+                    None => *module.operands(user).get(k).ok_or_else(|| {
                         RematError::Internal(format!(
                             "%{}: no operand {}",
                             module.instr(user).name,
                             u.operand_number
                         ))
-                    })?;
+                    })?,
+                };
                 if user_operand == remat_use {
                     continue;
                 }
@@ -1056,8 +1061,9 @@ impl<'a> State<'a> {
                     indirect.push(t.list.create_item(b));
                     remat_use = b;
                 }
-                module.replace_operand(user, u.operand_number as usize, remat_use)?;
+                edits.push((user, k, remat_use));
             }
+            module.replace_operands(&edits)?;
             t.add_rematerialized_instruction(module, best_item, remat_item, &indirect)?;
 
             // Place the clone before its earliest unplaced user, and before the earliest

@@ -10,6 +10,7 @@
 //! - instruction and computation names are unique in the module.
 
 use indexmap::IndexMap;
+use smallvec::SmallVec;
 
 use crate::instruction::{CompId, InstrId, Instruction};
 use crate::metadata::{FrontendAttributes, StackFrameIndex};
@@ -524,8 +525,9 @@ impl Module {
 
     /// Applies many [`Module::replace_operand`] edits `(user, operand index, new value)` at
     /// once, with the operands and users that applying them one by one in order gives, but
-    /// scanning each affected users list once: a value that loses or gains k of its n users
-    /// costs O(n + k log k), not O(n k). A user keeps its place in a users list it does not
+    /// scanning each affected users list once: a value with n users that loses or gains k of
+    /// them costs O(n log n + k^2) at worst, not O(n k). A user keeps its place in a
+    /// users list it does not
     /// leave; users new to a list are appended in edit order (so the lists equal the
     /// one-by-one result unless an edit takes a value away that a later edit puts back). Every
     /// edit is checked before anything changes; on an error the module is untouched.
@@ -549,67 +551,56 @@ impl Module {
                 ));
             }
         }
-        // (old value, user that stopped reading it there) and (new value, user), in edit order.
-        let mut lost: Vec<(InstrId, InstrId)> = Vec::with_capacity(edits.len());
-        let mut gained: Vec<(InstrId, InstrId)> = Vec::with_capacity(edits.len());
+        // Write the operands; remember (old value, user, new value) of every real change.
+        let mut changed: SmallVec<[(InstrId, InstrId, InstrId); 8]> = SmallVec::new();
         for &(user, index, new) in edits {
             let old = self.instr(user).operands[index];
-            if old == new {
+            if old != new {
+                self.instr_mut(user).operands[index] = new;
+                changed.push((old, user, new));
+            }
+        }
+        // Each value that lost a use keeps the users that still read it: one pass over its
+        // list (operand lists are short).
+        for k in 0..changed.len() {
+            let old = changed[k].0;
+            if changed[..k].iter().any(|c| c.0 == old) {
                 continue;
             }
-            self.instr_mut(user).operands[index] = new;
-            lost.push((old, user));
-            gained.push((new, user));
+            let mut users = std::mem::take(&mut self.instr_mut(old).users);
+            users.retain(|u| self.instr(*u).operands.contains(&old));
+            self.instr_mut(old).users = users;
         }
-        // A user leaves `old`'s list if it reads `old` nowhere any more (one edit may have put
-        // back what another took, as in the one-by-one order).
-        lost.sort_unstable();
-        lost.dedup();
-        let mut k = 0;
-        while k < lost.len() {
-            let old = lost[k].0;
-            let end = k + lost[k..].partition_point(|&(o, _)| o == old);
-            let mut gone: Vec<InstrId> = lost[k..end]
-                .iter()
-                .map(|&(_, u)| u)
-                .filter(|&u| !self.instr(u).operands.contains(&old))
-                .collect();
-            if !gone.is_empty() {
-                gone.sort_unstable();
-                self.instr_mut(old)
-                    .users
-                    .retain(|u| gone.binary_search(u).is_err());
-            }
-            k = end;
-        }
-        // A user joins `new`'s list (at the end, in edit order) if it is not there yet and
-        // still reads `new` (a later edit may have replaced it again).
-        let mut news: Vec<InstrId> = gained.iter().map(|&(n, _)| n).collect();
-        news.sort_unstable();
-        news.dedup();
-        for new in news {
-            let mut candidates: Vec<InstrId> = gained
-                .iter()
-                .filter(|&&(n, u)| n == new && self.instr(u).operands.contains(&new))
-                .map(|&(_, u)| u)
-                .collect();
-            if candidates.is_empty() {
+        // Each value that gained a use appends, in edit order, the users that read it now and
+        // are not listed yet. Long lists are looked up sorted, short ones scanned.
+        for k in 0..changed.len() {
+            let new = changed[k].2;
+            if changed[..k].iter().any(|c| c.2 == new) {
                 continue;
             }
-            let mut present: Vec<InstrId> = candidates.clone();
-            present.sort_unstable();
-            present.dedup();
-            let mut seen = vec![false; present.len()];
-            for u in &self.instr(new).users {
-                if let Ok(p) = present.binary_search(u) {
-                    seen[p] = true;
+            let mut users = std::mem::take(&mut self.instr_mut(new).users);
+            let gained = changed[k..].iter().filter(|c| c.2 == new).map(|c| c.1);
+            if users.len() <= 16 {
+                for u in gained {
+                    if !users.contains(&u) && self.instr(u).operands.contains(&new) {
+                        users.push(u);
+                    }
+                }
+            } else {
+                let mut listed: Vec<InstrId> = users.to_vec();
+                listed.sort_unstable();
+                let mut added: SmallVec<[InstrId; 8]> = SmallVec::new();
+                for u in gained {
+                    if listed.binary_search(&u).is_err()
+                        && !added.contains(&u)
+                        && self.instr(u).operands.contains(&new)
+                    {
+                        users.push(u);
+                        added.push(u);
+                    }
                 }
             }
-            candidates.retain(|u| {
-                let p = present.binary_search(u).unwrap_or(0);
-                !std::mem::replace(&mut seen[p], true)
-            });
-            self.instr_mut(new).users.extend(candidates);
+            self.instr_mut(new).users = users;
         }
         Ok(())
     }
@@ -888,7 +879,8 @@ mod tests {
             let p0 = m.add_instruction(c, param(0, "p0")).unwrap();
             let p1 = m.add_instruction(c, param(1, "p1")).unwrap();
             let mut adds = Vec::new();
-            for k in 0..12 {
+            // p0 has 24 users and p1 16: long lists, looked up sorted when they gain users.
+            for k in 0..24 {
                 let ops = if k % 3 == 0 { [p0, p0] } else { [p0, p1] };
                 let a = Instruction::new(format!("add{k}"), Opcode::Add, Shape::array(F32, &[4]))
                     .with_operands(&ops);
@@ -911,6 +903,11 @@ mod tests {
             (adds[7], 0, p1),
             (adds[7], 0, neg),
             (adds[11], 1, neg),
+            (neg, 0, p0), // p0 (a long list) gains neg
+            (adds[12], 0, p1),
+            (adds[12], 1, p1), // p1 (a long list) already lists adds[12]
+            (adds[13], 0, neg),
+            (adds[13], 0, p0), // put back: adds[13] stays where it was in p0's list
         ];
         let mut one = m0.clone();
         for &(u, k, n) in &edits {
@@ -923,11 +920,35 @@ mod tests {
             .instructions()
         {
             assert_eq!(batch.operands(i), one.operands(i), "%{}", m0.instr(i).name);
-            assert_eq!(batch.users(i), one.users(i), "%{}", m0.instr(i).name);
+            // The same users; the order too, except where a use was taken and put back.
+            let sorted = |v: &[InstrId]| {
+                let mut v = v.to_vec();
+                v.sort();
+                v
+            };
+            assert_eq!(
+                sorted(batch.users(i)),
+                sorted(one.users(i)),
+                "%{}",
+                m0.instr(i).name
+            );
+            if i != p0 {
+                assert_eq!(batch.users(i), one.users(i), "%{}", m0.instr(i).name);
+            }
         }
+        // adds[13] lost p0 and got it back: one by one it moves to the end of p0's list, the
+        // batch leaves it where it was.
+        let at = |m: &Module, u| m.users(p0).iter().position(|&x| x == u);
+        assert_eq!(at(&one, adds[13]), Some(one.users(p0).len() - 1));
+        assert!(at(&batch, adds[13]) < at(&batch, adds[14]));
         assert_eq!(batch.users(neg), &[adds[0], adds[2], adds[7], adds[11]]);
         assert!(!batch.users(p0).contains(&adds[0]));
         assert!(batch.users(p0).contains(&adds[3]));
+        assert_eq!(batch.users(p0).last(), Some(&neg));
+        assert!(batch
+            .users(neg)
+            .iter()
+            .all(|&u| batch.operands(u).contains(&neg)));
         // Bad edits: nothing changes, even for the good edits before them.
         let mut bad = m0.clone();
         let err = bad.replace_operands(&[(adds[1], 0, neg), (adds[1], 2, neg)]);

@@ -5,7 +5,7 @@
 //! operands left to right. Instructions unreachable from the root (dead code, side effects)
 //! appear too, after the operands they use.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::instruction::{CompId, InstrId};
 use crate::module::Module;
@@ -112,10 +112,24 @@ pub fn computation_post_order(module: &Module, include_unreachable: bool) -> Vec
 /// Computations called by any instruction of `comp`, in instruction order, without repeats.
 pub(crate) fn callees(module: &Module, comp: CompId) -> Vec<CompId> {
     let mut v = Vec::new();
+    // A computation may call thousands of distinct computations (a jax entry with one reduce
+    // region per reduce): past a few, repeats are found in a set, not by scanning `v`.
+    let mut seen: Option<HashSet<CompId>> = None;
     for &i in module.comp(comp).instructions() {
         for &c in module.called_computations(i) {
-            if !v.contains(&c) && module.try_comp(c).is_some() {
+            let new = match &mut seen {
+                Some(s) => !s.contains(&c),
+                None => !v.contains(&c),
+            };
+            if new && module.try_comp(c).is_some() {
                 v.push(c);
+                match &mut seen {
+                    Some(s) => {
+                        s.insert(c);
+                    }
+                    None if v.len() > 32 => seen = Some(v.iter().copied().collect()),
+                    None => {}
+                }
             }
         }
     }

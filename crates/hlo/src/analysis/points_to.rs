@@ -20,7 +20,7 @@ use std::fmt::Write;
 
 use smallvec::SmallVec;
 
-use crate::analysis::order::{computation_post_order, post_order};
+use crate::analysis::order::{computation_post_order, post_order, post_orders};
 use crate::instruction::InstrId;
 use crate::module::Module;
 use crate::opcode::Opcode;
@@ -166,10 +166,7 @@ impl TuplePointsTo {
             defined: vec![Vec::new(); module.instr_capacity()],
         };
         // Each computation's post-order once, for both walks.
-        let orders: Vec<Vec<InstrId>> = computation_post_order(module, true)
-            .into_iter()
-            .map(|c| post_order(module, c))
-            .collect();
+        let orders = post_orders(module, &computation_post_order(module, true));
         for order in &orders {
             for &id in order {
                 let set = a.compute(module, id);

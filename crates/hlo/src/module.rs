@@ -12,6 +12,7 @@
 use std::collections::BTreeMap;
 
 use indexmap::IndexMap;
+use smallvec::SmallVec;
 
 use crate::instruction::{CompId, InstrId, Instruction};
 use crate::metadata::{FrontendAttributes, StackFrameIndex};
@@ -567,6 +568,88 @@ impl Module {
         Ok(())
     }
 
+    /// Applies many [`Module::replace_operand`] edits `(user, operand index, new value)` at
+    /// once, with the operands and users that applying them one by one in order gives, but
+    /// scanning each affected users list once: a value with n users that loses or gains k of
+    /// them costs O(n log n + k^2) at worst, not O(n k). A user keeps its place in a
+    /// users list it does not
+    /// leave; users new to a list are appended in edit order (so the lists equal the
+    /// one-by-one result unless an edit takes a value away that a later edit puts back). Every
+    /// edit is checked before anything changes; on an error the module is untouched.
+    pub fn replace_operands(
+        &mut self,
+        edits: &[(InstrId, usize, InstrId)],
+    ) -> Result<(), MutationError> {
+        for &(user, index, new) in edits {
+            let u = self.instr(user);
+            if index >= u.operands.len() {
+                return Err(MutationError::OperandIndex {
+                    name: u.name.clone(),
+                    index,
+                    count: u.operands.len(),
+                });
+            }
+            if self.instr(new).parent != u.parent {
+                return Err(MutationError::CrossComputation(
+                    u.name.clone(),
+                    self.instr(new).name.clone(),
+                ));
+            }
+        }
+        // Write the operands; remember (old value, user, new value) of every real change.
+        let mut changed: SmallVec<[(InstrId, InstrId, InstrId); 8]> = SmallVec::new();
+        for &(user, index, new) in edits {
+            let old = self.instr(user).operands[index];
+            if old != new {
+                self.instr_mut(user).operands[index] = new;
+                changed.push((old, user, new));
+            }
+        }
+        // Each value that lost a use keeps the users that still read it: one pass over its
+        // list (operand lists are short).
+        for k in 0..changed.len() {
+            let old = changed[k].0;
+            if changed[..k].iter().any(|c| c.0 == old) {
+                continue;
+            }
+            let mut users = std::mem::take(&mut self.instr_mut(old).users);
+            users.retain(|u| self.instr(*u).operands.contains(&old));
+            self.instr_mut(old).users = users;
+        }
+        // Each value that gained a use appends, in edit order, the users that read it now and
+        // are not listed yet. Long lists are looked up sorted, short ones scanned.
+        for k in 0..changed.len() {
+            let new = changed[k].2;
+            if changed[..k].iter().any(|c| c.2 == new) {
+                continue;
+            }
+            let mut users = std::mem::take(&mut self.instr_mut(new).users);
+            let gained = changed[k..].iter().filter(|c| c.2 == new).map(|c| c.1);
+            if users.len() <= 16 {
+                for u in gained {
+                    if !users.contains(&u) && self.instr(u).operands.contains(&new) {
+                        users.push(u);
+                    }
+                }
+            } else {
+                let mut listed: Vec<InstrId> = users.to_vec();
+                listed.sort_unstable();
+                let mut added: SmallVec<[InstrId; 8]> = SmallVec::new();
+                for u in gained {
+                    if listed.binary_search(&u).is_err()
+                        && !added.contains(&u)
+                        && self.instr(u).operands.contains(&new)
+                    {
+                        users.push(u);
+                        added.push(u);
+                    }
+                }
+            }
+            self.instr_mut(new).users = users;
+        }
+        Ok(())
+    }
+
     /// Replaces every operand use of `old` by `new` (and the root, if `old` is a root).
     pub fn replace_all_uses_with(
         &mut self,
@@ -828,6 +911,104 @@ mod tests {
         assert_eq!(m.unique_name("add"), "add.1");
         assert_eq!(m.unique_name("add"), "add.2");
         assert_eq!(m.unique_name("fresh"), "fresh");
+    }
+
+    /// `replace_operands` gives the operands and users lists of `replace_operand` one by one,
+    /// on a value with many users losing some of them, repeated users and operands, and edits
+    /// that undo earlier ones; bad edits change nothing.
+    #[test]
+    fn replaces_many_operands_at_once() {
+        let build = || {
+            let mut m = Module::new("m");
+            let c = m.add_computation("main").unwrap();
+            let p0 = m.add_instruction(c, param(0, "p0")).unwrap();
+            let p1 = m.add_instruction(c, param(1, "p1")).unwrap();
+            let mut adds = Vec::new();
+            // p0 has 24 users and p1 16: long lists, looked up sorted when they gain users.
+            for k in 0..24 {
+                let ops = if k % 3 == 0 { [p0, p0] } else { [p0, p1] };
+                let a = Instruction::new(format!("add{k}"), Opcode::Add, Shape::array(F32, &[4]))
+                    .with_operands(&ops);
+                adds.push(m.add_instruction(c, a).unwrap());
+            }
+            let n = Instruction::new("neg", Opcode::Negate, Shape::array(F32, &[4]))
+                .with_operands(&[p1]);
+            let neg = m.add_instruction(c, n).unwrap();
+            (m, p0, p1, adds, neg)
+        };
+        let (m0, p0, p1, adds, neg) = build();
+        let edits = vec![
+            (adds[0], 0, neg), // add0 still reads p0 at 1
+            (adds[0], 1, neg), // now it does not
+            (adds[2], 0, neg),
+            (adds[3], 1, p1),
+            (adds[4], 0, p0), // no change
+            (adds[5], 0, neg),
+            (adds[5], 0, p1), // replaced again: neg does not gain add5
+            (adds[7], 0, p1),
+            (adds[7], 0, neg),
+            (adds[11], 1, neg),
+            (neg, 0, p0), // p0 (a long list) gains neg
+            (adds[12], 0, p1),
+            (adds[12], 1, p1), // p1 (a long list) already lists adds[12]
+            (adds[13], 0, neg),
+            (adds[13], 0, p0), // put back: adds[13] stays where it was in p0's list
+        ];
+        let mut one = m0.clone();
+        for &(u, k, n) in &edits {
+            one.replace_operand(u, k, n).unwrap();
+        }
+        let mut batch = m0.clone();
+        batch.replace_operands(&edits).unwrap();
+        for &i in m0
+            .comp(m0.entry().unwrap_or(m0.instr(p0).parent))
+            .instructions()
+        {
+            assert_eq!(batch.operands(i), one.operands(i), "%{}", m0.instr(i).name);
+            // The same users; the order too, except where a use was taken and put back.
+            let sorted = |v: &[InstrId]| {
+                let mut v = v.to_vec();
+                v.sort();
+                v
+            };
+            assert_eq!(
+                sorted(batch.users(i)),
+                sorted(one.users(i)),
+                "%{}",
+                m0.instr(i).name
+            );
+            if i != p0 {
+                assert_eq!(batch.users(i), one.users(i), "%{}", m0.instr(i).name);
+            }
+        }
+        // adds[13] lost p0 and got it back: one by one it moves to the end of p0's list, the
+        // batch leaves it where it was.
+        let at = |m: &Module, u| m.users(p0).iter().position(|&x| x == u);
+        assert_eq!(at(&one, adds[13]), Some(one.users(p0).len() - 1));
+        assert!(at(&batch, adds[13]) < at(&batch, adds[14]));
+        assert_eq!(batch.users(neg), &[adds[0], adds[2], adds[7], adds[11]]);
+        assert!(!batch.users(p0).contains(&adds[0]));
+        assert!(batch.users(p0).contains(&adds[3]));
+        assert_eq!(batch.users(p0).last(), Some(&neg));
+        assert!(batch
+            .users(neg)
+            .iter()
+            .all(|&u| batch.operands(u).contains(&neg)));
+        // Bad edits: nothing changes, even for the good edits before them.
+        let mut bad = m0.clone();
+        let err = bad.replace_operands(&[(adds[1], 0, neg), (adds[1], 2, neg)]);
+        assert!(matches!(
+            err,
+            Err(MutationError::OperandIndex { index: 2, .. })
+        ));
+        let other = bad.add_computation("other").unwrap();
+        let q = bad.add_instruction(other, param(0, "q")).unwrap();
+        assert!(matches!(
+            bad.replace_operands(&[(adds[1], 0, neg), (adds[1], 0, q)]),
+            Err(MutationError::CrossComputation(..))
+        ));
+        assert_eq!(bad.operands(adds[1]), m0.operands(adds[1]));
+        assert_eq!(bad.users(neg), m0.users(neg));
     }
 
     #[test]

@@ -227,6 +227,12 @@ struct PassRun {
     walk_peak: i64,
     /// The peak of the final module (dead originals removed), measured along its schedule.
     final_peak: i64,
+    /// The summaries' `peak_after` of the walk run and of the final run.
+    walk_reported_peak: i64,
+    final_reported_peak: i64,
+    final_reported_met: bool,
+    /// The walk's peak measured by `peak_memory` along its schedule.
+    walk_measured_peak: i64,
 }
 
 fn run_for_optimum(m: &Module, p: &optimal::Problem, opts: &RematOptions) -> PassRun {
@@ -255,6 +261,10 @@ fn run_for_optimum(m: &Module, p: &optimal::Problem, opts: &RematOptions) -> Pas
         reported_met: s.limit_met,
         walk_peak,
         final_peak: peak_of(&fin),
+        walk_reported_peak: s.peak_after,
+        final_reported_peak: f.peak_after,
+        final_reported_met: f.limit_met,
+        walk_measured_peak: peak_of(&walk),
     }
 }
 
@@ -277,6 +287,10 @@ struct Tally {
     /// the same for the final module.
     reported_met_but_over: usize,
     reported_met_but_final_over: usize,
+    /// Runs whose summary's `peak_after` is not the peak measured along the result's
+    /// schedule (the walk with dead originals kept; the final module).
+    walk_summary_wrong: usize,
+    final_summary_wrong: usize,
     /// Net instructions added below the optimum (moves).
     net_below_optimum: usize,
     states: Vec<usize>,
@@ -289,6 +303,9 @@ fn optimum(args: &Args) {
     let max_states = args.num("--max-states", 2_000_000);
     let show_misses = args.num("--show-misses", 0);
     let mut shown = 0;
+    // Print the first N cases whose summary's peak differs from the measured peak.
+    let show_lies = args.num("--show-lies", 0);
+    let mut lies_shown = 0;
     let mut rng = gen::SplitMix::new(0x0b7);
     let mut tallies: Vec<((usize, i64), Tally)> = Vec::new();
     for &b in &blocks {
@@ -334,6 +351,30 @@ fn optimum(args: &Args) {
             };
             let run = run_for_optimum(&m, &p, &opts);
             tally.cases += 1;
+            // The summaries must report what the modules use: the walk's (dead originals
+            // kept) and the final module's peaks measured independently along their schedules.
+            let walk_wrong = run.walk_reported_peak != run.walk_measured_peak;
+            let final_wrong = run.final_reported_peak != run.final_peak
+                || run.final_reported_met != (run.final_peak <= limit);
+            if walk_wrong {
+                tally.walk_summary_wrong += 1;
+            }
+            if final_wrong {
+                tally.final_summary_wrong += 1;
+            }
+            if (walk_wrong || final_wrong) && lies_shown < show_lies {
+                lies_shown += 1;
+                println!(
+                    "summary differs: dag {d} (ops {ops}, params {params}) at {limit} ({pct}%, blocks {b}): walk summary {} measured {} (model {}), final summary {} (met {}) measured {}\n{}",
+                    run.walk_reported_peak,
+                    run.walk_measured_peak,
+                    run.walk_peak,
+                    run.final_reported_peak,
+                    run.final_reported_met,
+                    run.final_peak,
+                    tessera_hlo::text::print_module(&m, &Default::default())
+                );
+            }
             if run.reported_met && run.walk_peak > limit {
                 tally.reported_met_but_over += 1;
             }
@@ -443,6 +484,13 @@ fn optimum(args: &Args) {
             );
         }
     }
+    let (walk_wrong, final_wrong) = tallies.iter().fold((0, 0), |(w, f), (_, t)| {
+        (w + t.walk_summary_wrong, f + t.final_summary_wrong)
+    });
+    let runs: usize = tallies.iter().map(|(_, t)| t.cases).sum();
+    println!(
+        "summary peak_after differs from the measured peak: walk {walk_wrong}, final module {final_wrong} of {runs} runs"
+    );
 }
 
 fn once(args: &Args) {

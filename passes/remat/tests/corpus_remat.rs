@@ -14,7 +14,9 @@ use std::path::{Path, PathBuf};
 use tessera_hlo::analysis::shape_size;
 use tessera_hlo::text::{print_module, PrintOptions};
 use tessera_hlo::verify::{verify, VerifyOptions};
-use tessera_remat::{schedule_module, RematOptions, Rematerialization, SchedulerKind, SearchKind};
+use tessera_remat::{
+    peak_memory, schedule_module, RematOptions, Rematerialization, SchedulerKind, SearchKind,
+};
 
 fn corpus() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus/xla-hlo")
@@ -93,6 +95,18 @@ fn rematerialization_keeps_corpus_modules_valid() {
                                 failures.push(format!(
                                     "{name} at {pct}%, blocks {block}: invalid after: {e}"
                                 ));
+                            }
+                            // The summary reports the result's peak, measured along its
+                            // final schedule.
+                            match peak_memory(&mm, mm.schedule.as_ref().unwrap(), &shape_size) {
+                                Ok(mem) if mem.peak_bytes == s.peak_after => {}
+                                Ok(mem) => failures.push(format!(
+                                    "{name} at {pct}%, blocks {block} ({search:?}): summary peak {} but measured {}",
+                                    s.peak_after, mem.peak_bytes
+                                )),
+                                Err(e) => failures.push(format!(
+                                    "{name} at {pct}%, blocks {block}: measuring after: {e}"
+                                )),
                             }
                             if s.peak_after > s.peak_before && search == SearchKind::Fast {
                                 grew.push(format!(

@@ -5,28 +5,74 @@
 //! operands left to right. Instructions unreachable from the root (dead code, side effects)
 //! appear too, after the operands they use.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::instruction::{CompId, InstrId};
 use crate::module::Module;
 
 /// Instructions of `comp`, each after its operands and control predecessors.
 pub fn post_order(module: &Module, comp: CompId) -> Vec<InstrId> {
-    let c = module.comp(comp);
     // Visit state per instruction of this computation: 0 new, 1 on the stack, 2 done. A map, not
     // a module-sized vector, so that walking every computation stays linear in the module.
-    let mut state: HashMap<InstrId, u8> = HashMap::with_capacity(c.instructions().len());
+    let mut state: HashMap<InstrId, u8> =
+        HashMap::with_capacity(module.comp(comp).instructions().len());
+    post_order_by(module, comp, &mut state)
+}
+
+/// [`post_order`] of every computation in `comps`, with one module-sized visit table for all
+/// of them (cheaper than a map per computation when most of the module is walked).
+pub fn post_orders(module: &Module, comps: &[CompId]) -> Vec<Vec<InstrId>> {
+    let mut state = vec![0u8; module.instr_capacity()];
+    comps
+        .iter()
+        .map(|&c| {
+            let order = post_order_by(module, c, &mut state);
+            // Every instruction visited is in the order: clear exactly those.
+            for id in &order {
+                state[id.index()] = 0;
+            }
+            order
+        })
+        .collect()
+}
+
+/// Visit states of [`post_order_by`].
+trait Visits {
+    fn get(&self, id: InstrId) -> u8;
+    fn set(&mut self, id: InstrId, v: u8);
+}
+
+impl Visits for HashMap<InstrId, u8> {
+    fn get(&self, id: InstrId) -> u8 {
+        HashMap::get(self, &id).copied().unwrap_or(0)
+    }
+    fn set(&mut self, id: InstrId, v: u8) {
+        self.insert(id, v);
+    }
+}
+
+impl Visits for Vec<u8> {
+    fn get(&self, id: InstrId) -> u8 {
+        self[id.index()]
+    }
+    fn set(&mut self, id: InstrId, v: u8) {
+        self[id.index()] = v;
+    }
+}
+
+fn post_order_by(module: &Module, comp: CompId, state: &mut impl Visits) -> Vec<InstrId> {
+    let c = module.comp(comp);
     let mut out = Vec::with_capacity(c.instructions().len());
     // Start from the root first so that its cone comes out in a natural order, then any
     // instruction not reached from it (in stored order).
     let starts = c.root().into_iter().chain(c.instructions().iter().copied());
     let mut stack: Vec<(InstrId, usize)> = Vec::new();
     for start in starts {
-        if state.get(&start).copied().unwrap_or(0) != 0 {
+        if state.get(start) != 0 {
             continue;
         }
         stack.push((start, 0));
-        state.insert(start, 1);
+        state.set(start, 1);
         while let Some(&mut (id, ref mut next)) = stack.last_mut() {
             let i = module.instr(id);
             let n_ops = i.operands().len();
@@ -40,12 +86,12 @@ pub fn post_order(module: &Module, comp: CompId) -> Vec<InstrId> {
                     preds[k - n_ops]
                 };
                 // A cycle (state 1) would be a malformed module; skip the back edge.
-                if state.get(&dep).copied().unwrap_or(0) == 0 {
-                    state.insert(dep, 1);
+                if state.get(dep) == 0 {
+                    state.set(dep, 1);
                     stack.push((dep, 0));
                 }
             } else {
-                state.insert(id, 2);
+                state.set(id, 2);
                 out.push(id);
                 stack.pop();
             }
@@ -112,10 +158,24 @@ pub fn computation_post_order(module: &Module, include_unreachable: bool) -> Vec
 /// Computations called by any instruction of `comp`, in instruction order, without repeats.
 pub(crate) fn callees(module: &Module, comp: CompId) -> Vec<CompId> {
     let mut v = Vec::new();
+    // A computation may call thousands of distinct computations (a jax entry with one reduce
+    // region per reduce): past a few, repeats are found in a set, not by scanning `v`.
+    let mut seen: Option<HashSet<CompId>> = None;
     for &i in module.comp(comp).instructions() {
         for &c in module.called_computations(i) {
-            if !v.contains(&c) && module.try_comp(c).is_some() {
+            let new = match &mut seen {
+                Some(s) => !s.contains(&c),
+                None => !v.contains(&c),
+            };
+            if new && module.try_comp(c).is_some() {
                 v.push(c);
+                match &mut seen {
+                    Some(s) => {
+                        s.insert(c);
+                    }
+                    None if v.len() > 32 => seen = Some(v.iter().copied().collect()),
+                    None => {}
+                }
             }
         }
     }
@@ -176,5 +236,30 @@ mod tests {
             computation_post_order(&b.m, true),
             vec![add, body, main, unused]
         );
+        // One shared visit table gives each computation's own post-order, also when a
+        // computation is walked twice.
+        let comps = [add, body, main, unused, body];
+        let orders = post_orders(&b.m, &comps);
+        for (k, &c) in comps.iter().enumerate() {
+            assert_eq!(orders[k], post_order(&b.m, c));
+        }
+        assert_eq!(orders[1], vec![bp, zero, red]);
+        assert_eq!(orders[2], vec![p, call]);
+    }
+
+    /// A computation calling many distinct computations lists each once, in first-call order.
+    #[test]
+    fn callees_of_many_call_sites() {
+        let mut b = Builder::new("m");
+        let adds: Vec<CompId> = (0..40).map(|k| b.scalar_add(&format!("add{k}"))).collect();
+        let main = b.comp("main");
+        let p = b.param(main, 0, f32v(4));
+        let zero = b.op(main, "zero", Opcode::Constant, f32s(), &[]);
+        for k in 0..80 {
+            let r = b.op(main, &format!("r{k}"), Opcode::Reduce, f32s(), &[p, zero]);
+            b.m.instr_mut(r).called.push(adds[(k * 7) % 40]);
+        }
+        let expect: Vec<CompId> = (0..40).map(|k| adds[(k * 7) % 40]).collect();
+        assert_eq!(callees(&b.m, main), expect);
     }
 }

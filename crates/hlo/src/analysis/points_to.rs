@@ -20,7 +20,7 @@ use std::fmt::Write;
 
 use smallvec::SmallVec;
 
-use crate::analysis::order::{computation_post_order, post_order};
+use crate::analysis::order::{computation_post_order, post_order, post_orders};
 use crate::instruction::InstrId;
 use crate::module::Module;
 use crate::opcode::Opcode;
@@ -165,16 +165,17 @@ impl TuplePointsTo {
             aliases: Vec::new(),
             defined: vec![Vec::new(); module.instr_capacity()],
         };
-        let comps = computation_post_order(module, true);
-        for &c in &comps {
-            for id in post_order(module, c) {
+        // Each computation's post-order once, for both walks.
+        let orders = post_orders(module, &computation_post_order(module, true));
+        for order in &orders {
+            for &id in order {
                 let set = a.compute(module, id);
                 a.sets[id.index()] = Some(set);
             }
         }
         a.aliases = vec![Vec::new(); a.buffers.len()];
-        for &c in &comps {
-            for id in post_order(module, c) {
+        for order in &orders {
+            for &id in order {
                 let set = a.sets[id.index()].as_ref().unwrap();
                 for (idx, e) in set.iter() {
                     for &b in &e.buffers {

@@ -488,6 +488,7 @@ impl Rematerialization {
             computations: Vec::new(),
             comp_names: None,
             trackers: Vec::new(),
+            finished: Vec::new(),
         };
         for c in computation_post_order(module, false) {
             if matches!(
@@ -518,6 +519,9 @@ impl Rematerialization {
                 })?;
             }
         }
+        // The walk's running maximum misses buffers that clones revived at the points before
+        // the clone; measure the result (the walk, or the module without its dead originals).
+        st.measure_results(module);
         let after = st.peak[entry.index()].unwrap_or(0) + output_size;
         summary.peak_after = after;
         summary.instructions_rematerialized = st.remat_count;
@@ -641,8 +645,12 @@ struct State<'a> {
     computations: Vec<String>,
     /// Set once a fusion computation was cloned.
     comp_names: Option<CompNames>,
-    /// The trackers `compute_peak_memory` built, reset, by computation.
+    /// The trackers `compute_peak_memory` built, reset, by computation; after
+    /// `rematerialize_computation`, its final tracker.
     trackers: Vec<Option<Tracker<'a>>>,
+    /// Rematerialized computations with their limits, in the order they were finished
+    /// (callees before their callers).
+    finished: Vec<(CompId, i64)>,
 }
 
 fn sequence(module: &Module, c: CompId) -> Result<Vec<InstrId>, RematError> {
@@ -691,6 +699,37 @@ impl<'a> State<'a> {
         }
         self.trackers[c.index()] = Some(t);
         Ok(peak)
+    }
+
+    /// Replaces the peak of every rematerialized computation (callees first) by the peak of
+    /// its final sequence measured from scratch, leaving out the instructions removed since
+    /// (dead originals), and lists the computations still over their limits.
+    fn measure_results(&mut self, module: &Module) {
+        self.over_limit.clear();
+        for k in 0..self.finished.len() {
+            let (c, limit) = self.finished[k];
+            let Some(t) = self.trackers.get(c.index()).and_then(Option::as_ref) else {
+                continue;
+            };
+            let Some(comp) = module.try_comp(c) else {
+                continue;
+            };
+            let (peak, at) = t.measure(
+                |i| module.try_instr(i).is_none(),
+                |i| self.callee_usage(module, i),
+            );
+            if peak > limit {
+                if let Some(at) = at {
+                    self.over_limit.push(OverLimit {
+                        computation: comp.name.clone(),
+                        instruction: module.instr(at).name.clone(),
+                        bytes: peak,
+                        limit,
+                    });
+                }
+            }
+            self.peak[c.index()] = Some(peak);
+        }
     }
 
     fn new_tracker(&self, module: &Module, c: CompId) -> Result<Tracker<'a>, RematError> {
@@ -755,7 +794,6 @@ impl<'a> State<'a> {
         let use_fast =
             self.opts.search == SearchKind::Fast && self.opts.mode == RematMode::Recompute;
         let mut queue = FastQueue::new(memory_limit, self.opts.block_size_limit);
-        let mut worst: Option<(i64, InstrId)> = None;
 
         let mut item = t.list.first();
         while item != NIL {
@@ -844,9 +882,6 @@ impl<'a> State<'a> {
             }
             let now = t.memory_usage() + callee;
             peak = peak.max(now);
-            if now > memory_limit && worst.is_none_or(|(b, _)| now > b) {
-                worst = Some((now, instr));
-            }
             t.end_instruction()?;
             if use_fast {
                 queue.on_end(&mut t, module, &mut cache, item);
@@ -866,15 +901,9 @@ impl<'a> State<'a> {
                 )));
             }
         }
+        // The running maximum decides the callers' choices (as in the seed); what the result
+        // uses is measured again at the end of the run (`measure_results`).
         self.peak[c.index()] = Some(peak);
-        if let Some((bytes, at)) = worst {
-            self.over_limit.push(OverLimit {
-                computation: module.comp(c).name.clone(),
-                instruction: module.instr(at).name.clone(),
-                bytes,
-                limit: memory_limit,
-            });
-        }
         let order = t.list.order();
         if let Some(s) = module.schedule.as_mut() {
             s.sequences.insert(c, order);
@@ -890,6 +919,11 @@ impl<'a> State<'a> {
         self.remat_count += remat_count;
         self.net_added += net_added;
         self.queue_pops += queue.pops;
+        if self.trackers.len() <= c.index() {
+            self.trackers.resize_with(c.index() + 1, || None);
+        }
+        self.trackers[c.index()] = Some(t);
+        self.finished.push((c, memory_limit));
         Ok(changed)
     }
 
@@ -964,24 +998,29 @@ impl<'a> State<'a> {
 
             // Every unplaced use of `best` reads the clone instead (through a new
             // get-tuple-element and/or bitcast when the use was through one).
+            // The rewiring is collected and applied in one batch (`replace_operands`): a value
+            // with many users would otherwise have its users list scanned once per use.
             let mut indirect: Vec<ItemId> = Vec::new();
             let mut gte_cache: Vec<(usize, InstrId)> = Vec::new();
+            let mut edits: Vec<(InstrId, usize, InstrId)> = Vec::new();
             for u in t.item_uses(best_item) {
                 if t.list.item(u.user).placed {
                     continue;
                 }
                 let user = t.list.item(u.user).instr;
                 let mut remat_use = remat;
-                let user_operand = *module
-                    .operands(user)
-                    .get(u.operand_number as usize)
-                    .ok_or_else(|| {
+                let k = u.operand_number as usize;
+                // The operand as the edits so far leave it.
+                let user_operand = match edits.iter().rev().find(|e| e.0 == user && e.1 == k) {
+                    Some(e) => e.2,
+                    None => *module.operands(user).get(k).ok_or_else(|| {
                         RematError::Internal(format!(
                             "%{}: no operand {}",
                             module.instr(user).name,
                             u.operand_number
                         ))
-                    })?;
+                    })?,
+                };
                 if user_operand == remat_use {
                     continue;
                 }
@@ -1022,8 +1061,9 @@ impl<'a> State<'a> {
                     indirect.push(t.list.create_item(b));
                     remat_use = b;
                 }
-                module.replace_operand(user, u.operand_number as usize, remat_use)?;
+                edits.push((user, k, remat_use));
             }
+            module.replace_operands(&edits)?;
             t.add_rematerialized_instruction(module, best_item, remat_item, &indirect)?;
 
             // Place the clone before its earliest unplaced user, and before the earliest

@@ -664,6 +664,65 @@ impl<'f> Tracker<'f> {
         Ok(())
     }
 
+    /// Measures the list as it stands from scratch: the peak bytes over its program points
+    /// (plus `callee(instr)` at each) and the first instruction where it is reached. Items whose
+    /// instruction `gone` says was removed afterwards are left out, and so are their uses.
+    ///
+    /// This is not the running maximum of the walk: when a clone reads a buffer whose users
+    /// were all finished earlier, the buffer is live again from its definition to the clone,
+    /// i.e. also at program points the walk had already counted without it. Each buffer here
+    /// is live from its definer to its last remaining user, at every point between.
+    pub fn measure(
+        &self,
+        gone: impl Fn(InstrId) -> bool,
+        callee: impl Fn(InstrId) -> i64,
+    ) -> (i64, Option<InstrId>) {
+        let mut order: Vec<ItemId> = Vec::with_capacity(self.list.len());
+        let mut item = self.list.first();
+        let mut capacity = 0usize;
+        while item != NIL {
+            if !gone(self.list.item(item).instr) {
+                order.push(item);
+            }
+            capacity = capacity.max(item as usize + 1);
+            item = self.list.next(item);
+        }
+        let mut pos = vec![u32::MAX; capacity];
+        for (k, &it) in order.iter().enumerate() {
+            pos[it as usize] = k as u32;
+        }
+        let at = |it: ItemId| pos.get(it as usize).copied().unwrap_or(u32::MAX);
+        let mut delta = vec![0i64; order.len() + 1];
+        for (b, buf) in self.buffers.iter().enumerate() {
+            let size = self.allocated_size(b as u32);
+            let start = at(buf.defining);
+            if size == 0 || start == u32::MAX {
+                continue;
+            }
+            let end = buf
+                .users
+                .iter()
+                .map(|u| at(u.user))
+                .filter(|&p| p != u32::MAX)
+                .fold(start, u32::max);
+            delta[start as usize] += size;
+            delta[end as usize + 1] -= size;
+        }
+        let mut live = 0i64;
+        let mut peak = 0i64;
+        let mut peak_at = None;
+        for (k, &it) in order.iter().enumerate() {
+            live += delta[k];
+            let instr = self.list.item(it).instr;
+            let now = live + callee(instr);
+            if peak_at.is_none() || now > peak {
+                peak = now;
+                peak_at = Some(instr);
+            }
+        }
+        (peak, peak_at)
+    }
+
     /// Checks the tracker's invariants (expensive: tests and `check_invariants` runs).
     pub fn check(&self, module: &Module) -> Result<(), RematError> {
         let bad = |m: String| Err(RematError::Internal(format!("tracker invariant: {m}")));

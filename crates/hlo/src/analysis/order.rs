@@ -12,21 +12,78 @@ use crate::module::Module;
 
 /// Instructions of `comp`, each after its operands and control predecessors.
 pub fn post_order(module: &Module, comp: CompId) -> Vec<InstrId> {
+    // Visit state per instruction of this computation: a map, not a module-sized vector, so
+    // that walking every computation stays linear in the module (see [`PostOrders`] for many
+    // computations in a row).
+    let mut state: HashMap<InstrId, u8> =
+        HashMap::with_capacity(module.comp(comp).instructions().len());
+    walk(module, comp, &mut state)
+}
+
+/// [`post_order`] for many computations in a row, with one module-sized visit table reused by
+/// every walk (hashing each visit costs more than the walk itself on large modules).
+pub struct PostOrders {
+    state: Vec<u8>,
+}
+
+impl PostOrders {
+    pub fn new(module: &Module) -> PostOrders {
+        PostOrders {
+            state: vec![0; module.instr_capacity()],
+        }
+    }
+
+    /// The same order as [`post_order`].
+    pub fn post_order(&mut self, module: &Module, comp: CompId) -> Vec<InstrId> {
+        if self.state.len() < module.instr_capacity() {
+            self.state.resize(module.instr_capacity(), 0);
+        }
+        let out = walk(module, comp, &mut self.state);
+        // Every instruction the walk marked is in `out`: unmark them for the next walk.
+        for id in &out {
+            self.state[id.index()] = 0;
+        }
+        out
+    }
+}
+
+/// Visit states of a walk: 0 new, 1 on the stack, 2 done.
+trait Marks {
+    fn get(&self, id: InstrId) -> u8;
+    fn set(&mut self, id: InstrId, v: u8);
+}
+
+impl Marks for HashMap<InstrId, u8> {
+    fn get(&self, id: InstrId) -> u8 {
+        HashMap::get(self, &id).copied().unwrap_or(0)
+    }
+    fn set(&mut self, id: InstrId, v: u8) {
+        self.insert(id, v);
+    }
+}
+
+impl Marks for Vec<u8> {
+    fn get(&self, id: InstrId) -> u8 {
+        self[id.index()]
+    }
+    fn set(&mut self, id: InstrId, v: u8) {
+        self[id.index()] = v;
+    }
+}
+
+fn walk(module: &Module, comp: CompId, state: &mut impl Marks) -> Vec<InstrId> {
     let c = module.comp(comp);
-    // Visit state per instruction of this computation: 0 new, 1 on the stack, 2 done. A map, not
-    // a module-sized vector, so that walking every computation stays linear in the module.
-    let mut state: HashMap<InstrId, u8> = HashMap::with_capacity(c.instructions().len());
     let mut out = Vec::with_capacity(c.instructions().len());
     // Start from the root first so that its cone comes out in a natural order, then any
     // instruction not reached from it (in stored order).
     let starts = c.root().into_iter().chain(c.instructions().iter().copied());
     let mut stack: Vec<(InstrId, usize)> = Vec::new();
     for start in starts {
-        if state.get(&start).copied().unwrap_or(0) != 0 {
+        if state.get(start) != 0 {
             continue;
         }
         stack.push((start, 0));
-        state.insert(start, 1);
+        state.set(start, 1);
         while let Some(&mut (id, ref mut next)) = stack.last_mut() {
             let i = module.instr(id);
             let n_ops = i.operands().len();
@@ -40,12 +97,12 @@ pub fn post_order(module: &Module, comp: CompId) -> Vec<InstrId> {
                     preds[k - n_ops]
                 };
                 // A cycle (state 1) would be a malformed module; skip the back edge.
-                if state.get(&dep).copied().unwrap_or(0) == 0 {
-                    state.insert(dep, 1);
+                if state.get(dep) == 0 {
+                    state.set(dep, 1);
                     stack.push((dep, 0));
                 }
             } else {
-                state.insert(id, 2);
+                state.set(id, 2);
                 out.push(id);
                 stack.pop();
             }
@@ -153,6 +210,29 @@ mod tests {
         let root = b.op(c, "root", Opcode::Exp, f32v(4), &[p]);
         b.m.set_root(c, root);
         assert_eq!(post_order(&b.m, c), vec![p, root, dead]);
+    }
+
+    #[test]
+    fn post_orders_reuse_their_table_and_agree_with_post_order() {
+        let mut b = Builder::new("m");
+        let c = b.comp("main");
+        let p = b.param(c, 0, f32v(4));
+        let dead = b.op(c, "dead", Opcode::Negate, f32v(4), &[p]);
+        let exp = b.op(c, "exp", Opcode::Exp, f32v(4), &[p]);
+        let root = b.op(c, "root", Opcode::Add, f32v(4), &[exp, p]);
+        b.m.add_control_dependency(dead, exp);
+        b.m.set_root(c, root);
+        let d = b.comp("other");
+        let q = b.param(d, 0, f32v(4));
+        let neg = b.op(d, "neg", Opcode::Negate, f32v(4), &[q]);
+        b.m.set_root(d, neg);
+        let mut orders = PostOrders::new(&b.m);
+        // Twice each, interleaved: a walk must leave the table clean for the next one.
+        for _ in 0..2 {
+            assert_eq!(orders.post_order(&b.m, c), post_order(&b.m, c));
+            assert_eq!(orders.post_order(&b.m, c), vec![p, dead, exp, root]);
+            assert_eq!(orders.post_order(&b.m, d), vec![q, neg]);
+        }
     }
 
     #[test]

@@ -928,7 +928,7 @@ ENTRY e {
     /// A tiled sharding of `tiles` (data dims) plus an optional replicated subgroup, with
     /// devices in the order `perm` of `0..n`.
     fn tiled(tiles: &[i64], replicate: i64, perm: &[i64]) -> Sharding {
-        let mut dims: smallvec::SmallVec<[i64; 4]> = tiles.iter().copied().collect();
+        let mut dims: tessera_hlo::sharding::TileDims = tiles.iter().copied().collect();
         if replicate > 1 {
             dims.push(replicate);
         }

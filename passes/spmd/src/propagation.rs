@@ -25,7 +25,10 @@ use crate::dims::{conv_dims, dot_dims, DotDims};
 use crate::gather_scatter::{self as gs, DimMap, GatherScatter};
 
 mod manual;
+mod memo;
 mod setup;
+
+use memo::{idx, Op};
 
 /// Options of `sharding-propagation` (`--pass-option sharding-propagation.KEY=VALUE`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -408,8 +411,17 @@ fn process_sharding_custom_calls(
 ) -> Result<bool> {
     let mut changed = false;
     let comps: Vec<CompId> = module.computations().to_vec();
+    let mut orders = analysis::PostOrders::new(module);
     for comp in comps {
-        let mut order = analysis::post_order(module, comp);
+        let has_annotation = module
+            .comp(comp)
+            .instructions()
+            .iter()
+            .any(|&id| is_custom_call(module.instr(id), "Sharding"));
+        if !has_annotation {
+            continue;
+        }
+        let mut order = orders.post_order(module, comp);
         order.reverse();
         for id in order {
             let i = module.instr(id);
@@ -593,8 +605,9 @@ fn is_shard_barrier(i: &Instruction) -> Option<bool> {
 /// Leaf range `(start, len)` of tuple element `index` in the flattened leaves of `shape`.
 fn leaf_range(shape: &Shape, index: usize) -> (usize, usize) {
     let e = shape.tuple_elements();
-    let start = e[..index].iter().map(Shape::leaf_count).sum();
-    (start, e.get(index).map_or(0, Shape::leaf_count))
+    let count = |s: &Shape| if s.is_tuple() { s.leaf_count() } else { 1 };
+    let start = e[..index.min(e.len())].iter().map(count).sum();
+    (start, e.get(index).map_or(0, count))
 }
 
 /// The sharding of tuple element `index` of a value of `shape` sharded by `s`.
@@ -673,6 +686,8 @@ struct Propagator<'m> {
     orders: Vec<(CompId, Vec<InstrId>)>,
     done_fwd: Vec<bool>,
     done_bwd: Vec<bool>,
+    /// Answers of the sharding algebra, asked again and again (see `memo.rs`).
+    memo: memo::Memo,
     iterations: usize,
     from_operands: usize,
     from_users: usize,
@@ -710,6 +725,7 @@ impl<'m> Propagator<'m> {
             orders: Vec::new(),
             done_fwd: vec![false; cap],
             done_bwd: vec![false; cap],
+            memo: memo::Memo::default(),
             iterations: 0,
             from_operands: 0,
             from_users: 0,
@@ -747,8 +763,9 @@ impl<'m> Propagator<'m> {
         for s in p.sh.iter_mut().flatten() {
             replace_unknown(s);
         }
+        let mut orders = analysis::PostOrders::new(m);
         for &c in m.computations() {
-            p.orders.push((c, analysis::post_order(m, c)));
+            p.orders.push((c, orders.post_order(m, c)));
         }
         p
     }
@@ -1064,18 +1081,19 @@ impl<'m> Propagator<'m> {
         let Some(old) = self.sh[id.index()].as_ref() else {
             return Some(new);
         };
-        if new.is_manual() {
+        // The same sharding again is no improvement (the merge below would say so too).
+        if new.is_manual() || new == *old {
             return None;
         }
         let tiles = new.num_tiles();
-        if !merge_sharding(old, &mut new, may_combine) {
+        if !self.memo.merge_sharding(old, &mut new, may_combine) {
             return None;
         }
         if !aggressive
             && shape.is_array()
             && !old.is_tile_maximal()
             && new.num_tiles() == tiles
-            && !is_sub_tiling(shape, &new, old)
+            && !self.memo.is_sub_tiling(shape, &new, old)
         {
             return None;
         }
@@ -1244,8 +1262,14 @@ impl<'m> Propagator<'m> {
                 else {
                     return false;
                 };
-                let map: Vec<usize> = dims_attr(&i.attrs).iter().map(|&d| d as usize).collect();
-                let Some(new) = s.insert_dims(i.shape.rank(), &map) else {
+                let map = idx(dims_attr(&i.attrs).iter().map(|&d| d as usize));
+                let rank = i.shape.rank();
+                let Some(new) = self.memo.algebra(s, Op::InsertDims(rank, map), |s, op| {
+                    let Op::InsertDims(rank, map) = op else {
+                        unreachable!()
+                    };
+                    s.insert_dims(*rank, map)
+                }) else {
                     return false;
                 };
                 self.improve(id, new, mc, aggressive)
@@ -1273,23 +1297,21 @@ impl<'m> Propagator<'m> {
             }
             Convolution => self.forward_convolution(id, mc),
             Dot => {
-                let (l, r) = (i.operand(0), i.operand(1));
-                let Some(dn) = i.attrs.dot_dims.as_deref() else {
+                let Some(dims) = self.dims_of(id) else {
                     return false;
                 };
-                let dd = dot_dims(dn, self.shape(l).rank(), self.shape(r).rank());
-                self.forward_dot(id, &dd, mc)
+                self.forward_dot(id, dims, mc)
             }
             Transpose => {
                 let op = i.operand(0);
                 if !self.sp(op) {
                     return false;
                 }
-                let perm: Vec<usize> = dims_attr(&i.attrs).iter().map(|&d| d as usize).collect();
-                let Some(s) = self.cur(op).unwrap().transpose(&perm) else {
+                let perm = idx(dims_attr(&i.attrs).iter().map(|&d| d as usize));
+                let Some(s) = self.transposed(self.cur(op).unwrap(), perm) else {
                     return false;
                 };
-                self.improve(id, s.normalized(), mc, aggressive)
+                self.improve(id, s, mc, aggressive)
             }
             ReduceWindow => {
                 if let Some(w) = i.attrs.window.as_deref() {
@@ -1331,7 +1353,7 @@ impl<'m> Propagator<'m> {
                     return false;
                 }
                 let s = self.cur(op).unwrap();
-                let new = s.propagate_through_reshape(self.shape(op).dims(), i.shape.dims());
+                let new = self.through_reshape(s, self.shape(op).dims(), i.shape.dims());
                 self.improve(id, new, mc, aggressive)
             }
             Reverse => {
@@ -1393,7 +1415,7 @@ impl<'m> Propagator<'m> {
                     return false;
                 };
                 if let Some(old) = self.cur(id) {
-                    merge_sharding(old, &mut s, mc);
+                    self.memo.merge_sharding(old, &mut s, mc);
                 }
                 self.improve(id, s, mc, false)
             }
@@ -1520,12 +1542,9 @@ impl<'m> Propagator<'m> {
                 );
                 continue;
             }
-            let after = s.replicate_on_dims(&rdims);
-            if after.is_replicated() {
-                changed |= self.improve(id, spread(&i.shape, after), mc, aggressive);
-                continue;
-            }
-            let Some(new) = after.remove_dims(&rdims) else {
+            // Replicated after replicating the reduced dimensions: stays replicated (removing
+            // dimensions of a replicated sharding keeps it).
+            let Some(new) = self.replicated_and_removed(&s, &rdims) else {
                 continue;
             };
             changed |= self.improve(id, spread(&i.shape, new), mc, aggressive);
@@ -1537,14 +1556,14 @@ impl<'m> Propagator<'m> {
     /// dimensions replicated, moved to the output dimensions. When both improve the output, the
     /// one whose tiling the next sharded user (through a chain of single users) refines goes
     /// first, else the larger operand; the other then merges in.
-    fn forward_dot(&mut self, id: InstrId, dd: &DotDims, mc: bool) -> bool {
+    fn forward_dot(&mut self, id: InstrId, dims: u32, mc: bool) -> bool {
         let i = self.m.instr(id);
         let (l, r) = (i.operand(0), i.operand(1));
         let from = |p: &Self, k: usize, op: InstrId| -> Option<Sharding> {
             if !p.sp(op) {
                 return None;
             }
-            let s = p.dot_from_operand(id, dd, k)?;
+            let s = p.dot_from_operand(id, dims, k)?;
             p.improved(id, s, mc, false)
         };
         let (a, b) = (from(self, 0, l), from(self, 1, r));
@@ -1607,36 +1626,134 @@ impl<'m> Propagator<'m> {
         result
     }
 
-    fn dot_from_operand(&self, id: InstrId, dd: &DotDims, k: usize) -> Option<Sharding> {
+    fn dot_from_operand(&self, id: InstrId, dims: u32, k: usize) -> Option<Sharding> {
         let i = self.m.instr(id);
         let op = i.operand(k);
         let s = self.cur(op)?;
         if s.is_tile_maximal() {
             return Some(s.clone());
         }
-        let mut contracting: Vec<usize> = dd
-            .contracting
-            .iter()
-            .map(|d| d.operand(k) as usize)
-            .collect();
-        for d in dd.non_contracting(1 - k) {
-            if d.operand(k) >= 0 {
-                contracting.push(d.operand(k) as usize);
-            }
-        }
-        let rep = s.replicate_on_dims(&contracting);
-        let mut out_to_op = vec![-1i64; i.shape.rank()];
-        let mut op_to_out = vec![-1i64; self.shape(op).rank()];
-        for d in dd.batch.iter().chain(dd.non_contracting(k)) {
-            let (o, x) = (d.out, d.operand(k));
-            if o >= 0 && x >= 0 {
-                out_to_op[o as usize] = x;
-                op_to_out[x as usize] = o;
-            }
-        }
-        rep.transpose_collapsed(&op_to_out, &out_to_op)
+        let key = Op::DotFromOperand {
+            dims,
+            k,
+            out_rank: i.shape.rank(),
+            op_rank: self.shape(op).rank(),
+        };
+        self.memo.algebra(s, key, |s, op| {
+            let Op::DotFromOperand {
+                dims,
+                k,
+                out_rank,
+                op_rank,
+            } = op
+            else {
+                unreachable!()
+            };
+            let dd = self.memo.dot_dims(*dims);
+            dot_from_operand_sharding(s, &dd, *k, *out_rank, *op_rank)
+        })
     }
+}
 
+/// The sharding operand `k` (of rank `op_rank`, sharded `s`) gives the output (of rank
+/// `out_rank`) of a dot with dimensions `dd`: contracting dimensions and the other operand's
+/// non-contracting ones replicated, the rest moved to their output dimensions.
+fn dot_from_operand_sharding(
+    s: &Sharding,
+    dd: &DotDims,
+    k: usize,
+    out_rank: usize,
+    op_rank: usize,
+) -> Option<Sharding> {
+    let mut contracting: Vec<usize> = dd
+        .contracting
+        .iter()
+        .map(|d| d.operand(k) as usize)
+        .collect();
+    for d in dd.non_contracting(1 - k) {
+        if d.operand(k) >= 0 {
+            contracting.push(d.operand(k) as usize);
+        }
+    }
+    let rep = s.replicate_on_dims(&contracting);
+    let mut out_to_op = vec![-1i64; out_rank];
+    let mut op_to_out = vec![-1i64; op_rank];
+    for d in dd.batch.iter().chain(dd.non_contracting(k)) {
+        let (o, x) = (d.out, d.operand(k));
+        if o >= 0 && x >= 0 {
+            out_to_op[o as usize] = x;
+            op_to_out[x as usize] = o;
+        }
+    }
+    rep.transpose_collapsed(&op_to_out, &out_to_op)
+}
+
+/// XLA's `InferDotOperandSharding` on shardings: the output sharding `us` (rank `out_rank`) with
+/// the other operand's non-contracting dimensions replicated, moved to operand `k`'s dimensions
+/// (rank `op_rank`), merged with what the other operand's sharding `os` (rank `other_rank`, when
+/// spatially partitioned) says about the batch and contracting dimensions.
+#[allow(clippy::too_many_arguments)]
+fn dot_operand_sharding(
+    us: &Sharding,
+    dd: &DotDims,
+    k: usize,
+    mc: bool,
+    out_rank: usize,
+    op_rank: usize,
+    other_rank: usize,
+    os: Option<&Sharding>,
+) -> Option<Sharding> {
+    let mut out_rep: Vec<usize> = Vec::new();
+    let mut other_rep: Vec<usize> = Vec::new();
+    for d in dd.non_contracting(1 - k) {
+        if d.out >= 0 {
+            out_rep.push(d.out as usize);
+        }
+        if d.operand(1 - k) >= 0 {
+            other_rep.push(d.operand(1 - k) as usize);
+        }
+    }
+    for d in &dd.contracting {
+        if d.out >= 0 {
+            out_rep.push(d.out as usize);
+        }
+    }
+    for d in dd.non_contracting(k) {
+        if d.operand(1 - k) >= 0 {
+            other_rep.push(d.operand(1 - k) as usize);
+        }
+    }
+    let out_r = us.replicate_on_dims(&out_rep);
+    let mut out_to_op = vec![-1i64; out_rank];
+    let mut op_to_out = vec![-1i64; op_rank];
+    for d in dd.batch.iter().chain(dd.non_contracting(k)) {
+        if d.out >= 0 && d.operand(k) >= 0 {
+            out_to_op[d.out as usize] = d.operand(k);
+            op_to_out[d.operand(k) as usize] = d.out;
+        }
+    }
+    let mut s = out_r.transpose_collapsed(&out_to_op, &op_to_out)?;
+    if let Some(os) = os {
+        let os = os.replicate_on_dims(&other_rep);
+        let mut other_to_op = vec![-1i64; other_rank];
+        let mut op_to_other = vec![-1i64; op_rank];
+        for d in dd.batch.iter().chain(&dd.contracting) {
+            let (x, y) = (d.operand(1 - k), d.operand(k));
+            if x >= 0 && y >= 0 {
+                other_to_op[x as usize] = y;
+                op_to_other[y as usize] = x;
+            }
+        }
+        if let Some(mut from_other) = os.transpose_collapsed(&other_to_op, &op_to_other) {
+            if merge_sharding(&s, &mut from_other, mc) {
+                s = from_other;
+            }
+        }
+    }
+    Some(s)
+}
+
+impl Propagator<'_> {
     fn forward_convolution(&mut self, id: InstrId, mc: bool) -> bool {
         let i = self.m.instr(id);
         let (l, r) = (i.operand(0), i.operand(1));
@@ -1668,7 +1785,10 @@ impl<'m> Propagator<'m> {
                 && i.attrs.batch_group_count == 1
                 && i.attrs.feature_group_count == 1)
         {
-            return self.forward_dot(id, &dd, mc);
+            let Some(dims) = self.dims_of(id) else {
+                return false;
+            };
+            return self.forward_dot(id, dims, mc);
         }
         if !self.sp(l) {
             return false;
@@ -1760,10 +1880,7 @@ impl<'m> Propagator<'m> {
         let aggressive = self.non_root_users_is_one(id);
         let mut changed = false;
         if self.sp(op) {
-            let s = self
-                .cur(op)
-                .unwrap()
-                .replicate_on_dims(&self.sliced_dims(id, op));
+            let s = self.replicated_on(self.cur(op).unwrap(), &self.sliced_dims(id, op));
             changed |= self.improve(id, s, mc, aggressive);
         }
         if i.opcode == Opcode::DynamicUpdateSlice && self.sp(i.operand(0)) {
@@ -1846,7 +1963,7 @@ impl<'m> Propagator<'m> {
                 {
                     return None;
                 }
-                us.replicate_on_dims(&rep).remove_dims(&rep)
+                self.replicated_and_removed(us, &rep)
             }
             Concatenate => {
                 if level == 0 {
@@ -1868,7 +1985,8 @@ impl<'m> Propagator<'m> {
                 if !dd.conv_spatial.is_empty() {
                     return None;
                 }
-                self.dot_operand_sharding(user, &dd, index, self.spmd && level > 0)
+                let dims = self.dims_of(user)?;
+                self.dot_operand_sharding(user, dims, index, self.spmd && level > 0)
             }
             DynamicSlice | DynamicUpdateSlice => {
                 if level == 0 {
@@ -1888,7 +2006,7 @@ impl<'m> Propagator<'m> {
                 if operand != id {
                     return None;
                 }
-                Some(us.replicate_on_dims(&self.sliced_dims(user, operand)))
+                Some(self.replicated_on(us, &self.sliced_dims(user, operand)))
             }
             ReduceWindow => {
                 let n = u.operands().len() / 2;
@@ -1900,7 +2018,7 @@ impl<'m> Propagator<'m> {
                 }
                 Some(us.clone())
             }
-            Reshape => Some(us.propagate_through_reshape(u.shape.dims(), i.shape.dims())),
+            Reshape => Some(self.through_reshape(us, u.shape.dims(), i.shape.dims())),
             Pad => (index == 0).then(|| us.clone()),
             Slice => Some(us.clone()),
             Transpose => {
@@ -1909,7 +2027,7 @@ impl<'m> Propagator<'m> {
                 for (k, &x) in d.iter().enumerate() {
                     *inv.get_mut(x as usize)? = k;
                 }
-                us.transpose(&inv).map(|s| s.normalized())
+                self.transposed(us, idx(inv))
             }
             Tuple => {
                 // An operand used at several positions takes the most specific of them.
@@ -1951,13 +2069,8 @@ impl<'m> Propagator<'m> {
                 Some(Sharding::tuple(leaves))
             }
             Dot => {
-                let dn = u.attrs.dot_dims.as_deref()?;
-                let dd = dot_dims(
-                    dn,
-                    self.shape(u.operand(0)).rank(),
-                    self.shape(u.operand(1)).rank(),
-                );
-                self.dot_operand_sharding(user, &dd, index, self.spmd && level > 0)
+                let dims = self.dims_of(user)?;
+                self.dot_operand_sharding(user, dims, index, self.spmd && level > 0)
             }
             Reduce => {
                 if i.shape.rank() == 0 {
@@ -1972,10 +2085,14 @@ impl<'m> Propagator<'m> {
                     s
                 } else {
                     let rd = dims_attr(&u.attrs);
-                    let map: Vec<usize> = (0..i.shape.rank())
-                        .filter(|d| !rd.contains(&(*d as i64)))
-                        .collect();
-                    s.insert_dims(i.shape.rank(), &map)?
+                    let rank = i.shape.rank();
+                    let map = idx((0..rank).filter(|d| !rd.contains(&(*d as i64))));
+                    self.memo.algebra(&s, Op::InsertDims(rank, map), |s, op| {
+                        let Op::InsertDims(rank, map) = op else {
+                            unreachable!()
+                        };
+                        s.insert_dims(*rank, map)
+                    })?
                 };
                 // What the reduce's other inputs are sharded as refines it when compatible.
                 let n = u.operands().len() / 2;
@@ -1985,7 +2102,7 @@ impl<'m> Propagator<'m> {
                     }
                     if let Some(os) = self.cur(o).filter(|x| !x.is_manual() && !x.is_tuple()) {
                         let min = s.num_tiles() + 1;
-                        merge_if_compatible(os, min, &mut s);
+                        self.memo.merge_if_compatible(os, min, &mut s);
                     }
                 }
                 Some(s)
@@ -2069,7 +2186,7 @@ impl<'m> Propagator<'m> {
         let tile = (u.shape.dims()[cdim] + tdims[cdim] - 1) / tdims[cdim];
         let first = start / tile;
         let last = (start + self.shape(id).dims()[cdim] + tile - 1) / tile;
-        let mut dims: SmallVec<[i64; 4]> = tdims.iter().copied().collect();
+        let mut dims: tessera_hlo::sharding::TileDims = tdims.iter().copied().collect();
         dims[cdim] = last - first;
         let n: i64 = dims.iter().product();
         let mut devices = Vec::with_capacity(n as usize);
@@ -2096,63 +2213,47 @@ impl<'m> Propagator<'m> {
     fn dot_operand_sharding(
         &self,
         user: InstrId,
-        dd: &DotDims,
+        dims: u32,
         k: usize,
         mc: bool,
     ) -> Option<Sharding> {
         let u = self.m.instr(user);
         let us = self.cur(user)?;
-        let op = u.operand(k);
-        let other = u.operand(1 - k);
-        let mut out_rep: Vec<usize> = Vec::new();
-        let mut other_rep: Vec<usize> = Vec::new();
-        for d in dd.non_contracting(1 - k) {
-            if d.out >= 0 {
-                out_rep.push(d.out as usize);
-            }
-            if d.operand(1 - k) >= 0 {
-                other_rep.push(d.operand(1 - k) as usize);
-            }
-        }
-        for d in &dd.contracting {
-            if d.out >= 0 {
-                out_rep.push(d.out as usize);
-            }
-        }
-        for d in dd.non_contracting(k) {
-            if d.operand(1 - k) >= 0 {
-                other_rep.push(d.operand(1 - k) as usize);
-            }
-        }
-        let out_r = us.replicate_on_dims(&out_rep);
-        let op_rank = self.shape(op).rank();
-        let mut out_to_op = vec![-1i64; u.shape.rank()];
-        let mut op_to_out = vec![-1i64; op_rank];
-        for d in dd.batch.iter().chain(dd.non_contracting(k)) {
-            if d.out >= 0 && d.operand(k) >= 0 {
-                out_to_op[d.out as usize] = d.operand(k);
-                op_to_out[d.operand(k) as usize] = d.out;
-            }
-        }
-        let mut s = out_r.transpose_collapsed(&out_to_op, &op_to_out)?;
-        if self.sp(other) {
-            let os = self.cur(other).unwrap().replicate_on_dims(&other_rep);
-            let mut other_to_op = vec![-1i64; self.shape(other).rank()];
-            let mut op_to_other = vec![-1i64; op_rank];
-            for d in dd.batch.iter().chain(&dd.contracting) {
-                let (x, y) = (d.operand(1 - k), d.operand(k));
-                if x >= 0 && y >= 0 {
-                    other_to_op[x as usize] = y;
-                    op_to_other[y as usize] = x;
-                }
-            }
-            if let Some(mut from_other) = os.transpose_collapsed(&other_to_op, &op_to_other) {
-                if merge_sharding(&s, &mut from_other, mc) {
-                    s = from_other;
-                }
-            }
-        }
-        Some(s)
+        let (op, other) = (u.operand(k), u.operand(1 - k));
+        let key = Op::DotOperand {
+            dims,
+            k,
+            mc,
+            out_rank: u.shape.rank(),
+            op_rank: self.shape(op).rank(),
+            other_rank: self.shape(other).rank(),
+            other: self.cur(other).filter(|_| self.sp(other)).cloned(),
+        };
+        self.memo.algebra(us, key, |us, key| {
+            let Op::DotOperand {
+                dims,
+                k,
+                mc,
+                out_rank,
+                op_rank,
+                other_rank,
+                other,
+            } = key
+            else {
+                unreachable!()
+            };
+            let dd = self.memo.dot_dims(*dims);
+            dot_operand_sharding(
+                us,
+                &dd,
+                *k,
+                *mc,
+                *out_rank,
+                *op_rank,
+                *other_rank,
+                other.as_ref(),
+            )
+        })
     }
 
     // ----- gather / scatter -----
@@ -2489,6 +2590,87 @@ impl<'m> Propagator<'m> {
             self.done_bwd[c.index()] = true;
         }
         true
+    }
+
+    // ----- memoized algebra -----
+
+    /// The number (see `Memo::dot_dims_id`) of the dimension maps of dot or convolution `id`,
+    /// computed once per instruction; `None` without dimension numbers.
+    fn dims_of(&self, id: InstrId) -> Option<u32> {
+        self.memo.instr_dot_dims(id.index(), || {
+            let i = self.m.instr(id);
+            let (l, r) = (*i.operands().first()?, *i.operands().get(1)?);
+            match i.opcode {
+                Opcode::Dot => Some(dot_dims(
+                    i.attrs.dot_dims.as_deref()?,
+                    self.shape(l).rank(),
+                    self.shape(r).rank(),
+                )),
+                Opcode::Convolution => Some(conv_dims(
+                    i.attrs.conv_dims.as_deref()?,
+                    i.attrs.window.as_deref(),
+                    self.shape(l).dims(),
+                    self.shape(r).dims(),
+                    i.shape.dims(),
+                    i.attrs.feature_group_count,
+                    i.attrs.batch_group_count,
+                )),
+                _ => None,
+            }
+        })
+    }
+
+    /// `s.transpose(perm)`, normalized.
+    fn transposed(&self, s: &Sharding, perm: SmallVec<[usize; 4]>) -> Option<Sharding> {
+        self.memo.algebra(s, Op::Transpose(perm), |s, op| {
+            let Op::Transpose(perm) = op else {
+                unreachable!()
+            };
+            s.transpose(perm).map(|t| t.normalized())
+        })
+    }
+
+    /// `s.propagate_through_reshape(from, to)`.
+    fn through_reshape(&self, s: &Sharding, from: &[i64], to: &[i64]) -> Sharding {
+        let key = Op::ThroughReshape(from.iter().copied().collect(), to.iter().copied().collect());
+        self.memo
+            .algebra(s, key, |s, op| {
+                let Op::ThroughReshape(from, to) = op else {
+                    unreachable!()
+                };
+                Some(s.propagate_through_reshape(from, to))
+            })
+            .expect("reshape propagation always answers")
+    }
+
+    /// `s.replicate_on_dims(dims)`.
+    fn replicated_on(&self, s: &Sharding, dims: &[usize]) -> Sharding {
+        self.memo
+            .algebra(
+                s,
+                Op::ReplicateOnDims(idx(dims.iter().copied())),
+                |s, op| {
+                    let Op::ReplicateOnDims(dims) = op else {
+                        unreachable!()
+                    };
+                    Some(s.replicate_on_dims(dims))
+                },
+            )
+            .expect("partial replication always answers")
+    }
+
+    /// `s.replicate_on_dims(dims).remove_dims(dims)`.
+    fn replicated_and_removed(&self, s: &Sharding, dims: &[usize]) -> Option<Sharding> {
+        self.memo.algebra(
+            s,
+            Op::ReplicateAndRemove(idx(dims.iter().copied())),
+            |s, op| {
+                let Op::ReplicateAndRemove(dims) = op else {
+                    unreachable!()
+                };
+                s.replicate_on_dims(dims).remove_dims(dims)
+            },
+        )
     }
 
     // ----- the report -----

@@ -18,7 +18,13 @@ use tessera_hlo::sharding::{Sharding, ShardingKind, SubgroupType};
 use tessera_hlo::text::{parse_module, sharding_to_string};
 use tessera_pass::Registry;
 
-const MODELS: &[&str] = &["mlp", "transformer_block", "convnet", "embedding", "transformer48"];
+const MODELS: &[&str] = &[
+    "mlp",
+    "transformer_block",
+    "convnet",
+    "embedding",
+    "transformer48",
+];
 
 fn models_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/models")

@@ -1,0 +1,312 @@
+//! Memo tables for the sharding algebra the pass asks again and again.
+//!
+//! A model repeats its layers (the 48-layer transformer asks every question 48 times, at every
+//! aggressiveness level), and the algebra of `tessera_hlo::sharding_util` (transposes with
+//! collapsed dimensions, partial replication, reshape propagation, merges) costs thousands of
+//! instructions a call. Every function memoized here is pure: its result depends only on the
+//! key, which holds the input shardings in full (metadata included) and every other argument,
+//! so a hit returns exactly what the call would compute. The tables live as long as one run of
+//! the pass and hold only distinct questions (hundreds on the transformer), so they stay small.
+
+use std::cell::RefCell;
+use std::hash::{BuildHasher, Hash, Hasher};
+
+use hashbrown::HashTable;
+use smallvec::SmallVec;
+use tessera_hlo::sharding::TileDims;
+use tessera_hlo::sharding_util::{merge_if_compatible, merge_sharding};
+use tessera_hlo::{Shape, Sharding};
+
+use crate::dims::DotDims;
+
+/// rustc's "Fx" hash: one rotate, xor and multiply per word. Keys here are short lists of
+/// small integers, for which it is both fast and good enough.
+#[derive(Default, Clone, Copy)]
+struct FxHasher {
+    hash: u64,
+}
+
+impl FxHasher {
+    #[inline]
+    fn add(&mut self, word: u64) {
+        self.hash = (self.hash.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+impl Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            self.add(u64::from_le_bytes(c.try_into().expect("8 bytes")));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut b = [0u8; 8];
+            b[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(b));
+        }
+    }
+    fn write_u8(&mut self, i: u8) {
+        self.add(i as u64);
+    }
+    fn write_u32(&mut self, i: u32) {
+        self.add(i as u64);
+    }
+    fn write_u64(&mut self, i: u64) {
+        self.add(i);
+    }
+    fn write_usize(&mut self, i: usize) {
+        self.add(i as u64);
+    }
+    fn write_i64(&mut self, i: i64) {
+        self.add(i as u64);
+    }
+    fn finish(&self) -> u64 {
+        self.hash
+    }
+}
+
+#[derive(Default, Clone, Copy)]
+struct FxBuild;
+
+impl BuildHasher for FxBuild {
+    type Hasher = FxHasher;
+    fn build_hasher(&self) -> FxHasher {
+        FxHasher::default()
+    }
+}
+
+fn hash_of(x: &impl Hash) -> u64 {
+    FxBuild.hash_one(x)
+}
+
+type Idx = SmallVec<[usize; 4]>;
+
+/// A question about one sharding (the other arguments of an algebra call).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(super) enum Op {
+    /// `replicate_on_dims(dims)`
+    ReplicateOnDims(Idx),
+    /// `replicate_on_dims(dims)` then `remove_dims(dims)` (reduce forward, broadcast backward)
+    ReplicateAndRemove(Idx),
+    /// `insert_dims(out_rank, map)`
+    InsertDims(usize, Idx),
+    /// `transpose(perm)` normalized
+    Transpose(Idx),
+    /// `propagate_through_reshape(from, to)`
+    ThroughReshape(TileDims, TileDims),
+    /// `Propagator::dot_from_operand` for operand `k` (rank `op_rank`) of a dot with these
+    /// dimensions (a [`Memo::dot_dims_id`]) and this output rank.
+    DotFromOperand {
+        dims: u32,
+        k: usize,
+        out_rank: usize,
+        op_rank: usize,
+    },
+    /// `Propagator::dot_operand_sharding` for operand `k` (rank `op_rank`) of a dot with these
+    /// dimensions (a [`Memo::dot_dims_id`]) and output rank, given the other operand's (rank `other_rank`) sharding when
+    /// it is spatially partitioned (the memoized sharding is the dot's).
+    DotOperand {
+        dims: u32,
+        k: usize,
+        mc: bool,
+        out_rank: usize,
+        op_rank: usize,
+        other_rank: usize,
+        other: Option<Sharding>,
+    },
+}
+
+/// `(key, value)` entries found by a precomputed hash and an equality test on borrowed parts.
+struct Table<K, V> {
+    t: HashTable<(K, V)>,
+}
+
+impl<K, V: Clone> Table<K, V> {
+    fn new() -> Self {
+        Table {
+            t: HashTable::new(),
+        }
+    }
+
+    fn get(&self, hash: u64, eq: impl Fn(&K) -> bool) -> Option<V> {
+        self.t.find(hash, |(k, _)| eq(k)).map(|(_, v)| v.clone())
+    }
+
+    fn insert(&mut self, hash: u64, key: K, value: V, hasher: impl Fn(&K) -> u64) {
+        self.t.insert_unique(hash, (key, value), |(k, _)| hasher(k));
+    }
+}
+
+/// The memo tables of one run (see the module docs).
+pub(super) struct Memo {
+    algebra: RefCell<Table<(Sharding, Op), Option<Sharding>>>,
+    /// `merge_sharding(old, new, may_combine)`: whether it merged, and `new` afterwards.
+    merge: RefCell<Table<(Sharding, Sharding, bool), (bool, Sharding)>>,
+    /// `merge_if_compatible(to_merge, minimum_tiles, dst)`: whether it merged, and `dst`
+    /// afterwards.
+    merge_compatible: RefCell<Table<(Sharding, i64, Sharding), (bool, Sharding)>>,
+    /// `is_sub_tiling(dims, sub, of)`
+    sub_tiling: RefCell<Table<(TileDims, Sharding, Sharding), bool>>,
+    /// Distinct dot/convolution dimension maps, numbered (keys of [`Op`] name them by number).
+    dot_dims: RefCell<Table<DotDims, u32>>,
+    dot_dims_list: RefCell<Vec<DotDims>>,
+    /// Per instruction: 1 + the number of its dimension maps, 0 when not asked yet.
+    instr_dot_dims: RefCell<Vec<u32>>,
+}
+
+impl Default for Memo {
+    fn default() -> Self {
+        Memo {
+            algebra: RefCell::new(Table::new()),
+            merge: RefCell::new(Table::new()),
+            merge_compatible: RefCell::new(Table::new()),
+            sub_tiling: RefCell::new(Table::new()),
+            dot_dims: RefCell::new(Table::new()),
+            dot_dims_list: RefCell::new(Vec::new()),
+            instr_dot_dims: RefCell::new(Vec::new()),
+        }
+    }
+}
+
+impl Memo {
+    /// The number of dimension maps `dd` (the same for equal maps).
+    pub(super) fn dot_dims_id(&self, dd: &DotDims) -> u32 {
+        let hash = hash_of(dd);
+        if let Some(n) = self.dot_dims.borrow().get(hash, |k| k == dd) {
+            return n;
+        }
+        let mut list = self.dot_dims_list.borrow_mut();
+        let n = list.len() as u32;
+        list.push(dd.clone());
+        self.dot_dims
+            .borrow_mut()
+            .insert(hash, dd.clone(), n, hash_of);
+        n
+    }
+
+    /// The dimension maps numbered `n`.
+    pub(super) fn dot_dims(&self, n: u32) -> DotDims {
+        self.dot_dims_list.borrow()[n as usize].clone()
+    }
+
+    /// The number of the dimension maps of instruction `index`, computed by `compute` the first
+    /// time (`None`: it has none).
+    pub(super) fn instr_dot_dims(
+        &self,
+        index: usize,
+        compute: impl FnOnce() -> Option<DotDims>,
+    ) -> Option<u32> {
+        if let Some(&n) = self.instr_dot_dims.borrow().get(index) {
+            if n != 0 {
+                return Some(n - 1);
+            }
+        }
+        let n = self.dot_dims_id(&compute()?);
+        let mut v = self.instr_dot_dims.borrow_mut();
+        if v.len() <= index {
+            v.resize(index + 1, 0);
+        }
+        v[index] = n + 1;
+        Some(n)
+    }
+
+    /// The answer to `op` about `s`, from the table or from `compute` (which may ask the memo
+    /// again: no table is borrowed while it runs).
+    pub(super) fn algebra(
+        &self,
+        s: &Sharding,
+        op: Op,
+        compute: impl FnOnce(&Sharding, &Op) -> Option<Sharding>,
+    ) -> Option<Sharding> {
+        let hash = hash_of(&(s, &op));
+        if let Some(v) = self
+            .algebra
+            .borrow()
+            .get(hash, |(ks, kop)| ks == s && *kop == op)
+        {
+            return v;
+        }
+        let v = compute(s, &op);
+        self.algebra
+            .borrow_mut()
+            .insert(hash, (s.clone(), op), v.clone(), |(ks, kop)| {
+                hash_of(&(ks, kop))
+            });
+        v
+    }
+
+    /// `merge_sharding(old, new, may_combine)`, memoized.
+    pub(super) fn merge_sharding(&self, old: &Sharding, new: &mut Sharding, mc: bool) -> bool {
+        let hash = hash_of(&(old, &*new, mc));
+        let hit = self
+            .merge
+            .borrow()
+            .get(hash, |(o, n, m)| *m == mc && o == old && n == &*new);
+        if let Some((merged, after)) = hit {
+            *new = after;
+            return merged;
+        }
+        let key = (old.clone(), new.clone(), mc);
+        let merged = merge_sharding(old, new, mc);
+        self.merge
+            .borrow_mut()
+            .insert(hash, key, (merged, new.clone()), |k| {
+                hash_of(&(&k.0, &k.1, k.2))
+            });
+        merged
+    }
+
+    /// `merge_if_compatible(to_merge, minimum_tiles, dst)`, memoized.
+    pub(super) fn merge_if_compatible(
+        &self,
+        to_merge: &Sharding,
+        min: i64,
+        dst: &mut Sharding,
+    ) -> bool {
+        let hash = hash_of(&(to_merge, min, &*dst));
+        let hit = self
+            .merge_compatible
+            .borrow()
+            .get(hash, |(t, m, d)| *m == min && t == to_merge && d == &*dst);
+        if let Some((merged, after)) = hit {
+            *dst = after;
+            return merged;
+        }
+        let key = (to_merge.clone(), min, dst.clone());
+        let merged = merge_if_compatible(to_merge, min, dst);
+        self.merge_compatible
+            .borrow_mut()
+            .insert(hash, key, (merged, dst.clone()), |k| {
+                hash_of(&(&k.0, k.1, &k.2))
+            });
+        merged
+    }
+
+    /// `super::is_sub_tiling(shape, sub, of)`, memoized on the shape's dimensions.
+    pub(super) fn is_sub_tiling(&self, shape: &Shape, sub: &Sharding, of: &Sharding) -> bool {
+        if !shape.is_array() {
+            return super::is_sub_tiling(shape, sub, of);
+        }
+        let dims = shape.dims();
+        let hash = hash_of(&(dims, sub, of));
+        let hit = self.sub_tiling.borrow().get(hash, |(d, s, o)| {
+            d.as_slice() == dims && s == sub && o == of
+        });
+        if let Some(v) = hit {
+            return v;
+        }
+        let v = super::is_sub_tiling(shape, sub, of);
+        let key: (TileDims, Sharding, Sharding) =
+            (dims.iter().copied().collect(), sub.clone(), of.clone());
+        self.sub_tiling
+            .borrow_mut()
+            .insert(hash, key, v, |k| hash_of(&(k.0.as_slice(), &k.1, &k.2)));
+        v
+    }
+}
+
+/// Short index lists for [`Op`] keys.
+pub(super) fn idx(v: impl IntoIterator<Item = usize>) -> Idx {
+    v.into_iter().collect()
+}

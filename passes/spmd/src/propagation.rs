@@ -28,7 +28,7 @@ mod manual;
 mod memo;
 mod setup;
 
-use memo::{idx, Op};
+use memo::{idx, Op, Sh};
 
 /// Options of `sharding-propagation` (`--pass-option sharding-propagation.KEY=VALUE`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -223,7 +223,10 @@ pub fn propagate(
         undecided: Vec::new(),
     };
     let undecided = if cse { Vec::new() } else { p.undecided() };
-    let mut table = std::mem::take(&mut p.sh);
+    let mut table: Vec<Option<Sharding>> =
+        p.sh.iter()
+            .map(|s| s.as_ref().map(Sh::to_sharding))
+            .collect();
     let original = std::mem::take(&mut p.original);
     drop(p);
     for (id, reason) in undecided {
@@ -423,6 +426,19 @@ fn process_sharding_custom_calls(
         }
         let mut order = orders.post_order(module, comp);
         order.reverse();
+        // Annotations replaced by copies so far, each with its copy. They lose their last
+        // edges now and leave the computation together at the end (one pass over its
+        // instruction list instead of one per annotation); until then they do not count as
+        // users.
+        let mut replaced: Vec<(InstrId, InstrId)> = Vec::new();
+        let sole_user = |module: &Module, op: InstrId, replaced: &[(InstrId, InstrId)]| {
+            module
+                .users(op)
+                .iter()
+                .filter(|u| !replaced.iter().any(|(a, _)| a == *u))
+                .count()
+                == 1
+        };
         for id in order {
             let i = module.instr(id);
             if !is_custom_call(i, "Sharding") {
@@ -448,7 +464,7 @@ fn process_sharding_custom_calls(
                 if !dims.is_empty() {
                     unspecified.push((id, dims));
                 } else if module.instr(operand).sharding.is_none()
-                    && module.users(operand).len() == 1
+                    && sole_user(module, operand, &replaced)
                 {
                     module.instr_mut(operand).sharding = Some(sharding);
                 }
@@ -466,48 +482,61 @@ fn process_sharding_custom_calls(
             let tmp = module.unique_name(&format!("{name}.annotation"));
             module.rename_instruction(id, tmp)?;
             let new = module.add_instruction(comp, copy)?;
-            // The copy takes the annotation's place in the stored order and the schedule.
-            let mut instrs: Vec<InstrId> = module.comp(comp).instructions().to_vec();
-            instrs.pop();
-            if let Some(pos) = instrs.iter().position(|&x| x == id) {
-                instrs.insert(pos, new);
-            } else {
-                instrs.push(new);
-            }
-            module.set_instruction_order(comp, instrs);
-            if let Some(s) = module.schedule.as_mut() {
-                if let Some(seq) = s.sequences.get_mut(&comp) {
-                    for x in seq.iter_mut() {
-                        if *x == id {
-                            *x = new;
-                        }
-                    }
-                }
-            }
-            for p in preds {
+            for &p in &preds {
                 module.add_control_dependency(p, new);
+                module.remove_control_dependency(p, id);
             }
-            for s in succs {
+            for &s in &succs {
                 module.add_control_dependency(new, s);
+                module.remove_control_dependency(id, s);
             }
             module.replace_all_uses_with(id, new)?;
-            if let Some(s) = module.schedule.as_mut() {
-                if let Some(seq) = s.sequences.get_mut(&comp) {
-                    seq.retain(|&x| x != id);
-                }
-            }
-            let users_left = module.users(id).to_vec();
-            debug_assert!(users_left.is_empty());
-            remove_with_edges(module, id)?;
+            debug_assert!(module.users(id).is_empty());
+            replaced.push((id, new));
             changed = true;
             if !dims.is_empty() {
                 unspecified.push((new, dims));
-            } else if module.instr(operand).sharding.is_none() && module.users(operand).len() == 1 {
+            } else if module.instr(operand).sharding.is_none()
+                && sole_user(module, operand, &replaced)
+            {
                 // Only a sole user decides its operand's sharding outright; with others, the
                 // operand's sharding comes out of propagation (XLA does the same).
                 module.instr_mut(operand).sharding = Some(sharding);
             }
         }
+        if replaced.is_empty() {
+            continue;
+        }
+        // Each copy takes its annotation's place in the stored order and the schedule.
+        let mut copy_of: Vec<Option<InstrId>> = vec![None; module.instr_capacity()];
+        let mut is_copy = vec![false; module.instr_capacity()];
+        for &(a, c) in &replaced {
+            copy_of[a.index()] = Some(c);
+            is_copy[c.index()] = true;
+        }
+        let copy_of = |x: InstrId| copy_of[x.index()];
+        let mut instrs: Vec<InstrId> = Vec::with_capacity(module.comp(comp).instructions().len());
+        for &x in module.comp(comp).instructions() {
+            if is_copy[x.index()] {
+                continue;
+            }
+            if let Some(c) = copy_of(x) {
+                instrs.push(c);
+            }
+            instrs.push(x);
+        }
+        module.set_instruction_order(comp, instrs);
+        if let Some(s) = module.schedule.as_mut() {
+            if let Some(seq) = s.sequences.get_mut(&comp) {
+                for x in seq.iter_mut() {
+                    if let Some(c) = copy_of(*x) {
+                        *x = c;
+                    }
+                }
+            }
+        }
+        let gone: Vec<InstrId> = replaced.iter().map(|&(a, _)| a).collect();
+        module.remove_instructions(&gone)?;
     }
     Ok(changed)
 }
@@ -633,6 +662,30 @@ fn sub_sharding(s: &Sharding, shape: &Shape, index: usize) -> Sharding {
     }
 }
 
+/// [`sub_sharding`] in terms of leaves: element leaves `start..start + len` of a value
+/// sharded `s`; `kind` 0: no such element, 1: an array element, 2: a tuple element.
+fn element_sharding(s: &Sharding, start: usize, len: usize, kind: u8) -> Sharding {
+    match &s.kind {
+        ShardingKind::Tuple(leaves) => {
+            if kind == 2 {
+                Sharding::tuple(leaves.get(start..start + len).unwrap_or(&[]).to_vec())
+            } else {
+                leaves
+                    .get(start)
+                    .cloned()
+                    .unwrap_or_else(Sharding::replicated)
+            }
+        }
+        _ => {
+            if kind == 2 {
+                Sharding::tuple(vec![s.clone(); len])
+            } else {
+                s.clone()
+            }
+        }
+    }
+}
+
 /// A tuple sharding for `shape` from a single sharding for every leaf (or `s` for an array).
 fn spread(shape: &Shape, s: Sharding) -> Sharding {
     if shape.is_tuple() {
@@ -664,6 +717,17 @@ fn compatible_ignoring_type(a: &Shape, b: &Shape) -> bool {
     }
 }
 
+/// `Propagator::facts` bits.
+const IS_ROOT: u8 = 1;
+const ONE_NON_ROOT_USER: u8 = 2;
+const PARTITIONABLE_FWD: u8 = 4;
+const PARTITIONABLE_BWD: u8 = 8;
+/// A tuple shape whose elements are all arrays (or tokens): element k is leaf k.
+const FLAT_TUPLE: u8 = 16;
+
+/// Users with more operands than this have an operand index (`Propagator::wide`).
+const WIDE: usize = 16;
+
 struct Propagator<'m> {
     m: &'m Module,
     entry: CompId,
@@ -676,7 +740,8 @@ struct Propagator<'m> {
     params_any: bool,
     /// Per entry parameter (or per element of a single tuple parameter): may it take one?
     param_flags: Vec<bool>,
-    sh: Vec<Option<Sharding>>,
+    /// The current sharding of every instruction (interned: see `memo.rs`).
+    sh: Vec<Option<Sh>>,
     original: Vec<Option<Sharding>>,
     provided: Vec<bool>,
     unspecified: Vec<Option<Vec<usize>>>,
@@ -686,6 +751,13 @@ struct Propagator<'m> {
     orders: Vec<(CompId, Vec<InstrId>)>,
     done_fwd: Vec<bool>,
     done_bwd: Vec<bool>,
+    /// Per instruction, facts that do not change during the pass: `IS_ROOT`,
+    /// `ONE_NON_ROOT_USER`, `PARTITIONABLE_FWD` (XLA's `SupportSpatialPartitioning` as asked
+    /// when inferring from operands) and `PARTITIONABLE_BWD` (as asked from users).
+    facts: Vec<u8>,
+    /// For users with more than `WIDE` operands: (operand, first position, appears again),
+    /// sorted by operand.
+    wide: std::collections::HashMap<InstrId, Vec<(InstrId, u32, bool)>>,
     /// Answers of the sharding algebra, asked again and again (see `memo.rs`).
     memo: memo::Memo,
     iterations: usize,
@@ -696,11 +768,12 @@ struct Propagator<'m> {
 impl<'m> Propagator<'m> {
     fn new(m: &'m Module, entry: CompId, o: &PropagationOptions, flags: &Flags) -> Propagator<'m> {
         let cap = m.instr_capacity();
-        let mut sh: Vec<Option<Sharding>> = vec![None; cap];
+        let memo = memo::Memo::default();
+        let mut sh: Vec<Option<Sh>> = vec![None; cap];
         for &c in m.computations() {
             for &id in m.comp(c).instructions() {
                 let i = m.instr(id);
-                sh[id.index()] = i.sharding.as_ref().map(|s| expand(&i.shape, s));
+                sh[id.index()] = memo.intern_opt(i.sharding.as_ref().map(|s| expand(&i.shape, s)));
             }
         }
         let original: Vec<Option<Sharding>> = (0..cap)
@@ -725,12 +798,48 @@ impl<'m> Propagator<'m> {
             orders: Vec::new(),
             done_fwd: vec![false; cap],
             done_bwd: vec![false; cap],
-            memo: memo::Memo::default(),
+            facts: vec![0; cap],
+            wide: std::collections::HashMap::new(),
+            memo,
             iterations: 0,
             from_operands: 0,
             from_users: 0,
         };
         p.build_computation_map();
+        for &c in m.computations() {
+            for &id in m.comp(c).instructions() {
+                p.facts[id.index()] = p.compute_facts(id);
+            }
+        }
+        for &c in m.computations() {
+            for &id in m.comp(c).instructions() {
+                let mut f = p.facts[id.index()];
+                if p.supports_partitioning_uncached(id, p.allow_output, false) {
+                    f |= PARTITIONABLE_FWD;
+                }
+                if p.supports_partitioning_uncached(id, false, p.params_any) {
+                    f |= PARTITIONABLE_BWD;
+                }
+                p.facts[id.index()] = f;
+                let ops = m.instr(id).operands();
+                if ops.len() > WIDE {
+                    let mut index: Vec<(InstrId, u32, bool)> = Vec::with_capacity(ops.len());
+                    for (k, &o) in ops.iter().enumerate() {
+                        index.push((o, k as u32, false));
+                    }
+                    index.sort();
+                    // Keep the first position of each operand, noting repeats.
+                    let mut dedup: Vec<(InstrId, u32, bool)> = Vec::with_capacity(index.len());
+                    for e in index {
+                        match dedup.last_mut() {
+                            Some(last) if last.0 == e.0 => last.2 = true,
+                            _ => dedup.push(e),
+                        }
+                    }
+                    p.wide.insert(id, dedup);
+                }
+            }
+        }
         // Annotations the pass may not change (XLA's `provided_shardings`): every sharding but
         // those of parameters and the entry root, and `{unknown}` ones; the entry root when the
         // output may not take a sharding; entry parameters when none may.
@@ -746,7 +855,7 @@ impl<'m> Propagator<'m> {
             }
         }
         if let Some(r) = p.entry_root {
-            if !p.allow_output && !p.sh[r.index()].as_ref().is_some_and(has_unknown) {
+            if !p.allow_output && !p.cur(r).is_some_and(has_unknown) {
                 p.provided[r.index()] = true;
             }
         }
@@ -760,8 +869,12 @@ impl<'m> Propagator<'m> {
             }
         }
         // `{unknown}` takes part as `{replicated}`.
-        for s in p.sh.iter_mut().flatten() {
-            replace_unknown(s);
+        for k in 0..cap {
+            if let Some(s) = p.sh[k].as_ref().filter(|s| has_unknown(s)) {
+                let mut s = s.to_sharding();
+                replace_unknown(&mut s);
+                p.sh[k] = Some(p.memo.intern(s));
+            }
         }
         let mut orders = analysis::PostOrders::new(m);
         for &c in m.computations() {
@@ -859,7 +972,17 @@ impl<'m> Propagator<'m> {
     }
 
     fn cur(&self, id: InstrId) -> Option<&Sharding> {
+        self.sh[id.index()].as_deref()
+    }
+
+    /// The current sharding's handle.
+    fn cur_sh(&self, id: InstrId) -> Option<&Sh> {
         self.sh[id.index()].as_ref()
+    }
+
+    /// Sets `id`'s sharding.
+    fn set(&mut self, id: InstrId, s: Sharding) {
+        self.sh[id.index()] = Some(self.memo.intern(s));
     }
 
     fn sp(&self, id: InstrId) -> bool {
@@ -871,14 +994,68 @@ impl<'m> Propagator<'m> {
     }
 
     fn is_root(&self, id: InstrId) -> bool {
-        let i = self.m.instr(id);
-        self.m.comp(i.parent).root() == Some(id)
+        self.facts[id.index()] & IS_ROOT != 0
     }
 
     fn non_root_users_is_one(&self, id: InstrId) -> bool {
-        let i = self.m.instr(id);
-        let root = self.m.comp(i.parent).root();
-        i.users().iter().filter(|&&u| Some(u) != root).count() == 1
+        self.facts[id.index()] & ONE_NON_ROOT_USER != 0
+    }
+
+    /// The facts about instruction `id` that do not change during the pass (see `facts`).
+    fn compute_facts(&self, id: InstrId) -> u8 {
+        let m = self.m;
+        let i = m.instr(id);
+        let root = m.comp(i.parent).root();
+        let mut f = 0;
+        if root == Some(id) {
+            f |= IS_ROOT;
+        }
+        if i.users().iter().filter(|&&u| Some(u) != root).count() == 1 {
+            f |= ONE_NON_ROOT_USER;
+        }
+        if i.shape.is_tuple() && i.shape.tuple_elements().iter().all(|e| !e.is_tuple()) {
+            f |= FLAT_TUPLE;
+        }
+        f
+    }
+
+    /// `sub_sharding(s, shape of user, index)`: the sharding of element `index` of `user`'s
+    /// value sharded `s`.
+    fn element_of(&self, s: &Sh, user: InstrId, index: usize) -> Sh {
+        let shape = self.shape(user);
+        let elem = shape.tuple_elements().get(index);
+        if !s.is_tuple() && !elem.is_some_and(Shape::is_tuple) {
+            return s.clone();
+        }
+        let (start, len) = if self.facts[user.index()] & FLAT_TUPLE != 0 {
+            (index, usize::from(index < shape.tuple_elements().len()))
+        } else {
+            leaf_range(shape, index)
+        };
+        let kind = match elem {
+            None => 0,
+            Some(e) if e.is_tuple() => 2,
+            Some(_) => 1,
+        };
+        self.memo
+            .algebra(s, Op::Element { start, len, kind }, |s, _| {
+                Some(element_sharding(s, start, len, kind))
+            })
+            .expect("an element always has a sharding")
+    }
+
+    /// Where `id` first stands among `user`'s operands, and whether it stands there more than
+    /// once (wide users, like a model's output tuple, are looked up in a sorted index).
+    fn operand_position(&self, id: InstrId, user: InstrId) -> Option<(usize, bool)> {
+        let ops = self.m.instr(user).operands();
+        if ops.len() <= WIDE {
+            let first = ops.iter().position(|&o| o == id)?;
+            return Some((first, ops[first + 1..].contains(&id)));
+        }
+        let index = self.wide.get(&user)?;
+        let k = index.partition_point(|&(o, _, _)| o < id);
+        let &(o, first, more) = index.get(k)?;
+        (o == id).then_some((first as usize, more))
     }
 
     // ----- the driver -----
@@ -996,6 +1173,13 @@ impl<'m> Propagator<'m> {
     /// `maybe_computation_propagation`, which overrides provided shardings too); a parameter
     /// of a conditional branch also passes its sharding to the conditional's operand for it.
     fn computation_propagation(&mut self, id: InstrId) -> Vec<InstrId> {
+        let i = self.m.instr(id);
+        let called_edge = (i.opcode == Opcode::Parameter || self.is_root(id))
+            && self.caller[i.parent.index()].is_some();
+        if !called_edge && !self.is_mapped_caller(id) {
+            // Nothing is tied to `id`.
+            return Vec::new();
+        }
         let mut changed = Vec::new();
         let mut work = vec![id];
         while let Some(x) = work.pop() {
@@ -1042,6 +1226,12 @@ impl<'m> Propagator<'m> {
     /// more specific (with as many tiles as the candidate only if each device's new piece lies
     /// inside its old one, unless `aggressive`).
     fn improve(&mut self, id: InstrId, new: Sharding, may_combine: bool, aggressive: bool) -> bool {
+        let new = self.memo.intern(new);
+        self.improve_sh(id, new, may_combine, aggressive)
+    }
+
+    /// [`Self::improve`] with an interned candidate.
+    fn improve_sh(&mut self, id: InstrId, new: Sh, may_combine: bool, aggressive: bool) -> bool {
         match self.improved(id, new, may_combine, aggressive) {
             Some(s) => {
                 self.sh[id.index()] = Some(s);
@@ -1052,19 +1242,18 @@ impl<'m> Propagator<'m> {
     }
 
     /// What [`Self::improve`] would set, without setting it (XLA's `ReturnImprovedSharding`).
-    fn improved(
-        &self,
-        id: InstrId,
-        new: Sharding,
-        may_combine: bool,
-        aggressive: bool,
-    ) -> Option<Sharding> {
+    fn improved(&self, id: InstrId, new: Sh, may_combine: bool, aggressive: bool) -> Option<Sh> {
+        let old = self.cur_sh(id);
+        // The same sharding again is no improvement (every rule below says so too; interned
+        // handles are equal iff their values are).
+        if old == Some(&new) {
+            return None;
+        }
         let shape = self.shape(id);
-        let mut new = new;
         if !fits(&new, shape) {
             return None;
         }
-        if let Some(old) = self.sh[id.index()].as_ref() {
+        if let Some(old) = old {
             if new.strictly_better_than(old) {
                 return Some(new);
             }
@@ -1073,20 +1262,20 @@ impl<'m> Propagator<'m> {
             // An empty tuple has one sharding, `{}`; XLA's output shows it set from a tuple
             // user though it is not spatially partitioned.
             let empty = matches!(&new.kind, ShardingKind::Tuple(e) if e.is_empty());
-            if empty && shape.leaf_count() == 0 && self.sh[id.index()].is_none() {
+            if empty && shape.leaf_count() == 0 && old.is_none() {
                 return Some(new);
             }
             return None;
         }
-        let Some(old) = self.sh[id.index()].as_ref() else {
+        let Some(old) = old else {
             return Some(new);
         };
-        // The same sharding again is no improvement (the merge below would say so too).
-        if new.is_manual() || new == *old {
+        if new.is_manual() {
             return None;
         }
         let tiles = new.num_tiles();
-        if !self.memo.merge_sharding(old, &mut new, may_combine) {
+        let (merged, new) = self.memo.merge_sharding(old, &new, may_combine);
+        if !merged {
             return None;
         }
         if !aggressive
@@ -1097,7 +1286,7 @@ impl<'m> Propagator<'m> {
         {
             return None;
         }
-        (&new != old).then_some(new)
+        (new != *old).then_some(new)
     }
 
     // ----- which instructions may be sharded -----
@@ -1128,6 +1317,21 @@ impl<'m> Propagator<'m> {
     /// XLA's `SupportSpatialPartitioning`: `allow_output` lets the entry root take a sharding,
     /// `allow_params` entry parameters (XLA allows both only when inferring from users).
     fn supports_partitioning(&self, id: InstrId, allow_output: bool, allow_params: bool) -> bool {
+        if (allow_output, allow_params) == (self.allow_output, false) {
+            return self.facts[id.index()] & PARTITIONABLE_FWD != 0;
+        }
+        if (allow_output, allow_params) == (false, self.params_any) {
+            return self.facts[id.index()] & PARTITIONABLE_BWD != 0;
+        }
+        self.supports_partitioning_uncached(id, allow_output, allow_params)
+    }
+
+    fn supports_partitioning_uncached(
+        &self,
+        id: InstrId,
+        allow_output: bool,
+        allow_params: bool,
+    ) -> bool {
         use Opcode::*;
         let i = self.m.instr(id);
         if self.is_root(id)
@@ -1221,10 +1425,10 @@ impl<'m> Propagator<'m> {
                 return false;
             }
             for &op in i.operands() {
-                if let Some(s) = self.cur(op) {
+                if let Some(s) = self.cur_sh(op) {
                     if s.is_tile_maximal() && !matches!(s.kind, ShardingKind::Maximal(_)) {
                         let s = s.clone();
-                        return self.improve(id, s, mc, false);
+                        return self.improve_sh(id, s, mc, false);
                     }
                 }
             }
@@ -1242,12 +1446,13 @@ impl<'m> Propagator<'m> {
                     self.shape(op),
                     i.attrs.tuple_index as usize,
                 );
+                let s = self.memo.intern(s);
                 if s.is_manual() {
-                    let changed = self.cur(id) != Some(&s);
+                    let changed = self.cur_sh(id) != Some(&s);
                     self.sh[id.index()] = Some(s);
                     return changed;
                 }
-                self.improve(id, s, mc, aggressive)
+                self.improve_sh(id, s, mc, aggressive)
             }
             Tuple => self.forward_tuple(id),
             Reduce => self.forward_reduce(id, mc, aggressive),
@@ -1257,22 +1462,16 @@ impl<'m> Propagator<'m> {
                 }
                 let op = i.operand(0);
                 let Some(s) = self
-                    .cur(op)
+                    .cur_sh(op)
                     .filter(|s| s.is_spatially_partitioned() && !s.is_replicated())
                 else {
                     return false;
                 };
                 let map = idx(dims_attr(&i.attrs).iter().map(|&d| d as usize));
-                let rank = i.shape.rank();
-                let Some(new) = self.memo.algebra(s, Op::InsertDims(rank, map), |s, op| {
-                    let Op::InsertDims(rank, map) = op else {
-                        unreachable!()
-                    };
-                    s.insert_dims(*rank, map)
-                }) else {
+                let Some(new) = self.inserted_dims(s, i.shape.rank(), map) else {
                     return false;
                 };
-                self.improve(id, new, mc, aggressive)
+                self.improve_sh(id, new, mc, aggressive)
             }
             Concatenate => {
                 let Some(op) = self.representative(id).filter(|&o| self.sp(o)) else {
@@ -1292,8 +1491,8 @@ impl<'m> Propagator<'m> {
                         }
                     }
                 }
-                let s = self.cur(op).unwrap().clone();
-                self.improve(id, s, mc, aggressive)
+                let s = self.cur_sh(op).unwrap().clone();
+                self.improve_sh(id, s, mc, aggressive)
             }
             Convolution => self.forward_convolution(id, mc),
             Dot => {
@@ -1308,10 +1507,10 @@ impl<'m> Propagator<'m> {
                     return false;
                 }
                 let perm = idx(dims_attr(&i.attrs).iter().map(|&d| d as usize));
-                let Some(s) = self.transposed(self.cur(op).unwrap(), perm) else {
+                let Some(s) = self.transposed(self.cur_sh(op).unwrap(), perm) else {
                     return false;
                 };
-                self.improve(id, s, mc, aggressive)
+                self.improve_sh(id, s, mc, aggressive)
             }
             ReduceWindow => {
                 if let Some(w) = i.attrs.window.as_deref() {
@@ -1344,17 +1543,17 @@ impl<'m> Propagator<'m> {
                         return false;
                     }
                 }
-                let s = self.cur(op).unwrap().clone();
-                self.improve(id, s, mc, aggressive)
+                let s = self.cur_sh(op).unwrap().clone();
+                self.improve_sh(id, s, mc, aggressive)
             }
             Reshape => {
                 let op = i.operand(0);
                 if !self.sp(op) {
                     return false;
                 }
-                let s = self.cur(op).unwrap();
+                let s = self.cur_sh(op).unwrap();
                 let new = self.through_reshape(s, self.shape(op).dims(), i.shape.dims());
-                self.improve(id, new, mc, aggressive)
+                self.improve_sh(id, new, mc, aggressive)
             }
             Reverse => {
                 let op = i.operand(0);
@@ -1383,10 +1582,10 @@ impl<'m> Propagator<'m> {
                         .copied(),
                     _ => None,
                 };
-                let Some(s) = op.and_then(|o| self.cur(o)).cloned() else {
+                let Some(s) = op.and_then(|o| self.cur_sh(o)).cloned() else {
                     return false;
                 };
-                self.improve(id, s, mc, false)
+                self.improve_sh(id, s, mc, false)
             }
             Sort => {
                 let Some(op) = self.representative(id).filter(|&o| self.sp(o)) else {
@@ -1411,13 +1610,14 @@ impl<'m> Propagator<'m> {
             Gather => self.forward_gather(id, mc),
             Scatter => self.forward_scatter(id, mc),
             While => {
-                let Some(mut s) = self.cur(i.operand(0)).cloned() else {
+                let Some(mut s) = self.cur_sh(i.operand(0)).cloned() else {
                     return false;
                 };
-                if let Some(old) = self.cur(id) {
-                    self.memo.merge_sharding(old, &mut s, mc);
+                if let Some(old) = self.cur_sh(id) {
+                    // What the merge leaves in the candidate counts, merged or not.
+                    s = self.memo.merge_sharding(old, &s, mc).1;
                 }
-                self.improve(id, s, mc, false)
+                self.improve_sh(id, s, mc, false)
             }
             CustomCall => {
                 // Nothing flows forward through a ShardBarrierFrom; a ShardBarrierTo takes its
@@ -1433,8 +1633,8 @@ impl<'m> Propagator<'m> {
                 let Some(op) = op.filter(|&o| self.sp(o)) else {
                     return false;
                 };
-                let s = self.cur(op).unwrap().clone();
-                self.improve(id, s, mc, aggressive)
+                let s = self.cur_sh(op).unwrap().clone();
+                self.improve_sh(id, s, mc, aggressive)
             }
             Conditional | Call => false,
             _ => {
@@ -1445,21 +1645,21 @@ impl<'m> Propagator<'m> {
                         if !self.sp(op) {
                             continue;
                         }
-                        let s = self.cur(op).unwrap().clone();
+                        let s = self.cur_sh(op).unwrap().clone();
                         if i.opcode == Rng {
                             let s = s.replicate_all_data_dims(Some(i.shape.rank()));
                             changed |= self.improve(id, s, mc, aggressive);
                             continue;
                         }
-                        changed |= self.improve(id, s, mc, single && aggressive);
+                        changed |= self.improve_sh(id, s, mc, single && aggressive);
                     }
                     return changed;
                 }
                 let Some(op) = self.representative(id).filter(|&o| self.sp(o)) else {
                     return false;
                 };
-                let s = self.cur(op).unwrap().clone();
-                self.improve(id, s, mc, aggressive)
+                let s = self.cur_sh(op).unwrap().clone();
+                self.improve_sh(id, s, mc, aggressive)
             }
         }
     }
@@ -1509,8 +1709,8 @@ impl<'m> Propagator<'m> {
             }
             k += n;
         }
-        let new = Sharding::tuple(leaves);
-        if self.cur(id) != Some(&new) {
+        let new = self.memo.intern(Sharding::tuple(leaves));
+        if self.cur_sh(id) != Some(&new) {
             self.sh[id.index()] = Some(new);
             return true;
         }
@@ -1527,7 +1727,7 @@ impl<'m> Propagator<'m> {
             if !self.sp(op) {
                 continue;
             }
-            let s = self.cur(op).unwrap().clone();
+            let s = self.cur_sh(op).unwrap().clone();
             let tiles_reduced = s.as_tiled().is_some_and(|t| {
                 rdims
                     .iter()
@@ -1547,7 +1747,8 @@ impl<'m> Propagator<'m> {
             let Some(new) = self.replicated_and_removed(&s, &rdims) else {
                 continue;
             };
-            changed |= self.improve(id, spread(&i.shape, new), mc, aggressive);
+            let new = self.spread_sh(&i.shape, new);
+            changed |= self.improve_sh(id, new, mc, aggressive);
         }
         changed
     }
@@ -1559,7 +1760,7 @@ impl<'m> Propagator<'m> {
     fn forward_dot(&mut self, id: InstrId, dims: u32, mc: bool) -> bool {
         let i = self.m.instr(id);
         let (l, r) = (i.operand(0), i.operand(1));
-        let from = |p: &Self, k: usize, op: InstrId| -> Option<Sharding> {
+        let from = |p: &Self, k: usize, op: InstrId| -> Option<Sh> {
             if !p.sp(op) {
                 return None;
             }
@@ -1592,13 +1793,13 @@ impl<'m> Propagator<'m> {
             }
         };
         self.sh[id.index()] = Some(first);
-        self.improve(id, second, mc, false);
+        self.improve_sh(id, second, mc, false);
         true
     }
 
     /// XLA's `LookaheadUserSharding`: following `id`'s single user, and its single user, and
     /// so on up to the first one with a sharding, the sharding that user asks of `id`.
-    fn lookahead_user_sharding(&mut self, id: InstrId) -> Option<Sharding> {
+    fn lookahead_user_sharding(&mut self, id: InstrId) -> Option<Sh> {
         let m = self.m;
         if m.instr(id).users().len() != 1 {
             return None;
@@ -1626,10 +1827,10 @@ impl<'m> Propagator<'m> {
         result
     }
 
-    fn dot_from_operand(&self, id: InstrId, dims: u32, k: usize) -> Option<Sharding> {
+    fn dot_from_operand(&self, id: InstrId, dims: u32, k: usize) -> Option<Sh> {
         let i = self.m.instr(id);
         let op = i.operand(k);
-        let s = self.cur(op)?;
+        let s = self.cur_sh(op)?;
         if s.is_tile_maximal() {
             return Some(s.clone());
         }
@@ -1880,12 +2081,12 @@ impl Propagator<'_> {
         let aggressive = self.non_root_users_is_one(id);
         let mut changed = false;
         if self.sp(op) {
-            let s = self.replicated_on(self.cur(op).unwrap(), &self.sliced_dims(id, op));
-            changed |= self.improve(id, s, mc, aggressive);
+            let s = self.replicated_on(self.cur_sh(op).unwrap(), &self.sliced_dims(id, op));
+            changed |= self.improve_sh(id, s, mc, aggressive);
         }
         if i.opcode == Opcode::DynamicUpdateSlice && self.sp(i.operand(0)) {
-            let s = self.cur(i.operand(0)).unwrap().clone();
-            changed |= self.improve(id, s, mc, false);
+            let s = self.cur_sh(i.operand(0)).unwrap().clone();
+            changed |= self.improve_sh(id, s, mc, false);
         }
         changed
     }
@@ -1917,8 +2118,8 @@ impl Propagator<'_> {
         for &u in i.users() {
             // A random bit generator needs its state replicated.
             if m.instr(u).opcode == Opcode::RngBitGenerator {
-                let r = replicated_for(&i.shape);
-                let changed = self.cur(id) != Some(&r);
+                let r = self.memo.intern(replicated_for(&i.shape));
+                let changed = self.cur_sh(id) != Some(&r);
                 self.sh[id.index()] = Some(r);
                 return changed;
             }
@@ -1929,25 +2130,26 @@ impl Propagator<'_> {
                 // A ShardBarrierTo lets no sharding through backward: it becomes replicated
                 // (and so does what feeds it).
                 if barrier == Some(false) {
-                    s = replicated_for(&i.shape);
+                    s = self.memo.intern(replicated_for(&i.shape));
                 }
-                improved |= self.improve(id, s, mc, false);
+                improved |= self.improve_sh(id, s, mc, false);
             }
         }
         improved
     }
 
     /// XLA's `GetShardingFromUser`: the sharding `id` should have for `user` as it is sharded.
-    fn sharding_from_user(&self, id: InstrId, user: InstrId, level: u8) -> Option<Sharding> {
+    fn sharding_from_user(&self, id: InstrId, user: InstrId, level: u8) -> Option<Sh> {
         use Opcode::*;
         let m = self.m;
         let u = m.instr(user);
         if !can_propagate_at(u, level) {
             return None;
         }
-        let us = self.cur(user).filter(|s| s.is_spatially_partitioned())?;
+        let us = self.cur_sh(user).filter(|s| s.is_spatially_partitioned())?;
+        let intern = |s: Sharding| self.memo.intern(s);
         let i = m.instr(id);
-        let index = u.operands().iter().position(|&o| o == id)?;
+        let (index, repeated) = self.operand_position(id, user)?;
         match u.opcode {
             Broadcast => {
                 if us.is_replicated() {
@@ -1969,7 +2171,7 @@ impl Propagator<'_> {
                 if level == 0 {
                     return None;
                 }
-                self.concat_operand_from_user(id, user, index)
+                self.concat_operand_from_user(id, user, index).map(intern)
             }
             Convolution => {
                 let cd = u.attrs.conv_dims.as_deref()?;
@@ -2014,7 +2216,7 @@ impl Propagator<'_> {
                     return None;
                 }
                 if u.shape.is_tuple() {
-                    return Some(sub_sharding(us, &u.shape, index));
+                    return Some(intern(sub_sharding(us, &u.shape, index)));
                 }
                 Some(us.clone())
             }
@@ -2030,6 +2232,9 @@ impl Propagator<'_> {
                 self.transposed(us, idx(inv))
             }
             Tuple => {
+                if !repeated {
+                    return Some(self.element_of(us, user, index));
+                }
                 // An operand used at several positions takes the most specific of them.
                 let mut best = sub_sharding(us, &u.shape, index);
                 for (k, &o) in u.operands().iter().enumerate().skip(index + 1) {
@@ -2040,13 +2245,13 @@ impl Propagator<'_> {
                         }
                     }
                 }
-                Some(best)
+                Some(intern(best))
             }
             GetTupleElement => {
                 let (start, len) = leaf_range(&i.shape, u.attrs.tuple_index as usize);
                 let ulv: Vec<Sharding> = match &us.kind {
                     ShardingKind::Tuple(e) => e.clone(),
-                    _ => vec![us.clone(); len],
+                    _ => vec![us.to_sharding(); len],
                 };
                 // Without a sharding of its own, every other leaf is the user's sharding with
                 // the data replicated (keeping manual subgroups), at that leaf's rank.
@@ -2066,7 +2271,7 @@ impl Propagator<'_> {
                 for (k, s) in ulv.into_iter().enumerate().take(len) {
                     *leaves.get_mut(start + k)? = s;
                 }
-                Some(Sharding::tuple(leaves))
+                Some(intern(Sharding::tuple(leaves)))
             }
             Dot => {
                 let dims = self.dims_of(user)?;
@@ -2077,7 +2282,7 @@ impl Propagator<'_> {
                     return None;
                 }
                 let s = if u.shape.is_tuple() {
-                    sub_sharding(us, &u.shape, index)
+                    intern(sub_sharding(us, &u.shape, index))
                 } else {
                     us.clone()
                 };
@@ -2087,12 +2292,7 @@ impl Propagator<'_> {
                     let rd = dims_attr(&u.attrs);
                     let rank = i.shape.rank();
                     let map = idx((0..rank).filter(|d| !rd.contains(&(*d as i64))));
-                    self.memo.algebra(&s, Op::InsertDims(rank, map), |s, op| {
-                        let Op::InsertDims(rank, map) = op else {
-                            unreachable!()
-                        };
-                        s.insert_dims(*rank, map)
-                    })?
+                    self.inserted_dims(&s, rank, map)?
                 };
                 // What the reduce's other inputs are sharded as refines it when compatible.
                 let n = u.operands().len() / 2;
@@ -2100,22 +2300,22 @@ impl Propagator<'_> {
                     if o == id || s.is_manual() {
                         continue;
                     }
-                    if let Some(os) = self.cur(o).filter(|x| !x.is_manual() && !x.is_tuple()) {
+                    if let Some(os) = self.cur_sh(o).filter(|x| !x.is_manual() && !x.is_tuple()) {
                         let min = s.num_tiles() + 1;
-                        self.memo.merge_if_compatible(os, min, &mut s);
+                        s = self.memo.merge_if_compatible(os, min, &s).1;
                     }
                 }
                 Some(s)
             }
             Sort => {
                 if us.is_tuple() {
-                    return Some(sub_sharding(us, &u.shape, index));
+                    return Some(intern(sub_sharding(us, &u.shape, index)));
                 }
                 Some(us.clone())
             }
             Reverse => {
                 let dims: Vec<usize> = dims_attr(&u.attrs).iter().map(|&d| d as usize).collect();
-                Some(us.reverse_dims(&dims))
+                Some(intern(us.reverse_dims(&dims)))
             }
             Outfeed => {
                 // The outfeed's sharding covers (its data, the token).
@@ -2127,23 +2327,25 @@ impl Propagator<'_> {
                         let data = &i.shape;
                         let n = data.leaf_count_nonempty();
                         if data.is_tuple() {
-                            Some(Sharding::tuple(e.get(..n)?.to_vec()))
+                            Some(intern(Sharding::tuple(e.get(..n)?.to_vec())))
                         } else {
-                            e.first().cloned()
+                            e.first().cloned().map(intern)
                         }
                     }
-                    _ => Some(spread(&i.shape, us.clone())),
+                    _ => Some(self.spread_sh(&i.shape, us.clone())),
                 }
             }
-            Gather => self.gather_operand_from_output(id, user, index),
-            Scatter => self.scatter_operand_from_output(id, user, index),
+            Gather => self.gather_operand_from_output(id, user, index).map(intern),
+            Scatter => self
+                .scatter_operand_from_output(id, user, index)
+                .map(intern),
             Call => {
                 let callee = *u.called.first()?;
                 if self.caller[callee.index()] != Some(user) {
                     return None;
                 }
                 let p = m.comp(callee).parameter(index)?;
-                self.cur(p).cloned()
+                self.cur_sh(p).cloned()
             }
             Conditional => {
                 if index == 0 {
@@ -2154,7 +2356,7 @@ impl Propagator<'_> {
                     return None;
                 }
                 let p = m.comp(branch).parameter(0)?;
-                self.cur(p).cloned()
+                self.cur_sh(p).cloned()
             }
             _ => compatible_ignoring_type(&i.shape, &u.shape).then(|| us.clone()),
         }
@@ -2210,15 +2412,9 @@ impl Propagator<'_> {
     /// XLA's `InferDotOperandSharding`: the output sharding with the other operand's
     /// non-contracting dimensions replicated, moved to operand `k`'s dimensions, merged with
     /// what the other operand's sharding says about the batch and contracting dimensions.
-    fn dot_operand_sharding(
-        &self,
-        user: InstrId,
-        dims: u32,
-        k: usize,
-        mc: bool,
-    ) -> Option<Sharding> {
+    fn dot_operand_sharding(&self, user: InstrId, dims: u32, k: usize, mc: bool) -> Option<Sh> {
         let u = self.m.instr(user);
-        let us = self.cur(user)?;
+        let us = self.cur_sh(user)?;
         let (op, other) = (u.operand(k), u.operand(1 - k));
         let key = Op::DotOperand {
             dims,
@@ -2227,7 +2423,7 @@ impl Propagator<'_> {
             out_rank: u.shape.rank(),
             op_rank: self.shape(op).rank(),
             other_rank: self.shape(other).rank(),
-            other: self.cur(other).filter(|_| self.sp(other)).cloned(),
+            other: self.cur_sh(other).filter(|_| self.sp(other)).cloned(),
         };
         self.memo.algebra(us, key, |us, key| {
             let Op::DotOperand {
@@ -2251,7 +2447,7 @@ impl Propagator<'_> {
                 *out_rank,
                 *op_rank,
                 *other_rank,
-                other.as_ref(),
+                other.as_deref(),
             )
         })
     }
@@ -2477,7 +2673,7 @@ impl Propagator<'_> {
             None => {
                 let mut leaves = vec![Sharding::replicated(); shape.leaf_count()];
                 leaves[start] = new;
-                self.sh[id.index()] = Some(Sharding::tuple(leaves));
+                self.set(id, Sharding::tuple(leaves));
                 return true;
             }
         };
@@ -2485,7 +2681,7 @@ impl Propagator<'_> {
             return false;
         };
         leaves[start] = better;
-        self.sh[id.index()] = Some(Sharding::tuple(leaves));
+        self.set(id, Sharding::tuple(leaves));
         true
     }
 
@@ -2621,7 +2817,7 @@ impl Propagator<'_> {
     }
 
     /// `s.transpose(perm)`, normalized.
-    fn transposed(&self, s: &Sharding, perm: SmallVec<[usize; 4]>) -> Option<Sharding> {
+    fn transposed(&self, s: &Sh, perm: SmallVec<[usize; 4]>) -> Option<Sh> {
         self.memo.algebra(s, Op::Transpose(perm), |s, op| {
             let Op::Transpose(perm) = op else {
                 unreachable!()
@@ -2631,7 +2827,7 @@ impl Propagator<'_> {
     }
 
     /// `s.propagate_through_reshape(from, to)`.
-    fn through_reshape(&self, s: &Sharding, from: &[i64], to: &[i64]) -> Sharding {
+    fn through_reshape(&self, s: &Sh, from: &[i64], to: &[i64]) -> Sh {
         let key = Op::ThroughReshape(from.iter().copied().collect(), to.iter().copied().collect());
         self.memo
             .algebra(s, key, |s, op| {
@@ -2644,33 +2840,46 @@ impl Propagator<'_> {
     }
 
     /// `s.replicate_on_dims(dims)`.
-    fn replicated_on(&self, s: &Sharding, dims: &[usize]) -> Sharding {
+    fn replicated_on(&self, s: &Sh, dims: &[usize]) -> Sh {
+        let key = Op::ReplicateOnDims(idx(dims.iter().copied()));
         self.memo
-            .algebra(
-                s,
-                Op::ReplicateOnDims(idx(dims.iter().copied())),
-                |s, op| {
-                    let Op::ReplicateOnDims(dims) = op else {
-                        unreachable!()
-                    };
-                    Some(s.replicate_on_dims(dims))
-                },
-            )
+            .algebra(s, key, |s, op| {
+                let Op::ReplicateOnDims(dims) = op else {
+                    unreachable!()
+                };
+                Some(s.replicate_on_dims(dims))
+            })
             .expect("partial replication always answers")
     }
 
     /// `s.replicate_on_dims(dims).remove_dims(dims)`.
-    fn replicated_and_removed(&self, s: &Sharding, dims: &[usize]) -> Option<Sharding> {
-        self.memo.algebra(
-            s,
-            Op::ReplicateAndRemove(idx(dims.iter().copied())),
-            |s, op| {
-                let Op::ReplicateAndRemove(dims) = op else {
-                    unreachable!()
-                };
-                s.replicate_on_dims(dims).remove_dims(dims)
-            },
-        )
+    fn replicated_and_removed(&self, s: &Sh, dims: &[usize]) -> Option<Sh> {
+        let key = Op::ReplicateAndRemove(idx(dims.iter().copied()));
+        self.memo.algebra(s, key, |s, op| {
+            let Op::ReplicateAndRemove(dims) = op else {
+                unreachable!()
+            };
+            s.replicate_on_dims(dims).remove_dims(dims)
+        })
+    }
+
+    /// `s.insert_dims(rank, map)`.
+    fn inserted_dims(&self, s: &Sh, rank: usize, map: SmallVec<[usize; 4]>) -> Option<Sh> {
+        self.memo.algebra(s, Op::InsertDims(rank, map), |s, op| {
+            let Op::InsertDims(rank, map) = op else {
+                unreachable!()
+            };
+            s.insert_dims(*rank, map)
+        })
+    }
+
+    /// [`spread`] on handles: `s` for every leaf of a tuple shape, `s` itself for an array.
+    fn spread_sh(&self, shape: &Shape, s: Sh) -> Sh {
+        if shape.is_tuple() {
+            self.memo.intern(spread(shape, s.to_sharding()))
+        } else {
+            s
+        }
     }
 
     // ----- the report -----

@@ -62,7 +62,7 @@ impl Propagator<'_> {
             if level == 0 && matches!(i.opcode, Opcode::Concatenate | Opcode::DynamicSlice) {
                 return Some(false);
             }
-            self.sh[id.index()] = Some(spread(&i.shape, Sharding::manual()));
+            self.set(id, spread(&i.shape, Sharding::manual()));
             return Some(true);
         }
         None
@@ -84,7 +84,7 @@ impl Propagator<'_> {
                 continue;
             }
             if i.shape.is_array() && all_manual(us) {
-                self.sh[id.index()] = Some(Sharding::manual());
+                self.set(id, Sharding::manual());
                 return Some(true);
             }
             if let Some(s) = self.sharding_from_user(id, u, level) {
@@ -209,7 +209,7 @@ impl Propagator<'_> {
             if !merge_if_compatible(&partial, min, &mut s) {
                 return false;
             }
-            self.sh[id.index()] = Some(s);
+            self.set(id, s);
             return true;
         };
         let (Some(a), Some(c)) = (self.cur(id).cloned(), self.cur(conv).cloned()) else {
@@ -238,8 +238,8 @@ impl Propagator<'_> {
         } else {
             (manual, auto)
         };
-        self.sh[id.index()] = Some(new_a);
-        self.sh[conv.index()] = Some(new_c);
+        self.set(id, new_a);
+        self.set(conv, new_c);
         true
     }
 }

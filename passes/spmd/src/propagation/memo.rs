@@ -1,15 +1,24 @@
-//! Memo tables for the sharding algebra the pass asks again and again.
+//! Interned shardings and memo tables for the sharding algebra the pass asks again and again.
 //!
 //! A model repeats its layers (the 48-layer transformer asks every question 48 times, at every
 //! aggressiveness level), and the algebra of `tessera_hlo::sharding_util` (transposes with
 //! collapsed dimensions, partial replication, reshape propagation, merges) costs thousands of
-//! instructions a call. Every function memoized here is pure: its result depends only on the
-//! key, which holds the input shardings in full (metadata included) and every other argument,
-//! so a hit returns exactly what the call would compute. The tables live as long as one run of
-//! the pass and hold only distinct questions (hundreds on the transformer), so they stay small.
+//! instructions a call. So:
+//!
+//! - Every sharding the pass holds is *interned*: an [`Sh`] is a shared pointer to the one copy
+//!   of its value (metadata included), so two handles are equal iff they point to the same
+//!   copy; comparing, hashing and cloning a handle costs a few instructions.
+//! - Every function memoized here is pure: its result depends only on the key (the input
+//!   handles and every other argument), so a hit returns exactly what the call would compute.
+//!
+//! The tables live as long as one run of the pass and hold only distinct values and questions
+//! (hundreds on the transformer), so they stay small.
 
 use std::cell::RefCell;
+use std::fmt;
 use std::hash::{BuildHasher, Hash, Hasher};
+use std::ops::Deref;
+use std::rc::Rc;
 
 use hashbrown::HashTable;
 use smallvec::SmallVec;
@@ -82,6 +91,45 @@ fn hash_of(x: &impl Hash) -> u64 {
 
 type Idx = SmallVec<[usize; 4]>;
 
+/// An interned sharding: equal values share one copy (see the module docs). Equality and hash
+/// are by address, which is equality of value for handles from the same [`Memo`].
+#[derive(Clone)]
+pub(super) struct Sh(Rc<Sharding>);
+
+impl Deref for Sh {
+    type Target = Sharding;
+    fn deref(&self) -> &Sharding {
+        &self.0
+    }
+}
+
+impl PartialEq for Sh {
+    fn eq(&self, other: &Sh) -> bool {
+        Rc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for Sh {}
+
+impl Hash for Sh {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_usize(Rc::as_ptr(&self.0) as usize);
+    }
+}
+
+impl fmt::Debug for Sh {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl Sh {
+    /// The value, to keep beyond the pass.
+    pub(super) fn to_sharding(&self) -> Sharding {
+        (*self.0).clone()
+    }
+}
+
 /// A question about one sharding (the other arguments of an algebra call).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(super) enum Op {
@@ -95,6 +143,8 @@ pub(super) enum Op {
     Transpose(Idx),
     /// `propagate_through_reshape(from, to)`
     ThroughReshape(TileDims, TileDims),
+    /// `element_sharding(start, len, kind)`: one element of a tuple-shaped value.
+    Element { start: usize, len: usize, kind: u8 },
     /// `Propagator::dot_from_operand` for operand `k` (rank `op_rank`) of a dot with these
     /// dimensions (a [`Memo::dot_dims_id`]) and this output rank.
     DotFromOperand {
@@ -104,8 +154,9 @@ pub(super) enum Op {
         op_rank: usize,
     },
     /// `Propagator::dot_operand_sharding` for operand `k` (rank `op_rank`) of a dot with these
-    /// dimensions (a [`Memo::dot_dims_id`]) and output rank, given the other operand's (rank `other_rank`) sharding when
-    /// it is spatially partitioned (the memoized sharding is the dot's).
+    /// dimensions (a [`Memo::dot_dims_id`]) and output rank, given the other operand's (rank
+    /// `other_rank`) sharding when it is spatially partitioned (the memoized sharding is the
+    /// dot's).
     DotOperand {
         dims: u32,
         k: usize,
@@ -113,7 +164,7 @@ pub(super) enum Op {
         out_rank: usize,
         op_rank: usize,
         other_rank: usize,
-        other: Option<Sharding>,
+        other: Option<Sh>,
     },
 }
 
@@ -138,16 +189,18 @@ impl<K, V: Clone> Table<K, V> {
     }
 }
 
-/// The memo tables of one run (see the module docs).
+/// The interner and memo tables of one run (see the module docs).
 pub(super) struct Memo {
-    algebra: RefCell<Table<(Sharding, Op), Option<Sharding>>>,
+    /// Every interned value, found by the hash of the value.
+    interned: RefCell<Table<Sh, ()>>,
+    algebra: RefCell<Table<(Sh, Op), Option<Sh>>>,
     /// `merge_sharding(old, new, may_combine)`: whether it merged, and `new` afterwards.
-    merge: RefCell<Table<(Sharding, Sharding, bool), (bool, Sharding)>>,
+    merge: RefCell<Table<(Sh, Sh, bool), (bool, Sh)>>,
     /// `merge_if_compatible(to_merge, minimum_tiles, dst)`: whether it merged, and `dst`
     /// afterwards.
-    merge_compatible: RefCell<Table<(Sharding, i64, Sharding), (bool, Sharding)>>,
+    merge_compatible: RefCell<Table<(Sh, i64, Sh), (bool, Sh)>>,
     /// `is_sub_tiling(dims, sub, of)`
-    sub_tiling: RefCell<Table<(TileDims, Sharding, Sharding), bool>>,
+    sub_tiling: RefCell<Table<(TileDims, Sh, Sh), bool>>,
     /// Distinct dot/convolution dimension maps, numbered (keys of [`Op`] name them by number).
     dot_dims: RefCell<Table<DotDims, u32>>,
     dot_dims_list: RefCell<Vec<DotDims>>,
@@ -158,6 +211,7 @@ pub(super) struct Memo {
 impl Default for Memo {
     fn default() -> Self {
         Memo {
+            interned: RefCell::new(Table::new()),
             algebra: RefCell::new(Table::new()),
             merge: RefCell::new(Table::new()),
             merge_compatible: RefCell::new(Table::new()),
@@ -170,6 +224,24 @@ impl Default for Memo {
 }
 
 impl Memo {
+    /// The handle of `s`'s value.
+    pub(super) fn intern(&self, s: Sharding) -> Sh {
+        let hash = hash_of(&s);
+        if let Some((found, ())) = self.interned.borrow().t.find(hash, |(k, _)| **k == s) {
+            return found.clone();
+        }
+        let h = Sh(Rc::new(s));
+        self.interned
+            .borrow_mut()
+            .insert(hash, h.clone(), (), |k| hash_of(&**k));
+        h
+    }
+
+    /// [`Memo::intern`] for an optional sharding.
+    pub(super) fn intern_opt(&self, s: Option<Sharding>) -> Option<Sh> {
+        s.map(|s| self.intern(s))
+    }
+
     /// The number of dimension maps `dd` (the same for equal maps).
     pub(super) fn dot_dims_id(&self, dd: &DotDims) -> u32 {
         let hash = hash_of(dd);
@@ -215,10 +287,10 @@ impl Memo {
     /// again: no table is borrowed while it runs).
     pub(super) fn algebra(
         &self,
-        s: &Sharding,
+        s: &Sh,
         op: Op,
         compute: impl FnOnce(&Sharding, &Op) -> Option<Sharding>,
-    ) -> Option<Sharding> {
+    ) -> Option<Sh> {
         let hash = hash_of(&(s, &op));
         if let Some(v) = self
             .algebra
@@ -227,7 +299,7 @@ impl Memo {
         {
             return v;
         }
-        let v = compute(s, &op);
+        let v = self.intern_opt(compute(s, &op));
         self.algebra
             .borrow_mut()
             .insert(hash, (s.clone(), op), v.clone(), |(ks, kop)| {
@@ -236,55 +308,52 @@ impl Memo {
         v
     }
 
-    /// `merge_sharding(old, new, may_combine)`, memoized.
-    pub(super) fn merge_sharding(&self, old: &Sharding, new: &mut Sharding, mc: bool) -> bool {
-        let hash = hash_of(&(old, &*new, mc));
+    /// `merge_sharding(old, new, may_combine)`: whether it merged, and `new` afterwards.
+    pub(super) fn merge_sharding(&self, old: &Sh, new: &Sh, mc: bool) -> (bool, Sh) {
+        let hash = hash_of(&(old, new, mc));
         let hit = self
             .merge
             .borrow()
-            .get(hash, |(o, n, m)| *m == mc && o == old && n == &*new);
-        if let Some((merged, after)) = hit {
-            *new = after;
-            return merged;
+            .get(hash, |(o, n, m)| *m == mc && o == old && n == new);
+        if let Some(v) = hit {
+            return v;
         }
-        let key = (old.clone(), new.clone(), mc);
-        let merged = merge_sharding(old, new, mc);
+        let mut after = new.to_sharding();
+        let merged = merge_sharding(old, &mut after, mc);
+        let v = (merged, self.intern(after));
         self.merge
             .borrow_mut()
-            .insert(hash, key, (merged, new.clone()), |k| {
+            .insert(hash, (old.clone(), new.clone(), mc), v.clone(), |k| {
                 hash_of(&(&k.0, &k.1, k.2))
             });
-        merged
+        v
     }
 
-    /// `merge_if_compatible(to_merge, minimum_tiles, dst)`, memoized.
-    pub(super) fn merge_if_compatible(
-        &self,
-        to_merge: &Sharding,
-        min: i64,
-        dst: &mut Sharding,
-    ) -> bool {
-        let hash = hash_of(&(to_merge, min, &*dst));
+    /// `merge_if_compatible(to_merge, minimum_tiles, dst)`: whether it merged, and `dst`
+    /// afterwards.
+    pub(super) fn merge_if_compatible(&self, to_merge: &Sh, min: i64, dst: &Sh) -> (bool, Sh) {
+        let hash = hash_of(&(to_merge, min, dst));
         let hit = self
             .merge_compatible
             .borrow()
-            .get(hash, |(t, m, d)| *m == min && t == to_merge && d == &*dst);
-        if let Some((merged, after)) = hit {
-            *dst = after;
-            return merged;
+            .get(hash, |(t, m, d)| *m == min && t == to_merge && d == dst);
+        if let Some(v) = hit {
+            return v;
         }
-        let key = (to_merge.clone(), min, dst.clone());
-        let merged = merge_if_compatible(to_merge, min, dst);
-        self.merge_compatible
-            .borrow_mut()
-            .insert(hash, key, (merged, dst.clone()), |k| {
-                hash_of(&(&k.0, k.1, &k.2))
-            });
-        merged
+        let mut after = dst.to_sharding();
+        let merged = merge_if_compatible(to_merge, min, &mut after);
+        let v = (merged, self.intern(after));
+        self.merge_compatible.borrow_mut().insert(
+            hash,
+            (to_merge.clone(), min, dst.clone()),
+            v.clone(),
+            |k| hash_of(&(&k.0, k.1, &k.2)),
+        );
+        v
     }
 
     /// `super::is_sub_tiling(shape, sub, of)`, memoized on the shape's dimensions.
-    pub(super) fn is_sub_tiling(&self, shape: &Shape, sub: &Sharding, of: &Sharding) -> bool {
+    pub(super) fn is_sub_tiling(&self, shape: &Shape, sub: &Sh, of: &Sh) -> bool {
         if !shape.is_array() {
             return super::is_sub_tiling(shape, sub, of);
         }
@@ -297,8 +366,7 @@ impl Memo {
             return v;
         }
         let v = super::is_sub_tiling(shape, sub, of);
-        let key: (TileDims, Sharding, Sharding) =
-            (dims.iter().copied().collect(), sub.clone(), of.clone());
+        let key: (TileDims, Sh, Sh) = (dims.iter().copied().collect(), sub.clone(), of.clone());
         self.sub_tiling
             .borrow_mut()
             .insert(hash, key, v, |k| hash_of(&(k.0.as_slice(), &k.1, &k.2)));

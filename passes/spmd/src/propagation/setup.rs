@@ -8,7 +8,7 @@ use tessera_hlo::{InstrId, Instruction, Module, Opcode, Shape, Sharding};
 use tessera_pass::{PassError, Result};
 
 use super::{
-    expand, has_unknown, is_shard_barrier, leaf_range, remove_with_edges, Flags, Propagator,
+    expand, has_unknown, is_shard_barrier, leaf_range, remove_with_edges, Flags, Propagator, Sh,
 };
 
 /// The `op_name` that marks a sharding given only to keep CSE from merging broadcasts.
@@ -267,11 +267,10 @@ impl Propagator<'_> {
             let saved = self.original[root.index()]
                 .as_ref()
                 .map(|s| expand(shape, s));
-            if let (true, Some(saved), Some(ShardingKind::Tuple(now))) = (
-                shape.is_tuple(),
-                saved,
-                self.sh[root.index()].as_mut().map(|s| &mut s.kind),
-            ) {
+            let mut cur = self.sh[root.index()].as_ref().map(Sh::to_sharding);
+            if let (true, Some(saved), Some(ShardingKind::Tuple(now))) =
+                (shape.is_tuple(), saved, cur.as_mut().map(|s| &mut s.kind))
+            {
                 let saved = leaves(&saved);
                 if saved.len() == flags.output.len() && now.len() == saved.len() {
                     for (k, old) in saved.into_iter().enumerate() {
@@ -281,6 +280,7 @@ impl Propagator<'_> {
                     }
                 }
             }
+            self.sh[root.index()] = self.memo.intern_opt(cur);
             self.replicate_uneven(root, &flags.output);
         }
         if !self.params_any {
@@ -294,10 +294,12 @@ impl Propagator<'_> {
             for (k, &p) in params.iter().enumerate() {
                 if !flags.params[k] {
                     let shape = &m.instr(p).shape;
-                    self.sh[p.index()] = self.original[p.index()]
-                        .as_ref()
-                        .filter(|s| !has_unknown(s))
-                        .map(|s| expand(shape, s));
+                    self.sh[p.index()] = self.memo.intern_opt(
+                        self.original[p.index()]
+                            .as_ref()
+                            .filter(|s| !has_unknown(s))
+                            .map(|s| expand(shape, s)),
+                    );
                 }
             }
             for (k, &p) in params.iter().enumerate() {
@@ -311,9 +313,10 @@ impl Propagator<'_> {
             if shape.tuple_elements().len() != flags.params.len() {
                 return;
             }
+            let mut cur = self.sh[p.index()].as_ref().map(Sh::to_sharding);
             if let (Some(saved), Some(ShardingKind::Tuple(now))) = (
                 self.original[p.index()].as_ref().map(|s| expand(shape, s)),
-                self.sh[p.index()].as_mut().map(|s| &mut s.kind),
+                cur.as_mut().map(|s| &mut s.kind),
             ) {
                 let saved = leaves(&saved);
                 for (e, &allowed) in flags.params.iter().enumerate() {
@@ -329,6 +332,7 @@ impl Propagator<'_> {
                     }
                 }
             }
+            self.sh[p.index()] = self.memo.intern_opt(cur);
             self.replicate_uneven(p, &flags.params);
         }
     }
@@ -337,12 +341,12 @@ impl Propagator<'_> {
     /// one flag per element) by `{replicated}` where it does not split the shape evenly.
     fn replicate_uneven(&mut self, id: InstrId, flags: &[bool]) {
         let shape = &self.m.instr(id).shape;
-        let Some(s) = self.sh[id.index()].as_mut() else {
+        let Some(mut s) = self.sh[id.index()].as_ref().map(Sh::to_sharding) else {
             return;
         };
         if !shape.is_tuple() {
-            if !evenly_partitions(shape, s) {
-                *s = Sharding::replicated();
+            if !evenly_partitions(shape, &s) {
+                self.set(id, Sharding::replicated());
             }
             return;
         }
@@ -363,5 +367,6 @@ impl Propagator<'_> {
                 }
             }
         }
+        self.set(id, s);
     }
 }

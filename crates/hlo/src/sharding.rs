@@ -50,12 +50,14 @@ impl Clone for TileAssignment {
 }
 
 impl TileAssignment {
+    #[inline]
     pub fn dims(&self) -> &[i64] {
         match self {
             TileAssignment::Explicit { dims, .. } | TileAssignment::Iota { dims, .. } => dims,
         }
     }
 
+    #[inline]
     pub fn num_devices(&self) -> i64 {
         self.dims().iter().product()
     }
@@ -146,14 +148,17 @@ impl Sharding {
         }))
     }
 
+    #[inline]
     pub fn is_tuple(&self) -> bool {
         matches!(self.kind, ShardingKind::Tuple(_))
     }
 
+    #[inline]
     pub fn is_replicated(&self) -> bool {
         matches!(self.kind, ShardingKind::Replicated)
     }
 
+    #[inline]
     pub fn is_manual(&self) -> bool {
         matches!(self.kind, ShardingKind::Manual)
     }

@@ -220,6 +220,7 @@ impl Sharding {
     /// XLA's `IsTileMaximal`: replicated or on one device (a tuple: every leaf is). Manual,
     /// unknown and unreduced shardings are not tile-maximal in XLA (its `maximal_` flag is set
     /// only for replicated and single-device shardings).
+    #[inline]
     pub fn is_tile_maximal(&self) -> bool {
         match &self.kind {
             ShardingKind::Tuple(e) => e.iter().all(Sharding::is_tile_maximal),
@@ -229,6 +230,7 @@ impl Sharding {
     }
 
     /// Number of data tiles (1 for tile-maximal shardings).
+    #[inline]
     pub fn num_tiles(&self) -> i64 {
         match &self.kind {
             ShardingKind::Tiled(t) => t.data_tile_dims().iter().product(),
@@ -239,6 +241,7 @@ impl Sharding {
     /// XLA's `IsSpatiallyPartitioned`: not tile-maximal, or replicated (a tuple: any leaf is).
     /// As in XLA this holds for manual shardings too: they may reach an instruction that has
     /// no sharding yet.
+    #[inline]
     pub fn is_spatially_partitioned(&self) -> bool {
         match &self.kind {
             ShardingKind::Tuple(e) => e.iter().any(Sharding::is_spatially_partitioned),
@@ -247,6 +250,7 @@ impl Sharding {
     }
 
     /// True for a tiled sharding with a replicated subgroup.
+    #[inline]
     pub fn has_partial_replication(&self) -> bool {
         self.as_tiled().is_some_and(|t| {
             t.replicate_on_last_tile_dim || t.last_tile_dims.contains(&SubgroupType::Replicated)
@@ -254,6 +258,7 @@ impl Sharding {
     }
 
     /// True for a tiled sharding with a manual subgroup.
+    #[inline]
     pub fn is_manual_subgroup(&self) -> bool {
         self.as_tiled()
             .is_some_and(|t| t.last_tile_dims.contains(&SubgroupType::Manual))

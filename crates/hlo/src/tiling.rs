@@ -121,6 +121,7 @@ impl TileAssignment {
         }
     }
 
+    #[inline]
     pub fn rank(&self) -> usize {
         self.dims().len()
     }
@@ -390,6 +391,7 @@ fn iota_transpose(
 
 impl TiledSharding {
     /// Number of trailing subgroup (replicated/manual/...) dimensions of the tile assignment.
+    #[inline]
     pub fn num_subgroup_dims(&self) -> usize {
         if self.replicate_on_last_tile_dim {
             1
@@ -399,6 +401,7 @@ impl TiledSharding {
     }
 
     /// Tile dimensions that split the data (the assignment's rank minus subgroup dimensions).
+    #[inline]
     pub fn data_rank(&self) -> usize {
         self.tile_assignment
             .rank()
@@ -406,6 +409,7 @@ impl TiledSharding {
     }
 
     /// Tiles per data dimension.
+    #[inline]
     pub fn data_tile_dims(&self) -> &[i64] {
         &self.tile_assignment.dims()[..self.data_rank()]
     }
@@ -470,6 +474,7 @@ impl Sharding {
         }))
     }
 
+    #[inline]
     pub fn as_tiled(&self) -> Option<&TiledSharding> {
         match &self.kind {
             ShardingKind::Tiled(t) => Some(t),

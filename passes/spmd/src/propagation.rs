@@ -223,15 +223,14 @@ pub fn propagate(
         undecided: Vec::new(),
     };
     let undecided = if cse { Vec::new() } else { p.undecided() };
-    let mut table: Vec<Option<Sharding>> =
-        p.sh.iter()
-            .map(|s| s.as_ref().map(Sh::to_sharding))
-            .collect();
+    let table: Vec<Option<Sh>> = std::mem::take(&mut p.sh);
     let original = std::mem::take(&mut p.original);
     drop(p);
+    // `{replicated}` for undecided instructions, when asked for.
+    let mut filled: Vec<(InstrId, Sharding)> = Vec::new();
     for (id, reason) in undecided {
         if options.replicate_undecided {
-            table[id.index()] = Some(replicated_for(&module.instr(id).shape));
+            filled.push((id, replicated_for(&module.instr(id).shape)));
         }
         report.undecided.push(Undecided {
             instr: id,
@@ -239,17 +238,32 @@ pub fn propagate(
             reason,
         });
     }
-    for (k, slot) in table.iter_mut().enumerate() {
+    filled.sort_by_key(|(id, _)| id.index());
+    let mut fill = filled.into_iter().peekable();
+    for (k, slot) in table.iter().enumerate() {
         let id = InstrId::new(k);
         let Some(instr) = module.try_instr(id) else {
             continue;
         };
         let old = &original[k];
-        let mut new = slot.take();
-        // Keep the user's spelling where only our tuple expansion differs.
-        if new.is_some() && new == old.as_ref().map(|s| expand(&instr.shape, s)) {
-            new = old.clone();
+        let filled_here = fill.next_if(|(f, _)| *f == id).map(|(_, s)| s);
+        let now: Option<&Sharding> = filled_here.as_ref().or(slot.as_deref());
+        // The user's spelling is kept where only our tuple expansion differs.
+        let same_as_old = match (now, old) {
+            (None, None) => true,
+            (Some(n), Some(o)) => {
+                n == o || (instr.shape.is_tuple() && !o.is_tuple() && *n == expand(&instr.shape, o))
+            }
+            _ => false,
+        };
+        if !cse && same_as_old && (options.propagate_metadata || !has_metadata(old.as_ref())) {
+            continue;
         }
+        let mut new = if same_as_old {
+            old.clone()
+        } else {
+            now.cloned()
+        };
         if !options.propagate_metadata {
             if let Some(s) = new.as_mut() {
                 strip_metadata(s);
@@ -337,6 +351,14 @@ impl Flags {
             params,
         }
     }
+}
+
+/// True if `s` or one of its leaves carries metadata.
+fn has_metadata(s: Option<&Sharding>) -> bool {
+    s.is_some_and(|s| {
+        !s.metadata.is_empty()
+            || matches!(&s.kind, ShardingKind::Tuple(e) if e.iter().any(|x| has_metadata(Some(x))))
+    })
 }
 
 fn strip_metadata(s: &mut Sharding) {
@@ -724,6 +746,13 @@ const PARTITIONABLE_FWD: u8 = 4;
 const PARTITIONABLE_BWD: u8 = 8;
 /// A tuple shape whose elements are all arrays (or tokens): element k is leaf k.
 const FLAT_TUPLE: u8 = 16;
+/// Inferring from operands reads only the operands' and the instruction's own shardings.
+const LOCAL_FWD: u8 = 32;
+/// Inferring from users reads only the instruction's, its users' and their operands'
+/// shardings.
+const LOCAL_BWD: u8 = 64;
+/// A broadcast, or an operand of one (their backward rules start at level 2).
+const BROADCAST_NEAR: u8 = 128;
 
 /// Users with more operands than this have an operand index (`Propagator::wide`).
 const WIDE: usize = 16;
@@ -755,9 +784,18 @@ struct Propagator<'m> {
     /// `ONE_NON_ROOT_USER`, `PARTITIONABLE_FWD` (XLA's `SupportSpatialPartitioning` as asked
     /// when inferring from operands) and `PARTITIONABLE_BWD` (as asked from users).
     facts: Vec<u8>,
+    /// When each sharding last changed (a value of `clock`; 0: never), and when (with the level
+    /// class, see `fwd_class`/`bwd_class`) each instruction was last inferred from its
+    /// operands and from its users. A visit whose inputs have not changed since the last one
+    /// at an equivalent level would compute the same thing again and is skipped (see
+    /// `may_skip_fwd`).
+    changed_at: Vec<u64>,
+    fwd_seen: Vec<(u64, u8)>,
+    bwd_seen: Vec<(u64, u8)>,
+    clock: u64,
     /// For users with more than `WIDE` operands: (operand, first position, appears again),
     /// sorted by operand.
-    wide: std::collections::HashMap<InstrId, Vec<(InstrId, u32, bool)>>,
+    wide: tessera_hlo::fxhash::FxHashMap<InstrId, Vec<(InstrId, u32, bool)>>,
     /// Answers of the sharding algebra, asked again and again (see `memo.rs`).
     memo: memo::Memo,
     iterations: usize,
@@ -799,7 +837,11 @@ impl<'m> Propagator<'m> {
             done_fwd: vec![false; cap],
             done_bwd: vec![false; cap],
             facts: vec![0; cap],
-            wide: std::collections::HashMap::new(),
+            changed_at: vec![0; cap],
+            fwd_seen: vec![(0, 0); cap],
+            bwd_seen: vec![(0, 0); cap],
+            clock: 1,
+            wide: Default::default(),
             memo,
             iterations: 0,
             from_operands: 0,
@@ -873,7 +915,7 @@ impl<'m> Propagator<'m> {
             if let Some(s) = p.sh[k].as_ref().filter(|s| has_unknown(s)) {
                 let mut s = s.to_sharding();
                 replace_unknown(&mut s);
-                p.sh[k] = Some(p.memo.intern(s));
+                p.put(InstrId::new(k), Some(p.memo.intern(s)));
             }
         }
         let mut orders = analysis::PostOrders::new(m);
@@ -909,7 +951,7 @@ impl<'m> Propagator<'m> {
                 let related = self.related(id);
                 if let Some(s) = related.iter().find_map(|&r| self.sh[r.index()].clone()) {
                     for &r in &related {
-                        self.sh[r.index()] = Some(s.clone());
+                        self.put(r, Some(s.clone()));
                     }
                 }
                 match i.opcode {
@@ -982,7 +1024,17 @@ impl<'m> Propagator<'m> {
 
     /// Sets `id`'s sharding.
     fn set(&mut self, id: InstrId, s: Sharding) {
-        self.sh[id.index()] = Some(self.memo.intern(s));
+        let s = self.memo.intern(s);
+        self.put(id, Some(s));
+    }
+
+    /// Sets (or clears) `id`'s sharding, noting when it changed (see `changed_at`).
+    fn put(&mut self, id: InstrId, v: Option<Sh>) {
+        if self.sh[id.index()] != v {
+            self.changed_at[id.index()] = self.clock;
+            self.clock += 1;
+            self.sh[id.index()] = v;
+        }
     }
 
     fn sp(&self, id: InstrId) -> bool {
@@ -1015,6 +1067,28 @@ impl<'m> Propagator<'m> {
         }
         if i.shape.is_tuple() && i.shape.tuple_elements().iter().all(|e| !e.is_tuple()) {
             f |= FLAT_TUPLE;
+        }
+        use Opcode::*;
+        let non_local = |op: Opcode| {
+            matches!(
+                op,
+                Dot | Convolution | Gather | Scatter | Parameter | CustomCall | Call | Conditional
+            )
+        };
+        if !non_local(i.opcode) {
+            f |= LOCAL_FWD;
+        }
+        let user_ops: SmallVec<[Opcode; 4]> =
+            i.users().iter().map(|&u| m.instr(u).opcode).collect();
+        if i.opcode != CustomCall
+            && !user_ops
+                .iter()
+                .any(|&op| matches!(op, Gather | Scatter | CustomCall | Call | Conditional))
+        {
+            f |= LOCAL_BWD;
+        }
+        if i.opcode == Broadcast || user_ops.contains(&Broadcast) {
+            f |= BROADCAST_NEAR;
         }
         f
     }
@@ -1115,6 +1189,19 @@ impl<'m> Propagator<'m> {
                         continue;
                     }
                     self.done_fwd[id.index()] = true;
+                    if self.may_skip_fwd(id, level) {
+                        if cfg!(debug_assertions) {
+                            let before = self.sh[id.index()].clone();
+                            let changed = self.infer_from_operands(id, level);
+                            assert!(
+                                !changed && self.sh[id.index()] == before,
+                                "sharding-propagation: skipped forward visit of %{} would change it",
+                                self.m.instr(id).name
+                            );
+                        }
+                        continue;
+                    }
+                    self.fwd_seen[id.index()] = (self.clock, self.fwd_class(id, level));
                     if self.infer_from_operands(id, level) {
                         self.from_operands += 1;
                         let changed = self.computation_propagation(id);
@@ -1153,6 +1240,19 @@ impl<'m> Propagator<'m> {
                         continue;
                     }
                     self.done_bwd[id.index()] = true;
+                    if self.may_skip_bwd(id, level) {
+                        if cfg!(debug_assertions) {
+                            let before = self.sh[id.index()].clone();
+                            let changed = self.infer_from_users(id, level);
+                            assert!(
+                                !changed && self.sh[id.index()] == before,
+                                "sharding-propagation: skipped backward visit of %{} would change it",
+                                self.m.instr(id).name
+                            );
+                        }
+                        continue;
+                    }
+                    self.bwd_seen[id.index()] = (self.clock, self.bwd_class(id, level));
                     if self.infer_from_users(id, level) {
                         self.from_users += 1;
                         let changed = self.computation_propagation(id);
@@ -1166,6 +1266,68 @@ impl<'m> Propagator<'m> {
             }
         }
         self.orders = orders;
+    }
+
+    /// Levels at which inferring `id` from its operands follows the same rules: 0; and 1-3,
+    /// except that a broadcast takes its operand's sharding only at level 3.
+    fn fwd_class(&self, id: InstrId, level: u8) -> u8 {
+        match level {
+            0 => 0,
+            3 if self.m.instr(id).opcode == Opcode::Broadcast => 3,
+            _ => 1,
+        }
+    }
+
+    /// Levels at which inferring `id` from its users follows the same rules: 0; 1-3, except
+    /// that broadcasts (`id` or a user) take part only from level 2.
+    fn bwd_class(&self, id: InstrId, level: u8) -> u8 {
+        match level {
+            0 => 0,
+            1 if self.facts[id.index()] & BROADCAST_NEAR != 0 => 1,
+            _ => 2,
+        }
+    }
+
+    /// True when inferring `id` from its operands now would repeat its last such visit
+    /// exactly: the rules are those of the same level class, and neither `id`'s sharding nor
+    /// an operand's changed since. Only for ops whose rule reads nothing else (dots look ahead
+    /// at users, gathers and scatters at iotas, parameters at their caller; custom calls are
+    /// left alone).
+    fn may_skip_fwd(&self, id: InstrId, level: u8) -> bool {
+        let (seen, class) = self.fwd_seen[id.index()];
+        if seen == 0
+            || self.facts[id.index()] & LOCAL_FWD == 0
+            || class != self.fwd_class(id, level)
+            || self.changed_at[id.index()] >= seen
+        {
+            return false;
+        }
+        let ops = self.m.instr(id).operands();
+        ops.iter().all(|o| self.changed_at[o.index()] < seen)
+    }
+
+    /// [`Self::may_skip_fwd`] for inferring from users: neither `id`, nor a user, nor another
+    /// operand of a user (dots, reduces) changed since the last visit; no user reads anything
+    /// else (calls and conditionals read their callees, gathers and scatters iotas).
+    fn may_skip_bwd(&self, id: InstrId, level: u8) -> bool {
+        let (seen, class) = self.bwd_seen[id.index()];
+        if seen == 0
+            || self.facts[id.index()] & LOCAL_BWD == 0
+            || class != self.bwd_class(id, level)
+            || self.changed_at[id.index()] >= seen
+        {
+            return false;
+        }
+        let m = self.m;
+        m.instr(id).users().iter().all(|&u| {
+            let ui = m.instr(u);
+            self.changed_at[u.index()] < seen
+                && (ui.opcode == Opcode::Tuple
+                    || ui
+                        .operands()
+                        .iter()
+                        .all(|o| self.changed_at[o.index()] < seen))
+        })
     }
 
     /// After `id` changed: when it is a while/conditional/call, or a parameter or root of a
@@ -1210,7 +1372,7 @@ impl<'m> Propagator<'m> {
                 }
                 for r in related {
                     if self.sh[r.index()].as_ref() != Some(&s) {
-                        self.sh[r.index()] = Some(s.clone());
+                        self.put(r, Some(s.clone()));
                         changed.push(r);
                         work.push(r);
                     }
@@ -1234,7 +1396,7 @@ impl<'m> Propagator<'m> {
     fn improve_sh(&mut self, id: InstrId, new: Sh, may_combine: bool, aggressive: bool) -> bool {
         match self.improved(id, new, may_combine, aggressive) {
             Some(s) => {
-                self.sh[id.index()] = Some(s);
+                self.put(id, Some(s));
                 true
             }
             None => false,
@@ -1449,7 +1611,7 @@ impl<'m> Propagator<'m> {
                 let s = self.memo.intern(s);
                 if s.is_manual() {
                     let changed = self.cur_sh(id) != Some(&s);
-                    self.sh[id.index()] = Some(s);
+                    self.put(id, Some(s));
                     return changed;
                 }
                 self.improve_sh(id, s, mc, aggressive)
@@ -1551,8 +1713,7 @@ impl<'m> Propagator<'m> {
                 if !self.sp(op) {
                     return false;
                 }
-                let s = self.cur_sh(op).unwrap();
-                let new = self.through_reshape(s, self.shape(op).dims(), i.shape.dims());
+                let new = self.through_reshape(self.cur_sh(op).unwrap(), id, 0);
                 self.improve_sh(id, new, mc, aggressive)
             }
             Reverse => {
@@ -1711,7 +1872,7 @@ impl<'m> Propagator<'m> {
         }
         let new = self.memo.intern(Sharding::tuple(leaves));
         if self.cur_sh(id) != Some(&new) {
-            self.sh[id.index()] = Some(new);
+            self.put(id, Some(new));
             return true;
         }
         false
@@ -1771,7 +1932,7 @@ impl<'m> Propagator<'m> {
         let (first, second) = match (a, b) {
             (None, None) => return false,
             (Some(s), None) | (None, Some(s)) => {
-                self.sh[id.index()] = Some(s);
+                self.put(id, Some(s));
                 return true;
             }
             (Some(a), Some(b)) => {
@@ -1792,7 +1953,7 @@ impl<'m> Propagator<'m> {
                 }
             }
         };
-        self.sh[id.index()] = Some(first);
+        self.put(id, Some(first));
         self.improve_sh(id, second, mc, false);
         true
     }
@@ -1816,13 +1977,13 @@ impl<'m> Propagator<'m> {
         for k in (1..chain.len()).rev() {
             result = self.sharding_from_user(chain[k - 1], chain[k], 3);
             match &result {
-                Some(s) if k != 1 => self.sh[chain[k - 1].index()] = Some(s.clone()),
+                Some(s) if k != 1 => self.put(chain[k - 1], Some(s.clone())),
                 _ => break,
             }
         }
         // The chain's middle had no sharding: it gets none back.
         for &c in &chain[1..chain.len() - 1] {
-            self.sh[c.index()] = None;
+            self.put(c, None);
         }
         result
     }
@@ -2106,7 +2267,8 @@ impl Propagator<'_> {
             return false;
         }
         // Manual shardings flow back into everything a manual value is computed from.
-        if let Some(changed) = self.backward_manual(id, level) {
+        let mut asked = SmallVec::new();
+        if let Some(changed) = self.backward_manual(id, level, &mut asked) {
             return changed;
         }
         if !self.supports_partitioning(id, false, self.params_any) {
@@ -2120,10 +2282,14 @@ impl Propagator<'_> {
             if m.instr(u).opcode == Opcode::RngBitGenerator {
                 let r = self.memo.intern(replicated_for(&i.shape));
                 let changed = self.cur_sh(id) != Some(&r);
-                self.sh[id.index()] = Some(r);
+                self.put(id, Some(r));
                 return changed;
             }
-            if let Some(mut s) = self.sharding_from_user(id, u, level) {
+            let from_user = match asked.iter_mut().find(|(x, _)| *x == u) {
+                Some((_, s)) => s.take(),
+                None => self.sharding_from_user(id, u, level),
+            };
+            if let Some(mut s) = from_user {
                 if manual::all_manual(&s) && !self.may_become_manual(id) {
                     continue;
                 }
@@ -2132,7 +2298,12 @@ impl Propagator<'_> {
                 if barrier == Some(false) {
                     s = self.memo.intern(replicated_for(&i.shape));
                 }
-                improved |= self.improve_sh(id, s, mc, false);
+                if self.improve_sh(id, s, mc, false) {
+                    improved = true;
+                    // What the other users ask may depend on `id`'s own sharding (a tuple's
+                    // other leaves, a dot of `id` with itself): ask again from now on.
+                    asked.clear();
+                }
             }
         }
         improved
@@ -2220,7 +2391,7 @@ impl Propagator<'_> {
                 }
                 Some(us.clone())
             }
-            Reshape => Some(self.through_reshape(us, u.shape.dims(), i.shape.dims())),
+            Reshape => Some(self.through_reshape(us, user, 1)),
             Pad => (index == 0).then(|| us.clone()),
             Slice => Some(us.clone()),
             Transpose => {
@@ -2826,16 +2997,21 @@ impl Propagator<'_> {
         })
     }
 
-    /// `s.propagate_through_reshape(from, to)`.
-    fn through_reshape(&self, s: &Sh, from: &[i64], to: &[i64]) -> Sh {
-        let key = Op::ThroughReshape(from.iter().copied().collect(), to.iter().copied().collect());
+    /// `s.propagate_through_reshape(from, to)` across reshape `reshape`: from its operand to
+    /// its result (`dir` 0) or back (1).
+    fn through_reshape(&self, s: &Sh, reshape: InstrId, dir: usize) -> Sh {
+        let (a, b) = (
+            self.shape(self.m.instr(reshape).operand(0)),
+            self.shape(reshape),
+        );
+        let (from, to) = if dir == 0 {
+            (a.dims(), b.dims())
+        } else {
+            (b.dims(), a.dims())
+        };
+        let key = Op::ThroughReshape(self.memo.reshape_id(reshape.index(), dir, from, to));
         self.memo
-            .algebra(s, key, |s, op| {
-                let Op::ThroughReshape(from, to) = op else {
-                    unreachable!()
-                };
-                Some(s.propagate_through_reshape(from, to))
-            })
+            .algebra(s, key, |s, _| Some(s.propagate_through_reshape(from, to)))
             .expect("reshape propagation always answers")
     }
 

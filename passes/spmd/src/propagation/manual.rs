@@ -19,7 +19,9 @@ use tessera_hlo::sharding::{ShardingKind, SubgroupType, TiledSharding};
 use tessera_hlo::sharding_util::merge_if_compatible;
 use tessera_hlo::{InstrId, Opcode, Sharding};
 
-use super::{is_custom_call, parse_unspecified_dims, spread, Propagator};
+use smallvec::SmallVec;
+
+use super::{is_custom_call, parse_unspecified_dims, spread, Propagator, Sh};
 
 /// XLA's `IsManual` (a tuple: every leaf).
 pub(super) fn all_manual(s: &Sharding) -> bool {
@@ -68,8 +70,15 @@ impl Propagator<'_> {
         None
     }
 
-    /// The manual part of inferring from users: `Some(changed)` when it decides.
-    pub(super) fn backward_manual(&mut self, id: InstrId, level: u8) -> Option<bool> {
+    /// The manual part of inferring from users: `Some(changed)` when it decides. The user
+    /// shardings it computes on the way are left in `asked` (user, what it asks of `id`), for
+    /// the caller to reuse.
+    pub(super) fn backward_manual(
+        &mut self,
+        id: InstrId,
+        level: u8,
+        asked: &mut SmallVec<[(InstrId, Option<Sh>); 4]>,
+    ) -> Option<bool> {
         let m = self.m;
         let i = m.instr(id);
         if self.cur(id).is_some_and(all_manual) {
@@ -87,12 +96,12 @@ impl Propagator<'_> {
                 self.set(id, Sharding::manual());
                 return Some(true);
             }
-            if let Some(s) = self.sharding_from_user(id, u, level) {
-                if all_manual(&s) {
-                    self.sh[id.index()] = Some(s);
-                    return Some(true);
-                }
+            let from_user = self.sharding_from_user(id, u, level);
+            if let Some(s) = from_user.as_ref().filter(|s| all_manual(s)) {
+                self.put(id, Some(s.clone()));
+                return Some(true);
             }
+            asked.push((u, from_user));
         }
         None
     }

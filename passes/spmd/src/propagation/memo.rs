@@ -22,71 +22,17 @@ use std::rc::Rc;
 
 use hashbrown::HashTable;
 use smallvec::SmallVec;
+use tessera_hlo::fxhash::FxBuildHasher;
 use tessera_hlo::sharding::TileDims;
 use tessera_hlo::sharding_util::{merge_if_compatible, merge_sharding};
 use tessera_hlo::{Shape, Sharding};
 
 use crate::dims::DotDims;
 
-/// rustc's "Fx" hash: one rotate, xor and multiply per word. Keys here are short lists of
-/// small integers, for which it is both fast and good enough.
-#[derive(Default, Clone, Copy)]
-struct FxHasher {
-    hash: u64,
-}
-
-impl FxHasher {
-    #[inline]
-    fn add(&mut self, word: u64) {
-        self.hash = (self.hash.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-}
-
-impl Hasher for FxHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for c in &mut chunks {
-            self.add(u64::from_le_bytes(c.try_into().expect("8 bytes")));
-        }
-        let rest = chunks.remainder();
-        if !rest.is_empty() {
-            let mut b = [0u8; 8];
-            b[..rest.len()].copy_from_slice(rest);
-            self.add(u64::from_le_bytes(b));
-        }
-    }
-    fn write_u8(&mut self, i: u8) {
-        self.add(i as u64);
-    }
-    fn write_u32(&mut self, i: u32) {
-        self.add(i as u64);
-    }
-    fn write_u64(&mut self, i: u64) {
-        self.add(i);
-    }
-    fn write_usize(&mut self, i: usize) {
-        self.add(i as u64);
-    }
-    fn write_i64(&mut self, i: i64) {
-        self.add(i as u64);
-    }
-    fn finish(&self) -> u64 {
-        self.hash
-    }
-}
-
-#[derive(Default, Clone, Copy)]
-struct FxBuild;
-
-impl BuildHasher for FxBuild {
-    type Hasher = FxHasher;
-    fn build_hasher(&self) -> FxHasher {
-        FxHasher::default()
-    }
-}
-
+/// The Fx hash (`tessera_hlo::fxhash`): keys here are handles and short lists of small
+/// integers.
 fn hash_of(x: &impl Hash) -> u64 {
-    FxBuild.hash_one(x)
+    FxBuildHasher::default().hash_one(x)
 }
 
 type Idx = SmallVec<[usize; 4]>;
@@ -141,8 +87,9 @@ pub(super) enum Op {
     InsertDims(usize, Idx),
     /// `transpose(perm)` normalized
     Transpose(Idx),
-    /// `propagate_through_reshape(from, to)`
-    ThroughReshape(TileDims, TileDims),
+    /// `propagate_through_reshape(from, to)` for the dimension pair numbered so by
+    /// [`Memo::reshape_id`].
+    ThroughReshape(u32),
     /// `element_sharding(start, len, kind)`: one element of a tuple-shaped value.
     Element { start: usize, len: usize, kind: u8 },
     /// `Propagator::dot_from_operand` for operand `k` (rank `op_rank`) of a dot with these
@@ -206,6 +153,11 @@ pub(super) struct Memo {
     dot_dims_list: RefCell<Vec<DotDims>>,
     /// Per instruction: 1 + the number of its dimension maps, 0 when not asked yet.
     instr_dot_dims: RefCell<Vec<u32>>,
+    /// Distinct reshape dimension pairs `(from, to)`, numbered.
+    reshapes: RefCell<Table<(TileDims, TileDims), u32>>,
+    /// Per reshape instruction: 1 + the numbers of its pair forward (operand to result) and
+    /// backward, 0 when not asked yet.
+    instr_reshapes: RefCell<Vec<[u32; 2]>>,
 }
 
 impl Default for Memo {
@@ -219,6 +171,8 @@ impl Default for Memo {
             dot_dims: RefCell::new(Table::new()),
             dot_dims_list: RefCell::new(Vec::new()),
             instr_dot_dims: RefCell::new(Vec::new()),
+            reshapes: RefCell::new(Table::new()),
+            instr_reshapes: RefCell::new(Vec::new()),
         }
     }
 }
@@ -240,6 +194,36 @@ impl Memo {
     /// [`Memo::intern`] for an optional sharding.
     pub(super) fn intern_opt(&self, s: Option<Sharding>) -> Option<Sh> {
         s.map(|s| self.intern(s))
+    }
+
+    /// The number of the reshape from `from` to `to` (the same for equal pairs), cached for
+    /// instruction `index` in direction `dir` (0: from its operand, 1: back to it).
+    pub(super) fn reshape_id(&self, index: usize, dir: usize, from: &[i64], to: &[i64]) -> u32 {
+        if let Some(n) = self.instr_reshapes.borrow().get(index) {
+            if n[dir] != 0 {
+                return n[dir] - 1;
+            }
+        }
+        let hash = hash_of(&(from, to));
+        let found = self
+            .reshapes
+            .borrow()
+            .get(hash, |(f, t)| f.as_slice() == from && t.as_slice() == to);
+        let n = found.unwrap_or_else(|| {
+            let mut table = self.reshapes.borrow_mut();
+            let n = table.t.len() as u32;
+            let key = (from.iter().copied().collect(), to.iter().copied().collect());
+            table.insert(hash, key, n, |(f, t): &(TileDims, TileDims)| {
+                hash_of(&(f.as_slice(), t.as_slice()))
+            });
+            n
+        });
+        let mut v = self.instr_reshapes.borrow_mut();
+        if v.len() <= index {
+            v.resize(index + 1, [0, 0]);
+        }
+        v[index][dir] = n + 1;
+        n
     }
 
     /// The number of dimension maps `dd` (the same for equal maps).

@@ -280,7 +280,7 @@ impl Propagator<'_> {
                     }
                 }
             }
-            self.sh[root.index()] = self.memo.intern_opt(cur);
+            self.put(root, self.memo.intern_opt(cur));
             self.replicate_uneven(root, &flags.output);
         }
         if !self.params_any {
@@ -294,11 +294,14 @@ impl Propagator<'_> {
             for (k, &p) in params.iter().enumerate() {
                 if !flags.params[k] {
                     let shape = &m.instr(p).shape;
-                    self.sh[p.index()] = self.memo.intern_opt(
-                        self.original[p.index()]
-                            .as_ref()
-                            .filter(|s| !has_unknown(s))
-                            .map(|s| expand(shape, s)),
+                    self.put(
+                        p,
+                        self.memo.intern_opt(
+                            self.original[p.index()]
+                                .as_ref()
+                                .filter(|s| !has_unknown(s))
+                                .map(|s| expand(shape, s)),
+                        ),
                     );
                 }
             }
@@ -332,7 +335,7 @@ impl Propagator<'_> {
                     }
                 }
             }
-            self.sh[p.index()] = self.memo.intern_opt(cur);
+            self.put(p, self.memo.intern_opt(cur));
             self.replicate_uneven(p, &flags.params);
         }
     }

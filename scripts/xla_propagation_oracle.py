@@ -2,13 +2,18 @@
 """Run XLA's own `sharding-propagation` on an HLO text file and print its answer.
 
     XLA_FLAGS=--xla_force_host_platform_device_count=8 /work/oracle/venv/bin/python \
-        scripts/xla_propagation_oracle.py FILE.hlo [NUM_PARTITIONS] [--before] [--names]
+        scripts/xla_propagation_oracle.py FILE.hlo [NUM_PARTITIONS] [--before | --both] [--names]
 
 The module (`// ...` lines dropped, so filetests work as they are) is parsed by XLA, converted
 to StableHLO and compiled by jax's XLA with NUM_PARTITIONS (default 8) partitions and Shardy
-off; the module XLA dumps right after (or, with --before, right before) its
-`sharding-propagation` pass is printed. --names prints one `name sharding` line per instruction
-instead (`(none)` where XLA left none).
+off; the module XLA dumps right after (or, with --before, right before; with --both, both, each
+under a `===== before` / `===== after` heading) its `sharding-propagation` pass is printed.
+--names prints one `name sharding` line per instruction instead (`(none)` where XLA left none).
+
+Used to settle the expected shardings of the filetests in testdata/spmd that XLA's own test
+file has no case for (the `prop-*.hlo` files and Tessera's own gather/scatter cases). XLA's
+pipeline runs the pass with is_spmd=true and the module's `allow_spmd_sharding_propagation_to_*`
+settings (put them in the `HloModule` line), after a few cleanup passes.
 
 Caveats: the passes XLA runs before propagation may rewrite the module (an `s32[8,1]` iota
 becomes a reshape of an `s32[8]` one, the root becomes a tuple, tuple elements of loops may be
@@ -52,14 +57,26 @@ def main():
         client.compile_and_load(mlir, jax.devices()[:n], opts)
     except Exception as e:  # compilation after propagation may fail; the dump is what matters
         print(f"note: compile stopped: {str(e)[:300]}", file=sys.stderr)
-    which = "*before_sharding-propagation*" if "--before" in flags else "*after_sharding-propagation*"
-    files = sorted(glob.glob(os.path.join(dump, which)))
-    if not files:
-        sys.exit(f"no {which} dump in {dump}")
-    out = open(files[0]).read()
-    if "--names" not in flags:
-        print(out)
-        return
+    if "--both" in flags:
+        stages = ["before", "after"]
+    else:
+        stages = ["before" if "--before" in flags else "after"]
+    for stage in stages:
+        pattern = f"*{stage}_sharding-propagation*.txt"
+        files = sorted(glob.glob(os.path.join(dump, pattern)))
+        if not files:
+            sys.exit(f"no {pattern} dump in {dump}")
+        if len(stages) > 1:
+            print(f"===== {stage}: {os.path.basename(files[0])}")
+        out = open(files[0]).read()
+        if "--names" in flags:
+            print_names(out)
+        else:
+            print(out)
+
+
+def print_names(out):
+    """One `name sharding` line per instruction of the dumped module."""
     for line in out.splitlines():
         line = re.sub(r", metadata=\{[^}]*\}", "", line)
         m = re.match(r"\s+(?:ROOT )?%(\S+) = (.*)$", line)

@@ -1226,7 +1226,7 @@ mod tests {
             seed /= divs.len() as u64 + 1;
             out.push(d);
             rest /= d;
-            if rest == 1 && seed % 3 == 0 {
+            if rest == 1 && seed.is_multiple_of(3) {
                 break;
             }
         }

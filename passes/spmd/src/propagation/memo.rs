@@ -136,16 +136,21 @@ impl<K, V: Clone> Table<K, V> {
     }
 }
 
+/// `merge_sharding(old, new, may_combine)` keyed by `(old, new, may_combine)`.
+type MergeTable = Table<(Sh, Sh, bool), (bool, Sh)>;
+/// `merge_if_compatible(to_merge, minimum_tiles, dst)` keyed by `(to_merge, minimum_tiles, dst)`.
+type MergeCompatibleTable = Table<(Sh, i64, Sh), (bool, Sh)>;
+
 /// The interner and memo tables of one run (see the module docs).
 pub(super) struct Memo {
     /// Every interned value, found by the hash of the value.
     interned: RefCell<Table<Sh, ()>>,
     algebra: RefCell<Table<(Sh, Op), Option<Sh>>>,
     /// `merge_sharding(old, new, may_combine)`: whether it merged, and `new` afterwards.
-    merge: RefCell<Table<(Sh, Sh, bool), (bool, Sh)>>,
+    merge: RefCell<MergeTable>,
     /// `merge_if_compatible(to_merge, minimum_tiles, dst)`: whether it merged, and `dst`
     /// afterwards.
-    merge_compatible: RefCell<Table<(Sh, i64, Sh), (bool, Sh)>>,
+    merge_compatible: RefCell<MergeCompatibleTable>,
     /// `is_sub_tiling(dims, sub, of)`
     sub_tiling: RefCell<Table<(TileDims, Sh, Sh), bool>>,
     /// Distinct dot/convolution dimension maps, numbered (keys of [`Op`] name them by number).

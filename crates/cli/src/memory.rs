@@ -155,6 +155,7 @@ fn report(out: &mut String, module: &Module, mem: &ModuleMemory, top: usize) {
 
 /// `tessera memory FILE [--scheduler S] [--top N] [--passes P --pass-option K=V...] [--svg OUT]`.
 pub fn memory(args: &MemoryArgs) -> Result<String> {
+    crate::opt::init_tracing(0);
     let mut module = crate::load_text(&args.file)?;
     let mut out = String::new();
     let kind = match &args.scheduler {

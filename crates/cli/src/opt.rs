@@ -72,9 +72,11 @@ fn write_output(file: &str, text: &str) -> Result<()> {
     }
 }
 
-fn init_tracing(verbose: u8) {
+/// Warnings (a memory limit that can't be met, a fixed point not reached) always reach
+/// stderr; `-v` adds info, `-vv` debug, `-vvv` trace.
+pub(crate) fn init_tracing(verbose: u8) {
     let level = match verbose {
-        0 => return,
+        0 => tracing::Level::WARN,
         1 => tracing::Level::INFO,
         2 => tracing::Level::DEBUG,
         _ => tracing::Level::TRACE,

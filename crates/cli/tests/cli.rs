@@ -180,3 +180,27 @@ fn run_executes_a_while_loop_on_pjrt() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn remat_warns_on_stderr_when_the_limit_cannot_be_met() {
+    let path = example();
+    let out = tessera(
+        &[
+            "opt",
+            &path,
+            "--passes",
+            "schedule,rematerialization",
+            "--pass-option",
+            "remat.memory_limit=1K",
+            "-o",
+            "/dev/null",
+        ],
+        None,
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("can't reduce memory use below 1024 bytes") && err.contains("main."),
+        "expected a warning naming the computation, got: {err}"
+    );
+}

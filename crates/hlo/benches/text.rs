@@ -1,4 +1,4 @@
-//! Parse and print speed on the biggest corpus modules.
+//! Parse and print speed on the biggest corpus modules and the tuple- and metadata-heavy ones.
 //!
 //! `cargo bench -p tessera-hlo --bench text`; figures and XLA's own times on the same files are
 //! in docs/BENCHMARKS.md.
@@ -13,6 +13,10 @@ const FILES: &[&str] = &[
     "xla/tools/benchmarks/hlo/hlo_mixtral_8x7b_bf16_2x8.hlo",
     "xla/backends/cpu/benchmarks/hlo/gemma3_1b_flax_call.hlo",
     "xla/tools/data/benchmarking/mobilenet_v2.hlo",
+    // Tuple-heavy: large tuple shapes repeated on every operand (13 MB printed from 1.7 MB).
+    "xla/tools/benchmarks/hlo/hlo_gemma4_2b_bf16.hlo",
+    // Metadata-heavy.
+    "xla/backends/cpu/benchmarks/huge_hlo/gemma3_4b_text_keras_jax_batch1_in8_out100.hlo",
 ];
 
 fn corpus(rel: &str) -> PathBuf {

@@ -1,14 +1,17 @@
-//! Parses one HLO text file once and prints its instruction count: a small target for
-//! instruction-count profiles of the parser, which are repeatable on a loaded machine.
+//! Parses one HLO text file once and prints its instruction count (with `--print`, also prints
+//! the module once, long form, and its length in bytes): a small target for instruction-count
+//! profiles of the parser and the printer, which are repeatable on a loaded machine.
 //!
 //! `cargo build --release -p tessera-hlo --example parse_once`, then
-//! `valgrind --tool=callgrind target/release/examples/parse_once FILE` (docs/BENCHMARKS.md).
+//! `valgrind --tool=callgrind target/release/examples/parse_once FILE [--print]`
+//! (docs/BENCHMARKS.md).
 
 fn main() {
     let Some(path) = std::env::args().nth(1) else {
-        eprintln!("usage: parse_once FILE");
+        eprintln!("usage: parse_once FILE [--print]");
         std::process::exit(2);
     };
+    let print = std::env::args().nth(2).is_some_and(|a| a == "--print");
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,
         Err(e) => {
@@ -17,7 +20,16 @@ fn main() {
         }
     };
     match tessera_hlo::text::parse_module(&text) {
-        Ok(m) => println!("{}", m.instruction_count()),
+        Ok(m) => {
+            println!("{}", m.instruction_count());
+            if print {
+                let printed = tessera_hlo::text::print_module(
+                    &m,
+                    &tessera_hlo::text::PrintOptions::default(),
+                );
+                println!("{} bytes printed", printed.len());
+            }
+        }
         Err(e) => {
             eprintln!("{path}:{e}");
             std::process::exit(1);

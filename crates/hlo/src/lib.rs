@@ -12,6 +12,7 @@ pub mod instruction;
 pub mod literal;
 pub mod metadata;
 pub mod module;
+pub mod named_sharding;
 mod names;
 pub mod opcode;
 pub mod proto;
@@ -27,8 +28,10 @@ pub mod verify;
 pub use attrs::{Attrs, RareAttrs};
 pub use instruction::{CompId, InstrId, Instruction, RareInstrFields};
 pub use literal::{Literal, LiteralData};
-pub use module::{Computation, Module, ModuleConfig, MutationError, Schedule};
+pub use module::{
+    Computation, Module, ModuleConfig, MutationError, OriginalArray, RecoveryEntry, Schedule,
+};
 pub use opcode::Opcode;
 pub use shape::{ArrayShape, Layout, LayoutExtras, Shape};
-pub use sharding::{Sharding, ShardingKind, TileAssignment};
+pub use sharding::{NamedSharding, Sharding, ShardingKind, TileAssignment};
 pub use types::ElementType;

@@ -9,6 +9,8 @@
 //! - control edges are mirrored (`a` in `b.control_predecessors` iff `b` in `a.control_successors`);
 //! - instruction and computation names are unique in the module.
 
+use std::collections::BTreeMap;
+
 use indexmap::IndexMap;
 
 use crate::instruction::{CompId, InstrId, Instruction};
@@ -106,6 +108,49 @@ pub struct ModuleConfig {
     pub spmd_output_sharding: Option<Sharding>,
     pub spmd_parameters_shardings: Option<Vec<Sharding>>,
     pub frontend_attributes: FrontendAttributes,
+    /// `origin_recovery_table={...}`: for original values that passes replaced, the value
+    /// that replaced each one and the module that computes the original from it (XLA's
+    /// `OriginalValueRecoveryTable`). Ordered by the replaced value, as XLA prints it.
+    pub origin_recovery_table: BTreeMap<OriginalArray, RecoveryEntry>,
+}
+
+/// One value of the original program: `{"name" {1,0}}` (an instruction name and a tuple
+/// index into its value; XLA's `OriginalArray`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct OriginalArray {
+    pub instruction_name: String,
+    pub shape_index: Vec<i64>,
+}
+
+/// What replaced an original value, and the module recovering the original from it
+/// (none when the replacing value is the original itself, renamed).
+#[derive(Clone)]
+pub struct RecoveryEntry {
+    pub replacing: OriginalArray,
+    pub module: Option<Box<Module>>,
+}
+
+impl std::fmt::Debug for RecoveryEntry {
+    /// The recovery module as its text (its arenas and name tables are not part of what it
+    /// is).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecoveryEntry")
+            .field("replacing", &self.replacing)
+            .field("module", &self.module.as_ref().map(|m| m.to_text()))
+            .finish()
+    }
+}
+
+impl PartialEq for RecoveryEntry {
+    /// Modules compare structurally ([`crate::text::module_diff`]).
+    fn eq(&self, other: &RecoveryEntry) -> bool {
+        self.replacing == other.replacing
+            && match (&self.module, &other.module) {
+                (None, None) => true,
+                (Some(a), Some(b)) => crate::text::module_diff(a, b).is_none(),
+                _ => false,
+            }
+    }
 }
 
 /// The order instructions execute in, per computation (`is_scheduled=true`).

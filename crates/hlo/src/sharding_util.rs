@@ -225,6 +225,7 @@ impl Sharding {
         match &self.kind {
             ShardingKind::Tuple(e) => e.iter().all(Sharding::is_tile_maximal),
             ShardingKind::Replicated | ShardingKind::Maximal(_) => true,
+            ShardingKind::Named(n) => n.is_replicated() || n.is_single_device(),
             _ => false,
         }
     }

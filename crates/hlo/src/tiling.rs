@@ -493,6 +493,7 @@ impl Sharding {
                         .all(|s| *s == SubgroupType::Replicated)
             }
             ShardingKind::Tuple(e) => e.iter().all(Sharding::is_fully_replicated),
+            ShardingKind::Named(n) => n.to_tiled(None).is_ok_and(|t| t.is_fully_replicated()),
             _ => false,
         }
     }
@@ -505,6 +506,7 @@ impl Sharding {
                 Some(t.data_tile_dims().iter().copied().collect())
             }
             ShardingKind::Tiled(_) => None,
+            ShardingKind::Named(n) => n.to_tiled(Some(rank)).ok()?.tiles_per_dim(rank),
             _ => Some(SmallVec::from_elem(1, rank)),
         }
     }
@@ -542,6 +544,10 @@ impl Sharding {
                 Some(tile_bounds(dims, t.data_tile_dims(), &idx[..t.data_rank()]))
             }
             ShardingKind::Tuple(_) => None,
+            ShardingKind::Named(n) => n
+                .to_tiled(Some(dims.len()))
+                .ok()?
+                .device_bounds(dims, device),
         }
     }
 

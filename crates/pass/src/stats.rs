@@ -71,6 +71,7 @@ fn sharding_kind(k: &ShardingKind) -> &'static str {
         ShardingKind::Tiled(_) => "tiled",
         ShardingKind::Tuple(_) => "tuple",
         ShardingKind::Unreduced => "unreduced",
+        ShardingKind::Named(_) => "named",
     }
 }
 

@@ -194,20 +194,30 @@ pub fn entry_parameter_shapes(m: &Module) -> Result<Vec<Shape>> {
         .collect()
 }
 
-/// The sharding of each entry parameter (replicated when it has none).
+/// The sharding of each entry parameter (replicated when it has none), named shardings as
+/// their tiled equivalent.
 pub fn entry_parameter_shardings(m: &Module) -> Result<Vec<Sharding>> {
     let e = m
         .entry()
         .ok_or_else(|| module_error(m, "has no entry computation"))?;
     let c = m.comp(e);
-    Ok(c.parameters()
+    c.parameters()
         .map(|p| {
-            m.instr(p)
-                .sharding
-                .clone()
-                .unwrap_or_else(Sharding::replicated)
+            let i = m.instr(p);
+            tiled(m, &i.name, &i.shape, i.sharding.as_ref())
         })
-        .collect())
+        .collect()
+}
+
+/// `s` (replicated when absent) with named shardings replaced by their tiled equivalent.
+fn tiled(m: &Module, name: &str, shape: &Shape, s: Option<&Sharding>) -> Result<Sharding> {
+    match s {
+        None => Ok(Sharding::replicated()),
+        Some(s) if s.has_named() => s
+            .to_tiled_for(shape)
+            .map_err(|e| module_error(m, format!("%{name}: {e}"))),
+        Some(s) => Ok(s.clone()),
+    }
 }
 
 /// The entry root's shape and sharding (replicated when it has none).
@@ -222,7 +232,7 @@ pub fn root_shape_and_sharding(m: &Module) -> Result<(Shape, Sharding)> {
     let i = m.instr(root);
     Ok((
         i.shape.clone(),
-        i.sharding.clone().unwrap_or_else(Sharding::replicated),
+        tiled(m, &i.name, &i.shape, i.sharding.as_ref())?,
     ))
 }
 

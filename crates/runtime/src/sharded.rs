@@ -232,6 +232,16 @@ pub fn layout(
             expected: "an array sharding".into(),
             found: "a tuple sharding".into(),
         }),
+        // The same layout as its tiled equivalent (XLA's `V3ToV2Sharding`).
+        ShardingKind::Named(nm) => {
+            let t = nm
+                .to_tiled(Some(data_dims.len()))
+                .map_err(|message| ShardError::Invalid {
+                    place: place(leaf),
+                    message,
+                })?;
+            layout(ty, data_dims, &t, num_devices, leaf)
+        }
         ShardingKind::Tiled(t) => {
             let ta = &t.tile_assignment;
             let r = t.data_rank();
@@ -752,6 +762,32 @@ mod tests {
         assert_eq!(f32s(&p[1]), vec![12.0, 13.0, 14.0, 18.0, 19.0, 20.0]);
         // Device 2 holds tile (0,1): rows 0..2, cols 3..6.
         assert_eq!(f32s(&p[2]), vec![3.0, 4.0, 5.0, 9.0, 10.0, 11.0]);
+    }
+
+    #[test]
+    fn named_shardings_lay_out_as_their_tiled_equivalent() {
+        // f32[4,6] on mesh x=2,y=2 with [{'y'}, {'x'}]: rows over y, columns over x; device
+        // (x,y) = 2x+y holds rows 2y.., columns 3x.. (the same as devices=[2,2]<=[2,2]T(1,0)).
+        let s = tessera_hlo::text::parse_sharding("{mesh['x'=2,'y'=2], [{'y'}, {'x'}]}").unwrap();
+        let p = round_trip(&iota_f32(&[4, 6]), &s, 4);
+        // Device 1 (x=0, y=1): rows 2..4, cols 0..3.
+        assert_eq!(f32s(&p[1]), vec![12.0, 13.0, 14.0, 18.0, 19.0, 20.0]);
+        // Device 2 (x=1, y=0): rows 0..2, cols 3..6.
+        assert_eq!(f32s(&p[2]), vec![3.0, 4.0, 5.0, 9.0, 10.0, 11.0]);
+        // Replicated over y, rows over x, explicit device order: device 3 is mesh point (0,0).
+        let s = tessera_hlo::text::parse_sharding(
+            "{mesh['x'=2,'y'=2], device_ids=(3,2,1,0), [{'x'}, {}]}",
+        )
+        .unwrap();
+        let p = round_trip(&iota_f32(&[4, 2]), &s, 4);
+        assert_eq!(f32s(&p[3]), vec![0.0, 1.0, 2.0, 3.0]);
+        assert_eq!(f32s(&p[2]), vec![0.0, 1.0, 2.0, 3.0]);
+        assert_eq!(f32s(&p[0]), vec![4.0, 5.0, 6.0, 7.0]);
+        // A dimension list that does not fit the array is an error, not a panic.
+        let s = tessera_hlo::text::parse_sharding("{mesh['x'=2], [{'x'}, {}]}").unwrap();
+        let shape = Shape::array(HloElementType::F32, &[4]);
+        let v = HostValue::Array(iota_f32(&[4]));
+        assert!(split(&v, &shape, &s, 2).is_err());
     }
 
     #[test]

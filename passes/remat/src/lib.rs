@@ -5,10 +5,12 @@
 //! - [`schedule_memory`]: peak memory along a schedule, as XLA's rematerialization counts it.
 //! - [`schedule_svg`]: an SVG of memory over schedule positions.
 //! - [`gen`]: generated module families (chains, ladders, random DAGs) for evaluation.
+//! - [`optimal`]: the fewest recomputations under a limit, found exhaustively (small graphs).
 //! - [`remat::Rematerialization`] (`rematerialization`, options prefix `remat.`): see
 //!   docs/rematerialization.md.
 
 pub mod gen;
+pub mod optimal;
 pub mod remat;
 pub mod schedule;
 pub mod schedule_memory;

@@ -1,6 +1,7 @@
 //! Rematerialization over the real modules of the shared XLA corpus: every module that parses,
 //! verifies and can be scheduled is rematerialized with limits of 90%, 50% and 0% of its
-//! scheduled peak, with the tracker's invariants checked after every change. The pass must
+//! scheduled peak with single instructions, and 50% and 0% with blocks of up to four, with the
+//! tracker's invariants (and the fast search's run lengths) checked after every change. The pass must
 //! not fail, the module must still verify (schedule included), and the fast and faithful
 //! searches must agree. The peak may grow a little: a move judged at one program point can
 //! revive a dead operand at a later one (the seed's greedy accounting; e.g.
@@ -74,24 +75,28 @@ fn rematerialization_keeps_corpus_modules_valid() {
                 }
             };
             ran += 1;
-            for pct in [90, 50, 0] {
+            // Single instructions at three limits; blocks of up to four at two.
+            for (pct, block) in [(90, 1), (50, 1), (0, 1), (50, 4), (0, 4)] {
                 let mut outs = Vec::new();
                 for search in [SearchKind::Fast, SearchKind::Faithful] {
                     let mut mm = m.clone();
                     let mut p = Rematerialization::new(RematOptions {
                         memory_limit: Some(peak * pct / 100),
                         search,
+                        block_size_limit: block,
                         check_invariants: true,
                         ..RematOptions::default()
                     });
                     match p.run_with_summary(&mut mm) {
                         Ok(s) => {
                             if let Err(e) = verify(&mm, &opts) {
-                                failures.push(format!("{name} at {pct}%: invalid after: {e}"));
+                                failures.push(format!(
+                                    "{name} at {pct}%, blocks {block}: invalid after: {e}"
+                                ));
                             }
                             if s.peak_after > s.peak_before && search == SearchKind::Fast {
                                 grew.push(format!(
-                                    "{name} at {pct}%: {} -> {}",
+                                    "{name} at {pct}%, blocks {block}: {} -> {}",
                                     s.peak_before, s.peak_after
                                 ));
                             }
@@ -100,22 +105,26 @@ fn rematerialization_keeps_corpus_modules_valid() {
                             }
                             outs.push(print_module(&mm, &PrintOptions::default()));
                         }
-                        Err(e) => failures.push(format!("{name} at {pct}% ({search:?}): {e}")),
+                        Err(e) => failures.push(format!(
+                            "{name} at {pct}%, blocks {block} ({search:?}): {e}"
+                        )),
                     }
                 }
                 if outs.len() == 2 && outs[0] != outs[1] {
-                    failures.push(format!("{name} at {pct}%: fast and faithful differ"));
+                    failures.push(format!(
+                        "{name} at {pct}%, blocks {block}: fast and faithful differ"
+                    ));
                 }
             }
         }
     }
     eprintln!(
-        "{ran} corpus modules rematerialized at 3 limits, {changed} runs changed something; peak grew in {}:\n{}",
+        "{ran} corpus modules rematerialized at 5 settings, {changed} runs changed something; peak grew in {}:\n{}",
         grew.len(),
         grew.join("\n")
     );
     assert!(
-        grew.len() * 100 <= ran * 3,
+        grew.len() * 100 <= ran * 5,
         "the peak grew in {} runs",
         grew.len()
     );

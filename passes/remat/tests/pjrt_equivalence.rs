@@ -5,6 +5,12 @@
 //! after rematerialization with the same random inputs; every output is compared element by
 //! element (the runtime harness's per-type tolerances).
 //!
+//! A module with collectives runs as a per-device (SPMD) program on as many CPU devices as its
+//! replica groups name, each device with its own random inputs, and every device's outputs are
+//! compared. A custom call with one called computation (the XLA tests' `SomeCall`, which has
+//! no implementation) is given a meaning, "apply the called computation", in both modules
+//! alike.
+//!
 //! `mutant_is_caught` shows the comparison can fail: a rematerialized instruction given a wrong
 //! operand (the kind of bug a faulty rewrite makes) is reported as different.
 //!
@@ -17,13 +23,19 @@ use tessera_hlo::{Module, Opcode};
 use tessera_pass::driver::{default_hooks, run_opt, OptSpec};
 use tessera_pass::Registry;
 use tessera_remat::{gen, RematOptions, Rematerialization, SearchKind};
-use tessera_runtime::harness::{compare_arrays, random_inputs, run_original};
-use tessera_runtime::{Client, Tolerance};
+use tessera_runtime::harness::{
+    compare_arrays, explicit_replica_groups, per_device_options, prepare_partitioned,
+    random_inputs, run_module, run_original,
+};
+use tessera_runtime::{Client, HostArray, Tolerance};
+
+/// Devices of the CPU client: enough for the collectives of the filetests.
+const DEVICES: usize = 4;
 
 fn client() -> &'static Client {
     static CLIENT: OnceLock<Client> = OnceLock::new();
     CLIENT.get_or_init(|| {
-        Client::cpu(1).unwrap_or_else(|e| panic!("cannot create the PJRT CPU client: {e}"))
+        Client::cpu(DEVICES).unwrap_or_else(|e| panic!("cannot create the PJRT CPU client: {e}"))
     })
 }
 
@@ -62,12 +74,86 @@ fn defuse(m: &Module) -> Module {
     m
 }
 
-/// Largest absolute error over all outputs, or the first harness error.
+/// Gives every custom call with exactly one called computation the meaning "call that
+/// computation" (a `call` of it), so a module whose custom-call target has no implementation
+/// can run; both modules of a comparison get the same meaning. `None` if another custom call
+/// is left.
+fn give_custom_calls_a_meaning(m: &Module) -> Option<Module> {
+    let mut m = m.clone();
+    let ids: Vec<_> = m
+        .computations()
+        .iter()
+        .flat_map(|&c| m.comp(c).instructions().to_vec())
+        .filter(|&i| m.instr(i).opcode == Opcode::CustomCall)
+        .collect();
+    for i in ids {
+        let called = m.instr(i).called.to_vec();
+        if called.len() != 1 || m.comp(called[0]).num_parameters() != m.operands(i).len() {
+            return None;
+        }
+        let instr = m.instr_mut(i);
+        instr.opcode = Opcode::Call;
+        instr.attrs.custom_call = None;
+    }
+    Some(m)
+}
+
+/// Devices the module's collectives span (the largest device id in their replica groups,
+/// plus one); 1 without collectives, `None` for groups the harness cannot make explicit or
+/// more devices than the client has.
+fn devices_needed(m: &Module) -> Option<usize> {
+    let mut n = 1;
+    for &c in m.computations() {
+        for &i in m.comp(c).instructions() {
+            let ins = m.instr(i);
+            if collective(ins.opcode).is_none() {
+                continue;
+            }
+            let groups = ins.attrs.replica_groups.as_deref()?;
+            for g in explicit_replica_groups(groups).ok()? {
+                for d in g {
+                    n = n.max(d as usize + 1);
+                }
+            }
+        }
+    }
+    (n <= DEVICES).then_some(n)
+}
+
+/// Runs `m` on `n` devices as a per-device program, device `k` with the random inputs of
+/// seed `seed + k`; the outputs of every device, in device order, flattened.
+fn run_on_devices(m: &Module, n: usize, seed: u64) -> Result<Vec<HostArray>, String> {
+    let args = (0..n as u64)
+        .map(|k| {
+            random_inputs(m, seed + k)
+                .map_err(|e| e.to_string())?
+                .into_iter()
+                .map(|v| v.as_array().cloned().ok_or("a tuple parameter".to_string()))
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let prepared = prepare_partitioned(m, n).map_err(|e| e.to_string())?;
+    let outs = run_module(client(), &prepared, &per_device_options(n), &args)
+        .map_err(|e| e.to_string())?;
+    Ok(outs.into_iter().flatten().collect())
+}
+
+/// Largest absolute error over all outputs (of every device), or the first harness error.
 fn max_error(original: &Module, rewritten: &Module, seed: u64) -> Result<f64, String> {
     let (original, rewritten) = (&defuse(original), &defuse(rewritten));
-    let inputs = random_inputs(original, seed).map_err(|e| e.to_string())?;
-    let expected = run_original(client(), original, &inputs).map_err(|e| e.to_string())?;
-    let actual = run_original(client(), rewritten, &inputs).map_err(|e| e.to_string())?;
+    let n = devices_needed(original).ok_or("collectives the harness cannot place")?;
+    let (expected, actual) = if n == 1 {
+        let inputs = random_inputs(original, seed).map_err(|e| e.to_string())?;
+        (
+            run_original(client(), original, &inputs).map_err(|e| e.to_string())?,
+            run_original(client(), rewritten, &inputs).map_err(|e| e.to_string())?,
+        )
+    } else {
+        (
+            run_on_devices(original, n, seed)?,
+            run_on_devices(rewritten, n, seed)?,
+        )
+    };
     if expected.len() != actual.len() {
         return Err(format!(
             "{} outputs before, {} after",
@@ -100,33 +186,16 @@ fn remat(m: &Module, fraction: f64, search: SearchKind, block: usize) -> (Module
     (out, s.instructions_rematerialized)
 }
 
-fn collective(m: &Module) -> Option<&'static str> {
-    m.computations()
-        .iter()
-        .flat_map(|&c| m.comp(c).instructions())
-        .map(|&i| m.instr(i).opcode)
-        .find(|op| {
-            matches!(
-                op,
-                Opcode::AllGather
-                    | Opcode::AllReduce
-                    | Opcode::ReduceScatter
-                    | Opcode::AllToAll
-                    | Opcode::CollectivePermute
-            )
-        })
-        .map(|op| op.name())
-}
-
-fn custom_call_target(m: &Module) -> Option<String> {
-    m.computations()
-        .iter()
-        .flat_map(|&c| m.comp(c).instructions())
-        .find(|&&i| m.instr(i).opcode == Opcode::CustomCall)
-        .map(|&i| {
-            let a = &m.instr(i).attrs.custom_call;
-            a.as_ref().map(|c| c.target.clone()).unwrap_or_default()
-        })
+fn collective(op: Opcode) -> Option<&'static str> {
+    matches!(
+        op,
+        Opcode::AllGather
+            | Opcode::AllReduce
+            | Opcode::ReduceScatter
+            | Opcode::AllToAll
+            | Opcode::CollectivePermute
+    )
+    .then(|| op.name())
 }
 
 fn remat_count(m: &Module) -> usize {
@@ -164,25 +233,40 @@ fn filetest_modules_compute_the_same_after_rematerialization() {
         if changed == 0 {
             continue;
         }
-        if let Some(op) = collective(&original) {
+        let (Some(original), Some(rewritten)) = (
+            give_custom_calls_a_meaning(&original),
+            give_custom_calls_a_meaning(&out.module),
+        ) else {
             skipped.push(format!(
-                "{name}: {op} over several devices (a 1-device test)"
+                "{name}: a custom call without a single called computation"
             ));
             continue;
-        }
-        if let Some(target) = custom_call_target(&original) {
+        };
+        let Some(devices) = devices_needed(&original) else {
             skipped.push(format!(
-                "{name}: custom-call `{target}` has no CPU implementation"
+                "{name}: collectives over groups the harness cannot place"
             ));
             continue;
-        }
-        match max_error(&original, &out.module, 7) {
-            Ok(err) => checked.push(format!("{name}: {changed} remat, max abs error {err:e}")),
+        };
+        match max_error(&original, &rewritten, 7) {
+            Ok(err) => checked.push(format!(
+                "{name}: {changed} remat, {devices} device(s), max abs error {err:e}"
+            )),
             Err(e) => failures.push(format!("{name}: {e}")),
         }
     }
     eprintln!("{}\nnot run:\n{}", checked.join("\n"), skipped.join("\n"));
-    assert!(skipped.len() <= 2, "{}", skipped.join("\n"));
+    assert!(skipped.is_empty(), "{}", skipped.join("\n"));
+    // The two modules earlier versions skipped: an all-gather (4 devices) and a custom call.
+    for name in [
+        "remat-all-gather-channel-id.hlo: 2 remat, 4 device(s)",
+        "remat-fusion-update-schedule.hlo",
+    ] {
+        assert!(
+            checked.iter().any(|c| c.starts_with(name)),
+            "{name} not checked"
+        );
+    }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     assert!(
         checked.len() >= 5,
@@ -223,10 +307,22 @@ fn transformer_step_computes_the_same_after_rematerialization() {
     let r = registry();
     let mut p = r.build_pipeline("schedule", &[]).unwrap();
     p.run_with_report(&mut scheduled).unwrap();
-    let (out, n) = remat(&scheduled, 0.7, SearchKind::Fast, 1);
-    assert!(n > 10, "only {n} rematerialized");
-    let err = max_error(&original, &out, 3).unwrap();
-    assert!(err < 1e-3, "{err}");
+    // Single instructions, and blocks of up to four (the fast block search); the original
+    // runs once.
+    let original = defuse(&original);
+    let inputs = random_inputs(&original, 3).unwrap();
+    let expected = run_original(client(), &original, &inputs).unwrap();
+    for block in [1, 4] {
+        let (out, n) = remat(&scheduled, 0.7, SearchKind::Fast, block);
+        assert!(n > 10, "blocks of {block}: only {n} rematerialized");
+        let actual = run_original(client(), &defuse(&out), &inputs).unwrap();
+        assert_eq!(expected.len(), actual.len());
+        for (k, (e, a)) in expected.iter().zip(&actual).enumerate() {
+            let r = compare_arrays(k, e, a, Tolerance::for_type(e.ty)).unwrap();
+            assert!(r.passed(), "blocks of {block}: {r}");
+            assert!(r.max_abs_error < 1e-3, "blocks of {block}: {r}");
+        }
+    }
 }
 
 /// A wrong rewrite is caught: after rematerializing the chain, one recomputed instruction
@@ -252,5 +348,33 @@ fn mutant_is_caught() {
         .expect("a rematerialized instruction");
     out.replace_operand(victim, 0, p).unwrap();
     let e = max_error(&m, &out, 5).expect_err("the mutant must differ");
+    assert!(e.contains("DIFFERS"), "{e}");
+}
+
+/// The multi-device comparison can fail too: in the rematerialized all-gather module, the
+/// clone's replica group is reordered so that it gathers device 1's value first; the devices'
+/// inputs differ, so the result differs.
+#[test]
+fn multi_device_mutant_is_caught() {
+    let path = testdata().join("remat/remat-all-gather-channel-id.hlo");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let spec = OptSpec::from_run_line(text.lines().next().unwrap()).unwrap();
+    let out = run_opt(&text, &spec, &registry(), &default_hooks()).unwrap();
+    let original = tessera_hlo::text::parse_module(&text).unwrap();
+    assert_eq!(max_error(&original, &out.module, 7).unwrap(), 0.0);
+    let mut mutant = out.module.clone();
+    let c = mutant.entry().unwrap();
+    let ag = mutant
+        .comp(c)
+        .instructions()
+        .iter()
+        .copied()
+        .find(|&i| mutant.instr(i).name == "ag.remat")
+        .expect("the clone of the all-gather");
+    mutant.instr_mut(ag).attrs.replica_groups =
+        Some(Box::new(tessera_hlo::attrs::ReplicaGroups::Explicit(vec![
+            vec![1, 0, 2, 3],
+        ])));
+    let e = max_error(&original, &mutant, 7).expect_err("the mutant must differ");
     assert!(e.contains("DIFFERS"), "{e}");
 }

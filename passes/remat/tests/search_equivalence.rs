@@ -1,5 +1,6 @@
-//! The fast search must make exactly the scan's choices (single-item recompute candidates):
-//! every recompute-mode filetest, and a few hundred random graphs under random limits, give
+//! The fast search must make exactly the scan's choices (recompute candidates, single items and
+//! blocks): every recompute-mode filetest, and a few hundred random graphs under random limits
+//! and block settings, give
 //! byte-identical modules and the same summaries with `remat.search=fast` and
 //! `remat.search=faithful` (and the filetests also with `remat.mode=recompute-and-compress` and
 //! the identity compact shape, which must choose the same).
@@ -200,4 +201,163 @@ fn random_graphs_give_the_same_result_with_both_searches() {
     assert!(changed > 100, "only {changed} graphs were rematerialized");
     assert!(with_blocks > 10, "only {with_blocks} graphs used blocks");
     eprintln!("{changed} of 300 random graphs rematerialized, {with_blocks} with blocks");
+}
+
+/// A random scheduled graph with values of two sizes: f32[256] element-wise ops and
+/// f32[] scalar ops broadcast into them, so that `min_remat_size` leaves the scalars off the
+/// express lane and blocks start only at the large values but run through small ones.
+fn random_mixed_module(seed: u64) -> String {
+    let mut g = Lcg(seed);
+    let n = 10 + g.below(30) as usize;
+    let mut s = String::from(
+        "HloModule mixed, is_scheduled=true\n\nENTRY %main (p: f32[256], q: f32[]) -> f32[256] {\n",
+    );
+    s.push_str("  %p = f32[256]{0} parameter(0)\n  %q = f32[] parameter(1)\n");
+    let mut big = vec!["p".to_string()];
+    let mut small = vec!["q".to_string()];
+    let mut used = std::collections::BTreeSet::new();
+    for k in 0..n {
+        let kind = g.below(10);
+        let recent = |g: &mut Lcg, v: &[String]| -> String {
+            if g.below(3) == 0 {
+                v[g.below(v.len() as u64) as usize].clone()
+            } else {
+                v[v.len() - 1 - g.below(v.len().min(3) as u64) as usize].clone()
+            }
+        };
+        if kind < 3 {
+            let a = recent(&mut g, &small);
+            let b = recent(&mut g, &small);
+            used.insert(a.clone());
+            used.insert(b.clone());
+            let name = format!("s{k}");
+            s.push_str(&format!(
+                "  %{name} = f32[] multiply(f32[] %{a}, f32[] %{b})\n"
+            ));
+            small.push(name);
+        } else if kind < 5 {
+            let a = recent(&mut g, &small);
+            used.insert(a.clone());
+            let name = format!("v{k}");
+            s.push_str(&format!(
+                "  %{name} = f32[256]{{0}} broadcast(f32[] %{a}), dimensions={{}}\n"
+            ));
+            big.push(name);
+        } else {
+            let a = recent(&mut g, &big);
+            let b = recent(&mut g, &big);
+            used.insert(a.clone());
+            used.insert(b.clone());
+            let name = format!("v{k}");
+            let ctrl = if kind == 9 && big.len() > 2 {
+                format!(
+                    ", control-predecessors={{%{}}}",
+                    big[1 + g.below(big.len() as u64 - 1) as usize]
+                )
+            } else {
+                String::new()
+            };
+            let op = if kind < 8 { "add" } else { "maximum" };
+            s.push_str(&format!(
+                "  %{name} = f32[256]{{0}} {op}(f32[256]{{0}} %{a}, f32[256]{{0}} %{b}){ctrl}\n"
+            ));
+            big.push(name);
+        }
+    }
+    // Everything nobody uses goes into the root.
+    let mut acc = big.last().unwrap().clone();
+    let mut k = 0;
+    for name in small.iter().skip(1) {
+        if !used.contains(name) {
+            let b = format!("bs{k}");
+            let t = format!("ts{k}");
+            k += 1;
+            s.push_str(&format!(
+                "  %{b} = f32[256]{{0}} broadcast(f32[] %{name}), dimensions={{}}\n  %{t} = f32[256]{{0}} add(f32[256]{{0}} %{acc}, f32[256]{{0}} %{b})\n"
+            ));
+            acc = t;
+        }
+    }
+    for name in big.iter().skip(1) {
+        if !used.contains(name) && *name != acc && big.last() != Some(name) {
+            let t = format!("tb{k}");
+            k += 1;
+            s.push_str(&format!(
+                "  %{t} = f32[256]{{0}} add(f32[256]{{0}} %{acc}, f32[256]{{0}} %{name})\n"
+            ));
+            acc = t;
+        }
+    }
+    s.push_str(&format!(
+        "  ROOT %out = f32[256]{{0}} negate(f32[256]{{0}} %{acc})\n}}\n"
+    ));
+    s
+}
+
+fn run_with(m: &mut Module, opts: RematOptions) -> String {
+    let mut p = Rematerialization::new(RematOptions {
+        check_invariants: true,
+        ..opts
+    });
+    let s = p.run_with_summary(m).unwrap();
+    tessera_hlo::verify::verify(m, &Default::default()).unwrap();
+    format!(
+        "{}\n{:?}",
+        print_module(m, &PrintOptions::default()),
+        (
+            s.peak_after,
+            s.instructions_rematerialized,
+            s.net_instructions_added,
+            s.effort,
+            s.max_block_size
+        )
+    )
+}
+
+/// The block phase of the fast search (one queue per block size, run lengths for the
+/// effort) must choose as the scan does: blocks of up to 2, 3, 4 or 8, budgets of 1 to 4
+/// times the single-instruction effort, and a sparse express lane (`min_remat_size` above
+/// the scalars' 4 bytes).
+#[test]
+fn random_graphs_with_blocks_give_the_same_result_with_both_searches() {
+    let mut with_blocks = 0;
+    let mut changed = 0;
+    for seed in 0..240u64 {
+        let text = random_mixed_module(seed);
+        let base = parse_module(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        tessera_hlo::verify::verify(&base, &Default::default())
+            .unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let mut g = Lcg(seed ^ 0xb10c);
+        let opts = RematOptions {
+            memory_limit: Some(1024 * (1 + g.below(10) as i64)),
+            block_size_limit: [2, 3, 4, 8][g.below(4) as usize],
+            block_rematerialization_factor: 1 + g.below(4) as i64,
+            min_remat_size: if g.below(2) == 0 { 0 } else { 16 },
+            ..RematOptions::default()
+        };
+        let fast = run_with(
+            &mut base.clone(),
+            RematOptions {
+                search: SearchKind::Fast,
+                ..opts.clone()
+            },
+        );
+        let faithful = run_with(
+            &mut base.clone(),
+            RematOptions {
+                search: SearchKind::Faithful,
+                ..opts.clone()
+            },
+        );
+        assert_eq!(fast, faithful, "seed {seed}, {opts:?}\n{text}");
+        if fast.contains(".remat") {
+            changed += 1;
+        }
+        if !fast.ends_with(", 1)") && !fast.ends_with(", 0)") {
+            with_blocks += 1;
+        }
+    }
+    eprintln!("{changed} of 240 mixed graphs rematerialized, {with_blocks} with blocks");
+    assert!(changed > 80, "only {changed} graphs were rematerialized");
+    assert!(with_blocks > 20, "only {with_blocks} graphs used blocks");
 }

@@ -179,7 +179,22 @@ impl Pass for ShardingPropagation {
 }
 
 /// Runs sharding propagation on `module`; returns whether it changed and the report.
+///
+/// Named (mesh) shardings take part as their tiled equivalent, as XLA's queries on a named
+/// `HloSharding` answer through `V3ToV2Sharding`; an instruction whose sharding the pass
+/// leaves as it was keeps its named spelling, and shardings the pass makes are tiled, as XLA's
+/// are.
 pub fn propagate(
+    module: &mut Module,
+    options: &PropagationOptions,
+) -> Result<(bool, PropagationReport)> {
+    let named = setup::named_to_tiled(module)?;
+    let result = propagate_tiled(module, options);
+    setup::restore_named(module, &named);
+    result
+}
+
+fn propagate_tiled(
     module: &mut Module,
     options: &PropagationOptions,
 ) -> Result<(bool, PropagationReport)> {

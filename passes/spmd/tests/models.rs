@@ -62,6 +62,11 @@ fn meaning(s: &Sharding) -> Meaning {
         ShardingKind::Unreduced => Meaning::Unreduced,
         ShardingKind::Maximal(d) => Meaning::Maximal(*d),
         ShardingKind::Tuple(elements) => Meaning::Tuple(elements.iter().map(meaning).collect()),
+        // A named sharding means what its tiled equivalent means.
+        ShardingKind::Named(n) => match n.to_tiled(None) {
+            Ok(t) => meaning(&t),
+            Err(e) => panic!("invalid named sharding in a model: {e}"),
+        },
         ShardingKind::Tiled(t) => {
             let dims = t.tile_assignment.dims().to_vec();
             let mut subgroups = t.last_tile_dims.clone();

@@ -258,6 +258,23 @@ pub(crate) fn module_to_proto(m: &Module) -> pb::HloModuleProto {
     if !cfg.frontend_attributes.is_empty() {
         p.frontend_attributes = Some(frontend_attributes_to_proto(&cfg.frontend_attributes));
     }
+    if !cfg.origin_recovery_table.is_empty() {
+        let array = |a: &crate::module::OriginalArray| pb::OriginalArrayProto {
+            instruction_name: a.instruction_name.clone(),
+            shape_index: a.shape_index.clone(),
+        };
+        p.original_value_recovery_table = Some(pb::OriginalValueRecoveryTableProto {
+            entries: cfg
+                .origin_recovery_table
+                .iter()
+                .map(|(old, e)| pb::RecoveryTableEntryProto {
+                    old_original_array: Some(array(old)),
+                    new_original_array: Some(array(&e.replacing)),
+                    recovery_module: e.module.as_ref().map(|rm| Box::new(module_to_proto(rm))),
+                })
+                .collect(),
+        });
+    }
     if let Some(s) = &m.schedule {
         p.schedule = Some(pb::HloScheduleProto {
             sequences: s

@@ -245,6 +245,41 @@ pub(crate) fn module_from_proto(p: &pb::HloModuleProto) -> Result<Module, ProtoE
     if let Some(f) = &p.frontend_attributes {
         m.config.frontend_attributes = frontend_attributes_from_proto(f);
     }
+    if let Some(t) = &p.original_value_recovery_table {
+        let array = |a: &Option<pb::OriginalArrayProto>| {
+            a.as_ref()
+                .map(|a| crate::module::OriginalArray {
+                    instruction_name: a.instruction_name.clone(),
+                    shape_index: a.shape_index.clone(),
+                })
+                .unwrap_or_default()
+        };
+        for (k, e) in t.entries.iter().enumerate() {
+            let old = array(&e.old_original_array);
+            let module = match &e.recovery_module {
+                Some(rm) => Some(Box::new(module_from_proto(rm).map_err(|x| {
+                    err(
+                        format!("original_value_recovery_table entry {k}"),
+                        format!("recovery module: {x}"),
+                    )
+                })?)),
+                None => None,
+            };
+            if m.config.origin_recovery_table.contains_key(&old) {
+                return Err(err(
+                    format!("original_value_recovery_table entry {k}"),
+                    format!("{old:?} is listed twice"),
+                ));
+            }
+            m.config.origin_recovery_table.insert(
+                old,
+                crate::module::RecoveryEntry {
+                    replacing: array(&e.new_original_array),
+                    module,
+                },
+            );
+        }
+    }
     if let Some(s) = &p.schedule {
         let mut sched = Schedule::default();
         // In the module's computation order, which is how the text lists them.

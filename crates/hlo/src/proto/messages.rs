@@ -492,6 +492,37 @@ pub struct OpSharding {
     /// 0 AS, 1 LIKE.
     #[prost(int32, tag = "13")]
     pub shard_group_type: i32,
+    /// A named (mesh) sharding; when set, XLA reads nothing else of the message.
+    #[prost(message, optional, boxed, tag = "14")]
+    pub named_sharding: Option<Box<NamedShardingProto>>,
+}
+
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct NamedShardingProto {
+    #[prost(message, optional, tag = "2")]
+    pub mesh: Option<MeshProto>,
+    #[prost(message, repeated, tag = "3")]
+    pub dim_shardings: Vec<DimensionShardingProto>,
+    #[prost(message, repeated, tag = "4")]
+    pub replicated_axes: Vec<AxisRefProto>,
+    #[prost(message, repeated, tag = "5")]
+    pub unreduced_axes: Vec<AxisRefProto>,
+    #[prost(message, repeated, tag = "6")]
+    pub metadata: Vec<OpMetadata>,
+    #[prost(message, repeated, tag = "7")]
+    pub manual_axes: Vec<AxisRefProto>,
+    /// `ReductionOpProto`: 0 SUM, 1 MAX, 2 MIN.
+    #[prost(int32, tag = "8")]
+    pub reduction_op: i32,
+}
+
+/// `xla.NamedShardingProto.DimensionSharding`.
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct DimensionShardingProto {
+    #[prost(message, repeated, tag = "1")]
+    pub axes: Vec<AxisRefProto>,
+    #[prost(bool, tag = "2")]
+    pub is_closed: bool,
 }
 
 #[derive(Clone, PartialEq, ::prost::Message)]
@@ -536,6 +567,18 @@ pub struct MeshProto {
     pub axes: Vec<MeshAxis>,
     #[prost(int64, repeated, tag = "2")]
     pub device_ids: Vec<i64>,
+    /// A transposed iota device order (a plain iota has neither this nor `device_ids`).
+    #[prost(message, optional, tag = "3")]
+    pub iota_transform: Option<IotaTransform>,
+}
+
+/// `xla.MeshProto.IotaTransform`.
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct IotaTransform {
+    #[prost(int64, repeated, tag = "1")]
+    pub reshape_dims: Vec<i64>,
+    #[prost(int64, repeated, tag = "2")]
+    pub transpose_perm: Vec<i64>,
 }
 
 #[derive(Clone, PartialEq, ::prost::Message)]
@@ -963,9 +1006,28 @@ pub struct HloModuleProto {
     pub stack_frame_index: Option<StackFrameIndexProto>,
     #[prost(message, optional, tag = "19")]
     pub frontend_attributes: Option<FrontendAttributes>,
+    #[prost(message, optional, tag = "20")]
+    pub original_value_recovery_table: Option<OriginalValueRecoveryTableProto>,
     /// Tessera's own field, not XLA's (XLA skips it).
     #[prost(message, optional, tag = "50001")]
     pub tessera: Option<TesseraModuleExt>,
+}
+
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct OriginalValueRecoveryTableProto {
+    #[prost(message, repeated, tag = "1")]
+    pub entries: Vec<RecoveryTableEntryProto>,
+}
+
+/// `xla.OriginalValueRecoveryTableProto.Entry`.
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct RecoveryTableEntryProto {
+    #[prost(message, optional, tag = "1")]
+    pub old_original_array: Option<OriginalArrayProto>,
+    #[prost(message, optional, tag = "2")]
+    pub new_original_array: Option<OriginalArrayProto>,
+    #[prost(message, optional, boxed, tag = "3")]
+    pub recovery_module: Option<Box<HloModuleProto>>,
 }
 
 // ---------------------------------------------------------------- xla.proto

@@ -1172,3 +1172,180 @@ fn corrupted_bytes_never_panic() {
         "only {err} of 3000 corruptions were refused ({ok} accepted)"
     );
 }
+
+#[test]
+fn named_shardings_round_trip_through_the_proto() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../testdata/text/xla_printed/named_shardings.hlo"
+    ))
+    .unwrap();
+    let m = crate::text::parse_module(&text).unwrap();
+    let p = round_trip(&m);
+    let named = |name: &str| {
+        let i = p.computations[0]
+            .instructions
+            .iter()
+            .find(|i| i.name == name)
+            .unwrap();
+        let s = i.sharding.as_ref().unwrap();
+        assert_eq!(s.r#type, 0, "XLA leaves the type unset on a named sharding");
+        assert!(
+            s.metadata.is_empty(),
+            "metadata goes inside the named sharding"
+        );
+        (**s.named_sharding.as_ref().unwrap()).clone()
+    };
+    // `device_ids=([2,2,2]T(1,0,2))`, `[{'x'}, {'y':(1)2, ?}]`, `replicated={'y':(2)2}`.
+    let p0 = named("p0");
+    let mesh = p0.mesh.as_ref().unwrap();
+    assert_eq!(mesh.axes.len(), 2);
+    assert_eq!((mesh.axes[1].name.as_str(), mesh.axes[1].size), ("y", 4));
+    assert!(mesh.device_ids.is_empty());
+    let t = mesh.iota_transform.as_ref().unwrap();
+    assert_eq!(
+        (t.reshape_dims.clone(), t.transpose_perm.clone()),
+        (vec![2, 2, 2], vec![1, 0, 2])
+    );
+    assert_eq!(p0.dim_shardings.len(), 2);
+    assert!(p0.dim_shardings[0].is_closed && !p0.dim_shardings[1].is_closed);
+    assert_eq!(p0.dim_shardings[1].axes[0].mesh_axis_index, 1);
+    let sub = p0.dim_shardings[1].axes[0].sub_axis_info.as_ref().unwrap();
+    assert_eq!((sub.pre_size, sub.size), (1, 2));
+    assert_eq!(p0.replicated_axes.len(), 1);
+    assert_eq!(p0.metadata[0].op_name, "a");
+    // An explicit device list and `unreduced=max{'y'}`.
+    let p1 = named("p1");
+    assert_eq!(
+        p1.mesh.as_ref().unwrap().device_ids,
+        vec![7, 6, 5, 4, 3, 2, 1, 0]
+    );
+    assert_eq!(p1.reduction_op, 1);
+    assert_eq!(p1.unreduced_axes.len(), 1);
+    // `single_device[device_id=3]`: no axes, one device id.
+    let s = named("s");
+    let mesh = s.mesh.as_ref().unwrap();
+    assert!(mesh.axes.is_empty());
+    assert_eq!(mesh.device_ids, vec![3]);
+    // `manual`: every axis listed as manual.
+    assert_eq!(named("a").manual_axes.len(), 2);
+}
+
+#[test]
+fn malformed_named_shardings_in_a_proto_are_errors() {
+    let mesh = pb::MeshProto {
+        axes: vec![
+            pb::MeshAxis {
+                name: "x".into(),
+                size: 2,
+            },
+            pb::MeshAxis {
+                name: "y".into(),
+                size: 4,
+            },
+        ],
+        ..Default::default()
+    };
+    let axis = |k: i64| pb::AxisRefProto {
+        mesh_axis_index: k,
+        sub_axis_info: None,
+    };
+    let with = |ns: pb::NamedShardingProto| {
+        let mut p = small_proto();
+        p.computations[0].instructions[1].sharding = Some(Box::new(pb::OpSharding {
+            named_sharding: Some(Box::new(ns)),
+            ..Default::default()
+        }));
+        p
+    };
+    let dims = |a: Vec<pb::AxisRefProto>| {
+        vec![pb::DimensionShardingProto {
+            axes: a,
+            is_closed: true,
+        }]
+    };
+    expect_error(
+        &with(pb::NamedShardingProto {
+            mesh: Some(mesh.clone()),
+            dim_shardings: dims(vec![axis(5)]),
+            ..Default::default()
+        }),
+        "axis #5 does not exist",
+    );
+    expect_error(
+        &with(pb::NamedShardingProto {
+            mesh: Some(mesh.clone()),
+            dim_shardings: dims(vec![axis(0)]),
+            replicated_axes: vec![axis(1), axis(0)],
+            ..Default::default()
+        }),
+        "overlap",
+    );
+    expect_error(
+        &with(pb::NamedShardingProto {
+            mesh: Some(pb::MeshProto {
+                device_ids: vec![0, 1, 2],
+                ..mesh.clone()
+            }),
+            ..Default::default()
+        }),
+        "device_ids lists 3",
+    );
+    expect_error(
+        &with(pb::NamedShardingProto {
+            mesh: Some(pb::MeshProto {
+                iota_transform: Some(pb::IotaTransform {
+                    reshape_dims: vec![2, 2],
+                    transpose_perm: vec![1, 0],
+                }),
+                ..mesh.clone()
+            }),
+            ..Default::default()
+        }),
+        "does not describe the mesh's 8 devices",
+    );
+    expect_error(
+        &with(pb::NamedShardingProto {
+            mesh: Some(mesh),
+            dim_shardings: dims(vec![axis(0)]),
+            unreduced_axes: vec![axis(1)],
+            reduction_op: 7,
+            ..Default::default()
+        }),
+        "unknown reduction op 7",
+    );
+}
+
+#[test]
+fn origin_recovery_table_round_trips_through_the_proto() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../testdata/text/xla_printed/origin_recovery_table.hlo"
+    ))
+    .unwrap();
+    let m = crate::text::parse_module(&text).unwrap();
+    let p = round_trip(&m);
+    let t = p.original_value_recovery_table.as_ref().unwrap();
+    assert_eq!(t.entries.len(), 4);
+    let q = &t.entries[2];
+    assert_eq!(q.old_original_array.as_ref().unwrap().instruction_name, "q");
+    assert_eq!(
+        q.new_original_array.as_ref().unwrap().shape_index,
+        vec![0, 1]
+    );
+    let rec2 = q.recovery_module.as_ref().unwrap();
+    assert_eq!(rec2.name, "rec2");
+    assert_eq!(
+        rec2.original_value_recovery_table
+            .as_ref()
+            .unwrap()
+            .entries
+            .len(),
+        1
+    );
+    assert!(t.entries[3].recovery_module.is_none());
+    // And back: the same module, printed the same.
+    let back = module_from_proto(&p).unwrap();
+    assert_eq!(crate::text::module_diff(&m, &back), None);
+    assert_eq!(back.to_text(), m.to_text());
+}

@@ -12,7 +12,8 @@ use crate::shape::{
     ArrayShape, DimLevel, DimLevelType, Layout, LayoutExtras, Shape, SplitConfig, Tile,
 };
 use crate::sharding::{
-    ShardGroup, Sharding, ShardingKind, SubgroupType, TileAssignment, TiledSharding,
+    AxisRef, DimSharding, Mesh, MeshAxis, MeshDevices, NamedSharding, ReductionOp, ShardGroup,
+    Sharding, ShardingKind, SubAxis, SubgroupType, TileAssignment, TiledSharding,
 };
 use crate::types::ElementType;
 
@@ -487,6 +488,14 @@ fn subgroup_from_proto(v: i32) -> VResult<SubgroupType> {
 }
 
 pub(crate) fn sharding_to_proto(s: &Sharding) -> pb::OpSharding {
+    if let ShardingKind::Named(n) = &s.kind {
+        // As XLA's `HloSharding::ToProto`: only `named_sharding`, metadata inside it. A shard
+        // group has no place there (the verifier refuses one on a named sharding).
+        return pb::OpSharding {
+            named_sharding: Some(Box::new(named_to_proto(n, &s.metadata))),
+            ..Default::default()
+        };
+    }
     let mut p = pb::OpSharding {
         metadata: s.metadata.iter().map(metadata_to_proto).collect(),
         ..Default::default()
@@ -510,6 +519,7 @@ pub(crate) fn sharding_to_proto(s: &Sharding) -> pb::OpSharding {
             p.r#type = SHARDING_TUPLE;
             p.tuple_shardings = e.iter().map(sharding_to_proto).collect();
         }
+        ShardingKind::Named(_) => {}
         ShardingKind::Tiled(t) => {
             p.r#type = SHARDING_OTHER;
             p.replicate_on_last_tile_dim = t.replicate_on_last_tile_dim;
@@ -538,7 +548,173 @@ pub(crate) fn sharding_to_proto(s: &Sharding) -> pb::OpSharding {
     p
 }
 
+fn axis_to_proto(a: &AxisRef) -> pb::AxisRefProto {
+    pb::AxisRefProto {
+        mesh_axis_index: a.axis as i64,
+        sub_axis_info: a.sub.map(|s| pb::SubAxis {
+            pre_size: s.pre_size,
+            size: s.size,
+        }),
+    }
+}
+
+fn axes_to_proto(v: &[AxisRef]) -> Vec<pb::AxisRefProto> {
+    v.iter().map(axis_to_proto).collect()
+}
+
+fn named_to_proto(n: &NamedSharding, metadata: &[OpMetadata]) -> pb::NamedShardingProto {
+    let m = &n.mesh;
+    let mut mesh = pb::MeshProto {
+        axes: m
+            .axes
+            .iter()
+            .map(|a| pb::MeshAxis {
+                name: a.name.clone(),
+                size: a.size,
+            })
+            .collect(),
+        ..Default::default()
+    };
+    match &m.devices {
+        MeshDevices::Iota => {}
+        MeshDevices::Explicit(d) => mesh.device_ids = d.clone(),
+        MeshDevices::Transposed {
+            reshape_dims,
+            transpose_perm,
+        } => {
+            mesh.iota_transform = Some(pb::IotaTransform {
+                reshape_dims: reshape_dims.to_vec(),
+                transpose_perm: transpose_perm.to_vec(),
+            })
+        }
+    }
+    pb::NamedShardingProto {
+        mesh: Some(mesh),
+        dim_shardings: n
+            .dims
+            .iter()
+            .map(|d| pb::DimensionShardingProto {
+                axes: axes_to_proto(&d.axes),
+                is_closed: d.closed,
+            })
+            .collect(),
+        replicated_axes: axes_to_proto(&n.replicated),
+        unreduced_axes: axes_to_proto(&n.unreduced),
+        metadata: metadata.iter().map(metadata_to_proto).collect(),
+        manual_axes: axes_to_proto(&n.manual),
+        reduction_op: match n.reduction {
+            ReductionOp::Sum => 0,
+            ReductionOp::Max => 1,
+            ReductionOp::Min => 2,
+        },
+    }
+}
+
+fn axis_from_proto(p: &pb::AxisRefProto) -> VResult<AxisRef> {
+    let axis = usize::try_from(p.mesh_axis_index)
+        .map_err(|_| format!("mesh axis index {} is negative", p.mesh_axis_index))?;
+    Ok(AxisRef {
+        axis,
+        sub: p.sub_axis_info.as_ref().map(|s| SubAxis {
+            pre_size: s.pre_size,
+            size: s.size,
+        }),
+    })
+}
+
+fn axes_from_proto(v: &[pb::AxisRefProto]) -> VResult<Vec<AxisRef>> {
+    v.iter().map(axis_from_proto).collect()
+}
+
+fn named_from_proto(p: &pb::NamedShardingProto) -> VResult<(NamedSharding, Vec<OpMetadata>)> {
+    let pm = p.mesh.clone().unwrap_or_default();
+    let axes: Vec<MeshAxis> = pm
+        .axes
+        .iter()
+        .map(|a| MeshAxis {
+            name: a.name.clone(),
+            size: a.size,
+        })
+        .collect();
+    if let Some(a) = axes.iter().find(|a| a.size < 1) {
+        return Err(format!(
+            "mesh axis '{}' has size {}; sizes must be positive",
+            a.name, a.size
+        ));
+    }
+    let sizes: Vec<i64> = axes.iter().map(|a| a.size).collect();
+    let n: i64 = sizes.iter().product();
+    let devices = match (&pm.iota_transform, pm.device_ids.is_empty()) {
+        (Some(_), false) => {
+            return Err("a mesh has both device_ids and an iota_transform".into());
+        }
+        (Some(t), true) => {
+            let k = t.reshape_dims.len();
+            let perm_ok = t.transpose_perm.len() == k && {
+                let mut seen = vec![false; k];
+                t.transpose_perm.iter().all(|&x| {
+                    usize::try_from(x)
+                        .ok()
+                        .filter(|&i| i < k && !std::mem::replace(&mut seen[i], true))
+                        .is_some()
+                })
+            };
+            if axes.is_empty()
+                || !perm_ok
+                || t.reshape_dims.iter().any(|&r| r < 1)
+                || t.reshape_dims.iter().product::<i64>() != n
+            {
+                return Err(format!(
+                    "mesh iota_transform {:?}T{:?} does not describe the mesh's {n} devices",
+                    t.reshape_dims, t.transpose_perm
+                ));
+            }
+            Mesh::canonical_iota(&sizes, &t.reshape_dims, &t.transpose_perm)
+        }
+        (None, false) => MeshDevices::Explicit(pm.device_ids.clone()),
+        (None, true) => MeshDevices::Iota,
+    };
+    let named = NamedSharding {
+        mesh: Mesh { axes, devices },
+        dims: p
+            .dim_shardings
+            .iter()
+            .map(|d| {
+                Ok(DimSharding {
+                    axes: axes_from_proto(&d.axes)?,
+                    closed: d.is_closed,
+                })
+            })
+            .collect::<VResult<_>>()?,
+        replicated: axes_from_proto(&p.replicated_axes)?,
+        unreduced: axes_from_proto(&p.unreduced_axes)?,
+        reduction: match p.reduction_op {
+            _ if p.unreduced_axes.is_empty() => ReductionOp::Sum,
+            0 => ReductionOp::Sum,
+            1 => ReductionOp::Max,
+            2 => ReductionOp::Min,
+            other => return Err(format!("unknown reduction op {other}")),
+        },
+        manual: axes_from_proto(&p.manual_axes)?,
+    };
+    named
+        .validate()
+        .map_err(|e| format!("invalid named sharding: {e}"))?;
+    Ok((named, p.metadata.iter().map(metadata_from_proto).collect()))
+}
+
 pub(crate) fn sharding_from_proto(p: &pb::OpSharding) -> VResult<Sharding> {
+    if let Some(ns) = &p.named_sharding {
+        if p.is_shard_group {
+            return Err("a named sharding cannot be in a shard group".into());
+        }
+        let (named, metadata) = named_from_proto(ns)?;
+        return Ok(Sharding {
+            kind: ShardingKind::Named(Box::new(named)),
+            metadata,
+            shard_group: None,
+        });
+    }
     let kind = match p.r#type {
         SHARDING_REPLICATED => ShardingKind::Replicated,
         SHARDING_MANUAL => ShardingKind::Manual,
@@ -801,6 +977,7 @@ fn mesh_groups_to_proto(m: &MeshReplicaGroups) -> pb::MeshAxesReplicaGroupListPr
                 })
                 .collect(),
             device_ids: m.device_ids.clone().unwrap_or_default(),
+            iota_transform: None,
         }),
         axes,
     }

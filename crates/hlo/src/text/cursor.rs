@@ -400,13 +400,27 @@ impl<'a> Cursor<'a> {
         if self.b.get(self.pos) != Some(&b'"') {
             return Err(self.expected(what));
         }
+        self.quoted_from(b'"')
+    }
+
+    /// A string in single or double quotes, with C escapes (XLA's lexer reads both).
+    pub fn any_quoted(&mut self, what: &str) -> Result<String, ParseError> {
+        self.skip_ws()?;
+        match self.b.get(self.pos) {
+            Some(&q @ (b'"' | b'\'')) => self.quoted_from(q),
+            _ => Err(self.expected(what)),
+        }
+    }
+
+    /// The string whose opening `quote` is at the cursor.
+    fn quoted_from(&mut self, quote: u8) -> Result<String, ParseError> {
         let start = self.pos;
         let mut p = self.pos + 1;
         // Fast path: no escapes.
         let mut simple = true;
         while p < self.b.len() {
             match self.b[p] {
-                b'"' => break,
+                c if c == quote => break,
                 b'\\' => {
                     simple = false;
                     p += 2;

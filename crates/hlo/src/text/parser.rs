@@ -13,10 +13,14 @@ use super::ParseError;
 use crate::attrs::*;
 use crate::instruction::{CompId, InstrId, Instruction};
 use crate::metadata::StackFrameIndex;
-use crate::module::{AliasKind, BufferDonor, InputOutputAlias, Module, ProgramShape, Schedule};
+use crate::module::{
+    AliasKind, BufferDonor, InputOutputAlias, Module, OriginalArray, ProgramShape, RecoveryEntry,
+    Schedule,
+};
 use crate::opcode::Opcode;
 use crate::shape::Shape;
 use crate::types::ElementType;
+use std::collections::BTreeMap;
 
 pub(super) type PResult<T> = Result<T, ParseError>;
 
@@ -449,6 +453,9 @@ impl<'a> Parser<'a> {
                 self.m.config.allow_spmd_sharding_propagation_to_output =
                     Some(self.bool_list_or_bool()?)
             }
+            "origin_recovery_table" => {
+                self.m.config.origin_recovery_table = self.recovery_table()?;
+            }
             _ => {
                 return Err(self
                     .c
@@ -456,6 +463,63 @@ impl<'a> Parser<'a> {
             }
         }
         Ok(())
+    }
+
+    /// `{ {"a"} : {"b"}, "<HLO module text>" {"c" {0}} : {"d"} }`: replaced value, replacing
+    /// value and, after a comma, the recovery module as a string (entries are not separated).
+    fn recovery_table(&mut self) -> PResult<BTreeMap<OriginalArray, RecoveryEntry>> {
+        self.c.expect(b'{', "to start origin_recovery_table")?;
+        let mut table = BTreeMap::new();
+        while !self.c.eat(b'}')? {
+            self.c.skip_ws()?;
+            let at = self.c.pos;
+            let replaced = self.original_array()?;
+            self.c.expect(
+                b':',
+                "after the replaced value (expected <original_array> : <original_array>)",
+            )?;
+            let replacing = self.original_array()?;
+            let mut module = None;
+            if self.c.eat(b',')? {
+                self.c.skip_ws()?;
+                let text_at = self.c.pos;
+                let text = self.c.string("the recovery module's HLO text")?;
+                let mut inner = Parser::new(&text);
+                inner.depth = self.depth + 1;
+                if inner.depth > MAX_DEPTH {
+                    return Err(self
+                        .c
+                        .error_at(text_at, "nesting is too deep (more than 200 levels)"));
+                }
+                let m = inner.parse_module().map_err(|e| {
+                    self.c
+                        .error_at(text_at, format!("in the recovery module, {e}"))
+                })?;
+                module = Some(Box::new(m));
+            }
+            if table.contains_key(&replaced) {
+                return Err(self.c.error_at(
+                    at,
+                    "this original value is listed twice in origin_recovery_table",
+                ));
+            }
+            table.insert(replaced, RecoveryEntry { replacing, module });
+        }
+        Ok(table)
+    }
+
+    /// `{"name"}`, `{"name" {1,0}}` or `{}` (no name).
+    fn original_array(&mut self) -> PResult<OriginalArray> {
+        self.c.expect(b'{', "to start an original value")?;
+        let mut a = OriginalArray::default();
+        if self.c.peek()? == Some(b'"') {
+            a.instruction_name = self.c.string("an instruction name")?;
+            if self.c.peek()? == Some(b'{') {
+                a.shape_index = self.shape_index()?;
+            }
+        }
+        self.c.expect(b'}', "to end the original value")?;
+        Ok(a)
     }
 
     fn parse_stack_frames(&mut self) -> PResult<()> {

@@ -12,7 +12,10 @@ use crate::metadata::{FrontendAttributes, OpMetadata};
 use crate::module::{AliasKind, Module};
 use crate::opcode::Opcode;
 use crate::shape::{DimLevelType, Layout, Shape, TILE_COMBINE_DIM, UNBOUNDED_DIM};
-use crate::sharding::{Sharding, ShardingKind, SubgroupType, TileAssignment};
+use crate::sharding::{
+    AxisRef, Mesh, MeshDevices, NamedSharding, ReductionOp, Sharding, ShardingKind, SubgroupType,
+    TileAssignment,
+};
 use crate::types::ElementType;
 
 /// A shape as the text writes it, layout included.
@@ -24,6 +27,17 @@ pub fn shape_string(s: &Shape) -> String {
 
 pub(super) fn print_module(m: &Module, opts: &PrintOptions) -> String {
     let mut out = String::with_capacity(m.instr_capacity() * 96 + 256);
+    write_module(&mut out, m, opts, 0);
+    out
+}
+
+/// The module at nesting `level` (0 at the top; a recovery module of `origin_recovery_table`
+/// one deeper than its module): its header, computations and instructions are indented by four
+/// spaces per level, as XLA indents them.
+fn write_module(out: &mut String, m: &Module, opts: &PrintOptions, level: usize) {
+    let ind_owned = "    ".repeat(level);
+    let ind = ind_owned.as_str();
+    out.push_str(ind);
     out.push_str("HloModule ");
     out.push_str(&m.name);
     let cfg = &m.config;
@@ -36,10 +50,10 @@ pub(super) fn print_module(m: &Module, opts: &PrintOptions) -> String {
             if i > 0 {
                 out.push_str(", ");
             }
-            write_shape(&mut out, p, true);
+            write_shape(out, p, true);
         }
         out.push_str(")->");
-        write_shape(&mut out, &l.result, true);
+        write_shape(out, &l.result, true);
         out.push('}');
     }
     if !cfg.input_output_alias.is_empty() {
@@ -48,9 +62,9 @@ pub(super) fn print_module(m: &Module, opts: &PrintOptions) -> String {
             if i > 0 {
                 out.push_str(", ");
             }
-            write_index(&mut out, &a.output_index);
+            write_index(out, &a.output_index);
             let _ = write!(out, ": ({}, ", a.parameter_number);
-            write_index(&mut out, &a.parameter_index);
+            write_index(out, &a.parameter_index);
             out.push_str(match a.kind {
                 AliasKind::MayAlias => ", may-alias)",
                 AliasKind::MustAlias => ", must-alias)",
@@ -65,7 +79,7 @@ pub(super) fn print_module(m: &Module, opts: &PrintOptions) -> String {
                 out.push_str(", ");
             }
             let _ = write!(out, "({}, ", d.parameter_number);
-            write_index(&mut out, &d.parameter_index);
+            write_index(out, &d.parameter_index);
             out.push(')');
         }
         out.push_str(" }");
@@ -75,11 +89,11 @@ pub(super) fn print_module(m: &Module, opts: &PrintOptions) -> String {
     }
     if let Some(v) = &cfg.allow_spmd_sharding_propagation_to_parameters {
         out.push_str(", allow_spmd_sharding_propagation_to_parameters=");
-        write_bools(&mut out, v);
+        write_bools(out, v);
     }
     if let Some(v) = &cfg.allow_spmd_sharding_propagation_to_output {
         out.push_str(", allow_spmd_sharding_propagation_to_output=");
-        write_bools(&mut out, v);
+        write_bools(out, v);
     }
     if cfg.replica_count != 1 {
         let _ = write!(out, ", replica_count={}", cfg.replica_count);
@@ -89,7 +103,40 @@ pub(super) fn print_module(m: &Module, opts: &PrintOptions) -> String {
     }
     if !cfg.frontend_attributes.is_empty() {
         out.push_str(", frontend_attributes=");
-        write_frontend_attributes(&mut out, &cfg.frontend_attributes);
+        write_frontend_attributes(out, &cfg.frontend_attributes);
+    }
+    if !cfg.origin_recovery_table.is_empty() {
+        // As XLA: entries indented two more spaces than the module, a recovery module as an
+        // escaped string one level deeper, the closing brace at the start of its line.
+        out.push_str(", origin_recovery_table={\n");
+        for (replaced, e) in &cfg.origin_recovery_table {
+            out.push_str(ind);
+            out.push_str("  ");
+            write_original_array(out, replaced);
+            out.push_str(" : ");
+            write_original_array(out, &e.replacing);
+            match &e.module {
+                None => out.push('\n'),
+                Some(rm) => {
+                    out.push_str(",\n");
+                    out.push_str(ind);
+                    out.push_str("  \"\n");
+                    let mut inner = String::new();
+                    write_module(&mut inner, rm, opts, level + 1);
+                    for b in inner.chars() {
+                        match b {
+                            '"' => out.push_str("\\\""),
+                            '\\' => out.push_str("\\\\"),
+                            c => out.push(c),
+                        }
+                    }
+                    out.push('\n');
+                    out.push_str(ind);
+                    out.push_str("  \"\n");
+                }
+            }
+        }
+        out.push_str("}\n");
     }
     out.push_str("\n\n");
     let sf = &m.stack_frames;
@@ -97,13 +144,13 @@ pub(super) fn print_module(m: &Module, opts: &PrintOptions) -> String {
         out.push_str("FileNames\n");
         for (i, f) in sf.file_names.iter().enumerate() {
             let _ = write!(out, "{} ", i + 1);
-            write_string(&mut out, f);
+            write_string(out, f);
             out.push('\n');
         }
         out.push_str("\nFunctionNames\n");
         for (i, f) in sf.function_names.iter().enumerate() {
             let _ = write!(out, "{} ", i + 1);
-            write_string(&mut out, f);
+            write_string(out, f);
             out.push('\n');
         }
         out.push_str("\nFileLocations\n");
@@ -133,8 +180,10 @@ pub(super) fn print_module(m: &Module, opts: &PrintOptions) -> String {
         out.push('\n');
     }
     let pct = if opts.short_form { "" } else { "%" };
+    let mut shapes = ShapeSpans::new(m.instr_capacity());
     for &c in m.computations() {
         let comp = m.comp(c);
+        out.push_str(ind);
         if comp.is_entry {
             out.push_str("ENTRY ");
         }
@@ -151,11 +200,11 @@ pub(super) fn print_module(m: &Module, opts: &PrintOptions) -> String {
                 let pi = m.instr(p);
                 out.push_str(&pi.name);
                 out.push_str(": ");
-                write_shape(&mut out, &pi.shape, false);
+                write_shape(out, &pi.shape, false);
             }
             out.push_str(") -> ");
             match comp.root() {
-                Some(r) => write_shape(&mut out, &m.instr(r).shape, false),
+                Some(r) => write_shape(out, &m.instr(r).shape, false),
                 None => out.push_str("()"),
             }
         }
@@ -168,18 +217,30 @@ pub(super) fn print_module(m: &Module, opts: &PrintOptions) -> String {
             .map_or(comp.instructions(), |v| v.as_slice());
         for &id in order {
             let is_root = comp.root() == Some(id);
+            out.push_str(ind);
             out.push_str(if is_root { "  ROOT " } else { "  " });
-            write_instruction(&mut out, m, id, opts);
+            write_instruction(out, m, id, opts, &mut shapes);
             out.push('\n');
         }
+        out.push_str(ind);
         out.push('}');
         if let Some(t) = &comp.execution_thread {
             out.push_str(", execution_thread=");
-            write_string(&mut out, t);
+            write_string(out, t);
         }
         out.push_str("\n\n");
     }
-    out
+}
+
+/// `{"name" {1,0}}`, or `{""}` without a name (as XLA prints it).
+fn write_original_array(out: &mut String, a: &crate::module::OriginalArray) {
+    out.push('{');
+    write_string(out, &a.instruction_name);
+    if !a.shape_index.is_empty() {
+        out.push(' ');
+        write_index(out, &a.shape_index);
+    }
+    out.push('}');
 }
 
 fn write_index(out: &mut String, idx: &[i64]) {
@@ -230,8 +291,12 @@ pub(super) fn write_i64(out: &mut String, x: i64) {
     if x < 0 {
         out.push('-');
     }
-    // ASCII digits: always valid UTF-8.
-    out.push_str(std::str::from_utf8(&buf[k..]).unwrap_or("?"));
+    // A few ASCII digits: pushed one by one, which costs less than validating them as UTF-8 for
+    // one `push_str`.
+    out.reserve(buf.len() - k);
+    for &b in &buf[k..] {
+        out.push(char::from(b));
+    }
 }
 
 fn write_int_list(out: &mut String, v: &[i64]) {
@@ -240,30 +305,52 @@ fn write_int_list(out: &mut String, v: &[i64]) {
     out.push('}');
 }
 
-/// A string in double quotes with C escapes, as XLA's `CEscape`.
+/// Bytes `write_string` escapes: control characters, `"`, `'`, `\\`, DEL and every non-ASCII
+/// byte (XLA's `CEscape` writes those in octal).
+static NEEDS_ESCAPE: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        t[b] = b < 0x20
+            || b >= 0x7f
+            || b == b'"' as usize
+            || b == b'\\' as usize
+            || b == b'\'' as usize;
+        b += 1;
+    }
+    t
+};
+
+/// A string in double quotes with C escapes, as XLA's `CEscape`. Runs of bytes that need no
+/// escape are copied as one slice.
 pub(super) fn write_string(out: &mut String, s: &str) {
     out.push('"');
-    if !s
-        .bytes()
-        .any(|b| b == b'"' || b == b'\\' || b == b'\'' || !(0x20..0x7f).contains(&b))
-    {
-        out.push_str(s);
-    } else {
-        for b in s.bytes() {
-            match b {
-                b'\n' => out.push_str("\\n"),
-                b'\r' => out.push_str("\\r"),
-                b'\t' => out.push_str("\\t"),
-                b'"' => out.push_str("\\\""),
-                b'\'' => out.push_str("\\'"),
-                b'\\' => out.push_str("\\\\"),
-                0x20..=0x7e => out.push(b as char),
-                _ => {
-                    let _ = write!(out, "\\{:03o}", b);
-                }
+    let bytes = s.as_bytes();
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        if !NEEDS_ESCAPE[b as usize] {
+            continue;
+        }
+        // Bytes in `start..i` are ASCII (anything else is escaped), so both ends are char
+        // boundaries; `get` keeps that from ever being a panic.
+        out.push_str(s.get(start..i).unwrap_or(""));
+        start = i + 1;
+        match b {
+            b'\n' => out.push_str("\\n"),
+            b'\r' => out.push_str("\\r"),
+            b'\t' => out.push_str("\\t"),
+            b'"' => out.push_str("\\\""),
+            b'\'' => out.push_str("\\'"),
+            b'\\' => out.push_str("\\\\"),
+            _ => {
+                out.push('\\');
+                out.push((b'0' + (b >> 6)) as char);
+                out.push((b'0' + ((b >> 3) & 7)) as char);
+                out.push((b'0' + (b & 7)) as char);
             }
         }
     }
+    out.push_str(s.get(start..).unwrap_or(""));
     out.push('"');
 }
 
@@ -392,19 +479,54 @@ fn write_layout(out: &mut String, l: &Layout) {
     out.push('}');
 }
 
-fn write_instruction(out: &mut String, m: &Module, id: InstrId, opts: &PrintOptions) {
+/// Where in the output each instruction's shape (with its layout) was printed, so that printing
+/// it again as an operand is a copy of those bytes instead of a walk over the shape. Large tuple
+/// shapes repeated on every operand that uses them are most of what a tuple-heavy module prints.
+struct ShapeSpans {
+    /// Byte range in the output per instruction id; an empty range is "not printed yet".
+    spans: Vec<(usize, usize)>,
+}
+
+impl ShapeSpans {
+    fn new(n: usize) -> ShapeSpans {
+        ShapeSpans {
+            spans: vec![(0, 0); n],
+        }
+    }
+
+    /// Prints the shape of `id` (layout included), copying an earlier printing when there is one.
+    #[inline]
+    fn write(&mut self, out: &mut String, id: InstrId, shape: &Shape) {
+        let (start, end) = self.spans[id.index()];
+        if start < end {
+            out.extend_from_within(start..end);
+        } else {
+            let start = out.len();
+            write_shape(out, shape, true);
+            self.spans[id.index()] = (start, out.len());
+        }
+    }
+}
+
+fn write_instruction(
+    out: &mut String,
+    m: &Module,
+    id: InstrId,
+    opts: &PrintOptions,
+    shapes: &mut ShapeSpans,
+) {
     let i = m.instr(id);
     let pct = if opts.short_form { "" } else { "%" };
     out.push_str(pct);
     out.push_str(&i.name);
     out.push_str(" = ");
-    write_shape(out, &i.shape, true);
+    shapes.write(out, id, &i.shape);
     out.push(' ');
     out.push_str(i.opcode.name());
     out.push('(');
     match i.opcode {
         Opcode::Parameter => {
-            let _ = write!(out, "{}", i.attrs.parameter_number);
+            write_i64(out, i.attrs.parameter_number);
         }
         Opcode::Constant => {
             if let Some(l) = &i.attrs.literal {
@@ -418,7 +540,7 @@ fn write_instruction(out: &mut String, m: &Module, id: InstrId, opts: &PrintOpti
                 }
                 let oi = m.instr(o);
                 if !opts.short_form {
-                    write_shape(out, &oi.shape, true);
+                    shapes.write(out, o, &oi.shape);
                     out.push(' ');
                 }
                 out.push_str(pct);
@@ -437,14 +559,17 @@ fn write_attributes(out: &mut String, m: &Module, i: &Instruction, opts: &PrintO
     let comp_name = |k: usize| -> &str { &m.comp(i.called[k]).name };
     // Opcode-specific attributes, in the order XLA prints them.
     if let Some(cid) = a.channel_id {
-        let _ = write!(out, ", channel_id={cid}");
+        out.push_str(", channel_id=");
+        write_i64(out, cid);
     }
     match i.opcode {
         Iota => {
-            let _ = write!(out, ", iota_dimension={}", a.iota_dimension);
+            out.push_str(", iota_dimension=");
+            write_i64(out, a.iota_dimension);
         }
         GetTupleElement => {
-            let _ = write!(out, ", index={}", a.tuple_index);
+            out.push_str(", index=");
+            write_i64(out, a.tuple_index);
         }
         Compare => {
             if let Some(c) = a.comparison {
@@ -530,9 +655,13 @@ fn write_attributes(out: &mut String, m: &Module, i: &Instruction, opts: &PrintO
             if k > 0 {
                 out.push_str(", ");
             }
-            let _ = write!(out, "[{}:{}", d.start, d.limit);
+            out.push('[');
+            write_i64(out, d.start);
+            out.push(':');
+            write_i64(out, d.limit);
             if d.stride != 1 {
-                let _ = write!(out, ":{}", d.stride);
+                out.push(':');
+                write_i64(out, d.stride);
             }
             out.push(']');
         }
@@ -549,9 +678,12 @@ fn write_attributes(out: &mut String, m: &Module, i: &Instruction, opts: &PrintO
             if k > 0 {
                 out.push('x');
             }
-            let _ = write!(out, "{}_{}", d.low, d.high);
+            write_i64(out, d.low);
+            out.push('_');
+            write_i64(out, d.high);
             if interior {
-                let _ = write!(out, "_{}", d.interior);
+                out.push('_');
+                write_i64(out, d.interior);
             }
         }
     }
@@ -892,12 +1024,16 @@ fn write_attributes(out: &mut String, m: &Module, i: &Instruction, opts: &PrintO
             out.push('}');
         }
         Fusion | AsyncStart | AsyncUpdate | AsyncDone if n == 1 => {
-            let _ = write!(out, ", calls={pct}{}", comp_name(0));
+            out.push_str(", calls=");
+            out.push_str(pct);
+            out.push_str(comp_name(0));
         }
         CustomCall => {
             let uses_to_apply = a.custom_call_uses_to_apply;
             if uses_to_apply && n == 1 {
-                let _ = write!(out, ", to_apply={pct}{}", comp_name(0));
+                out.push_str(", to_apply=");
+                out.push_str(pct);
+                out.push_str(comp_name(0));
             } else if n > 0 {
                 out.push_str(", called_computations={");
                 for k in 0..n {
@@ -911,7 +1047,9 @@ fn write_attributes(out: &mut String, m: &Module, i: &Instruction, opts: &PrintO
             }
         }
         _ if n == 1 => {
-            let _ = write!(out, ", to_apply={pct}{}", comp_name(0));
+            out.push_str(", to_apply=");
+            out.push_str(pct);
+            out.push_str(comp_name(0));
         }
         _ => {}
     }
@@ -1093,7 +1231,7 @@ fn x_join(out: &mut String, it: impl Iterator<Item = i64>) {
         if k > 0 {
             out.push('x');
         }
-        let _ = write!(out, "{v}");
+        write_i64(out, v);
     }
 }
 
@@ -1149,6 +1287,10 @@ pub(super) fn write_sharding(out: &mut String, s: &Sharding) {
         out.push('}');
         return;
     }
+    if let ShardingKind::Named(n) = &s.kind {
+        write_named_sharding(out, n, &s.metadata);
+        return;
+    }
     out.push('{');
     match &s.kind {
         ShardingKind::Replicated => out.push_str("replicated"),
@@ -1198,7 +1340,7 @@ pub(super) fn write_sharding(out: &mut String, s: &Sharding) {
                 out.push('}');
             }
         }
-        ShardingKind::Tuple(_) => {}
+        ShardingKind::Tuple(_) | ShardingKind::Named(_) => {}
     }
     if let Some(g) = s.shard_group {
         let _ = write!(
@@ -1222,6 +1364,177 @@ pub(super) fn write_sharding(out: &mut String, s: &Sharding) {
             }
             out.push('}');
         }
+    }
+    out.push('}');
+}
+
+/// A named sharding as jaxlib 0.12 prints it: quoted axis names, `single_device[...]`, the
+/// `replicated` / `unreduced` / `manual` forms, metadata always as a list. One exception: XLA
+/// also prints `manual` when the manual axes leave out only axes of size 1, which reads back
+/// as a different list; we print the list then (`[], manual={...}`), so the text reads back
+/// as the same sharding. (A shard group cannot be written on a named sharding; the verifier
+/// refuses one.)
+fn write_named_sharding(out: &mut String, n: &NamedSharding, metadata: &[OpMetadata]) {
+    out.push('{');
+    let mesh = &n.mesh;
+    if let Some(d) = mesh.single_device_id() {
+        out.push_str("single_device[device_id=");
+        write_i64(out, d);
+        out.push(']');
+    } else {
+        write_mesh(out, mesh);
+        let nothing_else = |a: &[AxisRef], b: &[AxisRef]| a.is_empty() && b.is_empty();
+        if n.dims.is_empty() && nothing_else(&n.replicated, &n.manual) && n.unreduced.is_empty() {
+            out.push_str(", replicated");
+        } else if n.dims.is_empty() && nothing_else(&n.replicated, &n.manual) && n.is_unreduced() {
+            out.push_str(", unreduced");
+            write_reduction(out, n.reduction);
+            if !n.is_every_axis(&n.unreduced) {
+                write_axis_list(out, mesh, &n.unreduced);
+            }
+        } else if n.dims.is_empty()
+            && nothing_else(&n.replicated, &n.unreduced)
+            && n.is_every_axis(&n.manual)
+        {
+            out.push_str(", manual");
+        } else {
+            out.push_str(", [");
+            for (k, d) in n.dims.iter().enumerate() {
+                if k > 0 {
+                    out.push_str(", ");
+                }
+                out.push('{');
+                for (j, a) in d.axes.iter().enumerate() {
+                    if j > 0 {
+                        out.push_str(", ");
+                    }
+                    write_axis_ref(out, mesh, a);
+                }
+                if !d.closed {
+                    out.push_str(if d.axes.is_empty() { "?" } else { ", ?" });
+                }
+                out.push('}');
+            }
+            out.push(']');
+            if !n.replicated.is_empty() {
+                out.push_str(", replicated=");
+                write_axis_list(out, mesh, &n.replicated);
+            }
+            if !n.unreduced.is_empty() {
+                out.push_str(", unreduced");
+                if n.reduction == ReductionOp::Sum {
+                    out.push('=');
+                } else {
+                    write_reduction(out, n.reduction);
+                }
+                write_axis_list(out, mesh, &n.unreduced);
+            }
+            if !n.manual.is_empty() {
+                out.push_str(", manual=");
+                write_axis_list(out, mesh, &n.manual);
+            }
+        }
+    }
+    if !metadata.is_empty() {
+        out.push_str(", metadata={");
+        for (k, md) in metadata.iter().enumerate() {
+            if k > 0 {
+                out.push_str(", ");
+            }
+            write_metadata(out, md);
+        }
+        out.push('}');
+    }
+    out.push('}');
+}
+
+fn write_reduction(out: &mut String, r: ReductionOp) {
+    out.push_str(match r {
+        ReductionOp::Sum => "",
+        ReductionOp::Max => "=max",
+        ReductionOp::Min => "=min",
+    });
+}
+
+/// `mesh['x'=2,'y'=4]`, with `, device_ids=(...)` unless the devices are in plain order.
+fn write_mesh(out: &mut String, mesh: &Mesh) {
+    out.push_str("mesh[");
+    for (k, a) in mesh.axes.iter().enumerate() {
+        if k > 0 {
+            out.push(',');
+        }
+        write_axis_name(out, &a.name);
+        out.push('=');
+        write_i64(out, a.size);
+    }
+    out.push(']');
+    match &mesh.devices {
+        MeshDevices::Iota => {}
+        MeshDevices::Transposed {
+            reshape_dims,
+            transpose_perm,
+        } => {
+            out.push_str(", device_ids=([");
+            write_ints(out, reshape_dims, ",");
+            out.push_str("]T(");
+            write_ints(out, transpose_perm, ",");
+            out.push_str("))");
+        }
+        MeshDevices::Explicit(d) => {
+            out.push_str(", device_ids=(");
+            write_ints(out, d, ",");
+            out.push(')');
+        }
+    }
+}
+
+/// `'name'` with C escapes where needed (XLA writes the name raw, which its own lexer cannot
+/// read back when the name holds a quote).
+fn write_axis_name(out: &mut String, name: &str) {
+    out.push('\'');
+    if name
+        .bytes()
+        .all(|b| (0x20..0x7f).contains(&b) && b != b'\'' && b != b'\\')
+    {
+        out.push_str(name);
+    } else {
+        for b in name.bytes() {
+            match b {
+                b'\n' => out.push_str("\\n"),
+                b'\t' => out.push_str("\\t"),
+                b'\'' => out.push_str("\\'"),
+                b'\\' => out.push_str("\\\\"),
+                0x20..=0x7e => out.push(b as char),
+                _ => {
+                    let _ = write!(out, "\\{:03o}", b);
+                }
+            }
+        }
+    }
+    out.push('\'');
+}
+
+fn write_axis_ref(out: &mut String, mesh: &Mesh, a: &AxisRef) {
+    match mesh.axes.get(a.axis) {
+        Some(axis) => write_axis_name(out, &axis.name),
+        // Not a valid sharding (the verifier says so); printed as XLA's index form.
+        None => write_axis_name(out, &a.axis.to_string()),
+    }
+    if let Some(s) = a.sub {
+        out.push_str(":(");
+        write_i64(out, s.pre_size);
+        out.push(')');
+        write_i64(out, s.size);
+    }
+}
+
+fn write_axis_list(out: &mut String, mesh: &Mesh, axes: &[AxisRef]) {
+    out.push('{');
+    for (k, a) in axes.iter().enumerate() {
+        if k > 0 {
+            out.push_str(", ");
+        }
+        write_axis_ref(out, mesh, a);
     }
     out.push('}');
 }
@@ -1255,7 +1568,9 @@ pub(super) fn write_metadata(out: &mut String, md: &OpMetadata) {
     ] {
         if v != 0 {
             sep(out);
-            let _ = write!(out, "{name}={v}");
+            out.push_str(name);
+            out.push('=');
+            write_i64(out, i64::from(v));
         }
     }
     if !md.profile_type.is_empty() {
@@ -1304,7 +1619,8 @@ pub(super) fn write_metadata(out: &mut String, md: &OpMetadata) {
     }
     if md.stack_frame_id != 0 {
         sep(out);
-        let _ = write!(out, "stack_frame_id={}", md.stack_frame_id);
+        out.push_str("stack_frame_id=");
+        write_i64(out, i64::from(md.stack_frame_id));
     }
     if !md.scheduling_name.is_empty() {
         sep(out);
@@ -1435,11 +1751,14 @@ fn write_element(out: &mut String, ty: ElementType, b: &[u8], scalar: bool) {
             } else {
                 ((u << (64 - bits)) as i64) >> (64 - bits)
             };
-            let _ = write!(out, "{v}");
+            write_i64(out, v);
         }
-        _ if ty.is_unsigned_int() => {
-            let _ = write!(out, "{u}");
-        }
+        _ if ty.is_unsigned_int() => match i64::try_from(u) {
+            Ok(v) => write_i64(out, v),
+            Err(_) => {
+                let _ = write!(out, "{u}");
+            }
+        },
         _ if ty.is_float() => format_float(ty, u, out),
         _ => out.push('?'),
     }

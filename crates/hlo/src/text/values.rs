@@ -13,7 +13,8 @@ use crate::shape::{
     UNBOUNDED_DIM,
 };
 use crate::sharding::{
-    ShardGroup, Sharding, ShardingKind, SubgroupType, TileAssignment, TiledSharding,
+    AxisRef, DimSharding, Mesh, MeshAxis, MeshDevices, NamedSharding, ReductionOp, ShardGroup,
+    Sharding, ShardingKind, SubgroupType, TileAssignment, TiledSharding,
 };
 use crate::types::ElementType;
 
@@ -728,6 +729,12 @@ impl<'a> Parser<'a> {
 
     /// The inside of `{...}` for one sharding, after the `{`; consumes the `}`.
     fn single_sharding(&mut self) -> PResult<Sharding> {
+        if matches!(
+            self.c.peek_word()?,
+            "mesh" | "maximal_mesh" | "single_device"
+        ) {
+            return self.named_sharding();
+        }
         let start = self.c.pos;
         let mut kind: Option<ShardingKind> = None;
         let mut device: Option<i64> = None;
@@ -758,10 +765,10 @@ impl<'a> Parser<'a> {
                         shard_as: w == "shard_as",
                     });
                 }
-                "mesh" | "maximal_mesh" => {
+                "mesh" | "maximal_mesh" | "single_device" => {
                     return Err(self.c.error_at(
                         at,
-                        "named (mesh) shardings are not supported by this IR yet",
+                        "the mesh of a named sharding must come first in the sharding",
                     ))
                 }
                 "device" => {
@@ -850,6 +857,321 @@ impl<'a> Parser<'a> {
             metadata,
             shard_group,
         })
+    }
+
+    /// A named (mesh) sharding after its `{`, up to and including the `}`:
+    /// `mesh['x'=2,'y'=4], [{'x'}, {}], replicated={'y'}, metadata={...}`, the forms
+    /// `mesh[...], replicated` / `manual` / `unreduced[=op][{axes}]`, and
+    /// `single_device[device_id=N]` (or the older `maximal_mesh[...]`). Axis names may be quoted
+    /// (`'x'`, `"x"`: jaxlib 0.12) or bare (`x`: the older spelling).
+    fn named_sharding(&mut self) -> PResult<Sharding> {
+        self.c.skip_ws()?;
+        let start = self.c.pos;
+        let mesh = self.mesh()?;
+        let mut n = NamedSharding::replicated_on(mesh);
+        let mut metadata = Vec::new();
+        if n.mesh.is_single_device() {
+            if self.c.eat(b',')? {
+                self.key("metadata", "after a single-device mesh")?;
+                metadata = self.single_or_list_metadata()?;
+            }
+            self.c.expect(b'}', "to end the sharding")?;
+            return self.finish_named(start, n, metadata);
+        }
+        self.c.eat(b',')?;
+        let word = self.c.peek_word()?;
+        let keyword = self.c.b.get(self.c.pos + word.len()) != Some(&b'=');
+        match word {
+            "replicated" if keyword => self.c.pos += word.len(),
+            "manual" if keyword => {
+                self.c.pos += word.len();
+                n.manual = NamedSharding::all_axes(&n.mesh);
+            }
+            "unreduced" => {
+                self.c.pos += word.len();
+                if self.c.eat(b'=')? {
+                    n.reduction = self.reduction_op()?;
+                }
+                n.unreduced = if self.c.peek()? == Some(b'{') {
+                    self.axis_ref_list(&n.mesh)?
+                } else {
+                    NamedSharding::all_axes(&n.mesh)
+                };
+            }
+            _ => {
+                n.dims = self.dim_shardings(&n.mesh)?;
+                let mut seen: Vec<&str> = Vec::new();
+                loop {
+                    if self.c.eat(b'}')? {
+                        return self.finish_named(start, n, metadata);
+                    }
+                    self.c
+                        .expect(b',', "or '}' after the dimensions of a named sharding")?;
+                    self.c.skip_ws()?;
+                    let at = self.c.pos;
+                    let key = self.attr_name()?;
+                    if seen.contains(&key) {
+                        return Err(self
+                            .c
+                            .error_at(at, format!("'{key}=' is repeated in the sharding")));
+                    }
+                    seen.push(key);
+                    match key {
+                        "replicated" => n.replicated = self.axis_ref_list(&n.mesh)?,
+                        "manual" => n.manual = self.axis_ref_list(&n.mesh)?,
+                        "unreduced" => {
+                            if self.c.peek()? != Some(b'{') {
+                                n.reduction = self.reduction_op()?;
+                            }
+                            n.unreduced = self.axis_ref_list(&n.mesh)?;
+                        }
+                        "metadata" => metadata = self.single_or_list_metadata()?,
+                        _ => {
+                            return Err(self.c.error_at(
+                                at,
+                                format!("unexpected '{key}=' in a named sharding (expected replicated=, unreduced=, manual= or metadata=)"),
+                            ))
+                        }
+                    }
+                }
+            }
+        }
+        if self.c.eat(b',')? {
+            self.key("metadata", "or '}' after the sharding")?;
+            metadata = self.single_or_list_metadata()?;
+        }
+        self.c.expect(b'}', "to end the sharding")?;
+        self.finish_named(start, n, metadata)
+    }
+
+    /// Consumes `key=` or fails naming what was expected.
+    fn key(&mut self, key: &str, context: &str) -> PResult<()> {
+        self.c.skip_ws()?;
+        let at = self.c.pos;
+        let k = self.attr_name()?;
+        if k != key {
+            return Err(self
+                .c
+                .error_at(at, format!("expected '{key}=' {context}, found '{k}='")));
+        }
+        Ok(())
+    }
+
+    fn finish_named(
+        &mut self,
+        start: usize,
+        mut n: NamedSharding,
+        metadata: Vec<OpMetadata>,
+    ) -> PResult<Sharding> {
+        if n.unreduced.is_empty() {
+            // `unreduced=max{}`: nothing is unreduced, so nothing is left to reduce.
+            n.reduction = ReductionOp::Sum;
+        }
+        if let Err(e) = n.validate() {
+            return Err(self
+                .c
+                .error_at(start, format!("invalid named sharding: {e}")));
+        }
+        Ok(Sharding {
+            kind: ShardingKind::Named(Box::new(n)),
+            metadata,
+            shard_group: None,
+        })
+    }
+
+    /// `mesh['x'=2,'y'=4]` with an optional `, device_ids=(...)`, or
+    /// `single_device[device_id=N]` / `maximal_mesh[device_id=N]`.
+    fn mesh(&mut self) -> PResult<Mesh> {
+        let w = self.c.ident("a mesh")?;
+        if w != "mesh" {
+            self.c.expect(b'[', "after the single-device mesh")?;
+            self.key("device_id", "in a single-device mesh")?;
+            let d = self.c.int("a device id")?;
+            self.c.expect(b']', "to end the single-device mesh")?;
+            return Ok(Mesh::single_device(d));
+        }
+        self.c.expect(b'[', "after mesh")?;
+        let mut axes: Vec<MeshAxis> = Vec::new();
+        if !self.c.eat(b']')? {
+            loop {
+                let name = self.axis_name()?;
+                self.c.expect(b'=', "after the mesh axis name")?;
+                self.c.skip_ws()?;
+                let at = self.c.pos;
+                let size = self.c.int("a mesh axis size")?;
+                if size < 1 {
+                    return Err(self.c.error_at(
+                        at,
+                        format!("mesh axis sizes must be positive, found {size}"),
+                    ));
+                }
+                axes.push(MeshAxis { name, size });
+                if self.c.eat(b']')? {
+                    break;
+                }
+                self.c.expect(b',', "or ']' in the mesh axes")?;
+            }
+        }
+        let mut mesh = Mesh {
+            axes,
+            devices: MeshDevices::Iota,
+        };
+        let save = self.c.pos;
+        if self.c.eat(b',')? {
+            let word = self.c.peek_word()?;
+            if word != "device_ids" || self.c.b.get(self.c.pos + word.len()) != Some(&b'=') {
+                // The comma separates the mesh from what follows.
+                self.c.pos = save;
+                return Ok(mesh);
+            }
+            self.attr_name()?;
+            self.c.expect(b'(', "to start device_ids")?;
+            let n = mesh.num_devices();
+            let at = self.c.pos;
+            if self.c.peek()? == Some(b'[') {
+                let (reshape, perm) = self.iota_reshape()?;
+                self.c.expect(b')', "to end device_ids")?;
+                if reshape.iter().product::<i64>() != n || reshape.iter().any(|&r| r < 1) {
+                    return Err(self.c.error_at(
+                        at,
+                        format!(
+                            "the device_ids iota {reshape:?} does not hold the mesh's {n} devices"
+                        ),
+                    ));
+                }
+                let sizes: Vec<i64> = mesh.axes.iter().map(|a| a.size).collect();
+                mesh.devices = Mesh::canonical_iota(&sizes, &reshape, &perm);
+            } else {
+                let mut ids = Vec::new();
+                if !self.c.eat(b')')? {
+                    loop {
+                        ids.push(self.c.int("a device id")?);
+                        if self.c.eat(b')')? {
+                            break;
+                        }
+                        self.c.expect(b',', "or ')' in device_ids")?;
+                    }
+                }
+                if ids.len() as i64 != n {
+                    return Err(self.c.error_at(
+                        at,
+                        format!(
+                            "expected {n} device_ids for the mesh axes, found {}",
+                            ids.len()
+                        ),
+                    ));
+                }
+                mesh.devices = MeshDevices::Explicit(ids);
+            }
+        }
+        Ok(mesh)
+    }
+
+    /// A mesh axis name: quoted (`'x'`, `"x"`) or a bare identifier.
+    fn axis_name(&mut self) -> PResult<String> {
+        match self.c.peek()? {
+            Some(b'\'' | b'"') => self.c.any_quoted("an axis name"),
+            _ => Ok(self.c.ident("an axis name")?.to_string()),
+        }
+    }
+
+    /// `sum`, `max` or `min` after `unreduced=`.
+    fn reduction_op(&mut self) -> PResult<ReductionOp> {
+        self.c.skip_ws()?;
+        let at = self.c.pos;
+        let w = self.c.ident("sum, max or min")?;
+        Ok(match w {
+            "sum" => ReductionOp::Sum,
+            "max" => ReductionOp::Max,
+            "min" => ReductionOp::Min,
+            _ => {
+                return Err(self.c.error_at(
+                    at,
+                    format!("expected sum, max or min for the unreduced reduction, found '{w}'"),
+                ))
+            }
+        })
+    }
+
+    /// `'x'` or `'x':(2)2`: an axis of `mesh` by name (or by index, as XLA also accepts).
+    fn axis_ref(&mut self, mesh: &Mesh) -> PResult<AxisRef> {
+        self.c.skip_ws()?;
+        let at = self.c.pos;
+        let name = self.axis_name()?;
+        let axis = match mesh.axis_index(&name) {
+            Some(k) => k,
+            None => match name.parse::<usize>() {
+                Ok(k) if k < mesh.axes.len() => k,
+                _ => {
+                    return Err(self
+                        .c
+                        .error_at(at, format!("'{name}' is not an axis of the mesh")))
+                }
+            },
+        };
+        if !self.c.eat(b':')? {
+            return Ok(AxisRef::full(axis));
+        }
+        self.c.expect(b'(', "to start the sub-axis pre-size")?;
+        let pre = self.c.int("a sub-axis pre-size")?;
+        self.c.expect(b')', "after the sub-axis pre-size")?;
+        let size = self.c.int("a sub-axis size")?;
+        Ok(AxisRef::sub_axis(axis, pre, size))
+    }
+
+    /// `{'x', 'y':(1)2}`.
+    fn axis_ref_list(&mut self, mesh: &Mesh) -> PResult<Vec<AxisRef>> {
+        self.c.expect(b'{', "to start a list of axes")?;
+        let mut v = Vec::new();
+        if self.c.eat(b'}')? {
+            return Ok(v);
+        }
+        loop {
+            v.push(self.axis_ref(mesh)?);
+            if self.c.eat(b'}')? {
+                return Ok(v);
+            }
+            self.c.expect(b',', "or '}' in the list of axes")?;
+        }
+    }
+
+    /// `[{'x'}, {'y', ?}, {?}, {}]`: the axes of each dimension, `?` marking an open one.
+    fn dim_shardings(&mut self, mesh: &Mesh) -> PResult<Vec<DimSharding>> {
+        self.c.expect(
+            b'[',
+            "to start the dimensions of a named sharding (or replicated, manual, unreduced)",
+        )?;
+        let mut dims = Vec::new();
+        if self.c.eat(b']')? {
+            return Ok(dims);
+        }
+        loop {
+            self.c.expect(b'{', "to start the axes of a dimension")?;
+            let mut d = DimSharding {
+                axes: Vec::new(),
+                closed: true,
+            };
+            if !self.c.eat(b'}')? {
+                loop {
+                    if self.c.eat(b'?')? {
+                        d.closed = false;
+                        self.c
+                            .expect(b'}', "after '?' (it comes last in a dimension)")?;
+                        break;
+                    }
+                    d.axes.push(self.axis_ref(mesh)?);
+                    if self.c.eat(b'}')? {
+                        break;
+                    }
+                    self.c.expect(b',', "or '}' in the axes of a dimension")?;
+                }
+            }
+            dims.push(d);
+            if self.c.eat(b']')? {
+                return Ok(dims);
+            }
+            self.c.expect(b',', "or ']' between dimensions")?;
+        }
     }
 
     /// `[2,2]0,1,2,3` or `[2,2]<=[4]` or `[2,2]<=[2,2]T(1,0)`.

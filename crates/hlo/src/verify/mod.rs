@@ -1793,6 +1793,41 @@ fn validate_leaf(s: &Sharding, shape: &Shape, num_devices: Option<i64>) -> Resul
         | ShardingKind::Unreduced => Ok(()),
         ShardingKind::Maximal(d) => in_range(*d),
         ShardingKind::Tuple(_) => Err("a nested tuple sharding on a non-tuple shape".into()),
+        // XLA's `ValidateNonTuple` on a named leaf, after `VerifyNamedSharding`.
+        ShardingKind::Named(n) => {
+            n.validate()?;
+            if s.shard_group.is_some() {
+                return Err("a named sharding cannot be in a shard group".into());
+            }
+            if n.is_replicated() || n.is_manual() || n.is_unreduced() {
+                return Ok(());
+            }
+            if let Some(d) = n.mesh.single_device_id() {
+                return in_range(d);
+            }
+            let devices = n.num_devices();
+            if devices <= 1 {
+                return Err(format!(
+                    "the mesh has {devices} device(s): a sharding over one device is written {{replicated}} or single_device[...]"
+                ));
+            }
+            if n.dims.len() != shape.rank() {
+                return Err(format!(
+                    "the named sharding has {} dimension(s) but the shape {} has rank {}",
+                    n.dims.len(),
+                    shape_str(shape),
+                    shape.rank()
+                ));
+            }
+            if let Some(nd) = num_devices {
+                if devices != nd {
+                    return Err(format!(
+                        "the sharding should have {nd} devices but its mesh has {devices}"
+                    ));
+                }
+            }
+            Ok(())
+        }
         ShardingKind::Tiled(t) => {
             let ta = &t.tile_assignment;
             let dims = ta.dims();

@@ -1030,3 +1030,33 @@ fn replica_groups_and_iota_groups() {
     assert_eq!(msgs.len(), 1, "{msgs:?}");
     assert!(msgs[0].contains("replica 1 appears more than once"));
 }
+
+#[test]
+fn named_shardings_are_checked_against_shapes_and_devices() {
+    let text = "HloModule m, num_partitions=8\n\nENTRY e {\n  \
+        p0 = f32[8,4] parameter(0), sharding={mesh['x'=2,'y'=4], [{'x'}, {'y'}]}\n  \
+        p1 = f32[8] parameter(1), sharding={mesh['x'=2,'y'=4], [{'x'}, {'y'}]}\n  \
+        p2 = f32[8] parameter(2), sharding={mesh['x'=2,'y'=2], [{'x'}]}\n  \
+        p3 = f32[8,4,2] parameter(3), sharding={mesh['x'=2,'y'=4], [{}, {}]}\n  \
+        p4 = f32[8] parameter(4), sharding={single_device[device_id=9]}\n  \
+        p5 = f32[8] parameter(5), sharding={mesh['x'=2,'y'=4], [], manual={'x'}}\n  \
+        p6 = f32[8] parameter(6), sharding={mesh['x'=8], [{'x'}]}\n  \
+        ROOT t = (f32[8,4], f32[8], f32[8], f32[8,4,2], f32[8], f32[8], f32[8]) \
+        tuple(p0, p1, p2, p3, p4, p5, p6)\n}\n";
+    let mut m = crate::text::parse_module(text).unwrap();
+    m.config.use_spmd_partitioning = true;
+    let g = m.comp(m.entry().unwrap()).parameter(6).unwrap();
+    m.instr_mut(g).sharding.as_mut().unwrap().shard_group = Some(crate::sharding::ShardGroup {
+        id: 1,
+        shard_as: true,
+    });
+    let msgs = messages(&m, &VerifyOptions::default());
+    assert_eq!(msgs.len(), 5, "{msgs:#?}");
+    assert!(msgs[0].contains("%p1: invalid sharding: the named sharding has 2 dimension(s) but the shape f32[8] has rank 1"));
+    assert!(msgs[1]
+        .contains("%p2: invalid sharding: the sharding should have 8 devices but its mesh has 4"));
+    assert!(msgs[2].contains("%p4: invalid sharding: device 9 >= num_devices (8)"));
+    // `[], manual={'x'}` keeps 'y' replicated: a rank-0 list of dimensions on a rank-1 array.
+    assert!(msgs[3].contains("%p5: invalid sharding: the named sharding has 0 dimension(s)"));
+    assert!(msgs[4].contains("%p6: invalid sharding: a named sharding cannot be in a shard group"));
+}

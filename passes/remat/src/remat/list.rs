@@ -45,10 +45,6 @@ pub struct Item {
     pub(crate) prev_skip: ItemId,
     /// Strictly increasing along the list (only for items in the list).
     pub position: u64,
-    /// Generation counter for the fast search's lazily invalidated queue entries.
-    pub(crate) generation: u32,
-    /// Counted by the fast search as an item the scan would evaluate.
-    pub(crate) scan_counted: bool,
 }
 
 impl Item {
@@ -66,8 +62,6 @@ impl Item {
             next_skip: NIL,
             prev_skip: NIL,
             position: 0,
-            generation: 0,
-            scan_counted: false,
         }
     }
 }
@@ -179,6 +173,13 @@ impl InstructionList {
             i = self.items[i as usize].next;
         }
         out
+    }
+
+    /// Marks every item unplaced again.
+    pub fn reset_placement(&mut self) {
+        for it in &mut self.items {
+            it.placed = false;
+        }
     }
 
     /// Puts every item for which `promote` holds on the express lane, in list order.

@@ -108,6 +108,9 @@ pub struct RematOptions {
     pub print_summary: bool,
     /// Check the tracker's and the list's invariants after every change (slow).
     pub check_invariants: bool,
+    /// Keep the originals whose every use moved to a clone, and skip the DCE after the pass,
+    /// so the schedule is the pass's walk (every program point it measured). For evaluation.
+    pub keep_dead_originals: bool,
 }
 
 impl Default for RematOptions {
@@ -123,6 +126,7 @@ impl Default for RematOptions {
             compact_shape: CompactShape::Identity,
             print_summary: false,
             check_invariants: false,
+            keep_dead_originals: false,
         }
     }
 }
@@ -178,6 +182,11 @@ impl PassOptions for RematOptions {
             key: "check_invariants",
             default: "false",
             doc: "check the tracker after every change (slow)",
+        },
+        OptionDoc {
+            key: "keep_dead_originals",
+            default: "false",
+            doc: "keep originals left without uses and skip DCE (the schedule is the pass's walk)",
         },
     ];
 
@@ -244,6 +253,7 @@ impl PassOptions for RematOptions {
             }
             "print_summary" => self.print_summary = parse_bool(value)?,
             "check_invariants" => self.check_invariants = parse_bool(value)?,
+            "keep_dead_originals" => self.keep_dead_originals = parse_bool(value)?,
             _ => return Err(unknown_key(key, Self::DOCS)),
         }
         Ok(())
@@ -477,6 +487,7 @@ impl Rematerialization {
             over_limit: Vec::new(),
             computations: Vec::new(),
             comp_names: None,
+            trackers: Vec::new(),
         };
         for c in computation_post_order(module, false) {
             if matches!(
@@ -498,12 +509,14 @@ impl Rematerialization {
             }
             // Rematerialization leaves originals whose uses all moved to clones dead: sweep them
             // in one pass per computation, then let DCE do the rest (dead computations).
-            let done: Vec<CompId> = st.done.iter().copied().collect();
-            changed |= sweep_dead(module, &done)?;
-            let mut dce = Dce::with_options(Default::default());
-            changed |= dce
-                .run(module)
-                .map_err(|e| RematError::Internal(format!("dce after rematerialization: {e}")))?;
+            if !self.options.keep_dead_originals {
+                let done: Vec<CompId> = st.done.iter().copied().collect();
+                changed |= sweep_dead(module, &done)?;
+                let mut dce = Dce::with_options(Default::default());
+                changed |= dce.run(module).map_err(|e| {
+                    RematError::Internal(format!("dce after rematerialization: {e}"))
+                })?;
+            }
         }
         let after = st.peak[entry.index()].unwrap_or(0) + output_size;
         summary.peak_after = after;
@@ -628,6 +641,8 @@ struct State<'a> {
     computations: Vec<String>,
     /// Set once a fusion computation was cloned.
     comp_names: Option<CompNames>,
+    /// The trackers `compute_peak_memory` built, reset, by computation.
+    trackers: Vec<Option<Tracker<'a>>>,
 }
 
 fn sequence(module: &Module, c: CompId) -> Result<Vec<InstrId>, RematError> {
@@ -657,16 +672,10 @@ impl<'a> State<'a> {
             .sum()
     }
 
-    fn compute_peak_memory(&self, module: &Module, c: CompId) -> Result<i64, RematError> {
-        let list = InstructionList::new(&sequence(module, c)?);
-        let mut t = Tracker::new(
-            module,
-            self.points_to,
-            c,
-            list,
-            self.size_fn,
-            self.opts.mode,
-        )?;
+    /// The peak of `c` along its sequence. The tracker built for it is kept (reset) for
+    /// `rematerialize_computation`, which would otherwise build the same one again.
+    fn compute_peak_memory(&mut self, module: &Module, c: CompId) -> Result<i64, RematError> {
+        let mut t = self.new_tracker(module, c)?;
         let mut peak = t.memory_usage();
         let mut item = t.list.first();
         while item != NIL {
@@ -676,7 +685,24 @@ impl<'a> State<'a> {
             t.end_instruction()?;
             item = t.list.next(item);
         }
+        t.reset();
+        if self.trackers.len() <= c.index() {
+            self.trackers.resize_with(c.index() + 1, || None);
+        }
+        self.trackers[c.index()] = Some(t);
         Ok(peak)
+    }
+
+    fn new_tracker(&self, module: &Module, c: CompId) -> Result<Tracker<'a>, RematError> {
+        let list = InstructionList::new(&sequence(module, c)?);
+        Tracker::new(
+            module,
+            self.points_to,
+            c,
+            list,
+            self.size_fn,
+            self.opts.mode,
+        )
     }
 
     fn check(&self, module: &Module, t: &Tracker) -> Result<(), RematError> {
@@ -700,36 +726,22 @@ impl<'a> State<'a> {
             )));
         }
         self.computations.push(module.comp(c).name.clone());
-        let list = InstructionList::new(&sequence(module, c)?);
-        let mut t = Tracker::new(
-            module,
-            self.points_to,
-            c,
-            list,
-            self.size_fn,
-            self.opts.mode,
-        )?;
-        let min_remat_size = self.opts.min_remat_size;
-        let sizes: Vec<(ItemId, i64)> = {
-            let mut v = Vec::new();
-            let mut it = t.list.first();
-            while it != NIL {
-                v.push((it, t.item_allocated_size(it)));
-                it = t.list.next(it);
-            }
-            v
+        let mut t = match self.trackers.get_mut(c.index()).and_then(Option::take) {
+            Some(t) => t,
+            None => self.new_tracker(module, c)?,
         };
-        let promote: HashSet<ItemId> = sizes
-            .iter()
-            .filter(|(_, s)| *s >= min_remat_size)
-            .map(|(i, _)| *i)
-            .collect();
-        let mut k = 0usize;
-        let order: Vec<ItemId> = sizes.iter().map(|(i, _)| *i).collect();
+        let min_remat_size = self.opts.min_remat_size;
+        // Items allocating at least min_remat_size go on the express lane (in list order).
+        let mut promote = Vec::with_capacity(t.list.len());
+        let mut it = t.list.first();
+        while it != NIL {
+            promote.push(t.item_allocated_size(it) >= min_remat_size);
+            it = t.list.next(it);
+        }
+        let mut k = 0;
         t.list.promote_nodes_to_skip(|_| {
-            let yes = promote.contains(&order[k]);
             k += 1;
-            yes
+            promote[k - 1]
         });
         self.check(module, &t)?;
 
@@ -742,7 +754,7 @@ impl<'a> State<'a> {
         let peak_before = self.peak[c.index()].unwrap_or(0);
         let use_fast =
             self.opts.search == SearchKind::Fast && self.opts.mode == RematMode::Recompute;
-        let mut queue = FastQueue::new(memory_limit);
+        let mut queue = FastQueue::new(memory_limit, self.opts.block_size_limit);
         let mut worst: Option<(i64, InstrId)> = None;
 
         let mut item = t.list.first();
@@ -760,8 +772,8 @@ impl<'a> State<'a> {
                 let mut first_effort = 0i64;
                 let mut second_effort = 0i64;
                 while t.memory_usage() + callee > memory_limit {
-                    let pick = if use_fast && min_block == 1 && max_block == 1 {
-                        queue.pick(&mut t, module, &mut cache)
+                    let pick = if use_fast {
+                        queue.pick(&mut t, module, &mut cache, min_block, max_block)
                     } else {
                         let compact_fn = self.compact_fn;
                         let mut compact = |i: InstrId| compact_fn(&module.instr(i).shape);
@@ -780,6 +792,11 @@ impl<'a> State<'a> {
                         self.apply_pick(module, &mut t, &pick, &mut remat_moves)?;
                     if use_fast {
                         queue.absorb_revivals(&mut t, module, &mut cache);
+                        if self.opts.check_invariants {
+                            queue
+                                .check(&t, module, &mut cache)
+                                .map_err(RematError::Internal)?;
+                        }
                     }
                     self.check(module, &t)?;
                     net_added += added;
@@ -833,6 +850,11 @@ impl<'a> State<'a> {
             t.end_instruction()?;
             if use_fast {
                 queue.on_end(&mut t, module, &mut cache, item);
+                if self.opts.check_invariants {
+                    queue
+                        .check(&t, module, &mut cache)
+                        .map_err(RematError::Internal)?;
+                }
             }
             item = t.list.next(item);
         }

@@ -17,6 +17,8 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
+use smallvec::SmallVec;
+
 use tessera_hlo::{InstrId, Module, Opcode, Shape};
 
 use super::list::{ItemId, NIL};
@@ -255,35 +257,105 @@ pub fn pick_faithful(
 struct Entry {
     cost: i64,
     position: u64,
-    item: ItemId,
+    /// The block's first item.
+    start: ItemId,
     generation: u32,
 }
 
-/// The priority queue of single-item recompute candidates of one computation.
+/// The priority queues of recompute candidates of one computation: one heap per block size
+/// `1..=max_block`, each holding blocks by their first item.
+///
+/// An item is *good* when the scan may put it in a block: finished, not denylisted,
+/// rematerializable, no control successor placed. The scan's candidates at a block size `b`
+/// are the express items whose run of consecutive good items (along the list, from the item
+/// on) is at least `b` long. The queue keeps that run length per item (capped at
+/// `max_block`) and how many express items have each length, which gives the number of
+/// candidates the scan evaluates in a phase without scanning. Only the most recently finished
+/// items change runs: finishing an item extends the runs that ended just before it (at most
+/// `max_block - 1` items back), and a placed control successor shortens the runs through its
+/// predecessor.
 pub struct FastQueue {
-    heap: BinaryHeap<Reverse<Entry>>,
+    heaps: Vec<BinaryHeap<Reverse<Entry>>>,
+    /// Current generation of each (block size, first item); older entries are stale.
+    generations: Vec<Vec<u32>>,
+    /// Per item: length of its run of good items, capped at `max_block`.
+    runs: Vec<u32>,
+    /// Per run length: express items with that run (grown on demand, as are the heaps: the
+    /// block size limit is user input and may be far above any run).
+    run_counts: Vec<i64>,
+    max_block: usize,
     memory_limit: i64,
     renumberings: u64,
-    /// How many candidates the scan would evaluate now (finished express items that are not
-    /// denylisted, can be rematerialized and have no placed control successor): reported as
-    /// the pick's effort, so the block phase gets the same budget with either search.
-    scan_effort: i64,
     /// Entries popped, summed over all picks.
     pub pops: i64,
 }
 
 impl FastQueue {
-    pub fn new(memory_limit: i64) -> FastQueue {
+    pub fn new(memory_limit: i64, max_block: usize) -> FastQueue {
+        let max_block = max_block.max(1);
         FastQueue {
-            heap: BinaryHeap::new(),
+            heaps: Vec::new(),
+            generations: Vec::new(),
+            runs: Vec::new(),
+            run_counts: vec![0; 2],
+            max_block,
             memory_limit,
             renumberings: 0,
-            scan_effort: 0,
             pops: 0,
         }
     }
 
-    /// Accounting when `item` starts: its control predecessors can no longer be cloned.
+    fn run(&self, item: ItemId) -> usize {
+        self.runs.get(item as usize).copied().unwrap_or(0) as usize
+    }
+
+    fn set_run(&mut self, tracker: &Tracker, item: ItemId, run: usize) {
+        if self.runs.len() <= item as usize {
+            self.runs
+                .resize(tracker.list.len().max(item as usize + 1), 0);
+        }
+        let old = self.runs[item as usize] as usize;
+        if self.run_counts.len() <= run {
+            self.run_counts.resize(run + 1, 0);
+        }
+        if tracker.list.item(item).is_skip_node {
+            self.run_counts[old] -= 1;
+            self.run_counts[run] += 1;
+        }
+        self.runs[item as usize] = run as u32;
+    }
+
+    /// True if the scan may put a finished `item` in a block.
+    fn good(
+        tracker: &Tracker,
+        module: &Module,
+        cache: &mut RematerializableCache,
+        item: ItemId,
+    ) -> bool {
+        let it = tracker.list.item(item);
+        it.placed
+            && item != tracker.in_progress()
+            && !it.denylisted
+            && cache.get(module, it.instr)
+            && !control_successor_placed(tracker, module, item)
+    }
+
+    /// Candidates the scan evaluates for blocks of `min..=max` items: every express item with
+    /// a run of `b` good items counts once for each `b` in range.
+    pub fn effort(&self, min: usize, max: usize) -> i64 {
+        let max = max.min(self.max_block);
+        (1..self.run_counts.len())
+            .map(|r| {
+                let sizes = (r + 1)
+                    .saturating_sub(min)
+                    .min((max + 1).saturating_sub(min));
+                self.run_counts[r] * sizes as i64
+            })
+            .sum()
+    }
+
+    /// Accounting when `item` starts: its control predecessors can no longer be cloned, which
+    /// ends every run through them.
     pub fn on_begin(&mut self, tracker: &mut Tracker, module: &Module, item: ItemId) {
         let preds = module
             .instr(tracker.list.item(item).instr)
@@ -291,14 +363,22 @@ impl FastQueue {
             .to_vec();
         for p in preds {
             let pi = tracker.list.get(p);
-            if pi != NIL && tracker.list.item(pi).scan_counted {
-                tracker.list.item_mut(pi).scan_counted = false;
-                self.scan_effort -= 1;
+            if pi == NIL || self.run(pi) == 0 {
+                continue;
+            }
+            self.set_run(tracker, pi, 0);
+            let mut y = tracker.list.prev(pi);
+            let mut d = 1;
+            while y != NIL && d < self.max_block && self.run(y) > d {
+                self.set_run(tracker, y, d);
+                y = tracker.list.prev(y);
+                d += 1;
             }
         }
     }
 
-    /// Accounting and queueing when `item` is finished.
+    /// Accounting and queueing when `item` is finished: the runs that ended just before it
+    /// grow by one, and the blocks ending at it are queued.
     pub fn on_end(
         &mut self,
         tracker: &mut Tracker,
@@ -306,82 +386,136 @@ impl FastQueue {
         cache: &mut RematerializableCache,
         item: ItemId,
     ) {
-        let it = tracker.list.item(item);
-        if it.is_skip_node
-            && !it.denylisted
-            && cache.get(module, it.instr)
-            && !control_successor_placed(tracker, module, item)
-        {
-            tracker.list.item_mut(item).scan_counted = true;
-            self.scan_effort += 1;
+        if !Self::good(tracker, module, cache, item) {
+            // A not-good item can still be a single-item entry that never qualifies; nothing
+            // to queue.
+            return;
         }
-        self.push(tracker, module, cache, item);
+        self.set_run(tracker, item, 1);
+        let mut y = tracker.list.prev(item);
+        let mut d = 1;
+        while y != NIL && d < self.max_block && self.run(y) == d {
+            self.set_run(tracker, y, d + 1);
+            y = tracker.list.prev(y);
+            d += 1;
+        }
+        // Blocks ending at `item`: sizes 1..=max_block, each starting b - 1 items back.
+        let mut s = item;
+        for b in 1..=self.max_block {
+            if s == NIL || self.run(s) < b {
+                break;
+            }
+            if tracker.list.item(s).is_skip_node {
+                self.push(tracker, module, cache, s, b);
+            }
+            s = tracker.list.prev(s);
+        }
     }
 
-    /// The cost the item would have now if the current instruction did not use it; `None` if
-    /// it is not a candidate (and cannot become one unless one of its buffers revives).
+    /// The items of the block of `size` starting at `start` (fewer if the list ends).
+    fn block(tracker: &Tracker, start: ItemId, size: usize) -> SmallVec<[ItemId; 8]> {
+        let mut out = SmallVec::new();
+        let mut it = start;
+        while out.len() < size && it != NIL {
+            out.push(it);
+            it = tracker.list.next(it);
+        }
+        out
+    }
+
+    /// The block's cost and position as if the current instruction used none of its
+    /// buffers; `None` if it is not a candidate (and cannot become one unless one of its
+    /// buffers revives).
     fn key(
         &self,
         tracker: &Tracker,
         module: &Module,
         cache: &mut RematerializableCache,
-        item: ItemId,
+        start: ItemId,
+        size: usize,
     ) -> Option<(i64, u64)> {
-        let it = tracker.list.item(item);
-        if !it.placed
-            || item == tracker.in_progress()
-            || !it.is_skip_node
-            || it.denylisted
-            || !cache.get(module, it.instr)
-            || control_successor_placed(tracker, module, item)
-        {
+        let first = tracker.list.item(start);
+        if !first.is_skip_node {
             return None;
         }
-        let mut reduced = 0;
-        for &b in &it.buffers_defined {
-            let buf = &tracker.buffers[b as usize];
-            if buf.has_indirect_uses || buf.live_out || buf.index.len() > 1 {
+        let block = Self::block(tracker, start, size);
+        if block.len() < size {
+            return None;
+        }
+        for &it in &block {
+            if !Self::good(tracker, module, cache, it) {
                 return None;
             }
-            if tracker.is_currently_live(b) {
-                reduced += tracker.allocated_size(b);
-            }
         }
-        for &b in &it.buffers_used {
-            if !tracker.is_currently_live(b) {
-                reduced -= tracker.allocated_size(b);
-            }
-        }
+        let reduced = tracker.memory_reduced(&block, false);
         if reduced <= 0 {
             return None;
         }
-        let cost = remat_cost(tracker, module, &[item], reduced, self.memory_limit);
-        Some((cost, it.position))
+        let cost = remat_cost(tracker, module, &block, reduced, self.memory_limit);
+        Some((cost, first.position))
     }
 
-    /// Queues `item` with its current key (replacing any older entry).
-    pub fn push(
+    /// Queues the block with its current key (replacing any older entry).
+    fn push(
         &mut self,
-        tracker: &mut Tracker,
+        tracker: &Tracker,
         module: &Module,
         cache: &mut RematerializableCache,
-        item: ItemId,
+        start: ItemId,
+        size: usize,
     ) {
-        let key = self.key(tracker, module, cache, item);
-        let it = tracker.list.item_mut(item);
-        it.generation = it.generation.wrapping_add(1);
+        let key = self.key(tracker, module, cache, start, size);
+        if self.heaps.len() < size {
+            self.heaps.resize_with(size, BinaryHeap::new);
+            self.generations.resize_with(size, Vec::new);
+        }
+        let gens = &mut self.generations[size - 1];
+        if gens.len() <= start as usize {
+            gens.resize(tracker.list.len().max(start as usize + 1), 0);
+        }
+        gens[start as usize] = gens[start as usize].wrapping_add(1);
         if let Some((cost, position)) = key {
-            self.heap.push(Reverse(Entry {
+            self.heaps[size - 1].push(Reverse(Entry {
                 cost,
                 position,
-                item,
-                generation: it.generation,
+                start,
+                generation: gens[start as usize],
             }));
         }
     }
 
-    /// Re-queues the items whose keys may have improved: the definers and placed users of
-    /// buffers that came back to life.
+    fn generation(&self, size: usize, start: ItemId) -> u32 {
+        self.generations
+            .get(size - 1)
+            .and_then(|g| g.get(start as usize))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Queues again every block that contains `item` (its key may have improved).
+    fn push_blocks_containing(
+        &mut self,
+        tracker: &Tracker,
+        module: &Module,
+        cache: &mut RematerializableCache,
+        item: ItemId,
+    ) {
+        let mut s = item;
+        for back in 0..self.max_block {
+            if s == NIL || self.run(s) <= back {
+                break;
+            }
+            if tracker.list.item(s).is_skip_node {
+                for b in back + 1..=self.run(s) {
+                    self.push(tracker, module, cache, s, b);
+                }
+            }
+            s = tracker.list.prev(s);
+        }
+    }
+
+    /// Re-queues the blocks whose keys may have improved: those holding the definers and
+    /// placed users of buffers that came back to life.
     pub fn absorb_revivals(
         &mut self,
         tracker: &mut Tracker,
@@ -397,7 +531,7 @@ impl FastQueue {
             items.dedup();
             for it in items {
                 if tracker.list.item(it).placed && it != tracker.in_progress() {
-                    self.push(tracker, module, cache, it);
+                    self.push_blocks_containing(tracker, module, cache, it);
                 }
             }
         }
@@ -413,66 +547,124 @@ impl FastQueue {
             return;
         }
         self.renumberings = tracker.list.renumberings;
-        self.heap.clear();
+        for h in &mut self.heaps {
+            h.clear();
+        }
         let mut it = tracker.list.first();
         while it != NIL {
-            if tracker.list.item(it).placed {
-                self.push(tracker, module, cache, it);
+            if tracker.list.item(it).is_skip_node {
+                for b in 1..=self.run(it) {
+                    self.push(tracker, module, cache, it, b);
+                }
             }
             it = tracker.list.next(it);
         }
     }
 
-    /// The best single item to recompute now, as [`pick_faithful`] with blocks of one would
-    /// choose it.
+    /// The best block of `min..=max` items to recompute now, as [`pick_faithful`] would
+    /// choose it: least cost, then earliest first item, then fewest items.
     pub fn pick(
         &mut self,
         tracker: &mut Tracker,
         module: &Module,
         cache: &mut RematerializableCache,
+        min: usize,
+        max: usize,
     ) -> Pick {
         self.absorb_revivals(tracker, module, cache);
         self.rebuild_if_renumbered(tracker, module, cache);
-        let mut best: Option<(i64, u64, ItemId)> = None;
-        let mut keep: Vec<Entry> = Vec::new();
-        while let Some(&Reverse(top)) = self.heap.peek() {
-            if let Some((c, p, _)) = best {
-                if (top.cost, top.position) > (c, p) {
-                    break;
+        // Sizes without a heap never had a candidate.
+        let max = max.min(self.max_block).min(self.heaps.len());
+        let mut best: Option<(i64, u64, usize, ItemId)> = None;
+        for size in min.max(1)..=max {
+            let mut keep: Vec<Entry> = Vec::new();
+            while let Some(&Reverse(top)) = self.heaps[size - 1].peek() {
+                if let Some((c, p, b, _)) = best {
+                    if (top.cost, top.position, size) > (c, p, b) {
+                        break;
+                    }
+                }
+                self.heaps[size - 1].pop();
+                if self.generation(size, top.start) != top.generation {
+                    continue;
+                }
+                self.pops += 1;
+                let Some(key) = self.key(tracker, module, cache, top.start, size) else {
+                    let g = &mut self.generations[size - 1][top.start as usize];
+                    *g = g.wrapping_add(1);
+                    continue;
+                };
+                if key > (top.cost, top.position) {
+                    self.push(tracker, module, cache, top.start, size);
+                    continue;
+                }
+                keep.push(top);
+                // The key ignores whether the current instruction uses the block's buffers.
+                let block = Self::block(tracker, top.start, size);
+                let reduced = tracker.memory_reduced_if_rematerialized(&block);
+                if reduced > 0 {
+                    let cost = remat_cost(tracker, module, &block, reduced, self.memory_limit);
+                    let cand = (cost, top.position, size, top.start);
+                    if best.is_none_or(|b| (cand.0, cand.1, cand.2) < (b.0, b.1, b.2)) {
+                        best = Some(cand);
+                    }
                 }
             }
-            self.heap.pop();
-            if tracker.list.item(top.item).generation != top.generation {
-                continue;
+            for e in keep {
+                self.heaps[size - 1].push(Reverse(e));
             }
-            self.pops += 1;
-            let Some(key) = self.key(tracker, module, cache, top.item) else {
-                let it = tracker.list.item_mut(top.item);
-                it.generation = it.generation.wrapping_add(1);
-                continue;
-            };
-            if key > (top.cost, top.position) {
-                self.push(tracker, module, cache, top.item);
-                continue;
-            }
-            keep.push(top);
-            // The key ignores whether the current instruction uses the item's buffers.
-            let reduced = tracker.memory_reduced_if_rematerialized(&[top.item]);
-            if reduced > 0 {
-                let cost = remat_cost(tracker, module, &[top.item], reduced, self.memory_limit);
-                let cand = (cost, top.position, top.item);
-                if best.is_none_or(|b| (cand.0, cand.1) < (b.0, b.1)) {
-                    best = Some(cand);
-                }
-            }
-        }
-        for e in keep {
-            self.heap.push(Reverse(e));
         }
         Pick {
-            items: best.map(|b| vec![b.2]).unwrap_or_default(),
+            items: best
+                .map(|b| Self::block(tracker, b.3, b.2).to_vec())
+                .unwrap_or_default(),
             strategy: Strategy::Recompute,
-            effort: self.scan_effort,
+            effort: self.effort(min, max),
         }
+    }
+
+    /// Checks the run lengths and their counts against a direct computation (slow; for
+    /// `check_invariants` runs).
+    pub fn check(
+        &self,
+        tracker: &Tracker,
+        module: &Module,
+        cache: &mut RematerializableCache,
+    ) -> Result<(), String> {
+        let mut counts = vec![0i64; self.run_counts.len().max(2)];
+        let mut it = tracker.list.first();
+        while it != NIL {
+            let mut run = 0;
+            let mut x = it;
+            while x != NIL && run < self.max_block && Self::good(tracker, module, cache, x) {
+                run += 1;
+                x = tracker.list.next(x);
+            }
+            if run != self.run(it) {
+                return Err(format!(
+                    "item {it}: run of {run} good items, the queue has {}",
+                    self.run(it)
+                ));
+            }
+            if tracker.list.item(it).is_skip_node {
+                if counts.len() <= run {
+                    counts.resize(run + 1, 0);
+                }
+                counts[run] += 1;
+            }
+            it = tracker.list.next(it);
+        }
+        // Items never finished count as run 0 in both; compare the lengths that matter.
+        counts.resize(self.run_counts.len().max(counts.len()), 0);
+        let mut have = self.run_counts.clone();
+        have.resize(counts.len(), 0);
+        if counts[1..] != have[1..] {
+            return Err(format!(
+                "run counts {:?}, the queue has {:?}",
+                &counts[1..],
+                &have[1..]
+            ));
+        }
+        Ok(())
     }
 }

@@ -116,3 +116,75 @@ fn compact_and_padded_sizes() {
     );
     assert_eq!(size_pad_minor_to_64(&c), 2 * 64 * 4);
 }
+
+/// A block size limit far above any run (user input) costs nothing extra: the queue's tables
+/// grow with the runs, not with the limit, and both searches still agree.
+#[test]
+fn huge_block_size_limit() {
+    let mut outs = Vec::new();
+    for search in [SearchKind::Fast, SearchKind::Faithful] {
+        let (text, s) = run(
+            SINGLE,
+            RematOptions {
+                memory_limit: Some(1),
+                block_size_limit: 1 << 40,
+                search,
+                ..RematOptions::default()
+            },
+        );
+        assert!(!s.limit_met);
+        outs.push((text, s.peak_after, s.instructions_rematerialized, s.effort));
+    }
+    assert_eq!(outs[0], outs[1]);
+}
+
+/// `keep_dead_originals` leaves the originals whose uses all moved to clones (and skips DCE):
+/// the schedule is the walk, every original and every clone, while the default sweeps the
+/// moved originals away.
+#[test]
+fn keep_dead_originals_keeps_the_walk() {
+    let mut o = RematOptions::default();
+    o.set("keep_dead_originals", "true").unwrap();
+    assert!(o.keep_dead_originals);
+    assert!(o.set("keep_dead_originals", "maybe").is_err());
+    let mut with_moves = 0;
+    for seed in 0..20 {
+        let m = crate::gen::random_dag(20, 2, 16, seed);
+        let peak = crate::peak_memory(&m, m.schedule.as_ref().unwrap(), &shape_size)
+            .unwrap()
+            .peak_bytes;
+        let opts = RematOptions {
+            memory_limit: Some(peak * 9 / 10),
+            check_invariants: true,
+            ..RematOptions::default()
+        };
+        let mut swept = m.clone();
+        let s = Rematerialization::new(opts.clone())
+            .run_with_summary(&mut swept)
+            .unwrap();
+        let mut walk = m.clone();
+        let w = Rematerialization::new(RematOptions {
+            keep_dead_originals: true,
+            ..opts
+        })
+        .run_with_summary(&mut walk)
+        .unwrap();
+        tessera_hlo::verify::verify(&walk, &Default::default()).unwrap();
+        // The same decisions; the walk keeps every original and every clone.
+        assert_eq!(s.instructions_rematerialized, w.instructions_rematerialized);
+        assert_eq!(s.peak_after, w.peak_after);
+        assert_eq!(
+            w.instructions_after as i64,
+            w.instructions_before as i64 + w.instructions_rematerialized
+        );
+        assert_eq!(
+            s.instructions_after as i64,
+            s.instructions_before as i64 + s.net_instructions_added
+        );
+        if s.net_instructions_added < s.instructions_rematerialized {
+            with_moves += 1;
+            assert!(s.instructions_after < w.instructions_after);
+        }
+    }
+    assert!(with_moves > 3, "only {with_moves} runs moved a value");
+}

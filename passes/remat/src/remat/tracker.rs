@@ -12,6 +12,7 @@
 //! the caller and count zero bytes.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
 use smallvec::SmallVec;
 use tessera_hlo::analysis::{BufferId as LogicalId, ShapeIndex, TuplePointsTo};
@@ -44,6 +45,31 @@ pub struct Buffer {
     pub unfinished_user_count: i64,
     /// Defined by a parameter: owned by the caller, zero bytes here.
     pub defined_by_parameter: bool,
+}
+
+/// A hasher for dense integer ids (a multiply and a rotate; SipHash costs more than the
+/// tracker's own work on long computations).
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(b as u64);
+        }
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(n as u64);
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
 }
 
 /// True for instructions that pass the buffers they use on to their users and that
@@ -90,7 +116,7 @@ impl<'f> Tracker<'f> {
             .ok_or_else(|| RematError::Malformed(format!("computation {} has no root", c.name)))?;
         let mut live_out = points_to.points_to(root).flattened();
         live_out.sort();
-        let mut to_id: HashMap<LogicalId, u32> = HashMap::new();
+        let mut to_id: HashMap<LogicalId, u32, BuildHasherDefault<IdHasher>> = HashMap::default();
         let mut item = t.list.first();
         while item != NIL {
             let instr = t.list.item(item).instr;
@@ -199,6 +225,24 @@ impl<'f> Tracker<'f> {
             defined_by_parameter,
         });
         id
+    }
+
+    /// Back to the state `new` left: nothing placed, every buffer waiting for all its users.
+    /// Only valid while the list holds the items `new` made (no insertions).
+    pub fn reset(&mut self) {
+        self.memory_usage = 0;
+        self.in_progress = NIL;
+        self.revived.clear();
+        self.list.reset_placement();
+        for b in &mut self.buffers {
+            let mut distinct: SmallVec<[ItemId; 4]> = SmallVec::new();
+            for u in &b.users {
+                if !distinct.contains(&u.user) {
+                    distinct.push(u.user);
+                }
+            }
+            b.unfinished_user_count = distinct.len() as i64;
+        }
     }
 
     pub fn size_of(&self, shape: &Shape) -> i64 {
@@ -328,6 +372,12 @@ impl<'f> Tracker<'f> {
     /// buffers are freed; dead operands they need (other than ones the block defines) become
     /// live across this point again.
     pub fn memory_reduced_if_rematerialized(&self, items: &[ItemId]) -> i64 {
+        self.memory_reduced(items, true)
+    }
+
+    /// [`Tracker::memory_reduced_if_rematerialized`]; with `check_in_use` false, as if the
+    /// current instruction used none of the block's buffers (the fast search's keys).
+    pub fn memory_reduced(&self, items: &[ItemId], check_in_use: bool) -> i64 {
         let mut reduced = 0;
         for (k, &item) in items.iter().enumerate() {
             let it = self.list.item(item);
@@ -339,7 +389,7 @@ impl<'f> Tracker<'f> {
                 if buf.has_indirect_uses || buf.live_out || buf.index.len() > 1 {
                     return 0;
                 }
-                if self.is_in_use(b) {
+                if check_in_use && self.is_in_use(b) {
                     return 0;
                 }
                 if self.is_currently_live(b) {

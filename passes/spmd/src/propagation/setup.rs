@@ -11,6 +11,180 @@ use super::{
     expand, has_unknown, is_shard_barrier, leaf_range, remove_with_edges, Flags, Propagator, Sh,
 };
 
+/// What [`named_to_tiled`] replaced, for [`restore_named`].
+#[derive(Default)]
+pub(super) struct NamedSwaps {
+    /// (instruction, its named sharding, the tiled equivalent put in its place).
+    swapped: Vec<(InstrId, Sharding, Sharding)>,
+    /// Every instruction's sharding as the pass received it (tiled equivalents in place),
+    /// indexed by instruction; empty when the module had no named sharding.
+    before: Vec<Option<Sharding>>,
+    /// The distinct named array shardings of the input (metadata dropped) with their rank and
+    /// tiled equivalent.
+    candidates: Vec<(usize, Sharding, Sharding)>,
+}
+
+/// Replaces every named (mesh) sharding by its tiled equivalent (XLA's `V3ToV2Sharding`).
+/// A named sharding that does not fit its instruction's shape is an error naming the
+/// instruction.
+pub(super) fn named_to_tiled(module: &mut Module) -> Result<NamedSwaps> {
+    let mut sw = NamedSwaps::default();
+    for &c in module.computations() {
+        for &id in module.comp(c).instructions() {
+            let i = module.instr(id);
+            let Some(s) = i.sharding.as_ref().filter(|s| s.has_named()) else {
+                continue;
+            };
+            let fail = |e: String| {
+                PassError::Failed(format!(
+                    "sharding-propagation: %{}: named sharding: {e}",
+                    i.name
+                ))
+            };
+            let t = s.to_tiled_for(&i.shape).map_err(fail)?;
+            let leaves: Vec<&Sharding> = match &s.kind {
+                ShardingKind::Tuple(e) => e.iter().collect(),
+                _ => vec![s],
+            };
+            let shapes = leaf_shapes(&i.shape);
+            for (k, leaf) in leaves.into_iter().enumerate() {
+                let (Some(n), Some(shape)) = (leaf.as_named(), shapes.get(k).or(shapes.first()))
+                else {
+                    continue;
+                };
+                if !shape.is_array() || n.dims.len() != shape.rank() {
+                    continue;
+                }
+                let named = Sharding::named(n.clone());
+                if sw.candidates.iter().all(|(_, _, x)| *x != named) {
+                    let tiled = n.to_tiled(Some(shape.rank())).map_err(fail)?.normalized();
+                    sw.candidates.push((shape.rank(), tiled, named));
+                }
+            }
+            sw.swapped.push((id, s.clone(), t));
+        }
+    }
+    if sw.swapped.is_empty() {
+        return Ok(sw);
+    }
+    for (id, _, t) in &sw.swapped {
+        module.instr_mut(*id).sharding = Some(t.clone());
+    }
+    sw.before = (0..module.instr_capacity())
+        .map(|k| {
+            module
+                .try_instr(InstrId::new(k))
+                .and_then(|i| i.sharding.clone())
+        })
+        .collect();
+    Ok(sw)
+}
+
+/// Gives back the named spelling: to every instruction whose sharding is still the tiled
+/// equivalent [`named_to_tiled`] put there (metadata the pass gave it is kept), and, for a
+/// sharding the pass made, to every array leaf that means the same as one of the input's
+/// named shardings of the same rank (XLA's pass hands a named sharding on unchanged to the
+/// users it reaches, e.g. through element-wise instructions).
+pub(super) fn restore_named(module: &mut Module, sw: &NamedSwaps) {
+    if sw.swapped.is_empty() {
+        return;
+    }
+    let mut restored = vec![false; sw.before.len()];
+    for (id, original, tiled) in &sw.swapped {
+        let Some(now) = module.try_instr(*id).and_then(|i| i.sharding.as_ref()) else {
+            continue;
+        };
+        if same_layout(now, tiled) {
+            let mut back = original.clone();
+            copy_metadata(&mut back, now);
+            module.instr_mut(*id).sharding = Some(back);
+            restored[id.index()] = true;
+        }
+    }
+    for k in 0..module.instr_capacity() {
+        let id = InstrId::new(k);
+        let Some(i) = module.try_instr(id) else {
+            continue;
+        };
+        let before = sw.before.get(k).cloned().flatten();
+        let (Some(now), false) = (i.sharding.as_ref(), restored.get(k) == Some(&true)) else {
+            continue;
+        };
+        if Some(now) == before.as_ref() {
+            continue;
+        }
+        let shapes = leaf_shapes(&i.shape);
+        let back = |leaf: &Sharding, shape: Option<&&Shape>| -> Option<Sharding> {
+            let shape = shape.filter(|s| s.is_array())?;
+            let n = leaf.normalized();
+            let (_, _, named) = sw
+                .candidates
+                .iter()
+                .find(|(r, t, _)| *r == shape.rank() && t.kind == n.kind)?;
+            let mut out = named.clone();
+            out.metadata = leaf.metadata.clone();
+            Some(out)
+        };
+        let mapped = match &now.kind {
+            ShardingKind::Tuple(e) => {
+                let mut changed = false;
+                let elems: Vec<Sharding> = e
+                    .iter()
+                    .enumerate()
+                    .map(|(j, x)| match back(x, shapes.get(j)) {
+                        Some(y) => {
+                            changed = true;
+                            y
+                        }
+                        None => x.clone(),
+                    })
+                    .collect();
+                changed.then(|| {
+                    let mut t = Sharding::tuple(elems);
+                    t.metadata = now.metadata.clone();
+                    t
+                })
+            }
+            _ if now.shard_group.is_none() && shapes.len() == 1 => back(now, shapes.first()),
+            _ => None,
+        };
+        if let Some(m) = mapped {
+            module.instr_mut(id).sharding = Some(m);
+        }
+    }
+}
+
+/// The array (non-tuple) leaves of `shape`, in pre-order.
+fn leaf_shapes(shape: &Shape) -> Vec<&Shape> {
+    fn walk<'s>(s: &'s Shape, out: &mut Vec<&'s Shape>) {
+        match s {
+            Shape::Tuple(e) => e.iter().for_each(|x| walk(x, out)),
+            _ => out.push(s),
+        }
+    }
+    let mut v = Vec::new();
+    walk(shape, &mut v);
+    v
+}
+
+fn same_layout(a: &Sharding, b: &Sharding) -> bool {
+    match (&a.kind, &b.kind) {
+        (ShardingKind::Tuple(x), ShardingKind::Tuple(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| same_layout(p, q))
+        }
+        (x, y) => x == y && a.shard_group == b.shard_group,
+    }
+}
+
+fn copy_metadata(to: &mut Sharding, from: &Sharding) {
+    to.metadata = from.metadata.clone();
+    if let (ShardingKind::Tuple(x), ShardingKind::Tuple(y)) = (&mut to.kind, &from.kind) {
+        for (p, q) in x.iter_mut().zip(y) {
+            copy_metadata(p, q);
+        }
+    }
+}
+
 /// The `op_name` that marks a sharding given only to keep CSE from merging broadcasts.
 pub(super) const CSE_PREVENTION_NAME: &str = "_sharding_propagation_cse_prevention";
 

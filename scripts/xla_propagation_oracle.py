@@ -2,13 +2,22 @@
 """Run XLA's own `sharding-propagation` on an HLO text file and print its answer.
 
     XLA_FLAGS=--xla_force_host_platform_device_count=8 /work/oracle/venv/bin/python \
-        scripts/xla_propagation_oracle.py FILE.hlo [NUM_PARTITIONS] [--before] [--names]
+        scripts/xla_propagation_oracle.py FILE.hlo [NUM_PARTITIONS] [--before | --both] [--names]
+        scripts/xla_propagation_oracle.py FILE.hlo NUM_PARTITIONS [RUNS] --time
 
 The module (`// ...` lines dropped, so filetests work as they are) is parsed by XLA, converted
 to StableHLO and compiled by jax's XLA with NUM_PARTITIONS (default 8) partitions and Shardy
-off; the module XLA dumps right after (or, with --before, right before) its
-`sharding-propagation` pass is printed. --names prints one `name sharding` line per instruction
-instead (`(none)` where XLA left none).
+off; the module XLA dumps right after (or, with --before, right before; with --both, both, each
+under a `===== before` / `===== after` heading) its `sharding-propagation` pass is printed.
+--names prints one `name sharding` line per instruction instead (`(none)` where XLA left none).
+--time [RUNS] instead compiles the module RUNS times (default 3) in a child process with XLA's
+pass-pipeline log on (and LLVM at -O0, which does not touch the HLO passes) and prints how long
+XLA's `sharding-propagation` pass took each time.
+
+Used to settle the expected shardings of the filetests in testdata/spmd that XLA's own test
+file has no case for (the `prop-*.hlo` files and Tessera's own gather/scatter cases). XLA's
+pipeline runs the pass with is_spmd=true and the module's `allow_spmd_sharding_propagation_to_*`
+settings (put them in the `HloModule` line), after a few cleanup passes.
 
 Caveats: the passes XLA runs before propagation may rewrite the module (an `s32[8,1]` iota
 becomes a reshape of an `s32[8]` one, the root becomes a tuple, tuple elements of loops may be
@@ -19,6 +28,7 @@ dependency of anything.
 import glob
 import os
 import re
+import subprocess
 import sys
 import tempfile
 
@@ -30,11 +40,39 @@ from jaxlib import _hlo
 jax.config.update("jax_use_shardy_partitioner", False)
 
 
+def time_pass(path, n, runs):
+    """XLA's sharding-propagation times (ms) from its pass-pipeline log, one per compilation."""
+    env = dict(
+        os.environ,
+        TF_CPP_MIN_LOG_LEVEL="0",
+        TF_CPP_VMODULE="hlo_pass_pipeline=1",
+        XLA_FLAGS=os.environ.get("XLA_FLAGS", "")
+        + " --xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true",
+    )
+    times = []
+    for _ in range(runs):
+        r = subprocess.run(
+            [sys.executable, os.path.abspath(__file__), path, str(n), "--names"],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        found = re.findall(r"HLO pass: sharding-propagation time: ([\d.]+) (us|ms|s)\b", r.stderr)
+        if not found:
+            sys.exit("no sharding-propagation time in XLA's log:\n" + r.stderr[-3000:])
+        value, unit = found[0]
+        times.append(float(value) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[unit])
+    print(f"XLA sharding-propagation on {path}: {times} ms; median {np.median(times)}")
+
+
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     flags = {a for a in sys.argv[1:] if a.startswith("--")}
     path = args[0]
     n = int(args[1]) if len(args) > 1 else 8
+    if "--time" in flags:
+        time_pass(path, n, int(args[2]) if len(args) > 2 else 3)
+        return
     text = "\n".join(l for l in open(path).read().splitlines() if not l.startswith("//"))
     proto = _hlo.hlo_module_from_text(text).as_serialized_hlo_module_proto()
     mlir = xc._xla.mlir.hlo_to_stablehlo(proto)
@@ -52,14 +90,26 @@ def main():
         client.compile_and_load(mlir, jax.devices()[:n], opts)
     except Exception as e:  # compilation after propagation may fail; the dump is what matters
         print(f"note: compile stopped: {str(e)[:300]}", file=sys.stderr)
-    which = "*before_sharding-propagation*" if "--before" in flags else "*after_sharding-propagation*"
-    files = sorted(glob.glob(os.path.join(dump, which)))
-    if not files:
-        sys.exit(f"no {which} dump in {dump}")
-    out = open(files[0]).read()
-    if "--names" not in flags:
-        print(out)
-        return
+    if "--both" in flags:
+        stages = ["before", "after"]
+    else:
+        stages = ["before" if "--before" in flags else "after"]
+    for stage in stages:
+        pattern = f"*{stage}_sharding-propagation*.txt"
+        files = sorted(glob.glob(os.path.join(dump, pattern)))
+        if not files:
+            sys.exit(f"no {pattern} dump in {dump}")
+        if len(stages) > 1:
+            print(f"===== {stage}: {os.path.basename(files[0])}")
+        out = open(files[0]).read()
+        if "--names" in flags:
+            print_names(out)
+        else:
+            print(out)
+
+
+def print_names(out):
+    """One `name sharding` line per instruction of the dumped module."""
     for line in out.splitlines():
         line = re.sub(r", metadata=\{[^}]*\}", "", line)
         m = re.match(r"\s+(?:ROOT )?%(\S+) = (.*)$", line)

@@ -152,14 +152,17 @@ impl Instruction {
         self
     }
 
+    #[inline]
     pub fn operands(&self) -> &[InstrId] {
         &self.operands
     }
 
+    #[inline]
     pub fn users(&self) -> &[InstrId] {
         &self.users
     }
 
+    #[inline]
     pub fn control_predecessors(&self) -> &[InstrId] {
         &self.control_predecessors
     }
@@ -168,6 +171,7 @@ impl Instruction {
         &self.control_successors
     }
 
+    #[inline]
     pub fn operand(&self, i: usize) -> InstrId {
         self.operands[i]
     }

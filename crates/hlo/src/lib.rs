@@ -7,7 +7,7 @@
 
 pub mod analysis;
 pub mod attrs;
-pub(crate) mod fxhash;
+pub mod fxhash;
 pub mod instruction;
 pub mod literal;
 pub mod metadata;

@@ -38,6 +38,7 @@ pub struct Computation {
 }
 
 impl Computation {
+    #[inline]
     pub fn instructions(&self) -> &[InstrId] {
         &self.instrs
     }
@@ -47,6 +48,7 @@ impl Computation {
         self.params.iter().flatten().copied()
     }
 
+    #[inline]
     pub fn parameter(&self, number: usize) -> Option<InstrId> {
         self.params.get(number).copied().flatten()
     }
@@ -55,6 +57,7 @@ impl Computation {
         self.params.len()
     }
 
+    #[inline]
     pub fn root(&self) -> Option<InstrId> {
         self.root
     }
@@ -218,6 +221,7 @@ impl Module {
 
     // ----- lookup -----
 
+    #[inline]
     pub fn instr(&self, id: InstrId) -> &Instruction {
         self.instrs[id.index()]
             .as_ref()
@@ -232,10 +236,12 @@ impl Module {
             .expect("use of a removed instruction")
     }
 
+    #[inline]
     pub fn try_instr(&self, id: InstrId) -> Option<&Instruction> {
         self.instrs.get(id.index()).and_then(Option::as_ref)
     }
 
+    #[inline]
     pub fn comp(&self, id: CompId) -> &Computation {
         self.comps[id.index()]
             .as_ref()
@@ -286,10 +292,12 @@ impl Module {
         self.entry = Some(comp);
     }
 
+    #[inline]
     pub fn operands(&self, id: InstrId) -> &[InstrId] {
         &self.instr(id).operands
     }
 
+    #[inline]
     pub fn users(&self, id: InstrId) -> &[InstrId] {
         &self.instr(id).users
     }

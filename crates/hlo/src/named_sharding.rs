@@ -14,12 +14,10 @@
 //! algebra (`tiling`, `sharding_util`) and the passes work on tiled shardings; they convert a
 //! named one first, as XLA's own queries on a named `HloSharding` do.
 
-use smallvec::SmallVec;
-
 use crate::shape::Shape;
 use crate::sharding::{
     AxisRef, DimSharding, Mesh, MeshAxis, MeshDevices, NamedSharding, ReductionOp, Sharding,
-    ShardingKind, SubAxis, SubgroupType, TileAssignment,
+    ShardingKind, SubAxis, SubgroupType, TileAssignment, TileDims,
 };
 
 impl AxisRef {
@@ -140,7 +138,7 @@ impl Mesh {
         self.axes.iter().position(|a| a.name == name)
     }
 
-    fn sizes(&self) -> SmallVec<[i64; 4]> {
+    fn sizes(&self) -> TileDims {
         self.axes.iter().map(|a| a.size).collect()
     }
 
@@ -558,7 +556,7 @@ impl NamedSharding {
             tile_dims.push(replicated);
             types.push(SubgroupType::Replicated);
         }
-        let part_dims: SmallVec<[i64; 4]> = parts.iter().map(|p| p.2).collect();
+        let part_dims: TileDims = parts.iter().map(|p| p.2).collect();
         let over_parts = TileAssignment::Explicit {
             dims: part_dims,
             devices: mesh.device_list(),

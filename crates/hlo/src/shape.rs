@@ -175,6 +175,7 @@ impl ArrayShape {
         }
     }
 
+    #[inline]
     pub fn rank(&self) -> usize {
         self.dims.len()
     }
@@ -243,10 +244,12 @@ impl Shape {
         }
     }
 
+    #[inline]
     pub fn is_array(&self) -> bool {
         matches!(self, Shape::Array(_))
     }
 
+    #[inline]
     pub fn is_tuple(&self) -> bool {
         matches!(self, Shape::Tuple(_))
     }
@@ -255,6 +258,7 @@ impl Shape {
         matches!(self, Shape::Token)
     }
 
+    #[inline]
     pub fn tuple_elements(&self) -> &[Shape] {
         match self {
             Shape::Tuple(e) => e,
@@ -274,11 +278,13 @@ impl Shape {
     }
 
     /// Rank of an array shape, 0 otherwise.
+    #[inline]
     pub fn rank(&self) -> usize {
         self.as_array().map_or(0, |a| a.rank())
     }
 
     /// Dimensions of an array shape, empty otherwise.
+    #[inline]
     pub fn dims(&self) -> &[i64] {
         self.as_array().map_or(&[], |a| &a.dims)
     }
@@ -319,6 +325,7 @@ impl Shape {
     }
 
     /// Number of leaf (non-tuple) sub-shapes.
+    #[inline]
     pub fn leaf_count(&self) -> usize {
         match self {
             Shape::Tuple(e) => e.iter().map(Shape::leaf_count).sum(),

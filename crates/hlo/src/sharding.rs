@@ -13,30 +13,55 @@ use smallvec::SmallVec;
 
 use crate::metadata::OpMetadata;
 
+/// The tile dimensions of a tile assignment (data dimensions plus subgroup dimensions): inline
+/// up to 8, so a rank-5 array with two subgroup dimensions never allocates.
+pub type TileDims = SmallVec<[i64; 8]>;
+
 /// Which devices hold which tile: a `dims`-shaped array of device ids.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Debug, PartialEq, Eq, Hash)]
 pub enum TileAssignment {
     /// `devices=[2,2]0,2,1,3`: the ids listed in row-major order.
-    Explicit {
-        dims: SmallVec<[i64; 4]>,
-        devices: Vec<i64>,
-    },
+    Explicit { dims: TileDims, devices: Vec<i64> },
     /// `devices=[2,2]<=[2,2]T(1,0)`: iota over `reshape_dims` (product = device count), transposed
     /// by `transpose_perm` (empty = identity), then reshaped to `dims`.
     Iota {
-        dims: SmallVec<[i64; 4]>,
+        dims: TileDims,
         reshape_dims: SmallVec<[i64; 4]>,
         transpose_perm: SmallVec<[i64; 4]>,
     },
 }
 
+/// Copies the dimension lists as slices (`SmallVec`'s own `Clone` goes element by element;
+/// shardings are cloned often enough in sharding propagation for that to show).
+impl Clone for TileAssignment {
+    fn clone(&self) -> Self {
+        match self {
+            TileAssignment::Explicit { dims, devices } => TileAssignment::Explicit {
+                dims: SmallVec::from_slice(dims),
+                devices: devices.clone(),
+            },
+            TileAssignment::Iota {
+                dims,
+                reshape_dims,
+                transpose_perm,
+            } => TileAssignment::Iota {
+                dims: SmallVec::from_slice(dims),
+                reshape_dims: SmallVec::from_slice(reshape_dims),
+                transpose_perm: SmallVec::from_slice(transpose_perm),
+            },
+        }
+    }
+}
+
 impl TileAssignment {
+    #[inline]
     pub fn dims(&self) -> &[i64] {
         match self {
             TileAssignment::Explicit { dims, .. } | TileAssignment::Iota { dims, .. } => dims,
         }
     }
 
+    #[inline]
     pub fn num_devices(&self) -> i64 {
         self.dims().iter().product()
     }
@@ -217,14 +242,17 @@ impl Sharding {
         }))
     }
 
+    #[inline]
     pub fn is_tuple(&self) -> bool {
         matches!(self.kind, ShardingKind::Tuple(_))
     }
 
+    #[inline]
     pub fn is_replicated(&self) -> bool {
         matches!(self.kind, ShardingKind::Replicated)
     }
 
+    #[inline]
     pub fn is_manual(&self) -> bool {
         matches!(self.kind, ShardingKind::Manual)
     }

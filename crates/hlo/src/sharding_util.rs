@@ -18,12 +18,39 @@ use smallvec::SmallVec;
 
 use crate::sharding::{Sharding, ShardingKind, SubgroupType, TileAssignment, TiledSharding};
 
-type Dims = SmallVec<[i64; 4]>;
+type Dims = crate::sharding::TileDims;
 
 impl TileAssignment {
     /// The canonical spelling of the same devices: an iota with merged reshape dimensions and
-    /// no identity transpose when the devices follow one, else the explicit list.
+    /// no identity transpose when the devices follow one, else the explicit list. An iota is
+    /// brought to its normal form without listing its devices.
     pub fn canonical(&self) -> TileAssignment {
+        let n = self.num_devices();
+        if n <= 1 {
+            return TileAssignment::iota(self.dims());
+        }
+        if let TileAssignment::Iota {
+            dims,
+            reshape_dims,
+            transpose_perm,
+        } = self
+        {
+            if let Some((reshape_dims, transpose_perm)) =
+                crate::tiling::iota_normal_form(n, reshape_dims, transpose_perm)
+            {
+                return TileAssignment::Iota {
+                    dims: dims.clone(),
+                    reshape_dims,
+                    transpose_perm,
+                };
+            }
+        }
+        self.canonical_from_devices()
+    }
+
+    /// [`canonical`](Self::canonical) by reading the device list (the only way for an explicit
+    /// list).
+    fn canonical_from_devices(&self) -> TileAssignment {
         let dims: Dims = self.dims().iter().copied().collect();
         let n = self.num_devices();
         if n <= 1 {
@@ -37,8 +64,8 @@ impl TileAssignment {
                 } else {
                     TileAssignment::Iota {
                         dims,
-                        reshape_dims: reshape,
-                        transpose_perm: perm,
+                        reshape_dims: reshape.into_iter().collect(),
+                        transpose_perm: perm.into_iter().collect(),
                     }
                 }
             }
@@ -193,6 +220,7 @@ impl Sharding {
     /// XLA's `IsTileMaximal`: replicated or on one device (a tuple: every leaf is). Manual,
     /// unknown and unreduced shardings are not tile-maximal in XLA (its `maximal_` flag is set
     /// only for replicated and single-device shardings).
+    #[inline]
     pub fn is_tile_maximal(&self) -> bool {
         match &self.kind {
             ShardingKind::Tuple(e) => e.iter().all(Sharding::is_tile_maximal),
@@ -203,6 +231,7 @@ impl Sharding {
     }
 
     /// Number of data tiles (1 for tile-maximal shardings).
+    #[inline]
     pub fn num_tiles(&self) -> i64 {
         match &self.kind {
             ShardingKind::Tiled(t) => t.data_tile_dims().iter().product(),
@@ -213,6 +242,7 @@ impl Sharding {
     /// XLA's `IsSpatiallyPartitioned`: not tile-maximal, or replicated (a tuple: any leaf is).
     /// As in XLA this holds for manual shardings too: they may reach an instruction that has
     /// no sharding yet.
+    #[inline]
     pub fn is_spatially_partitioned(&self) -> bool {
         match &self.kind {
             ShardingKind::Tuple(e) => e.iter().any(Sharding::is_spatially_partitioned),
@@ -221,6 +251,7 @@ impl Sharding {
     }
 
     /// True for a tiled sharding with a replicated subgroup.
+    #[inline]
     pub fn has_partial_replication(&self) -> bool {
         self.as_tiled().is_some_and(|t| {
             t.replicate_on_last_tile_dim || t.last_tile_dims.contains(&SubgroupType::Replicated)
@@ -228,6 +259,7 @@ impl Sharding {
     }
 
     /// True for a tiled sharding with a manual subgroup.
+    #[inline]
     pub fn is_manual_subgroup(&self) -> bool {
         self.as_tiled()
             .is_some_and(|t| t.last_tile_dims.contains(&SubgroupType::Manual))
@@ -845,18 +877,24 @@ pub fn merge_if_compatible(to_merge: &Sharding, minimum_tiles: i64, dst: &mut Sh
         }
         g as usize
     };
+    // Each group's devices, sorted (a group is small: the replication of one tile).
     let groups = |ta: &TileAssignment, man: Option<usize>| {
         let dims = ta.dims();
         let count = dims[..rank].iter().product::<i64>() * man.map_or(1, |m| dims[m]);
-        let mut g: Vec<std::collections::BTreeSet<i64>> = vec![Default::default(); count as usize];
+        let mut g: Vec<SmallVec<[i64; 8]>> = vec![SmallVec::new(); count as usize];
         let mut idx: Dims = SmallVec::from_elem(0, dims.len());
-        for l in 0..ta.num_devices() {
-            let mut rest = l;
+        for device in ta.devices() {
+            g[group_of(&idx, dims, man)].push(device);
             for i in (0..dims.len()).rev() {
-                idx[i] = rest % dims[i];
-                rest /= dims[i];
+                idx[i] += 1;
+                if idx[i] < dims[i] {
+                    break;
+                }
+                idx[i] = 0;
             }
-            g[group_of(&idx, dims, man)].insert(ta.device_at_linear(l));
+        }
+        for x in &mut g {
+            x.sort_unstable();
         }
         g
     };
@@ -886,19 +924,12 @@ pub fn merge_if_compatible(to_merge: &Sharding, minimum_tiles: i64, dst: &mut Sh
         let (Some(&sa), Some(&sb)) = (mg[a].first(), dg[b].first()) else {
             return false;
         };
-        let dev = if sa < sb {
-            if !mg[a].contains(&sb) {
-                return false;
-            }
-            sb
-        } else {
-            if !dg[b].contains(&sa) {
-                return false;
-            }
-            sa
+        let dev = if sa < sb { sb } else { sa };
+        let (Ok(pa), Ok(pb)) = (mg[a].binary_search(&dev), dg[b].binary_search(&dev)) else {
+            return false;
         };
-        mg[a].remove(&dev);
-        dg[b].remove(&dev);
+        mg[a].remove(pa);
+        dg[b].remove(pb);
         devices.push(dev);
     }
     let mut types = Vec::new();
@@ -1185,6 +1216,50 @@ mod tests {
         })
     }
 
+    /// A factorization of `n` into at most 5 factors (size-1 factors included), chosen by
+    /// `seed`.
+    fn factorize(n: i64, mut seed: u64) -> Vec<i64> {
+        let mut out = Vec::new();
+        let mut rest = n;
+        while out.len() < 4 {
+            let divs: Vec<i64> = (1..=rest).filter(|k| rest % k == 0).collect();
+            let d = divs[(seed % divs.len() as u64) as usize];
+            seed /= divs.len() as u64 + 1;
+            out.push(d);
+            rest /= d;
+            if rest == 1 && seed.is_multiple_of(3) {
+                break;
+            }
+        }
+        out.push(rest);
+        out
+    }
+
+    /// A permutation of `0..r` chosen by `seed`.
+    fn shuffle(r: usize, mut seed: u64) -> Vec<usize> {
+        let mut v: Vec<usize> = (0..r).collect();
+        for k in (1..r).rev() {
+            v.swap(k, (seed % (k as u64 + 1)) as usize);
+            seed /= k as u64 + 1;
+        }
+        v
+    }
+
+    /// An iota tile assignment over `reshape` transposed by a permutation chosen by `seed`,
+    /// viewed with tile dimensions factorized by `seed`.
+    fn arb_iota(reshape: &[i64], seed: u64) -> TileAssignment {
+        let n: i64 = reshape.iter().product();
+        let perm: SmallVec<[i64; 4]> = shuffle(reshape.len(), seed)
+            .into_iter()
+            .map(|p| p as i64)
+            .collect();
+        TileAssignment::Iota {
+            dims: factorize(n, seed / 7).into_iter().collect(),
+            reshape_dims: reshape.iter().copied().collect(),
+            transpose_perm: perm,
+        }
+    }
+
     proptest! {
         /// Propagating a sharding through a reshape never asks a device for data it does not
         /// hold: under the target sharding each device's piece (as element indices) contains
@@ -1236,6 +1311,35 @@ mod tests {
                 prop_assert_eq!((rst[d], rli[d]), (dims[d] - li[d], dims[d] - st[d]));
                 prop_assert_eq!((rst[1 - d], rli[1 - d]), (st[1 - d], li[1 - d]));
             }
+        }
+
+        /// The normal form of an iota, found without listing devices, is the canonical spelling
+        /// found by reading its device list.
+        #[test]
+        fn iota_normal_form_is_the_canonical_spelling(reshape in prop::collection::vec(1i64..5, 1..5), seed in 0u64..1_000_000) {
+            let t = arb_iota(&reshape, seed);
+            let c = t.canonical();
+            prop_assert_eq!(&c, &t.canonical_from_devices());
+            prop_assert_eq!(c.devices(), t.devices());
+        }
+
+        /// Transposing an iota without listing devices moves the same devices as transposing the
+        /// explicit list, and the result (an iota whenever one exists) is canonically spelled.
+        #[test]
+        fn iota_transpose_moves_the_devices(reshape in prop::collection::vec(1i64..5, 1..5), seed in 0u64..1_000_000, pseed in 0u64..1000) {
+            let t = arb_iota(&reshape, seed);
+            let perm = shuffle(t.rank(), pseed);
+            let explicit = TileAssignment::Explicit { dims: t.dims().iter().copied().collect(), devices: t.devices() };
+            let by_list = explicit.transpose(&perm);
+            let symbolic = t.transpose(&perm);
+            prop_assert_eq!(symbolic.dims(), by_list.dims());
+            prop_assert_eq!(symbolic.devices(), by_list.devices());
+            if matches!(symbolic, TileAssignment::Iota { .. }) {
+                prop_assert_eq!(&symbolic, &by_list.canonical_from_devices());
+            }
+            // The device list of an iota, by odometer and one by one.
+            let one_by_one: Vec<i64> = (0..t.num_devices()).map(|l| t.device_at_linear(l)).collect();
+            prop_assert_eq!(t.devices(), one_by_one);
         }
 
         /// The canonical spelling lists the same devices.

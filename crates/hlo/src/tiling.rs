@@ -14,7 +14,7 @@ use smallvec::SmallVec;
 
 use crate::sharding::{Sharding, ShardingKind, SubgroupType, TileAssignment, TiledSharding};
 
-type Dims = SmallVec<[i64; 4]>;
+type Dims = crate::sharding::TileDims;
 
 /// Row-major strides of `dims`.
 fn strides(dims: &[i64]) -> Dims {
@@ -41,6 +41,75 @@ fn ravel(idx: &[i64], dims: &[i64]) -> i64 {
     idx.iter().zip(strides(dims)).map(|(i, s)| i * s).sum()
 }
 
+/// Short lists of iota reshape dimensions or permutation entries.
+type Small = SmallVec<[i64; 4]>;
+
+/// The normal form of the iota `iota(reshape).transpose(perm)` over `n` devices: reshape
+/// dimensions of size 1 dropped, and every two reshape dimensions that stay next to each other
+/// (in order) after the transpose merged into one. The result is `([n], [])` when no transpose
+/// is left. This is the spelling with the fewest reshape dimensions; two iotas list the same
+/// devices iff their normal forms are equal. `None` when `reshape` and `perm` do not describe an
+/// iota over `n` devices.
+pub(crate) fn iota_normal_form(n: i64, reshape: &[i64], perm: &[i64]) -> Option<(Small, Small)> {
+    let r = reshape.len();
+    if reshape.iter().product::<i64>() != n || reshape.iter().any(|&d| d < 1) {
+        return None;
+    }
+    if !perm.is_empty() {
+        if perm.len() != r {
+            return None;
+        }
+        let mut seen: SmallVec<[bool; 8]> = SmallVec::from_elem(false, r);
+        for &p in perm {
+            if p < 0 || p as usize >= r || seen[p as usize] {
+                return None;
+            }
+            seen[p as usize] = true;
+        }
+    }
+    // The reshape dimensions in transposed order, size-1 ones left out.
+    let order: SmallVec<[usize; 8]> = if perm.is_empty() {
+        (0..r).filter(|&k| reshape[k] > 1).collect()
+    } else {
+        perm.iter()
+            .map(|&p| p as usize)
+            .filter(|&k| reshape[k] > 1)
+            .collect()
+    };
+    // Runs of the transposed order that are consecutive reshape dimensions once size-1
+    // dimensions are skipped: each run becomes one dimension.
+    let mut next_kept: SmallVec<[usize; 8]> = SmallVec::from_elem(usize::MAX, r);
+    let mut last = usize::MAX;
+    for k in (0..r).rev() {
+        next_kept[k] = last;
+        if reshape[k] > 1 {
+            last = k;
+        }
+    }
+    // (first reshape dim of the run, product) in transposed order.
+    let mut runs: SmallVec<[(usize, i64); 8]> = SmallVec::new();
+    let mut prev = usize::MAX;
+    for &k in &order {
+        match runs.last_mut() {
+            Some(run) if next_kept[prev] == k => run.1 *= reshape[k],
+            _ => runs.push((k, reshape[k])),
+        }
+        prev = k;
+    }
+    if runs.len() <= 1 {
+        return Some((SmallVec::from_slice(&[n]), SmallVec::new()));
+    }
+    // Reshape dimensions: the runs in reshape order; perm: where each run went.
+    let mut by_start: SmallVec<[usize; 8]> = (0..runs.len()).collect();
+    by_start.sort_unstable_by_key(|&j| runs[j].0);
+    let new_reshape: Small = by_start.iter().map(|&j| runs[j].1).collect();
+    let mut new_perm: Small = SmallVec::from_elem(0, runs.len());
+    for (pos, &j) in by_start.iter().enumerate() {
+        new_perm[j] = pos as i64;
+    }
+    Some((new_reshape, new_perm))
+}
+
 impl TileAssignment {
     /// An iota assignment `[dims]<=[n]` (devices 0..n in row-major order).
     pub fn iota(dims: &[i64]) -> TileAssignment {
@@ -52,6 +121,7 @@ impl TileAssignment {
         }
     }
 
+    #[inline]
     pub fn rank(&self) -> usize {
         self.dims().len()
     }
@@ -68,17 +138,18 @@ impl TileAssignment {
                 if transpose_perm.is_empty() {
                     return linear;
                 }
-                // Position in the transposed array, then back to the iota's own index.
-                let tdims: Dims = transpose_perm
-                    .iter()
-                    .map(|&p| reshape_dims[p as usize])
-                    .collect();
-                let t = unravel(linear, &tdims);
-                let mut orig: Dims = SmallVec::from_elem(0, reshape_dims.len());
-                for (i, &p) in transpose_perm.iter().enumerate() {
-                    orig[p as usize] = t[i];
+                // Digits of `linear` in the transposed dimensions (minor first), each weighted
+                // by the iota stride of the reshape dimension it came from.
+                let mut rest = linear;
+                let mut device = 0;
+                for &p in transpose_perm.iter().rev() {
+                    let p = p as usize;
+                    let size = reshape_dims[p];
+                    let stride: i64 = reshape_dims[p + 1..].iter().product();
+                    device += (rest % size) * stride;
+                    rest /= size;
                 }
-                ravel(&orig, reshape_dims)
+                device
             }
         }
     }
@@ -92,9 +163,46 @@ impl TileAssignment {
     pub fn devices(&self) -> Vec<i64> {
         match self {
             TileAssignment::Explicit { devices, .. } => devices.clone(),
-            _ => (0..self.num_devices())
-                .map(|l| self.device_at_linear(l))
-                .collect(),
+            TileAssignment::Iota {
+                reshape_dims,
+                transpose_perm,
+                ..
+            } => {
+                let n = self.num_devices();
+                if transpose_perm.is_empty()
+                    || reshape_dims.iter().product::<i64>() != n
+                    || transpose_perm.len() != reshape_dims.len()
+                {
+                    return (0..n).map(|l| self.device_at_linear(l)).collect();
+                }
+                // Walk the transposed array in row-major order with an odometer, adding the
+                // reshape stride of each digit that moves.
+                let t = transpose_perm.len();
+                let sizes: Small = transpose_perm
+                    .iter()
+                    .map(|&p| reshape_dims[p as usize])
+                    .collect();
+                let steps: Small = transpose_perm
+                    .iter()
+                    .map(|&p| reshape_dims[p as usize + 1..].iter().product())
+                    .collect();
+                let mut idx: Small = SmallVec::from_elem(0, t);
+                let mut out = Vec::with_capacity(n as usize);
+                let mut device = 0;
+                for _ in 0..n {
+                    out.push(device);
+                    for k in (0..t).rev() {
+                        idx[k] += 1;
+                        device += steps[k];
+                        if idx[k] < sizes[k] {
+                            break;
+                        }
+                        device -= steps[k] * sizes[k];
+                        idx[k] = 0;
+                    }
+                }
+                out
+            }
         }
     }
 
@@ -102,10 +210,10 @@ impl TileAssignment {
     /// (`None` for ids that do not appear). Device ids must be below `num_device_ids`.
     pub fn index_of_devices(&self, num_device_ids: usize) -> Vec<Option<Dims>> {
         let mut out = vec![None; num_device_ids];
-        for l in 0..self.num_devices() {
-            let d = self.device_at_linear(l) as usize;
+        for (l, d) in self.devices().into_iter().enumerate() {
+            let d = d as usize;
             if d < out.len() {
-                out[d] = Some(unravel(l, self.dims()));
+                out[d] = Some(unravel(l as i64, self.dims()));
             }
         }
         out
@@ -134,54 +242,32 @@ impl TileAssignment {
     }
 
     /// The assignment with its dimensions permuted: new dimension `i` is old dimension
-    /// `perm[i]`. Stays an iota when the iota's own dimensions line up with the assignment's.
+    /// `perm[i]`. An iota stays an iota (in normal form) whenever the transposed devices follow
+    /// one, which is always the case when every tile dimension is a product of whole iota
+    /// dimensions or splits one evenly; otherwise the device list is written out.
     pub fn transpose(&self, perm: &[usize]) -> TileAssignment {
         let dims = self.dims();
         let new_dims: Dims = perm.iter().map(|&p| dims[p]).collect();
         if let TileAssignment::Iota {
-            dims: d,
             reshape_dims,
             transpose_perm,
+            ..
         } = self
         {
-            // A plain iota over [n] reshaped to `dims` is the iota over `dims` itself.
-            let plain;
-            let reshape_dims = if transpose_perm.is_empty() {
-                plain = d.clone();
-                &plain
-            } else {
-                reshape_dims
-            };
-            // When the assignment's dims are exactly the transposed iota dims, compose perms.
-            let tdims: Dims = if transpose_perm.is_empty() {
-                reshape_dims.clone()
-            } else {
-                transpose_perm
-                    .iter()
-                    .map(|&p| reshape_dims[p as usize])
-                    .collect()
-            };
-            if tdims.as_slice() == d.as_slice() {
-                let base: Dims = if transpose_perm.is_empty() {
-                    (0..reshape_dims.len() as i64).collect()
-                } else {
-                    transpose_perm.clone()
-                };
-                let composed: Dims = perm.iter().map(|&p| base[p]).collect();
-                let identity = composed.iter().enumerate().all(|(i, &p)| p == i as i64);
-                if identity {
-                    // Canonical spelling of a plain iota: `<=[n]`.
-                    return TileAssignment::iota(&new_dims);
-                }
+            if let Some(t) =
+                iota_transpose(self.num_devices(), dims, reshape_dims, transpose_perm, perm)
+            {
+                let (reshape_dims, transpose_perm) = t;
                 return TileAssignment::Iota {
                     dims: new_dims,
-                    reshape_dims: reshape_dims.clone(),
-                    transpose_perm: composed,
+                    reshape_dims,
+                    transpose_perm,
                 };
             }
         }
         let old_strides = strides(dims);
         let n = self.num_devices();
+        let all = self.devices();
         let mut devices = Vec::with_capacity(n as usize);
         for l in 0..n {
             let idx = unravel(l, &new_dims);
@@ -190,7 +276,7 @@ impl TileAssignment {
                 .enumerate()
                 .map(|(i, &p)| idx[i] * old_strides[p])
                 .sum();
-            devices.push(self.device_at_linear(old));
+            devices.push(all[old as usize]);
         }
         TileAssignment::Explicit {
             dims: new_dims,
@@ -200,14 +286,112 @@ impl TileAssignment {
 
     /// True if both assign the same device to every tile (whatever their spelling).
     pub fn same_devices(&self, other: &TileAssignment) -> bool {
-        self.dims() == other.dims()
-            && (0..self.num_devices())
-                .all(|l| self.device_at_linear(l) == other.device_at_linear(l))
+        self.dims() == other.dims() && self.devices() == other.devices()
     }
+}
+
+/// The normal form of `iota(reshape).transpose(iperm)` viewed as `dims` and then transposed by
+/// `perm`, without listing devices: the iota's transposed dimensions and `dims` are both cut
+/// into common factors ("atoms", each inside one iota dimension and one tile dimension), the
+/// atoms are reordered by `perm`, and the result is brought to normal form. `None` when the two
+/// factorizations have no common refinement (e.g. `[2,3]` against `[3,2]`) or the iota is
+/// malformed.
+fn iota_transpose(
+    n: i64,
+    dims: &[i64],
+    reshape: &[i64],
+    iperm: &[i64],
+    perm: &[usize],
+) -> Option<(Small, Small)> {
+    let (r, p) = iota_normal_form(n, reshape, iperm)?;
+    if perm.len() != dims.len() || dims.iter().product::<i64>() != n {
+        return None;
+    }
+    if n == 1 {
+        return Some((r, p));
+    }
+    // Transposed iota dims (major first): reshape dim p[t] has size r[p[t]].
+    let t_dims: Small = if p.is_empty() {
+        r.clone()
+    } else {
+        p.iter().map(|&k| r[k as usize]).collect()
+    };
+    let t_src = |t: usize| -> usize {
+        if p.is_empty() {
+            t
+        } else {
+            p[t] as usize
+        }
+    };
+    // Atoms in array order: (size, transposed iota dim, tile dim).
+    let mut atoms: SmallVec<[(i64, usize, usize); 8]> = SmallVec::new();
+    let (mut i, mut j) = (0usize, 0usize);
+    let (mut rt, mut rd) = (t_dims.first().copied().unwrap_or(1), 0i64);
+    while j < dims.len() {
+        if rd == 0 {
+            rd = dims[j];
+        }
+        if rd == 1 {
+            j += 1;
+            rd = 0;
+            continue;
+        }
+        if i >= t_dims.len() {
+            return None;
+        }
+        if rt == rd {
+            atoms.push((rt, i, j));
+            i += 1;
+            j += 1;
+            rt = t_dims.get(i).copied().unwrap_or(1);
+            rd = 0;
+        } else if rd % rt == 0 {
+            atoms.push((rt, i, j));
+            rd /= rt;
+            i += 1;
+            rt = t_dims.get(i).copied().unwrap_or(1);
+        } else if rt % rd == 0 {
+            atoms.push((rd, i, j));
+            rt /= rd;
+            j += 1;
+            rd = 0;
+        } else {
+            return None;
+        }
+    }
+    if i != t_dims.len() {
+        return None;
+    }
+    // New reshape dims: every reshape dim cut into its atoms, major first. Atoms of one
+    // transposed dim are consecutive, and that dim is one reshape dim.
+    let mut atom_reshape_index: SmallVec<[usize; 8]> = SmallVec::from_elem(0, atoms.len());
+    let mut new_reshape: Small = SmallVec::new();
+    for k in 0..r.len() {
+        for (a, &(size, t, _)) in atoms.iter().enumerate() {
+            if t_src(t) == k {
+                atom_reshape_index[a] = new_reshape.len();
+                new_reshape.push(size);
+            }
+        }
+    }
+    // New order of the atoms: tile dim perm[0]'s atoms, then perm[1]'s, ...
+    let mut new_perm: Small = SmallVec::new();
+    for &d in perm {
+        for (a, &(_, _, j)) in atoms.iter().enumerate() {
+            if j == d {
+                new_perm.push(atom_reshape_index[a] as i64);
+            }
+        }
+    }
+    if new_reshape.is_empty() {
+        return Some((SmallVec::from_slice(&[n]), SmallVec::new()));
+    }
+    iota_normal_form(n, &new_reshape, &new_perm)
 }
 
 impl TiledSharding {
     /// Number of trailing subgroup (replicated/manual/...) dimensions of the tile assignment.
+    #[inline]
     pub fn num_subgroup_dims(&self) -> usize {
         if self.replicate_on_last_tile_dim {
             1
@@ -217,6 +401,7 @@ impl TiledSharding {
     }
 
     /// Tile dimensions that split the data (the assignment's rank minus subgroup dimensions).
+    #[inline]
     pub fn data_rank(&self) -> usize {
         self.tile_assignment
             .rank()
@@ -224,6 +409,7 @@ impl TiledSharding {
     }
 
     /// Tiles per data dimension.
+    #[inline]
     pub fn data_tile_dims(&self) -> &[i64] {
         &self.tile_assignment.dims()[..self.data_rank()]
     }
@@ -288,6 +474,7 @@ impl Sharding {
         }))
     }
 
+    #[inline]
     pub fn as_tiled(&self) -> Option<&TiledSharding> {
         match &self.kind {
             ShardingKind::Tiled(t) => Some(t),
@@ -668,6 +855,31 @@ mod tests {
         // Back again gives the plain iota.
         assert!(tt.transpose(&[1, 0]).same_devices(&t));
         assert_eq!(tt.transpose(&[1, 0]), t);
+    }
+
+    #[test]
+    fn transpose_stays_iota_through_split_dimensions() {
+        // [2,4]<=[8] seen as [2,2,2], middle and first swapped: XLA's [2,2,2]<=[2,2,2]T(1,0,2).
+        let t = TileAssignment::iota(&[2, 2, 2]).transpose(&[1, 0, 2]);
+        assert_eq!(t, iota_t(&[2, 2, 2], &[2, 2, 2], &[1, 0, 2]));
+        assert_eq!(t.devices(), vec![0, 1, 4, 5, 2, 3, 6, 7]);
+        // Tile dimensions that split the iota's dimensions: [4,2]<=[2,4]T(1,0) viewed as
+        // [2,2,2] and rotated back is the plain iota.
+        let t = iota_t(&[4, 2], &[2, 4], &[1, 0])
+            .reshape(&[2, 2, 2])
+            .unwrap();
+        let tt = t.transpose(&[2, 0, 1]);
+        assert_eq!(tt, TileAssignment::iota(&[2, 2, 2]));
+        let tt = t.transpose(&[1, 0, 2]);
+        assert_eq!(tt, iota_t(&[2, 2, 2], &[2, 2, 2], &[2, 1, 0]));
+        assert_eq!(tt.devices(), vec![0, 4, 2, 6, 1, 5, 3, 7]);
+        // Transposed iota dims [3,2] against tile dims [2,3] have no common cut, and the
+        // transposed devices follow no iota: the list is written out.
+        let t = iota_t(&[2, 3], &[2, 3], &[1, 0]);
+        assert_eq!(t.devices(), vec![0, 3, 1, 4, 2, 5]);
+        let tt = t.transpose(&[1, 0]);
+        assert!(matches!(tt, TileAssignment::Explicit { .. }));
+        assert_eq!(tt.devices(), vec![0, 4, 3, 2, 1, 5]);
     }
 
     #[test]

@@ -7,7 +7,7 @@
 use tessera_hlo::attrs::{ConvDimensionNumbers, DotDimensionNumbers, Window, WindowDim};
 
 /// One dimension's position in lhs, rhs and output; -1 where it has none.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct DimTriple {
     pub lhs: i64,
     pub rhs: i64,
@@ -29,7 +29,7 @@ impl DimTriple {
     }
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct DotDims {
     pub batch: Vec<DimTriple>,
     pub contracting: Vec<DimTriple>,

@@ -429,6 +429,20 @@ fn prefer_parallel(parallel: Option<Sharding>, passthrough: Option<Sharding>) ->
     Some(parallel)
 }
 
+/// The parallel-dimension candidate of [`gather_operand_from_output`] and
+/// [`scatter_update_from_output`]: `s` mapped from dimensions `from` to `to` of a rank-`rank`
+/// result; a tile-maximal `s` comes back as it is, and without parallel dimensions there is no
+/// candidate.
+fn along_parallel(s: &Sharding, from: &[usize], to: &[usize], rank: usize) -> Option<Sharding> {
+    if s.is_tile_maximal() {
+        Some(s.clone())
+    } else if from.is_empty() {
+        None
+    } else {
+        propagate_along_dims(s, from, to, rank)
+    }
+}
+
 /// A gather's operand from its output: the parallel dimensions and the operand pass-through
 /// dimensions, merged (XLA's `GatherOperandShardingFromOutput`). `parallel` holds the explicit
 /// and implicit parallel dimensions ([`GatherScatter::parallel`]).
@@ -437,13 +451,8 @@ pub fn gather_operand_from_output(
     output: &Sharding,
     parallel: &DimMap,
 ) -> Option<Sharding> {
-    let from_parallel = if output.is_tile_maximal() {
-        Some(output.clone())
-    } else if parallel.operand.is_empty() {
-        None
-    } else {
-        propagate_along_dims(output, &parallel.output, &parallel.operand, g.operand.len())
-    };
+    let from_parallel =
+        along_parallel(output, &parallel.output, &parallel.operand, g.operand.len());
     prefer_parallel(from_parallel, operand_from_output_passthrough(g, output))
 }
 
@@ -454,13 +463,7 @@ pub fn scatter_update_from_output(
     output: &Sharding,
     parallel: &DimMap,
 ) -> Option<Sharding> {
-    let from_parallel = if output.is_tile_maximal() {
-        Some(output.clone())
-    } else if parallel.operand.is_empty() {
-        None
-    } else {
-        propagate_along_dims(output, &parallel.operand, &parallel.output, g.output_rank)
-    };
+    let from_parallel = along_parallel(output, &parallel.operand, &parallel.output, g.output_rank);
     prefer_parallel(from_parallel, output_from_operand_passthrough(g, output))
 }
 
@@ -928,7 +931,7 @@ ENTRY e {
     /// A tiled sharding of `tiles` (data dims) plus an optional replicated subgroup, with
     /// devices in the order `perm` of `0..n`.
     fn tiled(tiles: &[i64], replicate: i64, perm: &[i64]) -> Sharding {
-        let mut dims: smallvec::SmallVec<[i64; 4]> = tiles.iter().copied().collect();
+        let mut dims: tessera_hlo::sharding::TileDims = tiles.iter().copied().collect();
         if replicate > 1 {
             dims.push(replicate);
         }

@@ -25,7 +25,10 @@ use crate::dims::{conv_dims, dot_dims, DotDims};
 use crate::gather_scatter::{self as gs, DimMap, GatherScatter};
 
 mod manual;
+mod memo;
 mod setup;
+
+use memo::{idx, Op, Sh};
 
 /// Options of `sharding-propagation` (`--pass-option sharding-propagation.KEY=VALUE`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -235,12 +238,14 @@ fn propagate_tiled(
         undecided: Vec::new(),
     };
     let undecided = if cse { Vec::new() } else { p.undecided() };
-    let mut table = std::mem::take(&mut p.sh);
+    let table: Vec<Option<Sh>> = std::mem::take(&mut p.sh);
     let original = std::mem::take(&mut p.original);
     drop(p);
+    // `{replicated}` for undecided instructions, when asked for.
+    let mut filled: Vec<(InstrId, Sharding)> = Vec::new();
     for (id, reason) in undecided {
         if options.replicate_undecided {
-            table[id.index()] = Some(replicated_for(&module.instr(id).shape));
+            filled.push((id, replicated_for(&module.instr(id).shape)));
         }
         report.undecided.push(Undecided {
             instr: id,
@@ -248,17 +253,32 @@ fn propagate_tiled(
             reason,
         });
     }
-    for (k, slot) in table.iter_mut().enumerate() {
+    filled.sort_by_key(|(id, _)| id.index());
+    let mut fill = filled.into_iter().peekable();
+    for (k, slot) in table.iter().enumerate() {
         let id = InstrId::new(k);
         let Some(instr) = module.try_instr(id) else {
             continue;
         };
         let old = &original[k];
-        let mut new = slot.take();
-        // Keep the user's spelling where only our tuple expansion differs.
-        if new.is_some() && new == old.as_ref().map(|s| expand(&instr.shape, s)) {
-            new = old.clone();
+        let filled_here = fill.next_if(|(f, _)| *f == id).map(|(_, s)| s);
+        let now: Option<&Sharding> = filled_here.as_ref().or(slot.as_deref());
+        // The user's spelling is kept where only our tuple expansion differs.
+        let same_as_old = match (now, old) {
+            (None, None) => true,
+            (Some(n), Some(o)) => {
+                n == o || (instr.shape.is_tuple() && !o.is_tuple() && *n == expand(&instr.shape, o))
+            }
+            _ => false,
+        };
+        if !cse && same_as_old && (options.propagate_metadata || !has_metadata(old.as_ref())) {
+            continue;
         }
+        let mut new = if same_as_old {
+            old.clone()
+        } else {
+            now.cloned()
+        };
         if !options.propagate_metadata {
             if let Some(s) = new.as_mut() {
                 strip_metadata(s);
@@ -348,6 +368,14 @@ impl Flags {
     }
 }
 
+/// True if `s` or one of its leaves carries metadata.
+fn has_metadata(s: Option<&Sharding>) -> bool {
+    s.is_some_and(|s| {
+        !s.metadata.is_empty()
+            || matches!(&s.kind, ShardingKind::Tuple(e) if e.iter().any(|x| has_metadata(Some(x))))
+    })
+}
+
 fn strip_metadata(s: &mut Sharding) {
     s.metadata.clear();
     if let ShardingKind::Tuple(e) = &mut s.kind {
@@ -423,9 +451,31 @@ fn process_sharding_custom_calls(
 ) -> Result<bool> {
     let mut changed = false;
     let comps: Vec<CompId> = module.computations().to_vec();
+    let mut orders = analysis::PostOrders::new(module);
     for comp in comps {
-        let mut order = analysis::post_order(module, comp);
+        let has_annotation = module
+            .comp(comp)
+            .instructions()
+            .iter()
+            .any(|&id| is_custom_call(module.instr(id), "Sharding"));
+        if !has_annotation {
+            continue;
+        }
+        let mut order = orders.post_order(module, comp);
         order.reverse();
+        // Annotations replaced by copies so far, each with its copy. They lose their last
+        // edges now and leave the computation together at the end (one pass over its
+        // instruction list instead of one per annotation); until then they do not count as
+        // users.
+        let mut replaced: Vec<(InstrId, InstrId)> = Vec::new();
+        let sole_user = |module: &Module, op: InstrId, replaced: &[(InstrId, InstrId)]| {
+            module
+                .users(op)
+                .iter()
+                .filter(|u| !replaced.iter().any(|(a, _)| a == *u))
+                .count()
+                == 1
+        };
         for id in order {
             let i = module.instr(id);
             if !is_custom_call(i, "Sharding") {
@@ -451,7 +501,7 @@ fn process_sharding_custom_calls(
                 if !dims.is_empty() {
                     unspecified.push((id, dims));
                 } else if module.instr(operand).sharding.is_none()
-                    && module.users(operand).len() == 1
+                    && sole_user(module, operand, &replaced)
                 {
                     module.instr_mut(operand).sharding = Some(sharding);
                 }
@@ -469,48 +519,61 @@ fn process_sharding_custom_calls(
             let tmp = module.unique_name(&format!("{name}.annotation"));
             module.rename_instruction(id, tmp)?;
             let new = module.add_instruction(comp, copy)?;
-            // The copy takes the annotation's place in the stored order and the schedule.
-            let mut instrs: Vec<InstrId> = module.comp(comp).instructions().to_vec();
-            instrs.pop();
-            if let Some(pos) = instrs.iter().position(|&x| x == id) {
-                instrs.insert(pos, new);
-            } else {
-                instrs.push(new);
-            }
-            module.set_instruction_order(comp, instrs);
-            if let Some(s) = module.schedule.as_mut() {
-                if let Some(seq) = s.sequences.get_mut(&comp) {
-                    for x in seq.iter_mut() {
-                        if *x == id {
-                            *x = new;
-                        }
-                    }
-                }
-            }
-            for p in preds {
+            for &p in &preds {
                 module.add_control_dependency(p, new);
+                module.remove_control_dependency(p, id);
             }
-            for s in succs {
+            for &s in &succs {
                 module.add_control_dependency(new, s);
+                module.remove_control_dependency(id, s);
             }
             module.replace_all_uses_with(id, new)?;
-            if let Some(s) = module.schedule.as_mut() {
-                if let Some(seq) = s.sequences.get_mut(&comp) {
-                    seq.retain(|&x| x != id);
-                }
-            }
-            let users_left = module.users(id).to_vec();
-            debug_assert!(users_left.is_empty());
-            remove_with_edges(module, id)?;
+            debug_assert!(module.users(id).is_empty());
+            replaced.push((id, new));
             changed = true;
             if !dims.is_empty() {
                 unspecified.push((new, dims));
-            } else if module.instr(operand).sharding.is_none() && module.users(operand).len() == 1 {
+            } else if module.instr(operand).sharding.is_none()
+                && sole_user(module, operand, &replaced)
+            {
                 // Only a sole user decides its operand's sharding outright; with others, the
                 // operand's sharding comes out of propagation (XLA does the same).
                 module.instr_mut(operand).sharding = Some(sharding);
             }
         }
+        if replaced.is_empty() {
+            continue;
+        }
+        // Each copy takes its annotation's place in the stored order and the schedule.
+        let mut copy_of: Vec<Option<InstrId>> = vec![None; module.instr_capacity()];
+        let mut is_copy = vec![false; module.instr_capacity()];
+        for &(a, c) in &replaced {
+            copy_of[a.index()] = Some(c);
+            is_copy[c.index()] = true;
+        }
+        let copy_of = |x: InstrId| copy_of[x.index()];
+        let mut instrs: Vec<InstrId> = Vec::with_capacity(module.comp(comp).instructions().len());
+        for &x in module.comp(comp).instructions() {
+            if is_copy[x.index()] {
+                continue;
+            }
+            if let Some(c) = copy_of(x) {
+                instrs.push(c);
+            }
+            instrs.push(x);
+        }
+        module.set_instruction_order(comp, instrs);
+        if let Some(s) = module.schedule.as_mut() {
+            if let Some(seq) = s.sequences.get_mut(&comp) {
+                for x in seq.iter_mut() {
+                    if let Some(c) = copy_of(*x) {
+                        *x = c;
+                    }
+                }
+            }
+        }
+        let gone: Vec<InstrId> = replaced.iter().map(|&(a, _)| a).collect();
+        module.remove_instructions(&gone)?;
     }
     Ok(changed)
 }
@@ -608,8 +671,9 @@ fn is_shard_barrier(i: &Instruction) -> Option<bool> {
 /// Leaf range `(start, len)` of tuple element `index` in the flattened leaves of `shape`.
 fn leaf_range(shape: &Shape, index: usize) -> (usize, usize) {
     let e = shape.tuple_elements();
-    let start = e[..index].iter().map(Shape::leaf_count).sum();
-    (start, e.get(index).map_or(0, Shape::leaf_count))
+    let count = |s: &Shape| if s.is_tuple() { s.leaf_count() } else { 1 };
+    let start = e[..index.min(e.len())].iter().map(count).sum();
+    (start, e.get(index).map_or(0, count))
 }
 
 /// The sharding of tuple element `index` of a value of `shape` sharded by `s`.
@@ -632,6 +696,30 @@ fn sub_sharding(s: &Sharding, shape: &Shape, index: usize) -> Sharding {
             Some(t @ Shape::Tuple(_)) => Sharding::tuple(vec![s.clone(); t.leaf_count()]),
             _ => s.clone(),
         },
+    }
+}
+
+/// [`sub_sharding`] in terms of leaves: element leaves `start..start + len` of a value
+/// sharded `s`; `kind` 0: no such element, 1: an array element, 2: a tuple element.
+fn element_sharding(s: &Sharding, start: usize, len: usize, kind: u8) -> Sharding {
+    match &s.kind {
+        ShardingKind::Tuple(leaves) => {
+            if kind == 2 {
+                Sharding::tuple(leaves.get(start..start + len).unwrap_or(&[]).to_vec())
+            } else {
+                leaves
+                    .get(start)
+                    .cloned()
+                    .unwrap_or_else(Sharding::replicated)
+            }
+        }
+        _ => {
+            if kind == 2 {
+                Sharding::tuple(vec![s.clone(); len])
+            } else {
+                s.clone()
+            }
+        }
     }
 }
 
@@ -666,6 +754,24 @@ fn compatible_ignoring_type(a: &Shape, b: &Shape) -> bool {
     }
 }
 
+/// `Propagator::facts` bits.
+const IS_ROOT: u8 = 1;
+const ONE_NON_ROOT_USER: u8 = 2;
+const PARTITIONABLE_FWD: u8 = 4;
+const PARTITIONABLE_BWD: u8 = 8;
+/// A tuple shape whose elements are all arrays (or tokens): element k is leaf k.
+const FLAT_TUPLE: u8 = 16;
+/// Inferring from operands reads only the operands' and the instruction's own shardings.
+const LOCAL_FWD: u8 = 32;
+/// Inferring from users reads only the instruction's, its users' and their operands'
+/// shardings.
+const LOCAL_BWD: u8 = 64;
+/// A broadcast, or an operand of one (their backward rules start at level 2).
+const BROADCAST_NEAR: u8 = 128;
+
+/// Users with more operands than this have an operand index (`Propagator::wide`).
+const WIDE: usize = 16;
+
 struct Propagator<'m> {
     m: &'m Module,
     entry: CompId,
@@ -678,7 +784,8 @@ struct Propagator<'m> {
     params_any: bool,
     /// Per entry parameter (or per element of a single tuple parameter): may it take one?
     param_flags: Vec<bool>,
-    sh: Vec<Option<Sharding>>,
+    /// The current sharding of every instruction (interned: see `memo.rs`).
+    sh: Vec<Option<Sh>>,
     original: Vec<Option<Sharding>>,
     provided: Vec<bool>,
     unspecified: Vec<Option<Vec<usize>>>,
@@ -688,6 +795,24 @@ struct Propagator<'m> {
     orders: Vec<(CompId, Vec<InstrId>)>,
     done_fwd: Vec<bool>,
     done_bwd: Vec<bool>,
+    /// Per instruction, facts that do not change during the pass: `IS_ROOT`,
+    /// `ONE_NON_ROOT_USER`, `PARTITIONABLE_FWD` (XLA's `SupportSpatialPartitioning` as asked
+    /// when inferring from operands) and `PARTITIONABLE_BWD` (as asked from users).
+    facts: Vec<u8>,
+    /// When each sharding last changed (a value of `clock`; 0: never), and when (with the level
+    /// class, see `fwd_class`/`bwd_class`) each instruction was last inferred from its
+    /// operands and from its users. A visit whose inputs have not changed since the last one
+    /// at an equivalent level would compute the same thing again and is skipped (see
+    /// `may_skip_fwd`).
+    changed_at: Vec<u64>,
+    fwd_seen: Vec<(u64, u8)>,
+    bwd_seen: Vec<(u64, u8)>,
+    clock: u64,
+    /// For users with more than `WIDE` operands: (operand, first position, appears again),
+    /// sorted by operand.
+    wide: tessera_hlo::fxhash::FxHashMap<InstrId, Vec<(InstrId, u32, bool)>>,
+    /// Answers of the sharding algebra, asked again and again (see `memo.rs`).
+    memo: memo::Memo,
     iterations: usize,
     from_operands: usize,
     from_users: usize,
@@ -696,11 +821,12 @@ struct Propagator<'m> {
 impl<'m> Propagator<'m> {
     fn new(m: &'m Module, entry: CompId, o: &PropagationOptions, flags: &Flags) -> Propagator<'m> {
         let cap = m.instr_capacity();
-        let mut sh: Vec<Option<Sharding>> = vec![None; cap];
+        let memo = memo::Memo::default();
+        let mut sh: Vec<Option<Sh>> = vec![None; cap];
         for &c in m.computations() {
             for &id in m.comp(c).instructions() {
                 let i = m.instr(id);
-                sh[id.index()] = i.sharding.as_ref().map(|s| expand(&i.shape, s));
+                sh[id.index()] = memo.intern_opt(i.sharding.as_ref().map(|s| expand(&i.shape, s)));
             }
         }
         let original: Vec<Option<Sharding>> = (0..cap)
@@ -725,11 +851,52 @@ impl<'m> Propagator<'m> {
             orders: Vec::new(),
             done_fwd: vec![false; cap],
             done_bwd: vec![false; cap],
+            facts: vec![0; cap],
+            changed_at: vec![0; cap],
+            fwd_seen: vec![(0, 0); cap],
+            bwd_seen: vec![(0, 0); cap],
+            clock: 1,
+            wide: Default::default(),
+            memo,
             iterations: 0,
             from_operands: 0,
             from_users: 0,
         };
         p.build_computation_map();
+        for &c in m.computations() {
+            for &id in m.comp(c).instructions() {
+                p.facts[id.index()] = p.compute_facts(id);
+            }
+        }
+        for &c in m.computations() {
+            for &id in m.comp(c).instructions() {
+                let mut f = p.facts[id.index()];
+                if p.supports_partitioning_uncached(id, p.allow_output, false) {
+                    f |= PARTITIONABLE_FWD;
+                }
+                if p.supports_partitioning_uncached(id, false, p.params_any) {
+                    f |= PARTITIONABLE_BWD;
+                }
+                p.facts[id.index()] = f;
+                let ops = m.instr(id).operands();
+                if ops.len() > WIDE {
+                    let mut index: Vec<(InstrId, u32, bool)> = Vec::with_capacity(ops.len());
+                    for (k, &o) in ops.iter().enumerate() {
+                        index.push((o, k as u32, false));
+                    }
+                    index.sort();
+                    // Keep the first position of each operand, noting repeats.
+                    let mut dedup: Vec<(InstrId, u32, bool)> = Vec::with_capacity(index.len());
+                    for e in index {
+                        match dedup.last_mut() {
+                            Some(last) if last.0 == e.0 => last.2 = true,
+                            _ => dedup.push(e),
+                        }
+                    }
+                    p.wide.insert(id, dedup);
+                }
+            }
+        }
         // Annotations the pass may not change (XLA's `provided_shardings`): every sharding but
         // those of parameters and the entry root, and `{unknown}` ones; the entry root when the
         // output may not take a sharding; entry parameters when none may.
@@ -745,7 +912,7 @@ impl<'m> Propagator<'m> {
             }
         }
         if let Some(r) = p.entry_root {
-            if !p.allow_output && !p.sh[r.index()].as_ref().is_some_and(has_unknown) {
+            if !p.allow_output && !p.cur(r).is_some_and(has_unknown) {
                 p.provided[r.index()] = true;
             }
         }
@@ -759,11 +926,16 @@ impl<'m> Propagator<'m> {
             }
         }
         // `{unknown}` takes part as `{replicated}`.
-        for s in p.sh.iter_mut().flatten() {
-            replace_unknown(s);
+        for k in 0..cap {
+            if let Some(s) = p.sh[k].as_ref().filter(|s| has_unknown(s)) {
+                let mut s = s.to_sharding();
+                replace_unknown(&mut s);
+                p.put(InstrId::new(k), Some(p.memo.intern(s)));
+            }
         }
+        let mut orders = analysis::PostOrders::new(m);
         for &c in m.computations() {
-            p.orders.push((c, analysis::post_order(m, c)));
+            p.orders.push((c, orders.post_order(m, c)));
         }
         p
     }
@@ -794,7 +966,7 @@ impl<'m> Propagator<'m> {
                 let related = self.related(id);
                 if let Some(s) = related.iter().find_map(|&r| self.sh[r.index()].clone()) {
                     for &r in &related {
-                        self.sh[r.index()] = Some(s.clone());
+                        self.put(r, Some(s.clone()));
                     }
                 }
                 match i.opcode {
@@ -857,7 +1029,27 @@ impl<'m> Propagator<'m> {
     }
 
     fn cur(&self, id: InstrId) -> Option<&Sharding> {
+        self.sh[id.index()].as_deref()
+    }
+
+    /// The current sharding's handle.
+    fn cur_sh(&self, id: InstrId) -> Option<&Sh> {
         self.sh[id.index()].as_ref()
+    }
+
+    /// Sets `id`'s sharding.
+    fn set(&mut self, id: InstrId, s: Sharding) {
+        let s = self.memo.intern(s);
+        self.put(id, Some(s));
+    }
+
+    /// Sets (or clears) `id`'s sharding, noting when it changed (see `changed_at`).
+    fn put(&mut self, id: InstrId, v: Option<Sh>) {
+        if self.sh[id.index()] != v {
+            self.changed_at[id.index()] = self.clock;
+            self.clock += 1;
+            self.sh[id.index()] = v;
+        }
     }
 
     fn sp(&self, id: InstrId) -> bool {
@@ -869,14 +1061,90 @@ impl<'m> Propagator<'m> {
     }
 
     fn is_root(&self, id: InstrId) -> bool {
-        let i = self.m.instr(id);
-        self.m.comp(i.parent).root() == Some(id)
+        self.facts[id.index()] & IS_ROOT != 0
     }
 
     fn non_root_users_is_one(&self, id: InstrId) -> bool {
-        let i = self.m.instr(id);
-        let root = self.m.comp(i.parent).root();
-        i.users().iter().filter(|&&u| Some(u) != root).count() == 1
+        self.facts[id.index()] & ONE_NON_ROOT_USER != 0
+    }
+
+    /// The facts about instruction `id` that do not change during the pass (see `facts`).
+    fn compute_facts(&self, id: InstrId) -> u8 {
+        let m = self.m;
+        let i = m.instr(id);
+        let root = m.comp(i.parent).root();
+        let mut f = 0;
+        if root == Some(id) {
+            f |= IS_ROOT;
+        }
+        if i.users().iter().filter(|&&u| Some(u) != root).count() == 1 {
+            f |= ONE_NON_ROOT_USER;
+        }
+        if i.shape.is_tuple() && i.shape.tuple_elements().iter().all(|e| !e.is_tuple()) {
+            f |= FLAT_TUPLE;
+        }
+        use Opcode::*;
+        let non_local = |op: Opcode| {
+            matches!(
+                op,
+                Dot | Convolution | Gather | Scatter | Parameter | CustomCall | Call | Conditional
+            )
+        };
+        if !non_local(i.opcode) {
+            f |= LOCAL_FWD;
+        }
+        let user_ops: SmallVec<[Opcode; 4]> =
+            i.users().iter().map(|&u| m.instr(u).opcode).collect();
+        if i.opcode != CustomCall
+            && !user_ops
+                .iter()
+                .any(|&op| matches!(op, Gather | Scatter | CustomCall | Call | Conditional))
+        {
+            f |= LOCAL_BWD;
+        }
+        if i.opcode == Broadcast || user_ops.contains(&Broadcast) {
+            f |= BROADCAST_NEAR;
+        }
+        f
+    }
+
+    /// `sub_sharding(s, shape of user, index)`: the sharding of element `index` of `user`'s
+    /// value sharded `s`.
+    fn element_of(&self, s: &Sh, user: InstrId, index: usize) -> Sh {
+        let shape = self.shape(user);
+        let elem = shape.tuple_elements().get(index);
+        if !s.is_tuple() && !elem.is_some_and(Shape::is_tuple) {
+            return s.clone();
+        }
+        let (start, len) = if self.facts[user.index()] & FLAT_TUPLE != 0 {
+            (index, usize::from(index < shape.tuple_elements().len()))
+        } else {
+            leaf_range(shape, index)
+        };
+        let kind = match elem {
+            None => 0,
+            Some(e) if e.is_tuple() => 2,
+            Some(_) => 1,
+        };
+        self.memo
+            .algebra(s, Op::Element { start, len, kind }, |s, _| {
+                Some(element_sharding(s, start, len, kind))
+            })
+            .expect("an element always has a sharding")
+    }
+
+    /// Where `id` first stands among `user`'s operands, and whether it stands there more than
+    /// once (wide users, like a model's output tuple, are looked up in a sorted index).
+    fn operand_position(&self, id: InstrId, user: InstrId) -> Option<(usize, bool)> {
+        let ops = self.m.instr(user).operands();
+        if ops.len() <= WIDE {
+            let first = ops.iter().position(|&o| o == id)?;
+            return Some((first, ops[first + 1..].contains(&id)));
+        }
+        let index = self.wide.get(&user)?;
+        let k = index.partition_point(|&(o, _, _)| o < id);
+        let &(o, first, more) = index.get(k)?;
+        (o == id).then_some((first as usize, more))
     }
 
     // ----- the driver -----
@@ -936,6 +1204,19 @@ impl<'m> Propagator<'m> {
                         continue;
                     }
                     self.done_fwd[id.index()] = true;
+                    if self.may_skip_fwd(id, level) {
+                        if cfg!(debug_assertions) {
+                            let before = self.sh[id.index()].clone();
+                            let changed = self.infer_from_operands(id, level);
+                            assert!(
+                                !changed && self.sh[id.index()] == before,
+                                "sharding-propagation: skipped forward visit of %{} would change it",
+                                self.m.instr(id).name
+                            );
+                        }
+                        continue;
+                    }
+                    self.fwd_seen[id.index()] = (self.clock, self.fwd_class(id, level));
                     if self.infer_from_operands(id, level) {
                         self.from_operands += 1;
                         let changed = self.computation_propagation(id);
@@ -974,6 +1255,19 @@ impl<'m> Propagator<'m> {
                         continue;
                     }
                     self.done_bwd[id.index()] = true;
+                    if self.may_skip_bwd(id, level) {
+                        if cfg!(debug_assertions) {
+                            let before = self.sh[id.index()].clone();
+                            let changed = self.infer_from_users(id, level);
+                            assert!(
+                                !changed && self.sh[id.index()] == before,
+                                "sharding-propagation: skipped backward visit of %{} would change it",
+                                self.m.instr(id).name
+                            );
+                        }
+                        continue;
+                    }
+                    self.bwd_seen[id.index()] = (self.clock, self.bwd_class(id, level));
                     if self.infer_from_users(id, level) {
                         self.from_users += 1;
                         let changed = self.computation_propagation(id);
@@ -989,11 +1283,80 @@ impl<'m> Propagator<'m> {
         self.orders = orders;
     }
 
+    /// Levels at which inferring `id` from its operands follows the same rules: 0; and 1-3,
+    /// except that a broadcast takes its operand's sharding only at level 3.
+    fn fwd_class(&self, id: InstrId, level: u8) -> u8 {
+        match level {
+            0 => 0,
+            3 if self.m.instr(id).opcode == Opcode::Broadcast => 3,
+            _ => 1,
+        }
+    }
+
+    /// Levels at which inferring `id` from its users follows the same rules: 0; 1-3, except
+    /// that broadcasts (`id` or a user) take part only from level 2.
+    fn bwd_class(&self, id: InstrId, level: u8) -> u8 {
+        match level {
+            0 => 0,
+            1 if self.facts[id.index()] & BROADCAST_NEAR != 0 => 1,
+            _ => 2,
+        }
+    }
+
+    /// True when inferring `id` from its operands now would repeat its last such visit
+    /// exactly: the rules are those of the same level class, and neither `id`'s sharding nor
+    /// an operand's changed since. Only for ops whose rule reads nothing else (dots look ahead
+    /// at users, gathers and scatters at iotas, parameters at their caller; custom calls are
+    /// left alone).
+    fn may_skip_fwd(&self, id: InstrId, level: u8) -> bool {
+        let (seen, class) = self.fwd_seen[id.index()];
+        if seen == 0
+            || self.facts[id.index()] & LOCAL_FWD == 0
+            || class != self.fwd_class(id, level)
+            || self.changed_at[id.index()] >= seen
+        {
+            return false;
+        }
+        let ops = self.m.instr(id).operands();
+        ops.iter().all(|o| self.changed_at[o.index()] < seen)
+    }
+
+    /// [`Self::may_skip_fwd`] for inferring from users: neither `id`, nor a user, nor another
+    /// operand of a user (dots, reduces) changed since the last visit; no user reads anything
+    /// else (calls and conditionals read their callees, gathers and scatters iotas).
+    fn may_skip_bwd(&self, id: InstrId, level: u8) -> bool {
+        let (seen, class) = self.bwd_seen[id.index()];
+        if seen == 0
+            || self.facts[id.index()] & LOCAL_BWD == 0
+            || class != self.bwd_class(id, level)
+            || self.changed_at[id.index()] >= seen
+        {
+            return false;
+        }
+        let m = self.m;
+        m.instr(id).users().iter().all(|&u| {
+            let ui = m.instr(u);
+            self.changed_at[u.index()] < seen
+                && (ui.opcode == Opcode::Tuple
+                    || ui
+                        .operands()
+                        .iter()
+                        .all(|o| self.changed_at[o.index()] < seen))
+        })
+    }
+
     /// After `id` changed: when it is a while/conditional/call, or a parameter or root of a
     /// computation one of those calls, every related instruction takes its sharding (XLA's
     /// `maybe_computation_propagation`, which overrides provided shardings too); a parameter
     /// of a conditional branch also passes its sharding to the conditional's operand for it.
     fn computation_propagation(&mut self, id: InstrId) -> Vec<InstrId> {
+        let i = self.m.instr(id);
+        let called_edge = (i.opcode == Opcode::Parameter || self.is_root(id))
+            && self.caller[i.parent.index()].is_some();
+        if !called_edge && !self.is_mapped_caller(id) {
+            // Nothing is tied to `id`.
+            return Vec::new();
+        }
         let mut changed = Vec::new();
         let mut work = vec![id];
         while let Some(x) = work.pop() {
@@ -1024,7 +1387,7 @@ impl<'m> Propagator<'m> {
                 }
                 for r in related {
                     if self.sh[r.index()].as_ref() != Some(&s) {
-                        self.sh[r.index()] = Some(s.clone());
+                        self.put(r, Some(s.clone()));
                         changed.push(r);
                         work.push(r);
                     }
@@ -1040,9 +1403,15 @@ impl<'m> Propagator<'m> {
     /// more specific (with as many tiles as the candidate only if each device's new piece lies
     /// inside its old one, unless `aggressive`).
     fn improve(&mut self, id: InstrId, new: Sharding, may_combine: bool, aggressive: bool) -> bool {
+        let new = self.memo.intern(new);
+        self.improve_sh(id, new, may_combine, aggressive)
+    }
+
+    /// [`Self::improve`] with an interned candidate.
+    fn improve_sh(&mut self, id: InstrId, new: Sh, may_combine: bool, aggressive: bool) -> bool {
         match self.improved(id, new, may_combine, aggressive) {
             Some(s) => {
-                self.sh[id.index()] = Some(s);
+                self.put(id, Some(s));
                 true
             }
             None => false,
@@ -1050,19 +1419,18 @@ impl<'m> Propagator<'m> {
     }
 
     /// What [`Self::improve`] would set, without setting it (XLA's `ReturnImprovedSharding`).
-    fn improved(
-        &self,
-        id: InstrId,
-        new: Sharding,
-        may_combine: bool,
-        aggressive: bool,
-    ) -> Option<Sharding> {
+    fn improved(&self, id: InstrId, new: Sh, may_combine: bool, aggressive: bool) -> Option<Sh> {
+        let old = self.cur_sh(id);
+        // The same sharding again is no improvement (every rule below says so too; interned
+        // handles are equal iff their values are).
+        if old == Some(&new) {
+            return None;
+        }
         let shape = self.shape(id);
-        let mut new = new;
         if !fits(&new, shape) {
             return None;
         }
-        if let Some(old) = self.sh[id.index()].as_ref() {
+        if let Some(old) = old {
             if new.strictly_better_than(old) {
                 return Some(new);
             }
@@ -1071,30 +1439,31 @@ impl<'m> Propagator<'m> {
             // An empty tuple has one sharding, `{}`; XLA's output shows it set from a tuple
             // user though it is not spatially partitioned.
             let empty = matches!(&new.kind, ShardingKind::Tuple(e) if e.is_empty());
-            if empty && shape.leaf_count() == 0 && self.sh[id.index()].is_none() {
+            if empty && shape.leaf_count() == 0 && old.is_none() {
                 return Some(new);
             }
             return None;
         }
-        let Some(old) = self.sh[id.index()].as_ref() else {
+        let Some(old) = old else {
             return Some(new);
         };
         if new.is_manual() {
             return None;
         }
         let tiles = new.num_tiles();
-        if !merge_sharding(old, &mut new, may_combine) {
+        let (merged, new) = self.memo.merge_sharding(old, &new, may_combine);
+        if !merged {
             return None;
         }
         if !aggressive
             && shape.is_array()
             && !old.is_tile_maximal()
             && new.num_tiles() == tiles
-            && !is_sub_tiling(shape, &new, old)
+            && !self.memo.is_sub_tiling(shape, &new, old)
         {
             return None;
         }
-        (&new != old).then_some(new)
+        (new != *old).then_some(new)
     }
 
     // ----- which instructions may be sharded -----
@@ -1125,6 +1494,21 @@ impl<'m> Propagator<'m> {
     /// XLA's `SupportSpatialPartitioning`: `allow_output` lets the entry root take a sharding,
     /// `allow_params` entry parameters (XLA allows both only when inferring from users).
     fn supports_partitioning(&self, id: InstrId, allow_output: bool, allow_params: bool) -> bool {
+        if (allow_output, allow_params) == (self.allow_output, false) {
+            return self.facts[id.index()] & PARTITIONABLE_FWD != 0;
+        }
+        if (allow_output, allow_params) == (false, self.params_any) {
+            return self.facts[id.index()] & PARTITIONABLE_BWD != 0;
+        }
+        self.supports_partitioning_uncached(id, allow_output, allow_params)
+    }
+
+    fn supports_partitioning_uncached(
+        &self,
+        id: InstrId,
+        allow_output: bool,
+        allow_params: bool,
+    ) -> bool {
         use Opcode::*;
         let i = self.m.instr(id);
         if self.is_root(id)
@@ -1218,10 +1602,10 @@ impl<'m> Propagator<'m> {
                 return false;
             }
             for &op in i.operands() {
-                if let Some(s) = self.cur(op) {
+                if let Some(s) = self.cur_sh(op) {
                     if s.is_tile_maximal() && !matches!(s.kind, ShardingKind::Maximal(_)) {
                         let s = s.clone();
-                        return self.improve(id, s, mc, false);
+                        return self.improve_sh(id, s, mc, false);
                     }
                 }
             }
@@ -1239,12 +1623,13 @@ impl<'m> Propagator<'m> {
                     self.shape(op),
                     i.attrs.tuple_index as usize,
                 );
+                let s = self.memo.intern(s);
                 if s.is_manual() {
-                    let changed = self.cur(id) != Some(&s);
-                    self.sh[id.index()] = Some(s);
+                    let changed = self.cur_sh(id) != Some(&s);
+                    self.put(id, Some(s));
                     return changed;
                 }
-                self.improve(id, s, mc, aggressive)
+                self.improve_sh(id, s, mc, aggressive)
             }
             Tuple => self.forward_tuple(id),
             Reduce => self.forward_reduce(id, mc, aggressive),
@@ -1254,16 +1639,16 @@ impl<'m> Propagator<'m> {
                 }
                 let op = i.operand(0);
                 let Some(s) = self
-                    .cur(op)
+                    .cur_sh(op)
                     .filter(|s| s.is_spatially_partitioned() && !s.is_replicated())
                 else {
                     return false;
                 };
-                let map: Vec<usize> = dims_attr(&i.attrs).iter().map(|&d| d as usize).collect();
-                let Some(new) = s.insert_dims(i.shape.rank(), &map) else {
+                let map = idx(dims_attr(&i.attrs).iter().map(|&d| d as usize));
+                let Some(new) = self.inserted_dims(s, i.shape.rank(), map) else {
                     return false;
                 };
-                self.improve(id, new, mc, aggressive)
+                self.improve_sh(id, new, mc, aggressive)
             }
             Concatenate => {
                 let Some(op) = self.representative(id).filter(|&o| self.sp(o)) else {
@@ -1283,28 +1668,26 @@ impl<'m> Propagator<'m> {
                         }
                     }
                 }
-                let s = self.cur(op).unwrap().clone();
-                self.improve(id, s, mc, aggressive)
+                let s = self.cur_sh(op).unwrap().clone();
+                self.improve_sh(id, s, mc, aggressive)
             }
             Convolution => self.forward_convolution(id, mc),
             Dot => {
-                let (l, r) = (i.operand(0), i.operand(1));
-                let Some(dn) = i.attrs.dot_dims.as_deref() else {
+                let Some(dims) = self.dims_of(id) else {
                     return false;
                 };
-                let dd = dot_dims(dn, self.shape(l).rank(), self.shape(r).rank());
-                self.forward_dot(id, &dd, mc)
+                self.forward_dot(id, dims, mc)
             }
             Transpose => {
                 let op = i.operand(0);
                 if !self.sp(op) {
                     return false;
                 }
-                let perm: Vec<usize> = dims_attr(&i.attrs).iter().map(|&d| d as usize).collect();
-                let Some(s) = self.cur(op).unwrap().transpose(&perm) else {
+                let perm = idx(dims_attr(&i.attrs).iter().map(|&d| d as usize));
+                let Some(s) = self.transposed(self.cur_sh(op).unwrap(), perm) else {
                     return false;
                 };
-                self.improve(id, s.normalized(), mc, aggressive)
+                self.improve_sh(id, s, mc, aggressive)
             }
             ReduceWindow => {
                 if let Some(w) = i.attrs.window.as_deref() {
@@ -1337,17 +1720,16 @@ impl<'m> Propagator<'m> {
                         return false;
                     }
                 }
-                let s = self.cur(op).unwrap().clone();
-                self.improve(id, s, mc, aggressive)
+                let s = self.cur_sh(op).unwrap().clone();
+                self.improve_sh(id, s, mc, aggressive)
             }
             Reshape => {
                 let op = i.operand(0);
                 if !self.sp(op) {
                     return false;
                 }
-                let s = self.cur(op).unwrap();
-                let new = s.propagate_through_reshape(self.shape(op).dims(), i.shape.dims());
-                self.improve(id, new, mc, aggressive)
+                let new = self.through_reshape(self.cur_sh(op).unwrap(), id, 0);
+                self.improve_sh(id, new, mc, aggressive)
             }
             Reverse => {
                 let op = i.operand(0);
@@ -1376,10 +1758,10 @@ impl<'m> Propagator<'m> {
                         .copied(),
                     _ => None,
                 };
-                let Some(s) = op.and_then(|o| self.cur(o)).cloned() else {
+                let Some(s) = op.and_then(|o| self.cur_sh(o)).cloned() else {
                     return false;
                 };
-                self.improve(id, s, mc, false)
+                self.improve_sh(id, s, mc, false)
             }
             Sort => {
                 let Some(op) = self.representative(id).filter(|&o| self.sp(o)) else {
@@ -1404,13 +1786,14 @@ impl<'m> Propagator<'m> {
             Gather => self.forward_gather(id, mc),
             Scatter => self.forward_scatter(id, mc),
             While => {
-                let Some(mut s) = self.cur(i.operand(0)).cloned() else {
+                let Some(mut s) = self.cur_sh(i.operand(0)).cloned() else {
                     return false;
                 };
-                if let Some(old) = self.cur(id) {
-                    merge_sharding(old, &mut s, mc);
+                if let Some(old) = self.cur_sh(id) {
+                    // What the merge leaves in the candidate counts, merged or not.
+                    s = self.memo.merge_sharding(old, &s, mc).1;
                 }
-                self.improve(id, s, mc, false)
+                self.improve_sh(id, s, mc, false)
             }
             CustomCall => {
                 // Nothing flows forward through a ShardBarrierFrom; a ShardBarrierTo takes its
@@ -1426,8 +1809,8 @@ impl<'m> Propagator<'m> {
                 let Some(op) = op.filter(|&o| self.sp(o)) else {
                     return false;
                 };
-                let s = self.cur(op).unwrap().clone();
-                self.improve(id, s, mc, aggressive)
+                let s = self.cur_sh(op).unwrap().clone();
+                self.improve_sh(id, s, mc, aggressive)
             }
             Conditional | Call => false,
             _ => {
@@ -1438,21 +1821,21 @@ impl<'m> Propagator<'m> {
                         if !self.sp(op) {
                             continue;
                         }
-                        let s = self.cur(op).unwrap().clone();
+                        let s = self.cur_sh(op).unwrap().clone();
                         if i.opcode == Rng {
                             let s = s.replicate_all_data_dims(Some(i.shape.rank()));
                             changed |= self.improve(id, s, mc, aggressive);
                             continue;
                         }
-                        changed |= self.improve(id, s, mc, single && aggressive);
+                        changed |= self.improve_sh(id, s, mc, single && aggressive);
                     }
                     return changed;
                 }
                 let Some(op) = self.representative(id).filter(|&o| self.sp(o)) else {
                     return false;
                 };
-                let s = self.cur(op).unwrap().clone();
-                self.improve(id, s, mc, aggressive)
+                let s = self.cur_sh(op).unwrap().clone();
+                self.improve_sh(id, s, mc, aggressive)
             }
         }
     }
@@ -1502,9 +1885,9 @@ impl<'m> Propagator<'m> {
             }
             k += n;
         }
-        let new = Sharding::tuple(leaves);
-        if self.cur(id) != Some(&new) {
-            self.sh[id.index()] = Some(new);
+        let new = self.memo.intern(Sharding::tuple(leaves));
+        if self.cur_sh(id) != Some(&new) {
+            self.put(id, Some(new));
             return true;
         }
         false
@@ -1520,7 +1903,7 @@ impl<'m> Propagator<'m> {
             if !self.sp(op) {
                 continue;
             }
-            let s = self.cur(op).unwrap().clone();
+            let s = self.cur_sh(op).unwrap().clone();
             let tiles_reduced = s.as_tiled().is_some_and(|t| {
                 rdims
                     .iter()
@@ -1535,15 +1918,13 @@ impl<'m> Propagator<'m> {
                 );
                 continue;
             }
-            let after = s.replicate_on_dims(&rdims);
-            if after.is_replicated() {
-                changed |= self.improve(id, spread(&i.shape, after), mc, aggressive);
-                continue;
-            }
-            let Some(new) = after.remove_dims(&rdims) else {
+            // Replicated after replicating the reduced dimensions: stays replicated (removing
+            // dimensions of a replicated sharding keeps it).
+            let Some(new) = self.replicated_and_removed(&s, &rdims) else {
                 continue;
             };
-            changed |= self.improve(id, spread(&i.shape, new), mc, aggressive);
+            let new = self.spread_sh(&i.shape, new);
+            changed |= self.improve_sh(id, new, mc, aggressive);
         }
         changed
     }
@@ -1552,21 +1933,21 @@ impl<'m> Propagator<'m> {
     /// dimensions replicated, moved to the output dimensions. When both improve the output, the
     /// one whose tiling the next sharded user (through a chain of single users) refines goes
     /// first, else the larger operand; the other then merges in.
-    fn forward_dot(&mut self, id: InstrId, dd: &DotDims, mc: bool) -> bool {
+    fn forward_dot(&mut self, id: InstrId, dims: u32, mc: bool) -> bool {
         let i = self.m.instr(id);
         let (l, r) = (i.operand(0), i.operand(1));
-        let from = |p: &Self, k: usize, op: InstrId| -> Option<Sharding> {
+        let from = |p: &Self, k: usize, op: InstrId| -> Option<Sh> {
             if !p.sp(op) {
                 return None;
             }
-            let s = p.dot_from_operand(id, dd, k)?;
+            let s = p.dot_from_operand(id, dims, k)?;
             p.improved(id, s, mc, false)
         };
         let (a, b) = (from(self, 0, l), from(self, 1, r));
         let (first, second) = match (a, b) {
             (None, None) => return false,
             (Some(s), None) | (None, Some(s)) => {
-                self.sh[id.index()] = Some(s);
+                self.put(id, Some(s));
                 return true;
             }
             (Some(a), Some(b)) => {
@@ -1587,14 +1968,14 @@ impl<'m> Propagator<'m> {
                 }
             }
         };
-        self.sh[id.index()] = Some(first);
-        self.improve(id, second, mc, false);
+        self.put(id, Some(first));
+        self.improve_sh(id, second, mc, false);
         true
     }
 
     /// XLA's `LookaheadUserSharding`: following `id`'s single user, and its single user, and
     /// so on up to the first one with a sharding, the sharding that user asks of `id`.
-    fn lookahead_user_sharding(&mut self, id: InstrId) -> Option<Sharding> {
+    fn lookahead_user_sharding(&mut self, id: InstrId) -> Option<Sh> {
         let m = self.m;
         if m.instr(id).users().len() != 1 {
             return None;
@@ -1611,47 +1992,145 @@ impl<'m> Propagator<'m> {
         for k in (1..chain.len()).rev() {
             result = self.sharding_from_user(chain[k - 1], chain[k], 3);
             match &result {
-                Some(s) if k != 1 => self.sh[chain[k - 1].index()] = Some(s.clone()),
+                Some(s) if k != 1 => self.put(chain[k - 1], Some(s.clone())),
                 _ => break,
             }
         }
         // The chain's middle had no sharding: it gets none back.
         for &c in &chain[1..chain.len() - 1] {
-            self.sh[c.index()] = None;
+            self.put(c, None);
         }
         result
     }
 
-    fn dot_from_operand(&self, id: InstrId, dd: &DotDims, k: usize) -> Option<Sharding> {
+    fn dot_from_operand(&self, id: InstrId, dims: u32, k: usize) -> Option<Sh> {
         let i = self.m.instr(id);
         let op = i.operand(k);
-        let s = self.cur(op)?;
+        let s = self.cur_sh(op)?;
         if s.is_tile_maximal() {
             return Some(s.clone());
         }
-        let mut contracting: Vec<usize> = dd
-            .contracting
-            .iter()
-            .map(|d| d.operand(k) as usize)
-            .collect();
-        for d in dd.non_contracting(1 - k) {
-            if d.operand(k) >= 0 {
-                contracting.push(d.operand(k) as usize);
-            }
-        }
-        let rep = s.replicate_on_dims(&contracting);
-        let mut out_to_op = vec![-1i64; i.shape.rank()];
-        let mut op_to_out = vec![-1i64; self.shape(op).rank()];
-        for d in dd.batch.iter().chain(dd.non_contracting(k)) {
-            let (o, x) = (d.out, d.operand(k));
-            if o >= 0 && x >= 0 {
-                out_to_op[o as usize] = x;
-                op_to_out[x as usize] = o;
-            }
-        }
-        rep.transpose_collapsed(&op_to_out, &out_to_op)
+        let key = Op::DotFromOperand {
+            dims,
+            k,
+            out_rank: i.shape.rank(),
+            op_rank: self.shape(op).rank(),
+        };
+        self.memo.algebra(s, key, |s, op| {
+            let Op::DotFromOperand {
+                dims,
+                k,
+                out_rank,
+                op_rank,
+            } = op
+            else {
+                unreachable!()
+            };
+            let dd = self.memo.dot_dims(*dims);
+            dot_from_operand_sharding(s, &dd, *k, *out_rank, *op_rank)
+        })
     }
+}
 
+/// The sharding operand `k` (of rank `op_rank`, sharded `s`) gives the output (of rank
+/// `out_rank`) of a dot with dimensions `dd`: contracting dimensions and the other operand's
+/// non-contracting ones replicated, the rest moved to their output dimensions.
+fn dot_from_operand_sharding(
+    s: &Sharding,
+    dd: &DotDims,
+    k: usize,
+    out_rank: usize,
+    op_rank: usize,
+) -> Option<Sharding> {
+    let mut contracting: Vec<usize> = dd
+        .contracting
+        .iter()
+        .map(|d| d.operand(k) as usize)
+        .collect();
+    for d in dd.non_contracting(1 - k) {
+        if d.operand(k) >= 0 {
+            contracting.push(d.operand(k) as usize);
+        }
+    }
+    let rep = s.replicate_on_dims(&contracting);
+    let mut out_to_op = vec![-1i64; out_rank];
+    let mut op_to_out = vec![-1i64; op_rank];
+    for d in dd.batch.iter().chain(dd.non_contracting(k)) {
+        let (o, x) = (d.out, d.operand(k));
+        if o >= 0 && x >= 0 {
+            out_to_op[o as usize] = x;
+            op_to_out[x as usize] = o;
+        }
+    }
+    rep.transpose_collapsed(&op_to_out, &out_to_op)
+}
+
+/// XLA's `InferDotOperandSharding` on shardings: the output sharding `us` (rank `out_rank`) with
+/// the other operand's non-contracting dimensions replicated, moved to operand `k`'s dimensions
+/// (rank `op_rank`), merged with what the other operand's sharding `os` (rank `other_rank`, when
+/// spatially partitioned) says about the batch and contracting dimensions.
+#[allow(clippy::too_many_arguments)]
+fn dot_operand_sharding(
+    us: &Sharding,
+    dd: &DotDims,
+    k: usize,
+    mc: bool,
+    out_rank: usize,
+    op_rank: usize,
+    other_rank: usize,
+    os: Option<&Sharding>,
+) -> Option<Sharding> {
+    let mut out_rep: Vec<usize> = Vec::new();
+    let mut other_rep: Vec<usize> = Vec::new();
+    for d in dd.non_contracting(1 - k) {
+        if d.out >= 0 {
+            out_rep.push(d.out as usize);
+        }
+        if d.operand(1 - k) >= 0 {
+            other_rep.push(d.operand(1 - k) as usize);
+        }
+    }
+    for d in &dd.contracting {
+        if d.out >= 0 {
+            out_rep.push(d.out as usize);
+        }
+    }
+    for d in dd.non_contracting(k) {
+        if d.operand(1 - k) >= 0 {
+            other_rep.push(d.operand(1 - k) as usize);
+        }
+    }
+    let out_r = us.replicate_on_dims(&out_rep);
+    let mut out_to_op = vec![-1i64; out_rank];
+    let mut op_to_out = vec![-1i64; op_rank];
+    for d in dd.batch.iter().chain(dd.non_contracting(k)) {
+        if d.out >= 0 && d.operand(k) >= 0 {
+            out_to_op[d.out as usize] = d.operand(k);
+            op_to_out[d.operand(k) as usize] = d.out;
+        }
+    }
+    let mut s = out_r.transpose_collapsed(&out_to_op, &op_to_out)?;
+    if let Some(os) = os {
+        let os = os.replicate_on_dims(&other_rep);
+        let mut other_to_op = vec![-1i64; other_rank];
+        let mut op_to_other = vec![-1i64; op_rank];
+        for d in dd.batch.iter().chain(&dd.contracting) {
+            let (x, y) = (d.operand(1 - k), d.operand(k));
+            if x >= 0 && y >= 0 {
+                other_to_op[x as usize] = y;
+                op_to_other[y as usize] = x;
+            }
+        }
+        if let Some(mut from_other) = os.transpose_collapsed(&other_to_op, &op_to_other) {
+            if merge_sharding(&s, &mut from_other, mc) {
+                s = from_other;
+            }
+        }
+    }
+    Some(s)
+}
+
+impl Propagator<'_> {
     fn forward_convolution(&mut self, id: InstrId, mc: bool) -> bool {
         let i = self.m.instr(id);
         let (l, r) = (i.operand(0), i.operand(1));
@@ -1683,7 +2162,10 @@ impl<'m> Propagator<'m> {
                 && i.attrs.batch_group_count == 1
                 && i.attrs.feature_group_count == 1)
         {
-            return self.forward_dot(id, &dd, mc);
+            let Some(dims) = self.dims_of(id) else {
+                return false;
+            };
+            return self.forward_dot(id, dims, mc);
         }
         if !self.sp(l) {
             return false;
@@ -1775,15 +2257,12 @@ impl<'m> Propagator<'m> {
         let aggressive = self.non_root_users_is_one(id);
         let mut changed = false;
         if self.sp(op) {
-            let s = self
-                .cur(op)
-                .unwrap()
-                .replicate_on_dims(&self.sliced_dims(id, op));
-            changed |= self.improve(id, s, mc, aggressive);
+            let s = self.replicated_on(self.cur_sh(op).unwrap(), &self.sliced_dims(id, op));
+            changed |= self.improve_sh(id, s, mc, aggressive);
         }
         if i.opcode == Opcode::DynamicUpdateSlice && self.sp(i.operand(0)) {
-            let s = self.cur(i.operand(0)).unwrap().clone();
-            changed |= self.improve(id, s, mc, false);
+            let s = self.cur_sh(i.operand(0)).unwrap().clone();
+            changed |= self.improve_sh(id, s, mc, false);
         }
         changed
     }
@@ -1803,7 +2282,8 @@ impl<'m> Propagator<'m> {
             return false;
         }
         // Manual shardings flow back into everything a manual value is computed from.
-        if let Some(changed) = self.backward_manual(id, level) {
+        let mut asked = SmallVec::new();
+        if let Some(changed) = self.backward_manual(id, level, &mut asked) {
             return changed;
         }
         if !self.supports_partitioning(id, false, self.params_any) {
@@ -1815,37 +2295,47 @@ impl<'m> Propagator<'m> {
         for &u in i.users() {
             // A random bit generator needs its state replicated.
             if m.instr(u).opcode == Opcode::RngBitGenerator {
-                let r = replicated_for(&i.shape);
-                let changed = self.cur(id) != Some(&r);
-                self.sh[id.index()] = Some(r);
+                let r = self.memo.intern(replicated_for(&i.shape));
+                let changed = self.cur_sh(id) != Some(&r);
+                self.put(id, Some(r));
                 return changed;
             }
-            if let Some(mut s) = self.sharding_from_user(id, u, level) {
+            let from_user = match asked.iter_mut().find(|(x, _)| *x == u) {
+                Some((_, s)) => s.take(),
+                None => self.sharding_from_user(id, u, level),
+            };
+            if let Some(mut s) = from_user {
                 if manual::all_manual(&s) && !self.may_become_manual(id) {
                     continue;
                 }
                 // A ShardBarrierTo lets no sharding through backward: it becomes replicated
                 // (and so does what feeds it).
                 if barrier == Some(false) {
-                    s = replicated_for(&i.shape);
+                    s = self.memo.intern(replicated_for(&i.shape));
                 }
-                improved |= self.improve(id, s, mc, false);
+                if self.improve_sh(id, s, mc, false) {
+                    improved = true;
+                    // What the other users ask may depend on `id`'s own sharding (a tuple's
+                    // other leaves, a dot of `id` with itself): ask again from now on.
+                    asked.clear();
+                }
             }
         }
         improved
     }
 
     /// XLA's `GetShardingFromUser`: the sharding `id` should have for `user` as it is sharded.
-    fn sharding_from_user(&self, id: InstrId, user: InstrId, level: u8) -> Option<Sharding> {
+    fn sharding_from_user(&self, id: InstrId, user: InstrId, level: u8) -> Option<Sh> {
         use Opcode::*;
         let m = self.m;
         let u = m.instr(user);
         if !can_propagate_at(u, level) {
             return None;
         }
-        let us = self.cur(user).filter(|s| s.is_spatially_partitioned())?;
+        let us = self.cur_sh(user).filter(|s| s.is_spatially_partitioned())?;
+        let intern = |s: Sharding| self.memo.intern(s);
         let i = m.instr(id);
-        let index = u.operands().iter().position(|&o| o == id)?;
+        let (index, repeated) = self.operand_position(id, user)?;
         match u.opcode {
             Broadcast => {
                 if us.is_replicated() {
@@ -1861,13 +2351,13 @@ impl<'m> Propagator<'m> {
                 {
                     return None;
                 }
-                us.replicate_on_dims(&rep).remove_dims(&rep)
+                self.replicated_and_removed(us, &rep)
             }
             Concatenate => {
                 if level == 0 {
                     return None;
                 }
-                self.concat_operand_from_user(id, user, index)
+                self.concat_operand_from_user(id, user, index).map(intern)
             }
             Convolution => {
                 let cd = u.attrs.conv_dims.as_deref()?;
@@ -1883,7 +2373,8 @@ impl<'m> Propagator<'m> {
                 if !dd.conv_spatial.is_empty() {
                     return None;
                 }
-                self.dot_operand_sharding(user, &dd, index, self.spmd && level > 0)
+                let dims = self.dims_of(user)?;
+                self.dot_operand_sharding(user, dims, index, self.spmd && level > 0)
             }
             DynamicSlice | DynamicUpdateSlice => {
                 if level == 0 {
@@ -1903,7 +2394,7 @@ impl<'m> Propagator<'m> {
                 if operand != id {
                     return None;
                 }
-                Some(us.replicate_on_dims(&self.sliced_dims(user, operand)))
+                Some(self.replicated_on(us, &self.sliced_dims(user, operand)))
             }
             ReduceWindow => {
                 let n = u.operands().len() / 2;
@@ -1911,11 +2402,11 @@ impl<'m> Propagator<'m> {
                     return None;
                 }
                 if u.shape.is_tuple() {
-                    return Some(sub_sharding(us, &u.shape, index));
+                    return Some(intern(sub_sharding(us, &u.shape, index)));
                 }
                 Some(us.clone())
             }
-            Reshape => Some(us.propagate_through_reshape(u.shape.dims(), i.shape.dims())),
+            Reshape => Some(self.through_reshape(us, user, 1)),
             Pad => (index == 0).then(|| us.clone()),
             Slice => Some(us.clone()),
             Transpose => {
@@ -1924,9 +2415,12 @@ impl<'m> Propagator<'m> {
                 for (k, &x) in d.iter().enumerate() {
                     *inv.get_mut(x as usize)? = k;
                 }
-                us.transpose(&inv).map(|s| s.normalized())
+                self.transposed(us, idx(inv))
             }
             Tuple => {
+                if !repeated {
+                    return Some(self.element_of(us, user, index));
+                }
                 // An operand used at several positions takes the most specific of them.
                 let mut best = sub_sharding(us, &u.shape, index);
                 for (k, &o) in u.operands().iter().enumerate().skip(index + 1) {
@@ -1937,13 +2431,13 @@ impl<'m> Propagator<'m> {
                         }
                     }
                 }
-                Some(best)
+                Some(intern(best))
             }
             GetTupleElement => {
                 let (start, len) = leaf_range(&i.shape, u.attrs.tuple_index as usize);
                 let ulv: Vec<Sharding> = match &us.kind {
                     ShardingKind::Tuple(e) => e.clone(),
-                    _ => vec![us.clone(); len],
+                    _ => vec![us.to_sharding(); len],
                 };
                 // Without a sharding of its own, every other leaf is the user's sharding with
                 // the data replicated (keeping manual subgroups), at that leaf's rank.
@@ -1963,23 +2457,18 @@ impl<'m> Propagator<'m> {
                 for (k, s) in ulv.into_iter().enumerate().take(len) {
                     *leaves.get_mut(start + k)? = s;
                 }
-                Some(Sharding::tuple(leaves))
+                Some(intern(Sharding::tuple(leaves)))
             }
             Dot => {
-                let dn = u.attrs.dot_dims.as_deref()?;
-                let dd = dot_dims(
-                    dn,
-                    self.shape(u.operand(0)).rank(),
-                    self.shape(u.operand(1)).rank(),
-                );
-                self.dot_operand_sharding(user, &dd, index, self.spmd && level > 0)
+                let dims = self.dims_of(user)?;
+                self.dot_operand_sharding(user, dims, index, self.spmd && level > 0)
             }
             Reduce => {
                 if i.shape.rank() == 0 {
                     return None;
                 }
                 let s = if u.shape.is_tuple() {
-                    sub_sharding(us, &u.shape, index)
+                    intern(sub_sharding(us, &u.shape, index))
                 } else {
                     us.clone()
                 };
@@ -1987,10 +2476,9 @@ impl<'m> Propagator<'m> {
                     s
                 } else {
                     let rd = dims_attr(&u.attrs);
-                    let map: Vec<usize> = (0..i.shape.rank())
-                        .filter(|d| !rd.contains(&(*d as i64)))
-                        .collect();
-                    s.insert_dims(i.shape.rank(), &map)?
+                    let rank = i.shape.rank();
+                    let map = idx((0..rank).filter(|d| !rd.contains(&(*d as i64))));
+                    self.inserted_dims(&s, rank, map)?
                 };
                 // What the reduce's other inputs are sharded as refines it when compatible.
                 let n = u.operands().len() / 2;
@@ -1998,22 +2486,22 @@ impl<'m> Propagator<'m> {
                     if o == id || s.is_manual() {
                         continue;
                     }
-                    if let Some(os) = self.cur(o).filter(|x| !x.is_manual() && !x.is_tuple()) {
+                    if let Some(os) = self.cur_sh(o).filter(|x| !x.is_manual() && !x.is_tuple()) {
                         let min = s.num_tiles() + 1;
-                        merge_if_compatible(os, min, &mut s);
+                        s = self.memo.merge_if_compatible(os, min, &s).1;
                     }
                 }
                 Some(s)
             }
             Sort => {
                 if us.is_tuple() {
-                    return Some(sub_sharding(us, &u.shape, index));
+                    return Some(intern(sub_sharding(us, &u.shape, index)));
                 }
                 Some(us.clone())
             }
             Reverse => {
                 let dims: Vec<usize> = dims_attr(&u.attrs).iter().map(|&d| d as usize).collect();
-                Some(us.reverse_dims(&dims))
+                Some(intern(us.reverse_dims(&dims)))
             }
             Outfeed => {
                 // The outfeed's sharding covers (its data, the token).
@@ -2025,23 +2513,25 @@ impl<'m> Propagator<'m> {
                         let data = &i.shape;
                         let n = data.leaf_count_nonempty();
                         if data.is_tuple() {
-                            Some(Sharding::tuple(e.get(..n)?.to_vec()))
+                            Some(intern(Sharding::tuple(e.get(..n)?.to_vec())))
                         } else {
-                            e.first().cloned()
+                            e.first().cloned().map(intern)
                         }
                     }
-                    _ => Some(spread(&i.shape, us.clone())),
+                    _ => Some(self.spread_sh(&i.shape, us.clone())),
                 }
             }
-            Gather => self.gather_operand_from_output(id, user, index),
-            Scatter => self.scatter_operand_from_output(id, user, index),
+            Gather => self.gather_operand_from_output(id, user, index).map(intern),
+            Scatter => self
+                .scatter_operand_from_output(id, user, index)
+                .map(intern),
             Call => {
                 let callee = *u.called.first()?;
                 if self.caller[callee.index()] != Some(user) {
                     return None;
                 }
                 let p = m.comp(callee).parameter(index)?;
-                self.cur(p).cloned()
+                self.cur_sh(p).cloned()
             }
             Conditional => {
                 if index == 0 {
@@ -2052,7 +2542,7 @@ impl<'m> Propagator<'m> {
                     return None;
                 }
                 let p = m.comp(branch).parameter(0)?;
-                self.cur(p).cloned()
+                self.cur_sh(p).cloned()
             }
             _ => compatible_ignoring_type(&i.shape, &u.shape).then(|| us.clone()),
         }
@@ -2084,7 +2574,7 @@ impl<'m> Propagator<'m> {
         let tile = (u.shape.dims()[cdim] + tdims[cdim] - 1) / tdims[cdim];
         let first = start / tile;
         let last = (start + self.shape(id).dims()[cdim] + tile - 1) / tile;
-        let mut dims: SmallVec<[i64; 4]> = tdims.iter().copied().collect();
+        let mut dims: tessera_hlo::sharding::TileDims = tdims.iter().copied().collect();
         dims[cdim] = last - first;
         let n: i64 = dims.iter().product();
         let mut devices = Vec::with_capacity(n as usize);
@@ -2108,66 +2598,44 @@ impl<'m> Propagator<'m> {
     /// XLA's `InferDotOperandSharding`: the output sharding with the other operand's
     /// non-contracting dimensions replicated, moved to operand `k`'s dimensions, merged with
     /// what the other operand's sharding says about the batch and contracting dimensions.
-    fn dot_operand_sharding(
-        &self,
-        user: InstrId,
-        dd: &DotDims,
-        k: usize,
-        mc: bool,
-    ) -> Option<Sharding> {
+    fn dot_operand_sharding(&self, user: InstrId, dims: u32, k: usize, mc: bool) -> Option<Sh> {
         let u = self.m.instr(user);
-        let us = self.cur(user)?;
-        let op = u.operand(k);
-        let other = u.operand(1 - k);
-        let mut out_rep: Vec<usize> = Vec::new();
-        let mut other_rep: Vec<usize> = Vec::new();
-        for d in dd.non_contracting(1 - k) {
-            if d.out >= 0 {
-                out_rep.push(d.out as usize);
-            }
-            if d.operand(1 - k) >= 0 {
-                other_rep.push(d.operand(1 - k) as usize);
-            }
-        }
-        for d in &dd.contracting {
-            if d.out >= 0 {
-                out_rep.push(d.out as usize);
-            }
-        }
-        for d in dd.non_contracting(k) {
-            if d.operand(1 - k) >= 0 {
-                other_rep.push(d.operand(1 - k) as usize);
-            }
-        }
-        let out_r = us.replicate_on_dims(&out_rep);
-        let op_rank = self.shape(op).rank();
-        let mut out_to_op = vec![-1i64; u.shape.rank()];
-        let mut op_to_out = vec![-1i64; op_rank];
-        for d in dd.batch.iter().chain(dd.non_contracting(k)) {
-            if d.out >= 0 && d.operand(k) >= 0 {
-                out_to_op[d.out as usize] = d.operand(k);
-                op_to_out[d.operand(k) as usize] = d.out;
-            }
-        }
-        let mut s = out_r.transpose_collapsed(&out_to_op, &op_to_out)?;
-        if self.sp(other) {
-            let os = self.cur(other).unwrap().replicate_on_dims(&other_rep);
-            let mut other_to_op = vec![-1i64; self.shape(other).rank()];
-            let mut op_to_other = vec![-1i64; op_rank];
-            for d in dd.batch.iter().chain(&dd.contracting) {
-                let (x, y) = (d.operand(1 - k), d.operand(k));
-                if x >= 0 && y >= 0 {
-                    other_to_op[x as usize] = y;
-                    op_to_other[y as usize] = x;
-                }
-            }
-            if let Some(mut from_other) = os.transpose_collapsed(&other_to_op, &op_to_other) {
-                if merge_sharding(&s, &mut from_other, mc) {
-                    s = from_other;
-                }
-            }
-        }
-        Some(s)
+        let us = self.cur_sh(user)?;
+        let (op, other) = (u.operand(k), u.operand(1 - k));
+        let key = Op::DotOperand {
+            dims,
+            k,
+            mc,
+            out_rank: u.shape.rank(),
+            op_rank: self.shape(op).rank(),
+            other_rank: self.shape(other).rank(),
+            other: self.cur_sh(other).filter(|_| self.sp(other)).cloned(),
+        };
+        self.memo.algebra(us, key, |us, key| {
+            let Op::DotOperand {
+                dims,
+                k,
+                mc,
+                out_rank,
+                op_rank,
+                other_rank,
+                other,
+            } = key
+            else {
+                unreachable!()
+            };
+            let dd = self.memo.dot_dims(*dims);
+            dot_operand_sharding(
+                us,
+                &dd,
+                *k,
+                *mc,
+                *out_rank,
+                *op_rank,
+                *other_rank,
+                other.as_deref(),
+            )
+        })
     }
 
     // ----- gather / scatter -----
@@ -2391,7 +2859,7 @@ impl<'m> Propagator<'m> {
             None => {
                 let mut leaves = vec![Sharding::replicated(); shape.leaf_count()];
                 leaves[start] = new;
-                self.sh[id.index()] = Some(Sharding::tuple(leaves));
+                self.set(id, Sharding::tuple(leaves));
                 return true;
             }
         };
@@ -2399,7 +2867,7 @@ impl<'m> Propagator<'m> {
             return false;
         };
         leaves[start] = better;
-        self.sh[id.index()] = Some(Sharding::tuple(leaves));
+        self.set(id, Sharding::tuple(leaves));
         true
     }
 
@@ -2504,6 +2972,105 @@ impl<'m> Propagator<'m> {
             self.done_bwd[c.index()] = true;
         }
         true
+    }
+
+    // ----- memoized algebra -----
+
+    /// The number (see `Memo::dot_dims_id`) of the dimension maps of dot or convolution `id`,
+    /// computed once per instruction; `None` without dimension numbers.
+    fn dims_of(&self, id: InstrId) -> Option<u32> {
+        self.memo.instr_dot_dims(id.index(), || {
+            let i = self.m.instr(id);
+            let (l, r) = (*i.operands().first()?, *i.operands().get(1)?);
+            match i.opcode {
+                Opcode::Dot => Some(dot_dims(
+                    i.attrs.dot_dims.as_deref()?,
+                    self.shape(l).rank(),
+                    self.shape(r).rank(),
+                )),
+                Opcode::Convolution => Some(conv_dims(
+                    i.attrs.conv_dims.as_deref()?,
+                    i.attrs.window.as_deref(),
+                    self.shape(l).dims(),
+                    self.shape(r).dims(),
+                    i.shape.dims(),
+                    i.attrs.feature_group_count,
+                    i.attrs.batch_group_count,
+                )),
+                _ => None,
+            }
+        })
+    }
+
+    /// `s.transpose(perm)`, normalized.
+    fn transposed(&self, s: &Sh, perm: SmallVec<[usize; 4]>) -> Option<Sh> {
+        self.memo.algebra(s, Op::Transpose(perm), |s, op| {
+            let Op::Transpose(perm) = op else {
+                unreachable!()
+            };
+            s.transpose(perm).map(|t| t.normalized())
+        })
+    }
+
+    /// `s.propagate_through_reshape(from, to)` across reshape `reshape`: from its operand to
+    /// its result (`dir` 0) or back (1).
+    fn through_reshape(&self, s: &Sh, reshape: InstrId, dir: usize) -> Sh {
+        let (a, b) = (
+            self.shape(self.m.instr(reshape).operand(0)),
+            self.shape(reshape),
+        );
+        let (from, to) = if dir == 0 {
+            (a.dims(), b.dims())
+        } else {
+            (b.dims(), a.dims())
+        };
+        let key = Op::ThroughReshape(self.memo.reshape_id(reshape.index(), dir, from, to));
+        self.memo
+            .algebra(s, key, |s, _| Some(s.propagate_through_reshape(from, to)))
+            .expect("reshape propagation always answers")
+    }
+
+    /// `s.replicate_on_dims(dims)`.
+    fn replicated_on(&self, s: &Sh, dims: &[usize]) -> Sh {
+        let key = Op::ReplicateOnDims(idx(dims.iter().copied()));
+        self.memo
+            .algebra(s, key, |s, op| {
+                let Op::ReplicateOnDims(dims) = op else {
+                    unreachable!()
+                };
+                Some(s.replicate_on_dims(dims))
+            })
+            .expect("partial replication always answers")
+    }
+
+    /// `s.replicate_on_dims(dims).remove_dims(dims)`.
+    fn replicated_and_removed(&self, s: &Sh, dims: &[usize]) -> Option<Sh> {
+        let key = Op::ReplicateAndRemove(idx(dims.iter().copied()));
+        self.memo.algebra(s, key, |s, op| {
+            let Op::ReplicateAndRemove(dims) = op else {
+                unreachable!()
+            };
+            s.replicate_on_dims(dims).remove_dims(dims)
+        })
+    }
+
+    /// `s.insert_dims(rank, map)`.
+    fn inserted_dims(&self, s: &Sh, rank: usize, map: SmallVec<[usize; 4]>) -> Option<Sh> {
+        self.memo.algebra(s, Op::InsertDims(rank, map), |s, op| {
+            let Op::InsertDims(rank, map) = op else {
+                unreachable!()
+            };
+            s.insert_dims(*rank, map)
+        })
+    }
+
+    /// [`spread`] on handles: `s` for every leaf of a tuple shape, `s` itself for an array.
+    fn spread_sh(&self, shape: &Shape, s: Sh) -> Sh {
+        if shape.is_tuple() {
+            self.memo.intern(spread(shape, s.to_sharding()))
+        } else {
+            s
+        }
     }
 
     // ----- the report -----

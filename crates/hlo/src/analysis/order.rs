@@ -19,20 +19,39 @@ pub fn post_order(module: &Module, comp: CompId) -> Vec<InstrId> {
     post_order_by(module, comp, &mut state)
 }
 
-/// [`post_order`] of every computation in `comps`, with one module-sized visit table for all
-/// of them (cheaper than a map per computation when most of the module is walked).
+/// [`post_order`] for many computations in a row, with one module-sized visit table reused by
+/// every walk (hashing each visit costs more than the walk itself on large modules).
+pub struct PostOrders {
+    state: Vec<u8>,
+}
+
+impl PostOrders {
+    pub fn new(module: &Module) -> PostOrders {
+        PostOrders {
+            state: vec![0; module.instr_capacity()],
+        }
+    }
+
+    /// The same order as [`post_order`].
+    pub fn post_order(&mut self, module: &Module, comp: CompId) -> Vec<InstrId> {
+        if self.state.len() < module.instr_capacity() {
+            self.state.resize(module.instr_capacity(), 0);
+        }
+        let out = post_order_by(module, comp, &mut self.state);
+        // Every instruction the walk marked is in `out`: unmark them for the next walk.
+        for id in &out {
+            self.state[id.index()] = 0;
+        }
+        out
+    }
+}
+
+/// [`post_order`] of every computation in `comps`, in that order, through one [`PostOrders`].
 pub fn post_orders(module: &Module, comps: &[CompId]) -> Vec<Vec<InstrId>> {
-    let mut state = vec![0u8; module.instr_capacity()];
+    let mut walker = PostOrders::new(module);
     comps
         .iter()
-        .map(|&c| {
-            let order = post_order_by(module, c, &mut state);
-            // Every instruction visited is in the order: clear exactly those.
-            for id in &order {
-                state[id.index()] = 0;
-            }
-            order
-        })
+        .map(|&c| walker.post_order(module, c))
         .collect()
 }
 
@@ -213,6 +232,29 @@ mod tests {
         let root = b.op(c, "root", Opcode::Exp, f32v(4), &[p]);
         b.m.set_root(c, root);
         assert_eq!(post_order(&b.m, c), vec![p, root, dead]);
+    }
+
+    #[test]
+    fn post_orders_struct_reuses_its_table_and_agree_with_post_order() {
+        let mut b = Builder::new("m");
+        let c = b.comp("main");
+        let p = b.param(c, 0, f32v(4));
+        let dead = b.op(c, "dead", Opcode::Negate, f32v(4), &[p]);
+        let exp = b.op(c, "exp", Opcode::Exp, f32v(4), &[p]);
+        let root = b.op(c, "root", Opcode::Add, f32v(4), &[exp, p]);
+        b.m.add_control_dependency(dead, exp);
+        b.m.set_root(c, root);
+        let d = b.comp("other");
+        let q = b.param(d, 0, f32v(4));
+        let neg = b.op(d, "neg", Opcode::Negate, f32v(4), &[q]);
+        b.m.set_root(d, neg);
+        let mut orders = PostOrders::new(&b.m);
+        // Twice each, interleaved: a walk must leave the table clean for the next one.
+        for _ in 0..2 {
+            assert_eq!(orders.post_order(&b.m, c), post_order(&b.m, c));
+            assert_eq!(orders.post_order(&b.m, c), vec![p, dead, exp, root]);
+            assert_eq!(orders.post_order(&b.m, d), vec![q, neg]);
+        }
     }
 
     #[test]

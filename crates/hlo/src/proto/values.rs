@@ -736,7 +736,8 @@ pub(crate) fn sharding_from_proto(p: &pb::OpSharding) -> VResult<Sharding> {
                 .collect::<VResult<_>>()?,
         ),
         SHARDING_OTHER => {
-            let dims: SmallVec<[i64; 4]> = p.tile_assignment_dimensions.iter().copied().collect();
+            let dims: crate::sharding::TileDims =
+                p.tile_assignment_dimensions.iter().copied().collect();
             if dims.iter().any(|&d| d <= 0) {
                 return Err(format!(
                     "tile assignment dimensions {:?} must be positive",

@@ -19,7 +19,9 @@ use tessera_hlo::sharding::{ShardingKind, SubgroupType, TiledSharding};
 use tessera_hlo::sharding_util::merge_if_compatible;
 use tessera_hlo::{InstrId, Opcode, Sharding};
 
-use super::{is_custom_call, parse_unspecified_dims, spread, Propagator};
+use smallvec::SmallVec;
+
+use super::{is_custom_call, parse_unspecified_dims, spread, Propagator, Sh};
 
 /// XLA's `IsManual` (a tuple: every leaf).
 pub(super) fn all_manual(s: &Sharding) -> bool {
@@ -62,14 +64,21 @@ impl Propagator<'_> {
             if level == 0 && matches!(i.opcode, Opcode::Concatenate | Opcode::DynamicSlice) {
                 return Some(false);
             }
-            self.sh[id.index()] = Some(spread(&i.shape, Sharding::manual()));
+            self.set(id, spread(&i.shape, Sharding::manual()));
             return Some(true);
         }
         None
     }
 
-    /// The manual part of inferring from users: `Some(changed)` when it decides.
-    pub(super) fn backward_manual(&mut self, id: InstrId, level: u8) -> Option<bool> {
+    /// The manual part of inferring from users: `Some(changed)` when it decides. The user
+    /// shardings it computes on the way are left in `asked` (user, what it asks of `id`), for
+    /// the caller to reuse.
+    pub(super) fn backward_manual(
+        &mut self,
+        id: InstrId,
+        level: u8,
+        asked: &mut SmallVec<[(InstrId, Option<Sh>); 4]>,
+    ) -> Option<bool> {
         let m = self.m;
         let i = m.instr(id);
         if self.cur(id).is_some_and(all_manual) {
@@ -84,15 +93,15 @@ impl Propagator<'_> {
                 continue;
             }
             if i.shape.is_array() && all_manual(us) {
-                self.sh[id.index()] = Some(Sharding::manual());
+                self.set(id, Sharding::manual());
                 return Some(true);
             }
-            if let Some(s) = self.sharding_from_user(id, u, level) {
-                if all_manual(&s) {
-                    self.sh[id.index()] = Some(s);
-                    return Some(true);
-                }
+            let from_user = self.sharding_from_user(id, u, level);
+            if let Some(s) = from_user.as_ref().filter(|s| all_manual(s)) {
+                self.put(id, Some(s.clone()));
+                return Some(true);
             }
+            asked.push((u, from_user));
         }
         None
     }
@@ -209,7 +218,7 @@ impl Propagator<'_> {
             if !merge_if_compatible(&partial, min, &mut s) {
                 return false;
             }
-            self.sh[id.index()] = Some(s);
+            self.set(id, s);
             return true;
         };
         let (Some(a), Some(c)) = (self.cur(id).cloned(), self.cur(conv).cloned()) else {
@@ -238,8 +247,8 @@ impl Propagator<'_> {
         } else {
             (manual, auto)
         };
-        self.sh[id.index()] = Some(new_a);
-        self.sh[conv.index()] = Some(new_c);
+        self.set(id, new_a);
+        self.set(conv, new_c);
         true
     }
 }

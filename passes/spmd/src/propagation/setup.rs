@@ -8,7 +8,7 @@ use tessera_hlo::{InstrId, Instruction, Module, Opcode, Shape, Sharding};
 use tessera_pass::{PassError, Result};
 
 use super::{
-    expand, has_unknown, is_shard_barrier, leaf_range, remove_with_edges, Flags, Propagator,
+    expand, has_unknown, is_shard_barrier, leaf_range, remove_with_edges, Flags, Propagator, Sh,
 };
 
 /// What [`named_to_tiled`] replaced, for [`restore_named`].
@@ -441,11 +441,10 @@ impl Propagator<'_> {
             let saved = self.original[root.index()]
                 .as_ref()
                 .map(|s| expand(shape, s));
-            if let (true, Some(saved), Some(ShardingKind::Tuple(now))) = (
-                shape.is_tuple(),
-                saved,
-                self.sh[root.index()].as_mut().map(|s| &mut s.kind),
-            ) {
+            let mut cur = self.sh[root.index()].as_ref().map(Sh::to_sharding);
+            if let (true, Some(saved), Some(ShardingKind::Tuple(now))) =
+                (shape.is_tuple(), saved, cur.as_mut().map(|s| &mut s.kind))
+            {
                 let saved = leaves(&saved);
                 if saved.len() == flags.output.len() && now.len() == saved.len() {
                     for (k, old) in saved.into_iter().enumerate() {
@@ -455,6 +454,7 @@ impl Propagator<'_> {
                     }
                 }
             }
+            self.put(root, self.memo.intern_opt(cur));
             self.replicate_uneven(root, &flags.output);
         }
         if !self.params_any {
@@ -468,10 +468,15 @@ impl Propagator<'_> {
             for (k, &p) in params.iter().enumerate() {
                 if !flags.params[k] {
                     let shape = &m.instr(p).shape;
-                    self.sh[p.index()] = self.original[p.index()]
-                        .as_ref()
-                        .filter(|s| !has_unknown(s))
-                        .map(|s| expand(shape, s));
+                    self.put(
+                        p,
+                        self.memo.intern_opt(
+                            self.original[p.index()]
+                                .as_ref()
+                                .filter(|s| !has_unknown(s))
+                                .map(|s| expand(shape, s)),
+                        ),
+                    );
                 }
             }
             for (k, &p) in params.iter().enumerate() {
@@ -485,9 +490,10 @@ impl Propagator<'_> {
             if shape.tuple_elements().len() != flags.params.len() {
                 return;
             }
+            let mut cur = self.sh[p.index()].as_ref().map(Sh::to_sharding);
             if let (Some(saved), Some(ShardingKind::Tuple(now))) = (
                 self.original[p.index()].as_ref().map(|s| expand(shape, s)),
-                self.sh[p.index()].as_mut().map(|s| &mut s.kind),
+                cur.as_mut().map(|s| &mut s.kind),
             ) {
                 let saved = leaves(&saved);
                 for (e, &allowed) in flags.params.iter().enumerate() {
@@ -503,6 +509,7 @@ impl Propagator<'_> {
                     }
                 }
             }
+            self.put(p, self.memo.intern_opt(cur));
             self.replicate_uneven(p, &flags.params);
         }
     }
@@ -511,12 +518,12 @@ impl Propagator<'_> {
     /// one flag per element) by `{replicated}` where it does not split the shape evenly.
     fn replicate_uneven(&mut self, id: InstrId, flags: &[bool]) {
         let shape = &self.m.instr(id).shape;
-        let Some(s) = self.sh[id.index()].as_mut() else {
+        let Some(mut s) = self.sh[id.index()].as_ref().map(Sh::to_sharding) else {
             return;
         };
         if !shape.is_tuple() {
-            if !evenly_partitions(shape, s) {
-                *s = Sharding::replicated();
+            if !evenly_partitions(shape, &s) {
+                self.set(id, Sharding::replicated());
             }
             return;
         }
@@ -537,5 +544,6 @@ impl Propagator<'_> {
                 }
             }
         }
+        self.set(id, s);
     }
 }

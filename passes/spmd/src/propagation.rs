@@ -170,8 +170,26 @@ impl Pass for ShardingPropagation {
 
     fn run(&mut self, module: &mut Module) -> Result<bool> {
         let (changed, report) = propagate(module, &self.options)?;
-        for u in &report.undecided {
-            tracing::warn!(instruction = %u.name, "sharding-propagation: no sharding: {}", u.reason);
+        // A few undecided instructions are named one by one; many (a module with no
+        // annotations at all) get one line, each of them at debug level.
+        const NAMED: usize = 8;
+        if report.undecided.len() <= NAMED {
+            for u in &report.undecided {
+                tracing::warn!(instruction = %u.name, "sharding-propagation: no sharding: {}", u.reason);
+            }
+        } else {
+            let first: Vec<&str> = report.undecided[..NAMED]
+                .iter()
+                .map(|u| u.name.as_str())
+                .collect();
+            tracing::warn!(
+                "sharding-propagation: {} instructions have no sharding (first: {}, ...; -vv lists each with its reason)",
+                report.undecided.len(),
+                first.join(", ")
+            );
+            for u in &report.undecided {
+                tracing::debug!(instruction = %u.name, "sharding-propagation: no sharding: {}", u.reason);
+            }
         }
         self.report = report;
         Ok(changed)

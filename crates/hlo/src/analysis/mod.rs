@@ -20,7 +20,5 @@ pub use buffer_size::{shape_size, BufferSizeFn};
 pub use call_graph::{CallContext, CallGraph, CallSite};
 pub use def_use::{DefUse, Use};
 pub use liveness::{LiveRange, Liveness};
-pub use order::{
-    computation_post_order, post_order, post_orders, reverse_post_order, PostOrders,
-};
+pub use order::{computation_post_order, post_order, post_orders, reverse_post_order, PostOrders};
 pub use points_to::{BufferAlias, BufferId, LogicalBuffer, PointsToSet, ShapeIndex, TuplePointsTo};

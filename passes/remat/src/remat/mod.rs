@@ -111,6 +111,11 @@ pub struct RematOptions {
     /// Keep the originals whose every use moved to a clone, and skip the DCE after the pass,
     /// so the schedule is the pass's walk (every program point it measured). For evaluation.
     pub keep_dead_originals: bool,
+    /// Compressing modes: refuse a compression whose compact copy (placed right after the
+    /// original, as XLA places it) would bring a program point already walked up to the bytes
+    /// it relieves at the current one; such a compression cannot lower the peak of the result.
+    /// `false` is XLA's behaviour (its compression tests expect those compressions).
+    pub compress_guard: bool,
 }
 
 impl Default for RematOptions {
@@ -127,6 +132,7 @@ impl Default for RematOptions {
             print_summary: false,
             check_invariants: false,
             keep_dead_originals: false,
+            compress_guard: true,
         }
     }
 }
@@ -187,6 +193,11 @@ impl PassOptions for RematOptions {
             key: "keep_dead_originals",
             default: "false",
             doc: "keep originals left without uses and skip DCE (the schedule is the pass's walk)",
+        },
+        OptionDoc {
+            key: "compress_guard",
+            default: "true",
+            doc: "refuse compressions that would raise an earlier point to the bytes they relieve (false: XLA)",
         },
     ];
 
@@ -254,6 +265,7 @@ impl PassOptions for RematOptions {
             "print_summary" => self.print_summary = parse_bool(value)?,
             "check_invariants" => self.check_invariants = parse_bool(value)?,
             "keep_dead_originals" => self.keep_dead_originals = parse_bool(value)?,
+            "compress_guard" => self.compress_guard = parse_bool(value)?,
             _ => return Err(unknown_key(key, Self::DOCS)),
         }
         Ok(())
@@ -815,6 +827,14 @@ impl<'a> State<'a> {
                     } else {
                         let compact_fn = self.compact_fn;
                         let mut compact = |i: InstrId| compact_fn(&module.instr(i).shape);
+                        let after =
+                            if self.opts.mode != RematMode::Recompute && self.opts.compress_guard {
+                                t.bytes_after_walked_items(|i| self.callee_usage(module, i))
+                            } else {
+                                Vec::new()
+                            };
+                        let guard = (!after.is_empty())
+                            .then(|| (after.as_slice(), t.memory_usage() + callee));
                         pick_faithful(
                             &t,
                             module,
@@ -824,6 +844,7 @@ impl<'a> State<'a> {
                             min_block,
                             max_block,
                             peak_before,
+                            guard,
                         )
                     };
                     let (count, added) =

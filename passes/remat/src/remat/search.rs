@@ -153,6 +153,11 @@ fn control_successor_placed(tracker: &Tracker, module: &Module, item: ItemId) ->
 
 /// The seed's search: scan the express lane for the best block of `min_block..=max_block`
 /// items (and, for single items in a compressing mode, the best compression).
+///
+/// `guard` (compressing modes, `compress_guard`): the bytes after each walked item
+/// ([`Tracker::bytes_after_walked_items`]) and the bytes at the current point; a compression
+/// whose compact copy would bring some walked point to at least the current point's bytes is
+/// not a candidate.
 #[allow(clippy::too_many_arguments)]
 pub fn pick_faithful(
     tracker: &Tracker,
@@ -163,6 +168,7 @@ pub fn pick_faithful(
     min_block: usize,
     max_block: usize,
     peak_memory: i64,
+    guard: Option<(&[i64], i64)>,
 ) -> Pick {
     let list = &tracker.list;
     let mut best = Pick {
@@ -207,7 +213,15 @@ pub fn pick_faithful(
                         best.effort += 1;
                         // Both forms are live while compressing: only worth it if that fits
                         // under the computation's peak.
-                        if reduced > 0 && size + reduced_size < peak_memory {
+                        // Tessera: the compact copy goes right after the original and is
+                        // live at every walked point since; refuse it when that makes one of
+                        // them as high as the point it relieves.
+                        let raises = guard.is_some_and(|(after, now)| {
+                            after
+                                .get(item as usize)
+                                .is_some_and(|&a| a.saturating_add(reduced_size) >= now)
+                        });
+                        if reduced > 0 && size + reduced_size < peak_memory && !raises {
                             let cost = memory_limit / reduced;
                             if best.items.is_empty() || cost < best_cost {
                                 best.items = block.clone();

@@ -723,6 +723,67 @@ impl<'f> Tracker<'f> {
         (peak, peak_at)
     }
 
+    /// For every item placed before the current one, the most bytes at any program point a
+    /// copy placed right after it would be live at, were it kept live up to the current item:
+    /// the point of the copy itself (what is live once the item has finished) and every placed
+    /// point after the item, measured from scratch as [`Tracker::measure`] does (with
+    /// `callee(instr)` added at each instruction; moved originals still count). Indexed by
+    /// item id; `i64::MIN` for the current item and the items after it. Linear in the list.
+    pub fn bytes_after_walked_items(&self, callee: impl Fn(InstrId) -> i64) -> Vec<i64> {
+        let mut order: Vec<ItemId> = Vec::with_capacity(self.list.len());
+        let mut item = self.list.first();
+        let mut capacity = 0usize;
+        while item != NIL {
+            order.push(item);
+            capacity = capacity.max(item as usize + 1);
+            item = self.list.next(item);
+        }
+        let mut pos = vec![u32::MAX; capacity];
+        for (k, &it) in order.iter().enumerate() {
+            pos[it as usize] = k as u32;
+        }
+        let at = |it: ItemId| pos.get(it as usize).copied().unwrap_or(u32::MAX);
+        // Bytes allocated at point k, and bytes freed once point k has finished.
+        let mut alloc = vec![0i64; order.len()];
+        let mut free = vec![0i64; order.len()];
+        for (b, buf) in self.buffers.iter().enumerate() {
+            let size = self.allocated_size(b as u32);
+            let start = at(buf.defining);
+            if size == 0 || start == u32::MAX {
+                continue;
+            }
+            let end = buf
+                .users
+                .iter()
+                .map(|u| at(u.user))
+                .filter(|&p| p != u32::MAX)
+                .fold(start, u32::max);
+            alloc[start as usize] += size;
+            free[end as usize] += size;
+        }
+        let current = match at(self.in_progress) {
+            u32::MAX => order.len(),
+            p => p as usize,
+        };
+        // live_at[k]: bytes at point k; between[k]: bytes once point k has finished.
+        let mut live_at = vec![0i64; current];
+        let mut between = vec![0i64; current];
+        let mut live = 0i64;
+        for k in 0..current {
+            live += alloc[k];
+            live_at[k] = live + callee(self.list.item(order[k]).instr);
+            live -= free[k];
+            between[k] = live;
+        }
+        let mut out = vec![i64::MIN; capacity];
+        let mut later = i64::MIN;
+        for k in (0..current).rev() {
+            out[order[k] as usize] = between[k].max(later);
+            later = later.max(live_at[k]);
+        }
+        out
+    }
+
     /// Checks the tracker's invariants (expensive: tests and `check_invariants` runs).
     pub fn check(&self, module: &Module) -> Result<(), RematError> {
         let bad = |m: String| Err(RematError::Internal(format!("tracker invariant: {m}")));

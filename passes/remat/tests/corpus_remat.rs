@@ -3,10 +3,11 @@
 //! scheduled peak with single instructions, and 50% and 0% with blocks of up to four, with the
 //! tracker's invariants (and the fast search's run lengths) checked after every change. The pass must
 //! not fail, the module must still verify (schedule included), and the fast and faithful
-//! searches must agree. The peak may grow a little: a move judged at one program point can
-//! revive a dead operand at a later one (the seed's greedy accounting; e.g.
-//! reduce_multirow/f32_x8_no_inputs moves a broadcast past a constant and revives its 4-byte
-//! operand); such runs are counted and must stay rare. Files over 16 KiB are skipped to keep the
+//! searches must agree. The peak must not grow: where the greedy's result peaks above the input
+//! (14 of the 2375 runs: a move past a small constant defined after the original, or a clone
+//! reviving a scalar operand over earlier points; see docs/rematerialization.md, "Never above
+//! the input"), `peak_guard` returns the input unchanged, and the summary says so. Files over
+//! 16 KiB are skipped to keep the
 //! debug test fast.
 
 use std::path::{Path, PathBuf};
@@ -48,6 +49,7 @@ fn rematerialization_keeps_corpus_modules_valid() {
     let mut changed = 0;
     let mut failures = Vec::new();
     let mut grew = Vec::new();
+    let mut reverted = Vec::new();
     for f in files {
         if std::fs::metadata(&f).map_or(true, |m| m.len() > 16 * 1024) {
             continue;
@@ -108,6 +110,21 @@ fn rematerialization_keeps_corpus_modules_valid() {
                                     "{name} at {pct}%, blocks {block}: measuring after: {e}"
                                 )),
                             }
+                            if s.reverted.is_some() && search == SearchKind::Fast {
+                                reverted.push(format!(
+                                    "{name} at {pct}%, blocks {block}: {} -> {}",
+                                    s.peak_before,
+                                    s.reverted.unwrap()
+                                ));
+                                if s.instructions_rematerialized != 0
+                                    || print_module(&mm, &PrintOptions::default())
+                                        != print_module(&m, &PrintOptions::default())
+                                {
+                                    failures.push(format!(
+                                        "{name} at {pct}%, blocks {block}: reverted but changed"
+                                    ));
+                                }
+                            }
                             if s.peak_after > s.peak_before && search == SearchKind::Fast {
                                 grew.push(format!(
                                     "{name} at {pct}%, blocks {block}: {} -> {}",
@@ -133,14 +150,21 @@ fn rematerialization_keeps_corpus_modules_valid() {
         }
     }
     eprintln!(
-        "{ran} corpus modules rematerialized at 5 settings, {changed} runs changed something; peak grew in {}:\n{}",
+        "{ran} corpus modules rematerialized at 5 settings, {changed} runs changed something; reverted (the result peaked above the input) in {}:\n{}",
+        reverted.len(),
+        reverted.join("\n")
+    );
+    assert!(
+        grew.is_empty(),
+        "the peak grew in {} runs:\n{}",
         grew.len(),
         grew.join("\n")
     );
+    // Reverting is the exception, not the rule (14 of 2375 runs when this was written).
     assert!(
-        grew.len() * 100 <= ran * 5,
-        "the peak grew in {} runs",
-        grew.len()
+        reverted.len() * 100 <= ran * 5,
+        "reverted in {} runs",
+        reverted.len()
     );
     assert!(ran > 300, "only {ran} modules ran");
     assert!(

@@ -111,11 +111,12 @@ pub struct RematOptions {
     /// Keep the originals whose every use moved to a clone, and skip the DCE after the pass,
     /// so the schedule is the pass's walk (every program point it measured). For evaluation.
     pub keep_dead_originals: bool,
-    /// Compressing modes: refuse a compression whose compact copy (placed right after the
-    /// original, as XLA places it) would bring a program point already walked up to the bytes
-    /// it relieves at the current one; such a compression cannot lower the peak of the result.
-    /// `false` is XLA's behaviour (its compression tests expect those compressions).
-    pub compress_guard: bool,
+    /// Never raise the peak: in the compressing modes, refuse a compression whose compact copy
+    /// (placed right after the original, as XLA places it) would bring a program point already
+    /// walked up to the bytes it relieves at the current one; and when the result's measured
+    /// peak is still above the input's, return the input unchanged (`reverted` in the summary;
+    /// not with `keep_dead_originals`). `false` is XLA's behaviour.
+    pub peak_guard: bool,
 }
 
 impl Default for RematOptions {
@@ -132,7 +133,7 @@ impl Default for RematOptions {
             print_summary: false,
             check_invariants: false,
             keep_dead_originals: false,
-            compress_guard: true,
+            peak_guard: true,
         }
     }
 }
@@ -195,9 +196,9 @@ impl PassOptions for RematOptions {
             doc: "keep originals left without uses and skip DCE (the schedule is the pass's walk)",
         },
         OptionDoc {
-            key: "compress_guard",
+            key: "peak_guard",
             default: "true",
-            doc: "refuse compressions that would raise an earlier point to the bytes they relieve (false: XLA)",
+            doc: "never raise the peak: refuse such compressions, return the input if the result peaks higher (false: XLA)",
         },
     ];
 
@@ -265,7 +266,7 @@ impl PassOptions for RematOptions {
             "print_summary" => self.print_summary = parse_bool(value)?,
             "check_invariants" => self.check_invariants = parse_bool(value)?,
             "keep_dead_originals" => self.keep_dead_originals = parse_bool(value)?,
-            "compress_guard" => self.compress_guard = parse_bool(value)?,
+            "peak_guard" => self.peak_guard = parse_bool(value)?,
             _ => return Err(unknown_key(key, Self::DOCS)),
         }
         Ok(())
@@ -312,6 +313,9 @@ pub struct RematSummary {
     pub max_block_size: usize,
     /// True if the module had no schedule and the pass used post-order.
     pub scheduled_post_order: bool,
+    /// `peak_guard`: the peak the rewritten module measured, when it was above the input's and
+    /// the input was returned unchanged instead (the other fields then describe the input).
+    pub reverted: Option<i64>,
 }
 
 impl RematSummary {
@@ -343,6 +347,12 @@ impl RematSummary {
             "limit met: {}",
             if self.limit_met { "yes" } else { "no" }
         );
+        if let Some(p) = self.reverted {
+            let _ = writeln!(
+                s,
+                "reverted: the rewritten module peaked at {p} bytes, above the input's"
+            );
+        }
         for o in &self.over_limit {
             let _ = writeln!(
                 s,
@@ -514,6 +524,11 @@ impl Rematerialization {
         let before = st.peak[entry.index()].unwrap_or(0) + output_size;
         summary.peak_before = before;
         let mut changed = false;
+        // peak_guard: the input, returned if the result peaks higher.
+        let original = (self.options.peak_guard
+            && self.options.memory_limit.is_some()
+            && !self.options.keep_dead_originals)
+            .then(|| module.clone());
         if let Some(limit) = self.options.memory_limit {
             changed = st.rematerialize_computation(module, entry, limit - output_size)?;
             if st.comp_names.is_some() {
@@ -534,7 +549,25 @@ impl Rematerialization {
         // The walk's running maximum misses buffers that clones revived at the points before
         // the clone; measure the result (the walk, or the module without its dead originals).
         st.measure_results(module);
-        let after = st.peak[entry.index()].unwrap_or(0) + output_size;
+        let mut after = st.peak[entry.index()].unwrap_or(0) + output_size;
+        if let Some(original) = original.filter(|_| after > before) {
+            // A greedy step judged at one point can cost more at others (a clone's operand
+            // revived over earlier points, a moved value live beside ones defined after its
+            // original): keep the input rather than a module that needs more memory.
+            *module = original;
+            summary.reverted = Some(after);
+            after = before;
+            changed = false;
+            st.remat_count = 0;
+            st.net_added = 0;
+            st.over_limit = entry_over_limit(
+                module,
+                entry,
+                &*self.size_fn,
+                self.options.memory_limit,
+                output_size,
+            );
+        }
         summary.peak_after = after;
         summary.instructions_rematerialized = st.remat_count;
         summary.net_instructions_added = st.net_added;
@@ -597,6 +630,34 @@ impl Pass for Rematerialization {
         } else {
             None
         }
+    }
+}
+
+/// The entry's program point with the most bytes, when over its limit (`limit` minus the
+/// output bytes), measured by `peak_memory` along the module's schedule.
+fn entry_over_limit(
+    module: &Module,
+    entry: CompId,
+    size: &dyn Fn(&Shape) -> i64,
+    limit: Option<i64>,
+    output_size: i64,
+) -> Vec<OverLimit> {
+    let (Some(limit), Some(schedule)) = (limit, module.schedule.as_ref()) else {
+        return Vec::new();
+    };
+    let Ok(mem) = crate::peak_memory(module, schedule, size) else {
+        return Vec::new();
+    };
+    let e = mem.entry_memory();
+    let limit = limit - output_size;
+    match e.peak_position {
+        Some(p) if e.peak_bytes > limit => vec![OverLimit {
+            computation: module.comp(entry).name.clone(),
+            instruction: module.instr(e.sequence[p]).name.clone(),
+            bytes: e.peak_bytes,
+            limit,
+        }],
+        _ => Vec::new(),
     }
 }
 
@@ -828,7 +889,7 @@ impl<'a> State<'a> {
                         let compact_fn = self.compact_fn;
                         let mut compact = |i: InstrId| compact_fn(&module.instr(i).shape);
                         let after =
-                            if self.opts.mode != RematMode::Recompute && self.opts.compress_guard {
+                            if self.opts.mode != RematMode::Recompute && self.opts.peak_guard {
                                 t.bytes_after_walked_items(|i| self.callee_usage(module, i))
                             } else {
                                 Vec::new()

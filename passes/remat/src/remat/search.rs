@@ -154,7 +154,7 @@ fn control_successor_placed(tracker: &Tracker, module: &Module, item: ItemId) ->
 /// The seed's search: scan the express lane for the best block of `min_block..=max_block`
 /// items (and, for single items in a compressing mode, the best compression).
 ///
-/// `guard` (compressing modes, `compress_guard`): the bytes after each walked item
+/// `guard` (compressing modes, `peak_guard`): the bytes after each walked item
 /// ([`Tracker::bytes_after_walked_items`]) and the bytes at the current point; a compression
 /// whose compact copy would bring some walked point to at least the current point's bytes is
 /// not a candidate.

@@ -110,11 +110,10 @@ fn rematerialization_keeps_corpus_modules_valid() {
                                     "{name} at {pct}%, blocks {block}: measuring after: {e}"
                                 )),
                             }
-                            if s.reverted.is_some() && search == SearchKind::Fast {
+                            if let (Some(r), SearchKind::Fast) = (s.reverted, search) {
                                 reverted.push(format!(
-                                    "{name} at {pct}%, blocks {block}: {} -> {}",
-                                    s.peak_before,
-                                    s.reverted.unwrap()
+                                    "{name} at {pct}%, blocks {block}: {} -> {r}",
+                                    s.peak_before
                                 ));
                                 if s.instructions_rematerialized != 0
                                     || print_module(&mm, &PrintOptions::default())

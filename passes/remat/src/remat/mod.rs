@@ -524,9 +524,10 @@ impl Rematerialization {
         let before = st.peak[entry.index()].unwrap_or(0) + output_size;
         summary.peak_before = before;
         let mut changed = false;
-        // peak_guard: the input, returned if the result peaks higher.
+        // peak_guard: the input, returned if the result peaks higher (which needs a limit
+        // below the peak: otherwise nothing is rematerialized).
         let original = (self.options.peak_guard
-            && self.options.memory_limit.is_some()
+            && self.options.memory_limit.is_some_and(|l| l < before)
             && !self.options.keep_dead_originals)
             .then(|| module.clone());
         if let Some(limit) = self.options.memory_limit {

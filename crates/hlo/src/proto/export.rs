@@ -275,6 +275,30 @@ pub(crate) fn module_to_proto(m: &Module) -> pb::HloModuleProto {
                 .collect(),
         });
     }
+    p.debug_attributes = cfg
+        .debug_attributes
+        .iter()
+        .map(|(a, list)| pb::DebugAttributeTableEntryProto {
+            original_array: Some(pb::OriginalArrayProto {
+                instruction_name: a.instruction_name.clone(),
+                shape_index: a.shape_index.clone(),
+            }),
+            debug_attributes: list
+                .iter()
+                .map(|d| pb::DebugAttributesProto {
+                    log_mode: match d.log_mode {
+                        crate::module::DebugLogMode::None => 0,
+                        crate::module::DebugLogMode::Default => 1,
+                        crate::module::DebugLogMode::FusionDebugger => 2,
+                    },
+                    callback_id: d.callback_id,
+                    op_id: d.op_id,
+                    partitioned: d.partitioned,
+                    ..Default::default()
+                })
+                .collect(),
+        })
+        .collect();
     if let Some(s) = &m.schedule {
         p.schedule = Some(pb::HloScheduleProto {
             sequences: s

@@ -280,6 +280,42 @@ pub(crate) fn module_from_proto(p: &pb::HloModuleProto) -> Result<Module, ProtoE
             );
         }
     }
+    for (k, e) in p.debug_attributes.iter().enumerate() {
+        let place = || format!("debug_attributes entry {k}");
+        let array = e
+            .original_array
+            .as_ref()
+            .map(|a| crate::module::OriginalArray {
+                instruction_name: a.instruction_name.clone(),
+                shape_index: a.shape_index.clone(),
+            })
+            .unwrap_or_default();
+        let mut list = Vec::with_capacity(e.debug_attributes.len());
+        for d in &e.debug_attributes {
+            use crate::module::DebugLogMode;
+            // NO_FUSION (3) and GUARANTEED (4) have no place in XLA's module either: they
+            // read as no log mode, as XLA reads them.
+            let log_mode = match d.log_mode {
+                0 | 3 | 4 => DebugLogMode::None,
+                1 => DebugLogMode::Default,
+                2 => DebugLogMode::FusionDebugger,
+                v => return Err(err(place(), format!("unknown debug log mode {v}"))),
+            };
+            list.push(crate::module::DebugAttributes {
+                log_mode,
+                callback_id: d.callback_id,
+                op_id: d.op_id,
+                partitioned: d.partitioned,
+            });
+        }
+        if m.config.debug_attributes.contains_key(&array) {
+            return Err(err(place(), format!("{array:?} is listed twice")));
+        }
+        // An entry without attributes is dropped, as XLA drops it.
+        if !list.is_empty() {
+            m.config.debug_attributes.insert(array, list);
+        }
+    }
     if let Some(s) = &p.schedule {
         let mut sched = Schedule::default();
         // In the module's computation order, which is how the text lists them.

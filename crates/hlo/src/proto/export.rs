@@ -1,7 +1,5 @@
 //! Module -> `xla.HloModuleProto`.
 
-use std::collections::HashMap;
-
 use super::import::{default_present, predicated_by_type, statistics_from_proto, OPTIONAL_FIELDS};
 use super::messages as pb;
 use super::values::*;
@@ -11,36 +9,48 @@ use crate::module::{AliasKind, Module, ProgramShape};
 use crate::opcode::Opcode;
 use crate::shape::Shape;
 
-/// Proto ids of the exported computations and instructions.
+/// Proto ids of the exported computations and instructions: dense tables indexed by the IR ids
+/// (-1 for an id that is not exported).
 struct Ids {
-    comp: HashMap<CompId, i64>,
-    instr: HashMap<InstrId, i64>,
+    comp: Vec<i64>,
+    instr: Vec<i64>,
+}
+
+impl Ids {
+    fn comp(&self, c: CompId) -> Option<i64> {
+        self.comp.get(c.index()).copied().filter(|&v| v >= 0)
+    }
+
+    fn instr(&self, i: InstrId) -> Option<i64> {
+        self.instr.get(i.index()).copied().filter(|&v| v >= 0)
+    }
 }
 
 /// Computations in an order where every callee comes before its callers: a depth-first post-order
 /// over the call graph, starting from the module's stored order, so a stored order that already
 /// has callees first is kept as it is.
 pub(crate) fn callee_first_order(m: &Module) -> Vec<CompId> {
-    let mut state: HashMap<CompId, u8> = HashMap::new(); // 1 = on stack, 2 = done
+    // Visited (on the stack or done), by computation index.
+    let mut seen = vec![false; m.comp_capacity()];
+    // Scratch for `callees`: which computations the current list already holds.
+    let mut listed = vec![false; m.comp_capacity()];
     let mut out = Vec::with_capacity(m.computations().len());
     for &root in m.computations() {
-        if state.contains_key(&root) {
+        if seen[root.index()] {
             continue;
         }
         // Iterative DFS: (computation, callees still to visit).
-        let mut stack: Vec<(CompId, Vec<CompId>)> = vec![(root, callees(m, root))];
-        state.insert(root, 1);
+        let mut stack: Vec<(CompId, Vec<CompId>)> = vec![(root, callees(m, root, &mut listed))];
+        seen[root.index()] = true;
         while let Some((c, todo)) = stack.last_mut() {
             if let Some(next) = todo.pop() {
-                if m.try_comp(next).is_some() && !state.contains_key(&next) {
-                    state.insert(next, 1);
-                    let cs = callees(m, next);
+                if m.try_comp(next).is_some() && !seen[next.index()] {
+                    seen[next.index()] = true;
+                    let cs = callees(m, next, &mut listed);
                     stack.push((next, cs));
                 }
             } else {
-                let c = *c;
-                state.insert(c, 2);
-                out.push(c);
+                out.push(*c);
                 stack.pop();
             }
         }
@@ -50,13 +60,26 @@ pub(crate) fn callee_first_order(m: &Module) -> Vec<CompId> {
 
 /// Called computations of a computation's instructions, reversed so that popping from the end
 /// visits them in instruction order.
-fn callees(m: &Module, c: CompId) -> Vec<CompId> {
+/// `listed` is all false on entry and on return (indexed by computation).
+fn callees(m: &Module, c: CompId, listed: &mut [bool]) -> Vec<CompId> {
     let mut v: Vec<CompId> = Vec::new();
     for &i in m.comp(c).instructions() {
         for &k in &m.instr(i).called {
-            if !v.contains(&k) {
-                v.push(k);
+            // A dangling callee (no such computation) may lie outside the table.
+            match listed.get_mut(k.index()) {
+                Some(l) if !*l => {
+                    *l = true;
+                    v.push(k);
+                }
+                Some(_) => {}
+                None if !v.contains(&k) => v.push(k),
+                None => {}
             }
+        }
+    }
+    for k in &v {
+        if let Some(l) = listed.get_mut(k.index()) {
+            *l = false;
         }
     }
     v.reverse();
@@ -65,16 +88,17 @@ fn callees(m: &Module, c: CompId) -> Vec<CompId> {
 
 /// The computation's instructions with every operand and control predecessor before its user;
 /// the stored order is kept where it already is one.
-pub(crate) fn def_before_use_order(m: &Module, c: CompId) -> Vec<InstrId> {
+/// `seen` is the visited table (by instruction index, false for this computation's
+/// instructions), so one table serves every computation of a module.
+fn def_before_use_order(m: &Module, c: CompId, seen: &mut [bool]) -> Vec<InstrId> {
     let comp = m.comp(c);
-    let mut done: HashMap<InstrId, bool> = HashMap::new(); // false = on stack
     let mut out = Vec::with_capacity(comp.instructions().len());
     for &root in comp.instructions() {
-        if done.contains_key(&root) {
+        if seen[root.index()] {
             continue;
         }
         let mut stack: Vec<(InstrId, usize)> = vec![(root, 0)];
-        done.insert(root, false);
+        seen[root.index()] = true;
         while let Some((i, k)) = stack.last_mut() {
             let instr = m.instr(*i);
             let deps = instr.operands().len() + instr.control_predecessors().len();
@@ -87,14 +111,12 @@ pub(crate) fn def_before_use_order(m: &Module, c: CompId) -> Vec<InstrId> {
                 *k += 1;
                 // A dependency on the stack is a cycle; it is left in place and the cycle shows
                 // up as a forward reference that XLA's verifier reports.
-                if let std::collections::hash_map::Entry::Vacant(v) = done.entry(d) {
-                    v.insert(false);
+                if !seen[d.index()] {
+                    seen[d.index()] = true;
                     stack.push((d, 0));
                 }
             } else {
-                let i = *i;
-                done.insert(i, true);
-                out.push(i);
+                out.push(*i);
                 stack.pop();
             }
         }
@@ -142,24 +164,32 @@ fn parameter_names(m: &Module, c: CompId) -> Vec<String> {
 pub(crate) fn module_to_proto(m: &Module) -> pb::HloModuleProto {
     let order = callee_first_order(m);
     let mut ids = Ids {
-        comp: HashMap::new(),
-        instr: HashMap::new(),
+        comp: vec![-1; m.comp_capacity()],
+        instr: vec![-1; m.instr_capacity()],
     };
+    let mut seen = vec![false; m.instr_capacity()];
     let mut instr_orders = Vec::with_capacity(order.len());
     for (ci, &c) in order.iter().enumerate() {
-        ids.comp.insert(c, ci as i64);
-        let io = def_before_use_order(m, c);
+        ids.comp[c.index()] = ci as i64;
+        let io = def_before_use_order(m, c, &mut seen);
         for (k, &i) in io.iter().enumerate() {
-            ids.instr.insert(i, ((ci as i64) << 32) | k as i64);
+            ids.instr[i.index()] = ((ci as i64) << 32) | k as i64;
         }
         instr_orders.push(io);
     }
-    let fusion_called: Vec<CompId> = order
-        .iter()
-        .flat_map(|&c| m.comp(c).instructions().iter().copied())
-        .filter(|&i| m.instr(i).opcode == Opcode::Fusion)
-        .flat_map(|i| m.instr(i).called.iter().copied())
-        .collect();
+    let mut fusion_called = vec![false; m.comp_capacity()];
+    for &c in &order {
+        for &i in m.comp(c).instructions() {
+            let instr = m.instr(i);
+            if instr.opcode == Opcode::Fusion {
+                for k in &instr.called {
+                    if let Some(f) = fusion_called.get_mut(k.index()) {
+                        *f = true;
+                    }
+                }
+            }
+        }
+    }
 
     let computations = order
         .iter()
@@ -173,9 +203,9 @@ pub(crate) fn module_to_proto(m: &Module) -> pb::HloModuleProto {
                     &derived_program_shape(m, c),
                     parameter_names(m, c),
                 )),
-                id: ids.comp[&c],
-                root_id: comp.root().map_or(-1, |r| ids.instr[&r]),
-                is_fusion_computation: fusion_called.contains(&c),
+                id: ids.comp(c).unwrap_or(-1),
+                root_id: comp.root().and_then(|r| ids.instr(r)).unwrap_or(-1),
+                is_fusion_computation: fusion_called[c.index()],
                 execution_thread: comp.execution_thread.clone().unwrap_or_default(),
             }
         })
@@ -188,7 +218,7 @@ pub(crate) fn module_to_proto(m: &Module) -> pb::HloModuleProto {
     };
     if let Some(e) = m.entry() {
         p.entry_computation_name = m.comp(e).name.clone();
-        p.entry_computation_id = ids.comp[&e];
+        p.entry_computation_id = ids.comp(e).unwrap_or(-1);
         let ps = m
             .config
             .entry_computation_layout
@@ -305,14 +335,11 @@ pub(crate) fn module_to_proto(m: &Module) -> pb::HloModuleProto {
                 .sequences
                 .iter()
                 .filter_map(|(c, seq)| {
-                    let cid = *ids.comp.get(c)?;
+                    let cid = ids.comp(*c)?;
                     Some((
                         cid,
                         pb::InstructionSequence {
-                            instruction_ids: seq
-                                .iter()
-                                .filter_map(|i| ids.instr.get(i).copied())
-                                .collect(),
+                            instruction_ids: seq.iter().filter_map(|&i| ids.instr(i)).collect(),
                         },
                     ))
                 })
@@ -405,16 +432,22 @@ fn instr_to_proto(m: &Module, id: InstrId, ids: &Ids) -> pb::HloInstructionProto
         name: i.name.clone(),
         opcode: i.opcode.name().to_string(),
         shape: Some(shape_to_proto(&i.shape)),
-        id: ids.instr[&id],
-        operand_ids: i.operands().iter().map(|o| ids.instr[o]).collect(),
+        id: ids.instr(id).unwrap_or(-1),
+        // Operands and control predecessors are instructions of the same computation, all of
+        // which have ids.
+        operand_ids: i
+            .operands()
+            .iter()
+            .map(|&o| ids.instr(o).unwrap_or(-1))
+            .collect(),
         control_predecessor_ids: i
             .control_predecessors()
             .iter()
-            .map(|o| ids.instr[o])
+            .map(|&o| ids.instr(o).unwrap_or(-1))
             .collect(),
         called_computation_ids: proto_call_order(i.opcode, &i.called)
             .iter()
-            .map(|c| ids.comp.get(c).copied().unwrap_or(-1))
+            .map(|&c| ids.comp(c).unwrap_or(-1))
             .collect(),
         metadata: i.metadata.as_ref().map(metadata_to_proto),
         sharding: i.sharding.as_ref().map(|s| Box::new(sharding_to_proto(s))),
@@ -841,4 +874,74 @@ fn proto_call_order(op: Opcode, called: &[CompId]) -> Vec<CompId> {
         order.swap(0, 1);
     }
     order
+}
+
+/// Serializes a module proto: the same bytes as `p.encode_to_vec()`, without computing each
+/// nested message's length once per enclosing level. prost writes a length prefix for every
+/// nested message by computing that message's whole encoded length, so `encode_to_vec` walks an
+/// instruction's subtree once for the module's length, once for its computation's and once for
+/// its own before writing it. Here the module and computation levels are written by hand
+/// (fields in tag order, as prost writes them) from the instructions' lengths, each computed
+/// once.
+pub(crate) fn encode_module(mut p: pb::HloModuleProto) -> Vec<u8> {
+    use prost::encoding::{encode_key, encode_varint, encoded_len_varint, key_len, WireType};
+    use prost::Message;
+
+    /// A computation split around its `instructions` (field 2): `head` holds field 1, `tail`
+    /// fields 4 and up.
+    struct Comp {
+        head: pb::HloComputationProto,
+        instructions: Vec<pb::HloInstructionProto>,
+        instr_lens: Vec<usize>,
+        tail: pb::HloComputationProto,
+        len: usize,
+    }
+
+    let delimited = |tag: u32, len: usize| key_len(tag) + encoded_len_varint(len as u64) + len;
+    let comps: Vec<Comp> = std::mem::take(&mut p.computations)
+        .into_iter()
+        .map(|mut c| {
+            let instructions = std::mem::take(&mut c.instructions);
+            let head = pb::HloComputationProto {
+                name: std::mem::take(&mut c.name),
+                ..Default::default()
+            };
+            let instr_lens: Vec<usize> = instructions.iter().map(|i| i.encoded_len()).collect();
+            let len = head.encoded_len()
+                + instr_lens.iter().map(|&l| delimited(2, l)).sum::<usize>()
+                + c.encoded_len();
+            Comp {
+                head,
+                instructions,
+                instr_lens,
+                tail: c,
+                len,
+            }
+        })
+        .collect();
+    // Fields 1 and 2 come before the computations (3); the rest after.
+    let head = pb::HloModuleProto {
+        name: std::mem::take(&mut p.name),
+        entry_computation_name: std::mem::take(&mut p.entry_computation_name),
+        ..Default::default()
+    };
+    let total = head.encoded_len()
+        + comps.iter().map(|c| delimited(3, c.len)).sum::<usize>()
+        + p.encoded_len();
+    let mut out = Vec::with_capacity(total);
+    head.encode_raw(&mut out);
+    for c in &comps {
+        encode_key(3, WireType::LengthDelimited, &mut out);
+        encode_varint(c.len as u64, &mut out);
+        c.head.encode_raw(&mut out);
+        for (i, &l) in c.instructions.iter().zip(&c.instr_lens) {
+            encode_key(2, WireType::LengthDelimited, &mut out);
+            encode_varint(l as u64, &mut out);
+            i.encode_raw(&mut out);
+        }
+        c.tail.encode_raw(&mut out);
+    }
+    p.encode_raw(&mut out);
+    debug_assert_eq!(out.len(), total);
+    out
 }

@@ -1,6 +1,8 @@
 //! Module -> `xla.HloModuleProto`.
 
-use super::import::{default_present, predicated_by_type, statistics_from_proto, OPTIONAL_FIELDS};
+use super::import::{
+    default_present_of, predicated_by_type, statistics_from_proto, OptField, OPT_FIELDS,
+};
 use super::messages as pb;
 use super::values::*;
 use crate::attrs::*;
@@ -162,6 +164,16 @@ fn parameter_names(m: &Module, c: CompId) -> Vec<String> {
 }
 
 pub(crate) fn module_to_proto(m: &Module) -> pb::HloModuleProto {
+    let (mut p, ids, instr_orders) = module_to_proto_parts(m);
+    for (c, io) in p.computations.iter_mut().zip(&instr_orders) {
+        c.instructions = io.iter().map(|&i| instr_to_proto(m, i, &ids)).collect();
+    }
+    p
+}
+
+/// The module's proto without the computations' instructions, the ids, and each computation's
+/// instructions in proto order.
+fn module_to_proto_parts(m: &Module) -> (pb::HloModuleProto, Ids, Vec<Vec<InstrId>>) {
     let order = callee_first_order(m);
     let mut ids = Ids {
         comp: vec![-1; m.comp_capacity()],
@@ -198,7 +210,7 @@ pub(crate) fn module_to_proto(m: &Module) -> pb::HloModuleProto {
             let comp = m.comp(c);
             pb::HloComputationProto {
                 name: comp.name.clone(),
-                instructions: io.iter().map(|&i| instr_to_proto(m, i, &ids)).collect(),
+                instructions: Vec::with_capacity(io.len()),
                 program_shape: Some(program_shape_to_proto(
                     &derived_program_shape(m, c),
                     parameter_names(m, c),
@@ -375,7 +387,7 @@ pub(crate) fn module_to_proto(m: &Module) -> pb::HloModuleProto {
                 .collect(),
         });
     }
-    p
+    (p, ids, instr_orders)
 }
 
 pub(crate) fn comparison_direction_name(d: ComparisonDirection) -> &'static str {
@@ -766,29 +778,28 @@ fn instr_to_proto(m: &Module, id: InstrId, ids: &Ids) -> pb::HloInstructionProto
     p
 }
 
-/// Whether the IR instruction has an optional attribute (see [`OPTIONAL_FIELDS`]).
-fn ir_present(field: &str, i: &Instruction) -> bool {
+/// Whether the IR instruction has an optional attribute (see `OPTIONAL_FIELDS`).
+fn ir_present(field: OptField, i: &Instruction) -> bool {
     let a = &i.attrs;
     match field {
-        "dimensions" => a.dimensions.is_some(),
-        "slice" => a.slice.is_some(),
-        "dynamic_slice_sizes" => a.dynamic_slice_sizes.is_some(),
-        "gather_slice_sizes" => a.gather_slice_sizes.is_some(),
-        "source_target_pairs" => a.source_target_pairs.is_some(),
-        "fft_length" => a.fft_length.is_some(),
-        "fft_type" => a.fft_type.is_some(),
-        "rng_algorithm" => a.rng_algorithm.is_some(),
-        "metadata" => i.metadata.is_some(),
-        "backend_config" => i.backend_config.is_some(),
-        "infeed_config" => a.infeed_config.is_some(),
-        "outfeed_config" => a.outfeed_config.is_some(),
-        "async_execution_thread" => a.async_execution_thread.is_some(),
-        "channel_id" => a.channel_id.is_some(),
-        "domain" => a.domain.is_some(),
-        "custom_call" => a.custom_call.is_some(),
-        "scan" => a.scan.is_some(),
-        "outfeed_shape" => a.outfeed_shape.is_some(),
-        _ => false,
+        OptField::Dimensions => a.dimensions.is_some(),
+        OptField::Slice => a.slice.is_some(),
+        OptField::DynamicSliceSizes => a.dynamic_slice_sizes.is_some(),
+        OptField::GatherSliceSizes => a.gather_slice_sizes.is_some(),
+        OptField::SourceTargetPairs => a.source_target_pairs.is_some(),
+        OptField::FftLength => a.fft_length.is_some(),
+        OptField::FftType => a.fft_type.is_some(),
+        OptField::RngAlgorithm => a.rng_algorithm.is_some(),
+        OptField::Metadata => i.metadata.is_some(),
+        OptField::BackendConfig => i.backend_config.is_some(),
+        OptField::InfeedConfig => a.infeed_config.is_some(),
+        OptField::OutfeedConfig => a.outfeed_config.is_some(),
+        OptField::AsyncExecutionThread => a.async_execution_thread.is_some(),
+        OptField::ChannelId => a.channel_id.is_some(),
+        OptField::Domain => a.domain.is_some(),
+        OptField::CustomCall => a.custom_call.is_some(),
+        OptField::Scan => a.scan.is_some(),
+        OptField::OutfeedShape => a.outfeed_shape.is_some(),
     }
 }
 
@@ -799,10 +810,10 @@ fn tessera_ext(
     p: &pb::HloInstructionProto,
 ) -> Option<pb::TesseraInstructionExt> {
     let mut ext = pb::TesseraInstructionExt::default();
-    for &f in OPTIONAL_FIELDS {
-        match (ir_present(f, i), default_present(f, i.opcode, p)) {
-            (true, false) => ext.present.push(f.to_string()),
-            (false, true) => ext.absent.push(f.to_string()),
+    for f in OPT_FIELDS {
+        match (ir_present(f, i), default_present_of(f, i.opcode, p)) {
+            (true, false) => ext.present.push(f.name().to_string()),
+            (false, true) => ext.absent.push(f.name().to_string()),
             _ => {}
         }
     }
@@ -876,47 +887,40 @@ fn proto_call_order(op: Opcode, called: &[CompId]) -> Vec<CompId> {
     order
 }
 
-/// Serializes a module proto: the same bytes as `p.encode_to_vec()`, without computing each
-/// nested message's length once per enclosing level. prost writes a length prefix for every
-/// nested message by computing that message's whole encoded length, so `encode_to_vec` walks an
-/// instruction's subtree once for the module's length, once for its computation's and once for
-/// its own before writing it. Here the module and computation levels are written by hand
-/// (fields in tag order, as prost writes them) from the instructions' lengths, each computed
-/// once.
-pub(crate) fn encode_module(mut p: pb::HloModuleProto) -> Vec<u8> {
+/// Serializes a module: the same bytes as `module_to_proto(m).encode_to_vec()`, with less work.
+/// prost writes a length prefix for every nested message by computing that message's whole
+/// encoded length, so `encode_to_vec` walks an instruction's subtree once for the module's
+/// length, once for its computation's and once for its own before writing it. Here the module
+/// and computation levels are written by hand (fields in tag order, as prost writes them), each
+/// instruction's length is computed once, and each instruction's proto is built, written and
+/// dropped in turn, so the whole tree of instruction messages never exists at once.
+pub(crate) fn module_to_bytes(m: &Module) -> Vec<u8> {
     use prost::encoding::{encode_key, encode_varint, encoded_len_varint, key_len, WireType};
     use prost::Message;
 
-    /// A computation split around its `instructions` (field 2): `head` holds field 1, `tail`
-    /// fields 4 and up.
-    struct Comp {
-        head: pb::HloComputationProto,
-        instructions: Vec<pb::HloInstructionProto>,
-        instr_lens: Vec<usize>,
-        tail: pb::HloComputationProto,
-        len: usize,
-    }
-
     let delimited = |tag: u32, len: usize| key_len(tag) + encoded_len_varint(len as u64) + len;
-    let comps: Vec<Comp> = std::mem::take(&mut p.computations)
+    let (mut p, ids, instr_orders) = module_to_proto_parts(m);
+    // Each computation's bytes: field 1, the instructions (field 2), fields 4 and up.
+    let comps: Vec<Vec<u8>> = std::mem::take(&mut p.computations)
         .into_iter()
-        .map(|mut c| {
-            let instructions = std::mem::take(&mut c.instructions);
+        .zip(&instr_orders)
+        .map(|(mut c, io)| {
             let head = pb::HloComputationProto {
                 name: std::mem::take(&mut c.name),
                 ..Default::default()
             };
-            let instr_lens: Vec<usize> = instructions.iter().map(|i| i.encoded_len()).collect();
-            let len = head.encoded_len()
-                + instr_lens.iter().map(|&l| delimited(2, l)).sum::<usize>()
-                + c.encoded_len();
-            Comp {
-                head,
-                instructions,
-                instr_lens,
-                tail: c,
-                len,
+            let mut buf = Vec::new();
+            head.encode_raw(&mut buf);
+            for &i in io {
+                let ip = instr_to_proto(m, i, &ids);
+                let l = ip.encoded_len();
+                buf.reserve(delimited(2, l));
+                encode_key(2, WireType::LengthDelimited, &mut buf);
+                encode_varint(l as u64, &mut buf);
+                ip.encode_raw(&mut buf);
             }
+            c.encode_raw(&mut buf);
+            buf
         })
         .collect();
     // Fields 1 and 2 come before the computations (3); the rest after.
@@ -926,20 +930,14 @@ pub(crate) fn encode_module(mut p: pb::HloModuleProto) -> Vec<u8> {
         ..Default::default()
     };
     let total = head.encoded_len()
-        + comps.iter().map(|c| delimited(3, c.len)).sum::<usize>()
+        + comps.iter().map(|c| delimited(3, c.len())).sum::<usize>()
         + p.encoded_len();
     let mut out = Vec::with_capacity(total);
     head.encode_raw(&mut out);
     for c in &comps {
         encode_key(3, WireType::LengthDelimited, &mut out);
-        encode_varint(c.len as u64, &mut out);
-        c.head.encode_raw(&mut out);
-        for (i, &l) in c.instructions.iter().zip(&c.instr_lens) {
-            encode_key(2, WireType::LengthDelimited, &mut out);
-            encode_varint(l as u64, &mut out);
-            i.encode_raw(&mut out);
-        }
-        c.tail.encode_raw(&mut out);
+        encode_varint(c.len() as u64, &mut out);
+        out.extend_from_slice(c);
     }
     p.encode_raw(&mut out);
     debug_assert_eq!(out.len(), total);

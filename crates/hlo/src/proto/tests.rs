@@ -1455,3 +1455,25 @@ fn debug_attributes_from_xla_protos() {
     p.debug_attributes = vec![entry("a", &[1]), entry("a", &[2])];
     expect_error(&p, "listed twice");
 }
+
+#[test]
+fn optional_field_enum_matches_the_names() {
+    use super::import::{default_present, default_present_of, OPTIONAL_FIELDS, OPT_FIELDS};
+    assert_eq!(OPT_FIELDS.len(), OPTIONAL_FIELDS.len());
+    let p = pb::HloInstructionProto {
+        channel_id: 3,
+        ..Default::default()
+    };
+    for (k, f) in OPT_FIELDS.into_iter().enumerate() {
+        assert_eq!(f as usize, k);
+        assert_eq!(f.name(), OPTIONAL_FIELDS[k]);
+        for op in [Opcode::Slice, Opcode::Fft, Opcode::Add, Opcode::Domain] {
+            assert_eq!(
+                default_present(f.name(), op, &p),
+                default_present_of(f, op, &p)
+            );
+        }
+    }
+    assert!(default_present("channel_id", Opcode::Add, &p));
+    assert!(!default_present("no_such_field", Opcode::Add, &p));
+}

@@ -1,10 +1,12 @@
 //! Parses one HLO text file once and prints its instruction count (with `--print`, also prints
-//! the module once, long form, and its length in bytes): a small target for instruction-count
-//! profiles of the parser and the printer, which are repeatable on a loaded machine.
+//! the module once, long form, and its length in bytes; with `--proto`, encodes it once as an
+//! `HloModuleProto` and prints the byte count): a small target for instruction-count profiles
+//! of the parser, the printer and the proto encoder, which are repeatable on a loaded machine.
 //!
 //! `cargo build --release -p tessera-hlo --example parse_once`, then
-//! `valgrind --tool=callgrind target/release/examples/parse_once FILE [--print]`
-//! (docs/BENCHMARKS.md).
+//! `valgrind --tool=callgrind target/release/examples/parse_once FILE [--print|--proto]`
+//! (docs/BENCHMARKS.md; `--toggle-collect='tessera_hlo::proto::to_proto_bytes*'` counts the
+//! encoder alone).
 
 fn main() {
     let Some(path) = std::env::args().nth(1) else {
@@ -12,6 +14,7 @@ fn main() {
         std::process::exit(2);
     };
     let print = std::env::args().nth(2).is_some_and(|a| a == "--print");
+    let proto = std::env::args().nth(2).is_some_and(|a| a == "--proto");
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,
         Err(e) => {
@@ -28,6 +31,10 @@ fn main() {
                     &tessera_hlo::text::PrintOptions::default(),
                 );
                 println!("{} bytes printed", printed.len());
+            }
+            if proto {
+                let bytes = tessera_hlo::proto::to_proto_bytes(&m);
+                println!("{} proto bytes", bytes.len());
             }
         }
         Err(e) => {

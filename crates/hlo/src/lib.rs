@@ -29,7 +29,8 @@ pub use attrs::{Attrs, RareAttrs};
 pub use instruction::{CompId, InstrId, Instruction, RareInstrFields};
 pub use literal::{Literal, LiteralData};
 pub use module::{
-    Computation, Module, ModuleConfig, MutationError, OriginalArray, RecoveryEntry, Schedule,
+    Computation, DebugAttributes, DebugLogMode, Module, ModuleConfig, MutationError, OriginalArray,
+    RecoveryEntry, Schedule,
 };
 pub use opcode::Opcode;
 pub use shape::{ArrayShape, Layout, LayoutExtras, Shape};

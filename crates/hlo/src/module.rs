@@ -113,6 +113,30 @@ pub struct ModuleConfig {
     /// that replaced each one and the module that computes the original from it (XLA's
     /// `OriginalValueRecoveryTable`). Ordered by the replaced value, as XLA prints it.
     pub origin_recovery_table: BTreeMap<OriginalArray, RecoveryEntry>,
+    /// `debug_attributes={...}`: per original value, the debug callbacks attached to it
+    /// (XLA's debug attribute table, `HloModuleProto.debug_attributes`). Ordered by the
+    /// value, as XLA prints it; a value never has an empty list (XLA drops such entries).
+    pub debug_attributes: BTreeMap<OriginalArray, Vec<DebugAttributes>>,
+}
+
+/// One debug callback of an original value: `{log_mode=default,callback_id=5,op_id=7}`
+/// (XLA's `DebugAttributes`). Zero, `false` and [`DebugLogMode::None`] are "not given".
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct DebugAttributes {
+    pub log_mode: DebugLogMode,
+    pub callback_id: i64,
+    pub op_id: i64,
+    pub partitioned: bool,
+}
+
+/// How a debug callback logs (`log_mode=`). XLA's module keeps these three; the proto's
+/// `NO_FUSION` and `GUARANTEED` read as `None`, as XLA reads them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum DebugLogMode {
+    #[default]
+    None,
+    Default,
+    FusionDebugger,
 }
 
 /// One value of the original program: `{"name" {1,0}}` (an instruction name and a tuple

@@ -1,8 +1,8 @@
 //! Module -> `xla.HloModuleProto`.
 
-use std::collections::HashMap;
-
-use super::import::{default_present, predicated_by_type, statistics_from_proto, OPTIONAL_FIELDS};
+use super::import::{
+    default_present_of, predicated_by_type, statistics_from_proto, OptField, OPT_FIELDS,
+};
 use super::messages as pb;
 use super::values::*;
 use crate::attrs::*;
@@ -11,36 +11,48 @@ use crate::module::{AliasKind, Module, ProgramShape};
 use crate::opcode::Opcode;
 use crate::shape::Shape;
 
-/// Proto ids of the exported computations and instructions.
+/// Proto ids of the exported computations and instructions: dense tables indexed by the IR ids
+/// (-1 for an id that is not exported).
 struct Ids {
-    comp: HashMap<CompId, i64>,
-    instr: HashMap<InstrId, i64>,
+    comp: Vec<i64>,
+    instr: Vec<i64>,
+}
+
+impl Ids {
+    fn comp(&self, c: CompId) -> Option<i64> {
+        self.comp.get(c.index()).copied().filter(|&v| v >= 0)
+    }
+
+    fn instr(&self, i: InstrId) -> Option<i64> {
+        self.instr.get(i.index()).copied().filter(|&v| v >= 0)
+    }
 }
 
 /// Computations in an order where every callee comes before its callers: a depth-first post-order
 /// over the call graph, starting from the module's stored order, so a stored order that already
 /// has callees first is kept as it is.
 pub(crate) fn callee_first_order(m: &Module) -> Vec<CompId> {
-    let mut state: HashMap<CompId, u8> = HashMap::new(); // 1 = on stack, 2 = done
+    // Visited (on the stack or done), by computation index.
+    let mut seen = vec![false; m.comp_capacity()];
+    // Scratch for `callees`: which computations the current list already holds.
+    let mut listed = vec![false; m.comp_capacity()];
     let mut out = Vec::with_capacity(m.computations().len());
     for &root in m.computations() {
-        if state.contains_key(&root) {
+        if seen[root.index()] {
             continue;
         }
         // Iterative DFS: (computation, callees still to visit).
-        let mut stack: Vec<(CompId, Vec<CompId>)> = vec![(root, callees(m, root))];
-        state.insert(root, 1);
+        let mut stack: Vec<(CompId, Vec<CompId>)> = vec![(root, callees(m, root, &mut listed))];
+        seen[root.index()] = true;
         while let Some((c, todo)) = stack.last_mut() {
             if let Some(next) = todo.pop() {
-                if m.try_comp(next).is_some() && !state.contains_key(&next) {
-                    state.insert(next, 1);
-                    let cs = callees(m, next);
+                if m.try_comp(next).is_some() && !seen[next.index()] {
+                    seen[next.index()] = true;
+                    let cs = callees(m, next, &mut listed);
                     stack.push((next, cs));
                 }
             } else {
-                let c = *c;
-                state.insert(c, 2);
-                out.push(c);
+                out.push(*c);
                 stack.pop();
             }
         }
@@ -50,13 +62,26 @@ pub(crate) fn callee_first_order(m: &Module) -> Vec<CompId> {
 
 /// Called computations of a computation's instructions, reversed so that popping from the end
 /// visits them in instruction order.
-fn callees(m: &Module, c: CompId) -> Vec<CompId> {
+/// `listed` is all false on entry and on return (indexed by computation).
+fn callees(m: &Module, c: CompId, listed: &mut [bool]) -> Vec<CompId> {
     let mut v: Vec<CompId> = Vec::new();
     for &i in m.comp(c).instructions() {
         for &k in &m.instr(i).called {
-            if !v.contains(&k) {
-                v.push(k);
+            // A dangling callee (no such computation) may lie outside the table.
+            match listed.get_mut(k.index()) {
+                Some(l) if !*l => {
+                    *l = true;
+                    v.push(k);
+                }
+                Some(_) => {}
+                None if !v.contains(&k) => v.push(k),
+                None => {}
             }
+        }
+    }
+    for k in &v {
+        if let Some(l) = listed.get_mut(k.index()) {
+            *l = false;
         }
     }
     v.reverse();
@@ -65,16 +90,17 @@ fn callees(m: &Module, c: CompId) -> Vec<CompId> {
 
 /// The computation's instructions with every operand and control predecessor before its user;
 /// the stored order is kept where it already is one.
-pub(crate) fn def_before_use_order(m: &Module, c: CompId) -> Vec<InstrId> {
+/// `seen` is the visited table (by instruction index, false for this computation's
+/// instructions), so one table serves every computation of a module.
+fn def_before_use_order(m: &Module, c: CompId, seen: &mut [bool]) -> Vec<InstrId> {
     let comp = m.comp(c);
-    let mut done: HashMap<InstrId, bool> = HashMap::new(); // false = on stack
     let mut out = Vec::with_capacity(comp.instructions().len());
     for &root in comp.instructions() {
-        if done.contains_key(&root) {
+        if seen[root.index()] {
             continue;
         }
         let mut stack: Vec<(InstrId, usize)> = vec![(root, 0)];
-        done.insert(root, false);
+        seen[root.index()] = true;
         while let Some((i, k)) = stack.last_mut() {
             let instr = m.instr(*i);
             let deps = instr.operands().len() + instr.control_predecessors().len();
@@ -87,14 +113,12 @@ pub(crate) fn def_before_use_order(m: &Module, c: CompId) -> Vec<InstrId> {
                 *k += 1;
                 // A dependency on the stack is a cycle; it is left in place and the cycle shows
                 // up as a forward reference that XLA's verifier reports.
-                if let std::collections::hash_map::Entry::Vacant(v) = done.entry(d) {
-                    v.insert(false);
+                if !seen[d.index()] {
+                    seen[d.index()] = true;
                     stack.push((d, 0));
                 }
             } else {
-                let i = *i;
-                done.insert(i, true);
-                out.push(i);
+                out.push(*i);
                 stack.pop();
             }
         }
@@ -140,26 +164,44 @@ fn parameter_names(m: &Module, c: CompId) -> Vec<String> {
 }
 
 pub(crate) fn module_to_proto(m: &Module) -> pb::HloModuleProto {
+    let (mut p, ids, instr_orders) = module_to_proto_parts(m);
+    for (c, io) in p.computations.iter_mut().zip(&instr_orders) {
+        c.instructions = io.iter().map(|&i| instr_to_proto(m, i, &ids)).collect();
+    }
+    p
+}
+
+/// The module's proto without the computations' instructions, the ids, and each computation's
+/// instructions in proto order.
+fn module_to_proto_parts(m: &Module) -> (pb::HloModuleProto, Ids, Vec<Vec<InstrId>>) {
     let order = callee_first_order(m);
     let mut ids = Ids {
-        comp: HashMap::new(),
-        instr: HashMap::new(),
+        comp: vec![-1; m.comp_capacity()],
+        instr: vec![-1; m.instr_capacity()],
     };
+    let mut seen = vec![false; m.instr_capacity()];
     let mut instr_orders = Vec::with_capacity(order.len());
     for (ci, &c) in order.iter().enumerate() {
-        ids.comp.insert(c, ci as i64);
-        let io = def_before_use_order(m, c);
+        ids.comp[c.index()] = ci as i64;
+        let io = def_before_use_order(m, c, &mut seen);
         for (k, &i) in io.iter().enumerate() {
-            ids.instr.insert(i, ((ci as i64) << 32) | k as i64);
+            ids.instr[i.index()] = ((ci as i64) << 32) | k as i64;
         }
         instr_orders.push(io);
     }
-    let fusion_called: Vec<CompId> = order
-        .iter()
-        .flat_map(|&c| m.comp(c).instructions().iter().copied())
-        .filter(|&i| m.instr(i).opcode == Opcode::Fusion)
-        .flat_map(|i| m.instr(i).called.iter().copied())
-        .collect();
+    let mut fusion_called = vec![false; m.comp_capacity()];
+    for &c in &order {
+        for &i in m.comp(c).instructions() {
+            let instr = m.instr(i);
+            if instr.opcode == Opcode::Fusion {
+                for k in &instr.called {
+                    if let Some(f) = fusion_called.get_mut(k.index()) {
+                        *f = true;
+                    }
+                }
+            }
+        }
+    }
 
     let computations = order
         .iter()
@@ -168,14 +210,14 @@ pub(crate) fn module_to_proto(m: &Module) -> pb::HloModuleProto {
             let comp = m.comp(c);
             pb::HloComputationProto {
                 name: comp.name.clone(),
-                instructions: io.iter().map(|&i| instr_to_proto(m, i, &ids)).collect(),
+                instructions: Vec::with_capacity(io.len()),
                 program_shape: Some(program_shape_to_proto(
                     &derived_program_shape(m, c),
                     parameter_names(m, c),
                 )),
-                id: ids.comp[&c],
-                root_id: comp.root().map_or(-1, |r| ids.instr[&r]),
-                is_fusion_computation: fusion_called.contains(&c),
+                id: ids.comp(c).unwrap_or(-1),
+                root_id: comp.root().and_then(|r| ids.instr(r)).unwrap_or(-1),
+                is_fusion_computation: fusion_called[c.index()],
                 execution_thread: comp.execution_thread.clone().unwrap_or_default(),
             }
         })
@@ -188,7 +230,7 @@ pub(crate) fn module_to_proto(m: &Module) -> pb::HloModuleProto {
     };
     if let Some(e) = m.entry() {
         p.entry_computation_name = m.comp(e).name.clone();
-        p.entry_computation_id = ids.comp[&e];
+        p.entry_computation_id = ids.comp(e).unwrap_or(-1);
         let ps = m
             .config
             .entry_computation_layout
@@ -275,20 +317,41 @@ pub(crate) fn module_to_proto(m: &Module) -> pb::HloModuleProto {
                 .collect(),
         });
     }
+    p.debug_attributes = cfg
+        .debug_attributes
+        .iter()
+        .map(|(a, list)| pb::DebugAttributeTableEntryProto {
+            original_array: Some(pb::OriginalArrayProto {
+                instruction_name: a.instruction_name.clone(),
+                shape_index: a.shape_index.clone(),
+            }),
+            debug_attributes: list
+                .iter()
+                .map(|d| pb::DebugAttributesProto {
+                    log_mode: match d.log_mode {
+                        crate::module::DebugLogMode::None => 0,
+                        crate::module::DebugLogMode::Default => 1,
+                        crate::module::DebugLogMode::FusionDebugger => 2,
+                    },
+                    callback_id: d.callback_id,
+                    op_id: d.op_id,
+                    partitioned: d.partitioned,
+                    ..Default::default()
+                })
+                .collect(),
+        })
+        .collect();
     if let Some(s) = &m.schedule {
         p.schedule = Some(pb::HloScheduleProto {
             sequences: s
                 .sequences
                 .iter()
                 .filter_map(|(c, seq)| {
-                    let cid = *ids.comp.get(c)?;
+                    let cid = ids.comp(*c)?;
                     Some((
                         cid,
                         pb::InstructionSequence {
-                            instruction_ids: seq
-                                .iter()
-                                .filter_map(|i| ids.instr.get(i).copied())
-                                .collect(),
+                            instruction_ids: seq.iter().filter_map(|&i| ids.instr(i)).collect(),
                         },
                     ))
                 })
@@ -324,7 +387,7 @@ pub(crate) fn module_to_proto(m: &Module) -> pb::HloModuleProto {
                 .collect(),
         });
     }
-    p
+    (p, ids, instr_orders)
 }
 
 pub(crate) fn comparison_direction_name(d: ComparisonDirection) -> &'static str {
@@ -381,16 +444,22 @@ fn instr_to_proto(m: &Module, id: InstrId, ids: &Ids) -> pb::HloInstructionProto
         name: i.name.clone(),
         opcode: i.opcode.name().to_string(),
         shape: Some(shape_to_proto(&i.shape)),
-        id: ids.instr[&id],
-        operand_ids: i.operands().iter().map(|o| ids.instr[o]).collect(),
+        id: ids.instr(id).unwrap_or(-1),
+        // Operands and control predecessors are instructions of the same computation, all of
+        // which have ids.
+        operand_ids: i
+            .operands()
+            .iter()
+            .map(|&o| ids.instr(o).unwrap_or(-1))
+            .collect(),
         control_predecessor_ids: i
             .control_predecessors()
             .iter()
-            .map(|o| ids.instr[o])
+            .map(|&o| ids.instr(o).unwrap_or(-1))
             .collect(),
         called_computation_ids: proto_call_order(i.opcode, &i.called)
             .iter()
-            .map(|c| ids.comp.get(c).copied().unwrap_or(-1))
+            .map(|&c| ids.comp(c).unwrap_or(-1))
             .collect(),
         metadata: i.metadata.as_ref().map(metadata_to_proto),
         sharding: i.sharding.as_ref().map(|s| Box::new(sharding_to_proto(s))),
@@ -709,29 +778,28 @@ fn instr_to_proto(m: &Module, id: InstrId, ids: &Ids) -> pb::HloInstructionProto
     p
 }
 
-/// Whether the IR instruction has an optional attribute (see [`OPTIONAL_FIELDS`]).
-fn ir_present(field: &str, i: &Instruction) -> bool {
+/// Whether the IR instruction has an optional attribute (see `OPTIONAL_FIELDS`).
+fn ir_present(field: OptField, i: &Instruction) -> bool {
     let a = &i.attrs;
     match field {
-        "dimensions" => a.dimensions.is_some(),
-        "slice" => a.slice.is_some(),
-        "dynamic_slice_sizes" => a.dynamic_slice_sizes.is_some(),
-        "gather_slice_sizes" => a.gather_slice_sizes.is_some(),
-        "source_target_pairs" => a.source_target_pairs.is_some(),
-        "fft_length" => a.fft_length.is_some(),
-        "fft_type" => a.fft_type.is_some(),
-        "rng_algorithm" => a.rng_algorithm.is_some(),
-        "metadata" => i.metadata.is_some(),
-        "backend_config" => i.backend_config.is_some(),
-        "infeed_config" => a.infeed_config.is_some(),
-        "outfeed_config" => a.outfeed_config.is_some(),
-        "async_execution_thread" => a.async_execution_thread.is_some(),
-        "channel_id" => a.channel_id.is_some(),
-        "domain" => a.domain.is_some(),
-        "custom_call" => a.custom_call.is_some(),
-        "scan" => a.scan.is_some(),
-        "outfeed_shape" => a.outfeed_shape.is_some(),
-        _ => false,
+        OptField::Dimensions => a.dimensions.is_some(),
+        OptField::Slice => a.slice.is_some(),
+        OptField::DynamicSliceSizes => a.dynamic_slice_sizes.is_some(),
+        OptField::GatherSliceSizes => a.gather_slice_sizes.is_some(),
+        OptField::SourceTargetPairs => a.source_target_pairs.is_some(),
+        OptField::FftLength => a.fft_length.is_some(),
+        OptField::FftType => a.fft_type.is_some(),
+        OptField::RngAlgorithm => a.rng_algorithm.is_some(),
+        OptField::Metadata => i.metadata.is_some(),
+        OptField::BackendConfig => i.backend_config.is_some(),
+        OptField::InfeedConfig => a.infeed_config.is_some(),
+        OptField::OutfeedConfig => a.outfeed_config.is_some(),
+        OptField::AsyncExecutionThread => a.async_execution_thread.is_some(),
+        OptField::ChannelId => a.channel_id.is_some(),
+        OptField::Domain => a.domain.is_some(),
+        OptField::CustomCall => a.custom_call.is_some(),
+        OptField::Scan => a.scan.is_some(),
+        OptField::OutfeedShape => a.outfeed_shape.is_some(),
     }
 }
 
@@ -742,10 +810,10 @@ fn tessera_ext(
     p: &pb::HloInstructionProto,
 ) -> Option<pb::TesseraInstructionExt> {
     let mut ext = pb::TesseraInstructionExt::default();
-    for &f in OPTIONAL_FIELDS {
-        match (ir_present(f, i), default_present(f, i.opcode, p)) {
-            (true, false) => ext.present.push(f.to_string()),
-            (false, true) => ext.absent.push(f.to_string()),
+    for f in OPT_FIELDS {
+        match (ir_present(f, i), default_present_of(f, i.opcode, p)) {
+            (true, false) => ext.present.push(f.name().to_string()),
+            (false, true) => ext.absent.push(f.name().to_string()),
             _ => {}
         }
     }
@@ -817,4 +885,61 @@ fn proto_call_order(op: Opcode, called: &[CompId]) -> Vec<CompId> {
         order.swap(0, 1);
     }
     order
+}
+
+/// Serializes a module: the same bytes as `module_to_proto(m).encode_to_vec()`, with less work.
+/// prost writes a length prefix for every nested message by computing that message's whole
+/// encoded length, so `encode_to_vec` walks an instruction's subtree once for the module's
+/// length, once for its computation's and once for its own before writing it. Here the module
+/// and computation levels are written by hand (fields in tag order, as prost writes them), each
+/// instruction's length is computed once, and each instruction's proto is built, written and
+/// dropped in turn, so the whole tree of instruction messages never exists at once.
+pub(crate) fn module_to_bytes(m: &Module) -> Vec<u8> {
+    use prost::encoding::{encode_key, encode_varint, encoded_len_varint, key_len, WireType};
+    use prost::Message;
+
+    let delimited = |tag: u32, len: usize| key_len(tag) + encoded_len_varint(len as u64) + len;
+    let (mut p, ids, instr_orders) = module_to_proto_parts(m);
+    // Each computation's bytes: field 1, the instructions (field 2), fields 4 and up.
+    let comps: Vec<Vec<u8>> = std::mem::take(&mut p.computations)
+        .into_iter()
+        .zip(&instr_orders)
+        .map(|(mut c, io)| {
+            let head = pb::HloComputationProto {
+                name: std::mem::take(&mut c.name),
+                ..Default::default()
+            };
+            let mut buf = Vec::new();
+            head.encode_raw(&mut buf);
+            for &i in io {
+                let ip = instr_to_proto(m, i, &ids);
+                let l = ip.encoded_len();
+                buf.reserve(delimited(2, l));
+                encode_key(2, WireType::LengthDelimited, &mut buf);
+                encode_varint(l as u64, &mut buf);
+                ip.encode_raw(&mut buf);
+            }
+            c.encode_raw(&mut buf);
+            buf
+        })
+        .collect();
+    // Fields 1 and 2 come before the computations (3); the rest after.
+    let head = pb::HloModuleProto {
+        name: std::mem::take(&mut p.name),
+        entry_computation_name: std::mem::take(&mut p.entry_computation_name),
+        ..Default::default()
+    };
+    let total = head.encoded_len()
+        + comps.iter().map(|c| delimited(3, c.len())).sum::<usize>()
+        + p.encoded_len();
+    let mut out = Vec::with_capacity(total);
+    head.encode_raw(&mut out);
+    for c in &comps {
+        encode_key(3, WireType::LengthDelimited, &mut out);
+        encode_varint(c.len() as u64, &mut out);
+        out.extend_from_slice(c);
+    }
+    p.encode_raw(&mut out);
+    debug_assert_eq!(out.len(), total);
+    out
 }

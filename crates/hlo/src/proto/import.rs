@@ -71,37 +71,100 @@ pub(crate) const OPTIONAL_FIELDS: &[&str] = &[
     "outfeed_shape",
 ];
 
+/// [`OPTIONAL_FIELDS`] as values, for matching without comparing strings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum OptField {
+    Dimensions,
+    Slice,
+    DynamicSliceSizes,
+    GatherSliceSizes,
+    SourceTargetPairs,
+    FftLength,
+    FftType,
+    RngAlgorithm,
+    Metadata,
+    BackendConfig,
+    InfeedConfig,
+    OutfeedConfig,
+    AsyncExecutionThread,
+    ChannelId,
+    Domain,
+    CustomCall,
+    Scan,
+    OutfeedShape,
+}
+
+/// Every [`OptField`], in the order of [`OPTIONAL_FIELDS`].
+pub(crate) const OPT_FIELDS: [OptField; 18] = [
+    OptField::Dimensions,
+    OptField::Slice,
+    OptField::DynamicSliceSizes,
+    OptField::GatherSliceSizes,
+    OptField::SourceTargetPairs,
+    OptField::FftLength,
+    OptField::FftType,
+    OptField::RngAlgorithm,
+    OptField::Metadata,
+    OptField::BackendConfig,
+    OptField::InfeedConfig,
+    OptField::OutfeedConfig,
+    OptField::AsyncExecutionThread,
+    OptField::ChannelId,
+    OptField::Domain,
+    OptField::CustomCall,
+    OptField::Scan,
+    OptField::OutfeedShape,
+];
+
+impl OptField {
+    /// The field's name in [`OPTIONAL_FIELDS`] and in Tessera's extension field.
+    pub(crate) fn name(self) -> &'static str {
+        OPTIONAL_FIELDS[self as usize]
+    }
+
+    fn from_name(field: &str) -> Option<OptField> {
+        OPTIONAL_FIELDS
+            .iter()
+            .position(|f| *f == field)
+            .map(|k| OPT_FIELDS[k])
+    }
+}
+
 /// Whether an optional attribute is given, as XLA's fields of `p` say.
 pub(crate) fn default_present(field: &str, op: Opcode, p: &pb::HloInstructionProto) -> bool {
+    OptField::from_name(field).is_some_and(|f| default_present_of(f, op, p))
+}
+
+/// [`default_present`] of a field given as an [`OptField`].
+pub(crate) fn default_present_of(field: OptField, op: Opcode, p: &pb::HloInstructionProto) -> bool {
     use Opcode::*;
     match field {
-        "dimensions" => {
+        OptField::Dimensions => {
             !matches!(op, Iota | Scan) && (always_has_dimensions(op) || !p.dimensions.is_empty())
         }
-        "slice" => op == Slice || !p.slice_dimensions.is_empty(),
-        "dynamic_slice_sizes" => op == DynamicSlice || !p.dynamic_slice_sizes.is_empty(),
-        "gather_slice_sizes" => op == Gather || !p.gather_slice_sizes.is_empty(),
-        "source_target_pairs" => {
+        OptField::Slice => op == Slice || !p.slice_dimensions.is_empty(),
+        OptField::DynamicSliceSizes => op == DynamicSlice || !p.dynamic_slice_sizes.is_empty(),
+        OptField::GatherSliceSizes => op == Gather || !p.gather_slice_sizes.is_empty(),
+        OptField::SourceTargetPairs => {
             matches!(op, CollectivePermute | CollectivePermuteStart)
                 || !p.source_target_pairs.is_empty()
         }
-        "fft_length" => op == Fft || !p.fft_length.is_empty(),
-        "fft_type" => op == Fft,
-        "rng_algorithm" => op == RngBitGenerator || p.rng_algorithm != 0,
-        "metadata" => p
+        OptField::FftLength => op == Fft || !p.fft_length.is_empty(),
+        OptField::FftType => op == Fft,
+        OptField::RngAlgorithm => op == RngBitGenerator || p.rng_algorithm != 0,
+        OptField::Metadata => p
             .metadata
             .as_ref()
             .is_some_and(|m| *m != pb::OpMetadata::default()),
-        "backend_config" => !p.backend_config.is_empty(),
-        "infeed_config" => !p.infeed_config.is_empty(),
-        "outfeed_config" => !p.outfeed_config.is_empty(),
-        "async_execution_thread" => !p.async_execution_thread.is_empty(),
-        "channel_id" => p.channel_id != 0,
-        "domain" => op == Domain,
-        "custom_call" => op == CustomCall,
-        "scan" => op == Scan,
-        "outfeed_shape" => p.outfeed_shape.is_some(),
-        _ => false,
+        OptField::BackendConfig => !p.backend_config.is_empty(),
+        OptField::InfeedConfig => !p.infeed_config.is_empty(),
+        OptField::OutfeedConfig => !p.outfeed_config.is_empty(),
+        OptField::AsyncExecutionThread => !p.async_execution_thread.is_empty(),
+        OptField::ChannelId => p.channel_id != 0,
+        OptField::Domain => op == Domain,
+        OptField::CustomCall => op == CustomCall,
+        OptField::Scan => op == Scan,
+        OptField::OutfeedShape => p.outfeed_shape.is_some(),
     }
 }
 
@@ -278,6 +341,42 @@ pub(crate) fn module_from_proto(p: &pb::HloModuleProto) -> Result<Module, ProtoE
                     module,
                 },
             );
+        }
+    }
+    for (k, e) in p.debug_attributes.iter().enumerate() {
+        let place = || format!("debug_attributes entry {k}");
+        let array = e
+            .original_array
+            .as_ref()
+            .map(|a| crate::module::OriginalArray {
+                instruction_name: a.instruction_name.clone(),
+                shape_index: a.shape_index.clone(),
+            })
+            .unwrap_or_default();
+        let mut list = Vec::with_capacity(e.debug_attributes.len());
+        for d in &e.debug_attributes {
+            use crate::module::DebugLogMode;
+            // NO_FUSION (3) and GUARANTEED (4) have no place in XLA's module either: they
+            // read as no log mode, as XLA reads them.
+            let log_mode = match d.log_mode {
+                0 | 3 | 4 => DebugLogMode::None,
+                1 => DebugLogMode::Default,
+                2 => DebugLogMode::FusionDebugger,
+                v => return Err(err(place(), format!("unknown debug log mode {v}"))),
+            };
+            list.push(crate::module::DebugAttributes {
+                log_mode,
+                callback_id: d.callback_id,
+                op_id: d.op_id,
+                partitioned: d.partitioned,
+            });
+        }
+        if m.config.debug_attributes.contains_key(&array) {
+            return Err(err(place(), format!("{array:?} is listed twice")));
+        }
+        // An entry without attributes is dropped, as XLA drops it.
+        if !list.is_empty() {
+            m.config.debug_attributes.insert(array, list);
         }
     }
     if let Some(s) = &p.schedule {

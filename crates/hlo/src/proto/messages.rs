@@ -1008,9 +1008,49 @@ pub struct HloModuleProto {
     pub frontend_attributes: Option<FrontendAttributes>,
     #[prost(message, optional, tag = "20")]
     pub original_value_recovery_table: Option<OriginalValueRecoveryTableProto>,
+    #[prost(message, repeated, tag = "24")]
+    pub debug_attributes: Vec<DebugAttributeTableEntryProto>,
     /// Tessera's own field, not XLA's (XLA skips it).
     #[prost(message, optional, tag = "50001")]
     pub tessera: Option<TesseraModuleExt>,
+}
+
+/// `xla.DebugAttributeTableEntryProto`: the debug callbacks of one original value.
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct DebugAttributeTableEntryProto {
+    #[prost(message, optional, tag = "1")]
+    pub original_array: Option<OriginalArrayProto>,
+    #[prost(message, repeated, tag = "2")]
+    pub debug_attributes: Vec<DebugAttributesProto>,
+}
+
+/// `xla.DebugAttributesProto`. `log_mode`: 0 NONE, 1 DEFAULT, 2 FUSION_DEBUGGER, 3 NO_FUSION,
+/// 4 GUARANTEED.
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct DebugAttributesProto {
+    #[prost(int32, tag = "1")]
+    pub log_mode: i32,
+    #[prost(int64, tag = "2")]
+    pub callback_id: i64,
+    #[prost(int64, tag = "3")]
+    pub op_id: i64,
+    #[prost(bool, tag = "4")]
+    pub partitioned: bool,
+    #[prost(string, tag = "5")]
+    pub operands_sharding: String,
+    #[prost(message, optional, tag = "6")]
+    pub x64_config: Option<X64ConfigProto>,
+}
+
+/// `xla.X64ConfigProto` (read and dropped, as XLA's module does).
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct X64ConfigProto {
+    #[prost(string, tag = "1")]
+    pub xprecision_64bit_fragment: String,
+    #[prost(string, tag = "2")]
+    pub original_log_instruction_name: String,
+    #[prost(string, tag = "3")]
+    pub xprecision_64bit_original_type: String,
 }
 
 #[derive(Clone, PartialEq, ::prost::Message)]

@@ -45,7 +45,7 @@ pub fn module_from_proto(p: &HloModuleProto) -> Result<Module, ProtoError> {
 
 /// The serialized `xla.HloModuleProto` of a module (what PJRT's `"hlo"` format takes).
 pub fn to_proto_bytes(m: &Module) -> Vec<u8> {
-    module_to_proto(m).encode_to_vec()
+    export::module_to_bytes(m)
 }
 
 /// Reads a module from serialized `xla.HloModuleProto` bytes.

@@ -1349,3 +1349,131 @@ fn origin_recovery_table_round_trips_through_the_proto() {
     assert_eq!(crate::text::module_diff(&m, &back), None);
     assert_eq!(back.to_text(), m.to_text());
 }
+
+#[test]
+fn debug_attributes_round_trip_through_the_proto() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../testdata/text/xla_printed/debug_attributes.hlo"
+    ))
+    .unwrap();
+    let m = crate::text::parse_module(&text).unwrap();
+    let p = round_trip(&m);
+    assert_eq!(p.debug_attributes.len(), 4);
+    let e = &p.debug_attributes[1];
+    assert_eq!(e.original_array.as_ref().unwrap().instruction_name, "p");
+    let modes: Vec<(i32, i64, i64, bool)> = e
+        .debug_attributes
+        .iter()
+        .map(|d| (d.log_mode, d.callback_id, d.op_id, d.partitioned))
+        .collect();
+    assert_eq!(modes, [(1, 5, 7, true), (2, -3, 0, false)]);
+    let rec = p.original_value_recovery_table.as_ref().unwrap().entries[0]
+        .recovery_module
+        .as_ref()
+        .unwrap();
+    assert_eq!(rec.debug_attributes[0].debug_attributes[0].callback_id, 9);
+    // text -> proto -> text gives the same text.
+    let back = module_from_proto(&p).unwrap();
+    assert_eq!(back.to_text(), m.to_text());
+}
+
+/// The bytes of field 24 are the ones jaxlib 0.12 writes for the same table (taken from
+/// `as_serialized_hlo_module_proto()` of a module XLA read with these entries).
+#[test]
+fn debug_attributes_encode_as_xla() {
+    let m = crate::text::parse_module(
+        "HloModule m, debug_attributes={\
+         {\"a\"}:({log_mode=default,callback_id=5,partitioned=true,op_id=7},\
+         {log_mode=fusion_debugger,callback_id=3}), \
+         {\"t\" {0,1}}:({callback_id=-1},{callback_id=2})}\n\
+         ENTRY e {\n  ROOT t = (f32[2], f32[2]) parameter(0)\n}\n",
+    )
+    .unwrap();
+    let bytes = to_proto_bytes(&m);
+    let xla: [&[u8]; 2] = [
+        &[
+            0xc2, 0x01, 0x15, 0x0a, 0x03, 0x0a, 0x01, b'a', 0x12, 0x08, 0x08, 0x01, 0x10, 0x05,
+            0x18, 0x07, 0x20, 0x01, 0x12, 0x04, 0x08, 0x02, 0x10, 0x03,
+        ],
+        &[
+            0xc2, 0x01, 0x1a, 0x0a, 0x07, 0x0a, 0x01, b't', 0x12, 0x02, 0x00, 0x01, 0x12, 0x0b,
+            0x10, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0x12, 0x02, 0x10,
+            0x02,
+        ],
+    ];
+    let joined = [xla[0], xla[1]].concat();
+    assert!(
+        bytes.windows(joined.len()).any(|w| w == joined.as_slice()),
+        "field 24 differs from XLA's bytes"
+    );
+}
+
+#[test]
+fn debug_attributes_from_xla_protos() {
+    let entry = |name: &str, modes: &[i32]| pb::DebugAttributeTableEntryProto {
+        original_array: Some(pb::OriginalArrayProto {
+            instruction_name: name.into(),
+            shape_index: vec![],
+        }),
+        debug_attributes: modes
+            .iter()
+            .map(|&log_mode| pb::DebugAttributesProto {
+                log_mode,
+                callback_id: 4,
+                operands_sharding: "{replicated}".into(),
+                x64_config: Some(pb::X64ConfigProto {
+                    xprecision_64bit_fragment: "f".into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+            .collect(),
+    };
+    let m = crate::text::parse_module("HloModule m\nENTRY e {\n  ROOT p = f32[] parameter(0)\n}\n")
+        .unwrap();
+    let mut p = m.to_proto();
+    // NO_FUSION and GUARANTEED read as no log mode and the sharding and x64 config are
+    // dropped, as in XLA; an entry without attributes is dropped.
+    p.debug_attributes = vec![entry("a", &[3, 4, 2]), entry("b", &[])];
+    let back = module_from_proto(&p).unwrap();
+    let t = &back.config.debug_attributes;
+    assert_eq!(t.len(), 1);
+    let a = &t.values().next().unwrap();
+    let modes: Vec<_> = a.iter().map(|d| (d.log_mode, d.callback_id)).collect();
+    use crate::module::DebugLogMode;
+    assert_eq!(
+        modes,
+        [
+            (DebugLogMode::None, 4),
+            (DebugLogMode::None, 4),
+            (DebugLogMode::FusionDebugger, 4)
+        ]
+    );
+    p.debug_attributes = vec![entry("a", &[9])];
+    expect_error(&p, "unknown debug log mode 9");
+    p.debug_attributes = vec![entry("a", &[1]), entry("a", &[2])];
+    expect_error(&p, "listed twice");
+}
+
+#[test]
+fn optional_field_enum_matches_the_names() {
+    use super::import::{default_present, default_present_of, OPTIONAL_FIELDS, OPT_FIELDS};
+    assert_eq!(OPT_FIELDS.len(), OPTIONAL_FIELDS.len());
+    let p = pb::HloInstructionProto {
+        channel_id: 3,
+        ..Default::default()
+    };
+    for (k, f) in OPT_FIELDS.into_iter().enumerate() {
+        assert_eq!(f as usize, k);
+        assert_eq!(f.name(), OPTIONAL_FIELDS[k]);
+        for op in [Opcode::Slice, Opcode::Fft, Opcode::Add, Opcode::Domain] {
+            assert_eq!(
+                default_present(f.name(), op, &p),
+                default_present_of(f, op, &p)
+            );
+        }
+    }
+    assert!(default_present("channel_id", Opcode::Add, &p));
+    assert!(!default_present("no_such_field", Opcode::Add, &p));
+}

@@ -456,6 +456,9 @@ impl<'a> Parser<'a> {
             "origin_recovery_table" => {
                 self.m.config.origin_recovery_table = self.recovery_table()?;
             }
+            "debug_attributes" => {
+                self.m.config.debug_attributes = self.debug_attribute_table()?;
+            }
             _ => {
                 return Err(self
                     .c
@@ -506,6 +509,123 @@ impl<'a> Parser<'a> {
             table.insert(replaced, RecoveryEntry { replacing, module });
         }
         Ok(table)
+    }
+
+    /// `{ {"a"}:({callback_id=1},{log_mode=default}), {"b" {0}}:{op_id=2} }`: per original
+    /// value, one attribute set or a parenthesized list of them (entries separated by commas).
+    /// An empty list drops its entry, as XLA does.
+    fn debug_attribute_table(
+        &mut self,
+    ) -> PResult<BTreeMap<OriginalArray, Vec<crate::module::DebugAttributes>>> {
+        self.c.expect(b'{', "to start debug_attributes")?;
+        let mut table = BTreeMap::new();
+        if self.c.eat(b'}')? {
+            return Ok(table);
+        }
+        loop {
+            self.c.skip_ws()?;
+            let at = self.c.pos;
+            let array = self.original_array()?;
+            self.c.expect(
+                b':',
+                "after the original value (expected <original_array>:(<debug attributes>, ...))",
+            )?;
+            let mut list = Vec::new();
+            if self.c.eat(b'(')? {
+                if !self.c.eat(b')')? {
+                    loop {
+                        list.push(self.debug_attributes()?);
+                        if !self.c.eat(b',')? {
+                            self.c
+                                .expect(b')', "or ',' in the list of debug attributes")?;
+                            break;
+                        }
+                    }
+                }
+            } else {
+                list.push(self.debug_attributes()?);
+            }
+            if table.contains_key(&array) {
+                return Err(self.c.error_at(
+                    at,
+                    "this original value is listed twice in debug_attributes",
+                ));
+            }
+            if !list.is_empty() {
+                table.insert(array, list);
+            }
+            if !self.c.eat(b',')? {
+                self.c.expect(b'}', "or ',' in debug_attributes")?;
+                return Ok(table);
+            }
+        }
+    }
+
+    /// `{log_mode=default,callback_id=5,partitioned=true,op_id=7}`, any order, or `{}`.
+    fn debug_attributes(&mut self) -> PResult<crate::module::DebugAttributes> {
+        use crate::module::DebugLogMode;
+        self.c.expect(b'{', "to start debug attributes")?;
+        let mut a = crate::module::DebugAttributes::default();
+        if self.c.eat(b'}')? {
+            return Ok(a);
+        }
+        let mut seen = [false; 4];
+        loop {
+            self.c.skip_ws()?;
+            let at = self.c.pos;
+            let key = self.c.ident("a debug attribute name")?;
+            self.c.expect(b'=', "after the debug attribute name")?;
+            let slot = match key {
+                "log_mode" => {
+                    self.c.skip_ws()?;
+                    let vat = self.c.pos;
+                    let v = self.c.ident("default or fusion_debugger")?;
+                    a.log_mode = match v {
+                        "default" => DebugLogMode::Default,
+                        "fusion_debugger" => DebugLogMode::FusionDebugger,
+                        _ => {
+                            return Err(self.c.error_at(
+                                vat,
+                                format!(
+                                    "expected log mode default or fusion_debugger, found '{v}'"
+                                ),
+                            ))
+                        }
+                    };
+                    0
+                }
+                "callback_id" => {
+                    a.callback_id = self.c.int("an integer callback_id")?;
+                    1
+                }
+                "op_id" => {
+                    a.op_id = self.c.int("an integer op_id")?;
+                    2
+                }
+                "partitioned" => {
+                    a.partitioned = self.bool_value()?;
+                    3
+                }
+                _ => {
+                    return Err(self.c.error_at(
+                        at,
+                        format!(
+                            "unknown debug attribute '{key}' (expected log_mode, callback_id, \
+                             op_id or partitioned)"
+                        ),
+                    ))
+                }
+            };
+            if std::mem::replace(&mut seen[slot], true) {
+                return Err(self
+                    .c
+                    .error_at(at, format!("debug attribute '{key}' is given twice")));
+            }
+            if !self.c.eat(b',')? {
+                self.c.expect(b'}', "or ',' in the debug attributes")?;
+                return Ok(a);
+            }
+        }
     }
 
     /// `{"name"}`, `{"name" {1,0}}` or `{}` (no name).

@@ -138,6 +138,28 @@ fn write_module(out: &mut String, m: &Module, opts: &PrintOptions, level: usize)
         }
         out.push_str("}\n");
     }
+    if !cfg.debug_attributes.is_empty() {
+        // As XLA: on a line of its own after every other header attribute, not indented
+        // (nor is its closing brace); the entries indented two more spaces than the module.
+        out.push_str(",\ndebug_attributes={\n");
+        for (i, (array, list)) in cfg.debug_attributes.iter().enumerate() {
+            if i > 0 {
+                out.push_str(",\n");
+            }
+            out.push_str(ind);
+            out.push_str("  ");
+            write_original_array(out, array);
+            out.push_str(":(");
+            for (j, a) in list.iter().enumerate() {
+                if j > 0 {
+                    out.push(',');
+                }
+                write_debug_attributes(out, a);
+            }
+            out.push(')');
+        }
+        out.push_str("\n}");
+    }
     out.push_str("\n\n");
     let sf = &m.stack_frames;
     if !sf.is_empty() {
@@ -230,6 +252,30 @@ fn write_module(out: &mut String, m: &Module, opts: &PrintOptions, level: usize)
         }
         out.push_str("\n\n");
     }
+}
+
+/// `{log_mode=default,callback_id=5,partitioned=true,op_id=7}`: XLA's order, fields at
+/// their defaults left out (so all of them at their defaults print as `{}`).
+fn write_debug_attributes(out: &mut String, a: &crate::module::DebugAttributes) {
+    use crate::module::DebugLogMode;
+    let mut parts: Vec<String> = Vec::new();
+    match a.log_mode {
+        DebugLogMode::None => {}
+        DebugLogMode::Default => parts.push("log_mode=default".into()),
+        DebugLogMode::FusionDebugger => parts.push("log_mode=fusion_debugger".into()),
+    }
+    if a.callback_id != 0 {
+        parts.push(format!("callback_id={}", a.callback_id));
+    }
+    if a.partitioned {
+        parts.push("partitioned=true".into());
+    }
+    if a.op_id != 0 {
+        parts.push(format!("op_id={}", a.op_id));
+    }
+    out.push('{');
+    out.push_str(&parts.join(","));
+    out.push('}');
 }
 
 /// `{"name" {1,0}}`, or `{""}` without a name (as XLA prints it).

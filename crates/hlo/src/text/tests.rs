@@ -1071,7 +1071,11 @@ fn named_sharding_and_recovery_table_errors_have_positions() {
 /// parse), never panics.
 #[test]
 fn never_panics_on_damaged_named_shardings_or_recovery_tables() {
-    for name in ["named_shardings.hlo", "origin_recovery_table.hlo"] {
+    for name in [
+        "named_shardings.hlo",
+        "origin_recovery_table.hlo",
+        "debug_attributes.hlo",
+    ] {
         let path = format!(
             "{}/../../testdata/text/xla_printed/{name}",
             env!("CARGO_MANIFEST_DIR")
@@ -1118,4 +1122,128 @@ fn strings_print_with_c_escapes() {
         out,
         r#""plain""a\"b\'c\\d\ne\rf\tg\177h\001\303\251\342\202\254""\303\251""""#
     );
+}
+
+#[test]
+fn debug_attributes_print_as_xla() {
+    use crate::module::{DebugAttributes, DebugLogMode, OriginalArray};
+    let file = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../testdata/text/xla_printed/debug_attributes.hlo"
+    ))
+    .unwrap();
+    // Everything after the comment line is jaxlib 0.12's printing.
+    let xla = &file[file.find("HloModule").unwrap()..];
+    let (m, printed) = roundtrip(xla);
+    assert_eq!(printed, xla);
+    let t = &m.config.debug_attributes;
+    let keys: Vec<(&str, &[i64])> = t
+        .keys()
+        .map(|k| (k.instruction_name.as_str(), k.shape_index.as_slice()))
+        .collect();
+    assert_eq!(
+        keys,
+        [("", &[][..]), ("p", &[]), ("p", &[1]), ("zeta", &[0, 2])]
+    );
+    let p = OriginalArray {
+        instruction_name: "p".into(),
+        shape_index: vec![],
+    };
+    assert_eq!(
+        t[&p],
+        [
+            DebugAttributes {
+                log_mode: DebugLogMode::Default,
+                callback_id: 5,
+                op_id: 7,
+                partitioned: true
+            },
+            DebugAttributes {
+                log_mode: DebugLogMode::FusionDebugger,
+                callback_id: -3,
+                op_id: 0,
+                partitioned: false
+            }
+        ]
+    );
+    let rec = m.config.origin_recovery_table.values().next().unwrap();
+    let inner = &rec.module.as_ref().unwrap().config.debug_attributes;
+    assert_eq!(inner.values().next().unwrap()[0].callback_id, 9);
+}
+
+#[test]
+fn debug_attributes_spellings_xla_reads() {
+    // Any order of the attributes, one set without parentheses, `{"a" {}}` for `{"a"}`, an
+    // empty list (the entry is dropped, as XLA drops it), an empty table (no table).
+    let text = "HloModule m, debug_attributes={{\"a\" {}}:{op_id=1,callback_id=2}, \
+                {\"b\"}:(), {\"c\" {0}}:({partitioned=false},{log_mode=default})}\n\
+                ENTRY e {\n  ROOT p = (f32[], f32[]) parameter(0)\n}\n";
+    let (m, printed) = roundtrip(text);
+    assert_eq!(m.config.debug_attributes.len(), 2);
+    assert!(
+        printed.contains(
+            ",\ndebug_attributes={\n  {\"a\"}:({callback_id=2,op_id=1}),\n  \
+             {\"c\" {0}}:({},{log_mode=default})\n}\n\n"
+        ),
+        "{printed}"
+    );
+    let (m, printed) = roundtrip(
+        "HloModule m, debug_attributes={ }\nENTRY e {\n  ROOT p = f32[] parameter(0)\n}\n",
+    );
+    assert!(m.config.debug_attributes.is_empty());
+    assert!(!printed.contains("debug_attributes"), "{printed}");
+}
+
+#[test]
+fn malformed_debug_attributes_are_errors_with_places() {
+    let cases = [
+        // (attribute value, line, column, part of the message)
+        (
+            "{{\"a\"}:({log_mode=none})}",
+            1,
+            49,
+            "default or fusion_debugger",
+        ),
+        (
+            "{{\"a\"}:({log_mode=no_fusion})}",
+            1,
+            49,
+            "default or fusion_debugger",
+        ),
+        (
+            "{{\"a\"}:({operands_sharding=\"x\"})}",
+            1,
+            40,
+            "unknown debug attribute",
+        ),
+        ("{{\"a\"}:({callback_id=1.5})}", 1, 53, "expected"),
+        (
+            "{{\"a\"}:({callback_id=1,callback_id=2})}",
+            1,
+            54,
+            "given twice",
+        ),
+        ("{{\"a\"}:({partitioned=1})}", 1, 52, "true or false"),
+        ("{{\"a\"}:({callback_id=1}),}", 1, 56, "original value"),
+        (
+            "{{\"a\"}:({op_id=1}), {\"a\"}:({op_id=2})}",
+            1,
+            51,
+            "listed twice",
+        ),
+        ("{{\"a\"}({op_id=1})}", 1, 37, "':'"),
+        ("{{\"a\"}:({op_id=1}}", 1, 48, "')'"),
+        ("{{\"a\"}:({op_id=1})", 2, 1, "'}'"),
+    ];
+    for (value, line, col, want) in cases {
+        let text = format!(
+            "HloModule m, debug_attributes={value}\nENTRY e {{\n  ROOT p = f32[] parameter(0)\n}}\n"
+        );
+        let e = err(&text);
+        assert_eq!((e.line, e.column), (line, col), "{value}: {e}");
+        assert!(
+            e.to_string().contains(want),
+            "{value}: {e} (wanted '{want}')"
+        );
+    }
 }

@@ -677,36 +677,12 @@ impl<'f> Tracker<'f> {
         gone: impl Fn(InstrId) -> bool,
         callee: impl Fn(InstrId) -> i64,
     ) -> (i64, Option<InstrId>) {
-        let mut order: Vec<ItemId> = Vec::with_capacity(self.list.len());
-        let mut item = self.list.first();
-        let mut capacity = 0usize;
-        while item != NIL {
-            if !gone(self.list.item(item).instr) {
-                order.push(item);
-            }
-            capacity = capacity.max(item as usize + 1);
-            item = self.list.next(item);
-        }
-        let mut pos = vec![u32::MAX; capacity];
-        for (k, &it) in order.iter().enumerate() {
-            pos[it as usize] = k as u32;
-        }
-        let at = |it: ItemId| pos.get(it as usize).copied().unwrap_or(u32::MAX);
+        let LiveRanges { order, ranges, .. } =
+            self.live_ranges(|it| gone(self.list.item(it).instr));
         let mut delta = vec![0i64; order.len() + 1];
-        for (b, buf) in self.buffers.iter().enumerate() {
-            let size = self.allocated_size(b as u32);
-            let start = at(buf.defining);
-            if size == 0 || start == u32::MAX {
-                continue;
-            }
-            let end = buf
-                .users
-                .iter()
-                .map(|u| at(u.user))
-                .filter(|&p| p != u32::MAX)
-                .fold(start, u32::max);
-            delta[start as usize] += size;
-            delta[end as usize + 1] -= size;
+        for &(start, end, size) in &ranges {
+            delta[start] += size;
+            delta[end + 1] -= size;
         }
         let mut live = 0i64;
         let mut peak = 0i64;
@@ -730,36 +706,15 @@ impl<'f> Tracker<'f> {
     /// `callee(instr)` added at each instruction; moved originals still count). Indexed by
     /// item id; `i64::MIN` for the current item and the items after it. Linear in the list.
     pub fn bytes_after_walked_items(&self, callee: impl Fn(InstrId) -> i64) -> Vec<i64> {
-        let mut order: Vec<ItemId> = Vec::with_capacity(self.list.len());
-        let mut item = self.list.first();
-        let mut capacity = 0usize;
-        while item != NIL {
-            order.push(item);
-            capacity = capacity.max(item as usize + 1);
-            item = self.list.next(item);
-        }
-        let mut pos = vec![u32::MAX; capacity];
-        for (k, &it) in order.iter().enumerate() {
-            pos[it as usize] = k as u32;
-        }
+        let LiveRanges { order, ranges, pos } = self.live_ranges(|_| false);
+        let capacity = pos.len();
         let at = |it: ItemId| pos.get(it as usize).copied().unwrap_or(u32::MAX);
         // Bytes allocated at point k, and bytes freed once point k has finished.
         let mut alloc = vec![0i64; order.len()];
         let mut free = vec![0i64; order.len()];
-        for (b, buf) in self.buffers.iter().enumerate() {
-            let size = self.allocated_size(b as u32);
-            let start = at(buf.defining);
-            if size == 0 || start == u32::MAX {
-                continue;
-            }
-            let end = buf
-                .users
-                .iter()
-                .map(|u| at(u.user))
-                .filter(|&p| p != u32::MAX)
-                .fold(start, u32::max);
-            alloc[start as usize] += size;
-            free[end as usize] += size;
+        for &(start, end, size) in &ranges {
+            alloc[start] += size;
+            free[end] += size;
         }
         let current = match at(self.in_progress) {
             u32::MAX => order.len(),
@@ -782,6 +737,42 @@ impl<'f> Tracker<'f> {
             later = later.max(live_at[k]);
         }
         out
+    }
+
+    /// The placed items' program points and every buffer's live range on them (see
+    /// [`LiveRanges`]). Shared by [`Tracker::measure`] and [`Tracker::bytes_after_walked_items`].
+    fn live_ranges(&self, skip: impl Fn(ItemId) -> bool) -> LiveRanges {
+        let mut order: Vec<ItemId> = Vec::with_capacity(self.list.len());
+        let mut item = self.list.first();
+        let mut capacity = 0usize;
+        while item != NIL {
+            if !skip(item) {
+                order.push(item);
+            }
+            capacity = capacity.max(item as usize + 1);
+            item = self.list.next(item);
+        }
+        let mut pos = vec![u32::MAX; capacity];
+        for (k, &it) in order.iter().enumerate() {
+            pos[it as usize] = k as u32;
+        }
+        let at = |it: ItemId| pos.get(it as usize).copied().unwrap_or(u32::MAX);
+        let mut ranges = Vec::with_capacity(self.buffers.len());
+        for (b, buf) in self.buffers.iter().enumerate() {
+            let size = self.allocated_size(b as u32);
+            let start = at(buf.defining);
+            if size == 0 || start == u32::MAX {
+                continue;
+            }
+            let end = buf
+                .users
+                .iter()
+                .map(|u| at(u.user))
+                .filter(|&p| p != u32::MAX)
+                .fold(start, u32::max);
+            ranges.push((start as usize, end as usize, size));
+        }
+        LiveRanges { order, ranges, pos }
     }
 
     /// Checks the tracker's invariants (expensive: tests and `check_invariants` runs).
@@ -890,4 +881,15 @@ fn get_users(
         }
     }
     (users, indirect)
+}
+
+/// Program points of the placed items and the buffers' live ranges over them.
+struct LiveRanges {
+    /// The placed items in list order (without the skipped ones): point k is `order[k]`.
+    order: Vec<ItemId>,
+    /// Every buffer of non-zero size as `(first point, last point, bytes)`: live from its
+    /// definer to its last remaining user.
+    ranges: Vec<(usize, usize, i64)>,
+    /// Each item's point, indexed by item id; `u32::MAX` when skipped.
+    pos: Vec<u32>,
 }

@@ -572,6 +572,29 @@ impl Module {
         index: usize,
         new: InstrId,
     ) -> Result<(), MutationError> {
+        self.check_operand_edit(user, index, new)?;
+        let old = self.instr(user).operands[index];
+        if old == new {
+            return Ok(());
+        }
+        self.instr_mut(user).operands[index] = new;
+        if !self.instr(user).operands.contains(&old) {
+            self.instr_mut(old).users.retain(|x| *x != user);
+        }
+        if !self.instr(new).users.contains(&user) {
+            self.instr_mut(new).users.push(user);
+        }
+        Ok(())
+    }
+
+    /// Whether operand `index` of `user` may become `new`: the index exists and `new` lives in
+    /// the same computation.
+    fn check_operand_edit(
+        &self,
+        user: InstrId,
+        index: usize,
+        new: InstrId,
+    ) -> Result<(), MutationError> {
         let u = self.instr(user);
         if index >= u.operands.len() {
             return Err(MutationError::OperandIndex {
@@ -586,26 +609,14 @@ impl Module {
                 self.instr(new).name.clone(),
             ));
         }
-        let old = u.operands[index];
-        if old == new {
-            return Ok(());
-        }
-        self.instr_mut(user).operands[index] = new;
-        if !self.instr(user).operands.contains(&old) {
-            self.instr_mut(old).users.retain(|x| *x != user);
-        }
-        if !self.instr(new).users.contains(&user) {
-            self.instr_mut(new).users.push(user);
-        }
         Ok(())
     }
 
     /// Applies many [`Module::replace_operand`] edits `(user, operand index, new value)` at
     /// once, with the operands and users that applying them one by one in order gives, but
     /// scanning each affected users list once: a value with n users that loses or gains k of
-    /// them costs O(n log n + k^2) at worst, not O(n k). A user keeps its place in a
-    /// users list it does not
-    /// leave; users new to a list are appended in edit order (so the lists equal the
+    /// them costs O(n log n + k^2) at worst, not O(n k). A user keeps its place in a users
+    /// list it does not leave; users new to a list are appended in edit order (so the lists equal the
     /// one-by-one result unless an edit takes a value away that a later edit puts back). Every
     /// edit is checked before anything changes; on an error the module is untouched.
     pub fn replace_operands(
@@ -613,20 +624,7 @@ impl Module {
         edits: &[(InstrId, usize, InstrId)],
     ) -> Result<(), MutationError> {
         for &(user, index, new) in edits {
-            let u = self.instr(user);
-            if index >= u.operands.len() {
-                return Err(MutationError::OperandIndex {
-                    name: u.name.clone(),
-                    index,
-                    count: u.operands.len(),
-                });
-            }
-            if self.instr(new).parent != u.parent {
-                return Err(MutationError::CrossComputation(
-                    u.name.clone(),
-                    self.instr(new).name.clone(),
-                ));
-            }
+            self.check_operand_edit(user, index, new)?;
         }
         // Write the operands; remember (old value, user, new value) of every real change.
         let mut changed: SmallVec<[(InstrId, InstrId, InstrId); 8]> = SmallVec::new();

@@ -147,26 +147,15 @@ fn random_module(seed: u64) -> String {
 }
 
 fn run(m: &mut Module, limit: i64, search: SearchKind, blocks: usize) -> String {
-    let mut p = Rematerialization::new(RematOptions {
-        memory_limit: Some(limit),
-        search,
-        block_size_limit: blocks,
-        block_rematerialization_factor: 2,
-        check_invariants: true,
-        ..RematOptions::default()
-    });
-    let s = p.run_with_summary(m).unwrap();
-    tessera_hlo::verify::verify(m, &Default::default()).unwrap();
-    format!(
-        "{}\n{:?}",
-        print_module(m, &PrintOptions::default()),
-        (
-            s.peak_after,
-            s.instructions_rematerialized,
-            s.net_instructions_added,
-            s.effort,
-            s.max_block_size
-        )
+    run_with(
+        m,
+        RematOptions {
+            memory_limit: Some(limit),
+            search,
+            block_size_limit: blocks,
+            block_rematerialization_factor: 2,
+            ..RematOptions::default()
+        },
     )
 }
 
@@ -294,6 +283,8 @@ fn random_mixed_module(seed: u64) -> String {
     s
 }
 
+/// Runs the pass with `opts` (invariants checked), verifies the result, and gives the printed
+/// module with the summary's figures, for comparing two searches.
 fn run_with(m: &mut Module, opts: RematOptions) -> String {
     let mut p = Rematerialization::new(RematOptions {
         check_invariants: true,

@@ -1042,16 +1042,7 @@ impl<'a> Parser<'a> {
                 let sizes: Vec<i64> = mesh.axes.iter().map(|a| a.size).collect();
                 mesh.devices = Mesh::canonical_iota(&sizes, &reshape, &perm);
             } else {
-                let mut ids = Vec::new();
-                if !self.c.eat(b')')? {
-                    loop {
-                        ids.push(self.c.int("a device id")?);
-                        if self.c.eat(b')')? {
-                            break;
-                        }
-                        self.c.expect(b',', "or ')' in device_ids")?;
-                    }
-                }
+                let ids = self.device_ids_rest()?;
                 if ids.len() as i64 != n {
                     return Err(self.c.error_at(
                         at,
@@ -1068,6 +1059,21 @@ impl<'a> Parser<'a> {
     }
 
     /// A mesh axis name: quoted (`'x'`, `"x"`) or a bare identifier.
+    /// The rest of `device_ids=(...)` after its `(`: integers separated by `,`, then `)`.
+    fn device_ids_rest(&mut self) -> PResult<Vec<i64>> {
+        let mut ids = Vec::new();
+        if !self.c.eat(b')')? {
+            loop {
+                ids.push(self.c.int("a device id")?);
+                if self.c.eat(b')')? {
+                    break;
+                }
+                self.c.expect(b',', "or ')' in device_ids")?;
+            }
+        }
+        Ok(ids)
+    }
+
     fn axis_name(&mut self) -> PResult<String> {
         match self.c.peek()? {
             Some(b'\'' | b'"') => self.c.any_quoted("an axis name"),
@@ -1325,16 +1331,7 @@ impl<'a> Parser<'a> {
                             .error_at(at, format!("expected device_ids=, found '{key}'")));
                     }
                     self.c.expect(b'(', "to start device_ids")?;
-                    let mut ids = Vec::new();
-                    if !self.c.eat(b')')? {
-                        loop {
-                            ids.push(self.c.int("a device id")?);
-                            if self.c.eat(b')')? {
-                                break;
-                            }
-                            self.c.expect(b',', "or ')' in device_ids")?;
-                        }
-                    }
+                    let ids = self.device_ids_rest()?;
                     g.device_ids = Some(ids);
                 }
                 self.c.expect(b'{', "to start the group axes")?;

@@ -968,20 +968,7 @@ impl Module {
             ));
         }
         self.replace_all_uses_with(old, new)?;
-        let preds = self.instr(old).control_predecessors.clone();
-        let succs = self.instr(old).control_successors.clone();
-        for p in preds {
-            self.remove_control_dependency(p, old);
-            if p != new {
-                self.add_control_dependency(p, new);
-            }
-        }
-        for s in succs {
-            self.remove_control_dependency(old, s);
-            if s != new {
-                self.add_control_dependency(new, s);
-            }
-        }
+        self.move_control_edges(old, new);
         let (metadata, sharding) = {
             let o = self.instr(old);
             (o.metadata.clone(), o.sharding.clone())
@@ -995,6 +982,28 @@ impl Module {
             self.instr_mut(new).sharding = sharding;
         }
         self.remove_instruction(old)
+    }
+
+    /// Gives `to` the control edges of `from` (its predecessors come before `to`, its
+    /// successors after) and takes them from `from`. An edge between the two is dropped.
+    pub fn move_control_edges(&mut self, from: InstrId, to: InstrId) {
+        if from == to {
+            return;
+        }
+        let preds = self.instr(from).control_predecessors.clone();
+        let succs = self.instr(from).control_successors.clone();
+        for p in preds {
+            self.remove_control_dependency(p, from);
+            if p != to {
+                self.add_control_dependency(p, to);
+            }
+        }
+        for s in succs {
+            self.remove_control_dependency(from, s);
+            if s != to {
+                self.add_control_dependency(to, s);
+            }
+        }
     }
 
     /// A copy of computation `c` named `<name>.<suffix>` (made unique), its instructions named

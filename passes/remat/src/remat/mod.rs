@@ -36,12 +36,15 @@ pub enum RematError {
     Internal(String),
     #[error(transparent)]
     Mutation(#[from] tessera_hlo::MutationError),
+    #[error(transparent)]
+    Build(#[from] tessera_hlo::BuildError),
 }
 
 impl From<RematError> for PassError {
     fn from(e: RematError) -> PassError {
         match e {
             RematError::Mutation(m) => PassError::Mutation(m),
+            RematError::Build(b) => PassError::Build(b),
             other => PassError::Failed(other.to_string()),
         }
     }

@@ -410,15 +410,18 @@ impl Module {
         self.comp_names.contains(name)
     }
 
-    /// A computation name not yet used in the module, made from `base` with `.N` suffixes.
+    /// A computation name not yet used in the module: `base`, else `base.1`, `base.2`, ...
+    /// The module's one allocator of computation names; it remembers, per `base`, where to
+    /// continue, so making k names from one base costs O(k), not O(k^2).
     pub fn unique_computation_name(&mut self, base: &str) -> String {
-        if !self.comp_names.contains(base) {
+        let Some(next) = self.comp_names.get(base) else {
             return base.to_string();
-        }
-        let mut n = 1;
+        };
+        let mut n = next.max(1);
         loop {
             let candidate = format!("{base}.{n}");
             if !self.comp_names.contains(&candidate) {
+                self.comp_names.set(base, n + 1);
                 return candidate;
             }
             n += 1;
@@ -1027,28 +1030,8 @@ impl Module {
         let copy = self.add_computation(name)?;
         self.comp_mut(copy).execution_thread = thread;
         let mut map: IndexMap<InstrId, InstrId> = IndexMap::with_capacity(instrs.len());
-        // Stored order is not always def-before-use (a parsed module keeps the text order), so
-        // place each instruction after its operands.
-        let mut order = Vec::with_capacity(instrs.len());
-        let mut placed = std::collections::HashSet::with_capacity(instrs.len());
-        for &start in &instrs {
-            let mut stack = vec![(start, 0usize)];
-            while let Some((id, k)) = stack.pop() {
-                if placed.contains(&id) {
-                    continue;
-                }
-                let ops = &self.instr(id).operands;
-                if let Some(&op) = ops.get(k) {
-                    stack.push((id, k + 1));
-                    if !placed.contains(&op) {
-                        stack.push((op, 0));
-                    }
-                } else {
-                    placed.insert(id);
-                    order.push(id);
-                }
-            }
-        }
+        // Stored order is not always def-before-use (a parsed module keeps the text order).
+        let order = crate::analysis::post_order(self, c);
         for id in order {
             let old = self.instr(id);
             let mut i = old.clone();

@@ -16,9 +16,7 @@ use smallvec::SmallVec;
 use tessera_hlo::attrs::Attrs;
 use tessera_hlo::sharding::ShardingKind;
 use tessera_hlo::sharding_util::{merge_if_compatible, merge_sharding};
-use tessera_hlo::{
-    analysis, Builder, CompId, InstrId, Instruction, Module, Opcode, Shape, Sharding,
-};
+use tessera_hlo::{analysis, CompId, InstrId, Instruction, Module, Opcode, Shape, Sharding};
 use tessera_pass::options::{parse_bool, unknown_key, OptionDoc, PassOptions};
 use tessera_pass::registry::RegisteredPass;
 use tessera_pass::{Pass, PassError, Result};
@@ -531,7 +529,7 @@ fn process_sharding_custom_calls(
             let name = module.instr(id).name.clone();
             let tmp = module.unique_name(&format!("{name}.annotation"));
             module.rename_instruction(id, tmp)?;
-            let mut b = Builder::new(module, comp);
+            let mut b = tessera_hlo::Builder::new(module, comp);
             b.set_origin(Some(id));
             let new = b.op_named(&name, Opcode::Copy, &[operand], Attrs::default(), &[], None)?;
             module.instr_mut(new).sharding = Some(sharding.clone());

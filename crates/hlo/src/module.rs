@@ -201,6 +201,8 @@ pub enum MutationError {
     DuplicateName(String),
     #[error("%{0}: parameter number {1} is already taken in computation {2}")]
     DuplicateParameter(String, i64, String),
+    #[error("%{0}: cannot remove the root of computation {1}; set another root first")]
+    RemovesRoot(String, String),
 }
 
 #[derive(Clone, Debug)]
@@ -745,9 +747,11 @@ impl Module {
         Ok(())
     }
 
-    /// Removes an instruction that has no users; its operands lose it as a user and its control
-    /// edges are dropped (predecessors are not rewired; see XLA's `RemoveInstruction`).
+    /// Removes an instruction that has no users and is not its computation's root; its operands
+    /// lose it as a user and its control edges are dropped (predecessors are not rewired; see
+    /// XLA's `RemoveInstruction`).
     pub fn remove_instruction(&mut self, id: InstrId) -> Result<(), MutationError> {
+        self.check_not_root(id)?;
         let i = self.instr(id);
         if !i.users.is_empty() {
             let names: Vec<String> = i
@@ -779,9 +783,6 @@ impl Module {
                 }
             }
         }
-        if c.root == Some(id) {
-            c.root = c.instrs.last().copied();
-        }
         if let Some(s) = self.schedule.as_mut() {
             if let Some(seq) = s.sequences.get_mut(&instr.parent) {
                 seq.retain(|&x| x != id);
@@ -790,8 +791,18 @@ impl Module {
         Ok(())
     }
 
+    /// A root stays until another instruction is made the root: removing it is refused.
+    fn check_not_root(&self, id: InstrId) -> Result<(), MutationError> {
+        let i = self.instr(id);
+        let c = self.comp(i.parent);
+        if c.root == Some(id) {
+            return Err(MutationError::RemovesRoot(i.name.clone(), c.name.clone()));
+        }
+        Ok(())
+    }
+
     /// Removes many unused instructions at once: every user of one of them must be in `ids`
-    /// too. Same effect as [`Module::remove_instruction`] on each in turn (users before their
+    /// too, and none may be a root. Same effect as [`Module::remove_instruction`] on each in turn (users before their
     /// operands), but each computation's instruction list and schedule sequence is filtered
     /// only once, so removing k of n instructions is O(n + k) rather than O(n k).
     pub fn remove_instructions(&mut self, ids: &[InstrId]) -> Result<(), MutationError> {
@@ -800,6 +811,7 @@ impl Module {
             gone[id.index()] = true;
         }
         for &id in ids {
+            self.check_not_root(id)?;
             let i = self.instr(id);
             if i.users.iter().any(|u| !gone[u.index()]) {
                 let names: Vec<String> = i
@@ -848,9 +860,6 @@ impl Module {
         for c in comps {
             let comp = self.comp_mut(c);
             comp.instrs.retain(|x| !gone[x.index()]);
-            if comp.root.is_some_and(|r| gone[r.index()]) {
-                comp.root = comp.instrs.last().copied();
-            }
             if let Some(s) = self.schedule.as_mut() {
                 if let Some(seq) = s.sequences.get_mut(&c) {
                     seq.retain(|x| !gone[x.index()]);
@@ -1292,6 +1301,29 @@ mod tests {
         let (copy2, map2) = m.clone_computation(c, "clone").unwrap();
         assert_eq!(m.comp(copy2).name, "body.clone.1");
         assert_eq!(m.instr(map2[&b]).name, "b.clone.1");
+    }
+
+    #[test]
+    fn removing_a_root_is_refused() {
+        let mut m = Module::new("m");
+        let c = m.add_computation("main").unwrap();
+        let p0 = m.add_instruction(c, param(0, "p0")).unwrap();
+        let neg = Instruction::new("neg", Opcode::Negate, Shape::array(F32, &[4]));
+        let n = m.add_instruction(c, neg.with_operands(&[p0])).unwrap();
+        m.set_root(c, n);
+        let err = m.remove_instruction(n).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "%neg: cannot remove the root of computation main; set another root first"
+        );
+        assert!(matches!(
+            m.remove_instructions(&[n]),
+            Err(MutationError::RemovesRoot(..))
+        ));
+        assert_eq!(m.comp(c).root(), Some(n));
+        m.set_root(c, p0);
+        m.remove_instruction(n).unwrap();
+        assert_eq!(m.comp(c).instructions(), &[p0]);
     }
 
     #[test]

@@ -66,8 +66,9 @@ pub struct Instruction {
     pub opcode: Opcode,
     /// True when the conditional was written with `true_computation=`/`false_computation=`.
     pub predicated_conditional: bool,
-    /// The computation this instruction belongs to.
-    pub parent: CompId,
+    /// The computation this instruction belongs to (set by [`crate::Module::add_instruction`];
+    /// read it with [`Instruction::parent`]).
+    pub(crate) parent: CompId,
     pub shape: Shape,
     pub(crate) operands: Operands,
     /// Called computations in XLA's order: `to_apply` for reduce/map/sort/all-reduce/scatter/
@@ -150,6 +151,12 @@ impl Instruction {
     pub fn with_called(mut self, called: &[CompId]) -> Instruction {
         self.called = called.iter().copied().collect();
         self
+    }
+
+    /// The computation this instruction belongs to.
+    #[inline]
+    pub fn parent(&self) -> CompId {
+        self.parent
     }
 
     #[inline]

@@ -33,8 +33,9 @@ pub struct Computation {
     pub(crate) root: Option<InstrId>,
     /// `execution_thread="..."` when not the main thread.
     pub execution_thread: Option<String>,
-    /// True for computations written with `ENTRY`.
-    pub is_entry: bool,
+    /// True for the entry computation (kept by [`Module::set_entry`]; read it with
+    /// [`Computation::is_entry`]).
+    pub(crate) is_entry: bool,
 }
 
 impl Computation {
@@ -60,6 +61,12 @@ impl Computation {
     #[inline]
     pub fn root(&self) -> Option<InstrId> {
         self.root
+    }
+
+    /// True for the module's entry computation (`ENTRY` in the text).
+    #[inline]
+    pub fn is_entry(&self) -> bool {
+        self.is_entry
     }
 }
 

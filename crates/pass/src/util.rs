@@ -69,7 +69,7 @@ pub fn remove_with_dead_operands(
 pub fn is_removable(module: &Module, id: InstrId, effects: &SideEffects) -> bool {
     let i = module.instr(id);
     i.users().is_empty()
-        && module.comp(i.parent).root() != Some(id)
+        && module.comp(i.parent()).root() != Some(id)
         && i.opcode != Opcode::Parameter
         && i.control_predecessors().is_empty()
         && i.control_successors().is_empty()

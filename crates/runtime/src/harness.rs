@@ -299,7 +299,7 @@ fn split_all_reduce(
 ) -> std::result::Result<InstrId, BuildError> {
     let i = b.module().instr(id);
     let (attrs, called, operands) = (i.attrs.clone(), i.called.clone(), i.operands().to_vec());
-    b.set_computation(i.parent);
+    b.set_computation(i.parent());
     b.set_origin(Some(id));
     let mut parts = Vec::with_capacity(operands.len());
     for (k, &op) in operands.iter().enumerate() {

@@ -30,7 +30,6 @@ impl Gen {
             .add_computation("main")
             .expect("a fresh module has no computations");
         m.set_entry(c);
-        m.comp_mut(c).is_entry = true;
         Gen {
             m,
             c,

@@ -208,7 +208,7 @@ pub fn check_sequence(
     let mut pos: HashMap<InstrId, usize> = HashMap::with_capacity(sequence.len());
     for (k, &id) in sequence.iter().enumerate() {
         match module.try_instr(id) {
-            Some(i) if i.parent == comp => {}
+            Some(i) if i.parent() == comp => {}
             _ => {
                 return Err(ScheduleError::BadSequence {
                     computation: c.name.clone(),

@@ -507,16 +507,16 @@ fn iota_dimension_at(
         }
         Opcode::GetTupleElement => {
             let &tuple = i.operands().first()?;
-            if m.instr(tuple).opcode != Opcode::Parameter || Some(i.parent) == m.entry() {
+            if m.instr(tuple).opcode != Opcode::Parameter || Some(i.parent()) == m.entry() {
                 return None;
             }
             let index = usize::try_from(i.attrs.tuple_index).ok()?;
-            let c = caller(i.parent)?;
+            let c = caller(i.parent())?;
             let ci = m.instr(c);
             match ci.opcode {
                 Opcode::While => {
                     let init = *ci.operands().first()?;
-                    let root = m.comp(i.parent).root()?;
+                    let root = m.comp(i.parent()).root()?;
                     let ri = m.instr(root);
                     let invariant =
                         ri.opcode == Opcode::Tuple && ri.operands().get(index) == Some(&id);
@@ -527,7 +527,7 @@ fn iota_dimension_at(
                     iota_dimension_at(m, value, caller, depth + 1)
                 }
                 Opcode::Conditional => {
-                    let branch = ci.called.iter().position(|&b| b == i.parent)?;
+                    let branch = ci.called.iter().position(|&b| b == i.parent())?;
                     let arg = *ci.operands().get(branch + 1)?;
                     if m.instr(arg).opcode != Opcode::Tuple {
                         return None;

@@ -1079,7 +1079,7 @@ impl<'m> Propagator<'m> {
     fn compute_facts(&self, id: InstrId) -> u8 {
         let m = self.m;
         let i = m.instr(id);
-        let root = m.comp(i.parent).root();
+        let root = m.comp(i.parent()).root();
         let mut f = 0;
         if root == Some(id) {
             f |= IS_ROOT;
@@ -1359,7 +1359,7 @@ impl<'m> Propagator<'m> {
     fn computation_propagation(&mut self, id: InstrId) -> Vec<InstrId> {
         let i = self.m.instr(id);
         let called_edge = (i.opcode == Opcode::Parameter || self.is_root(id))
-            && self.caller[i.parent.index()].is_some();
+            && self.caller[i.parent().index()].is_some();
         if !called_edge && !self.is_mapped_caller(id) {
             // Nothing is tied to `id`.
             return Vec::new();
@@ -1373,11 +1373,11 @@ impl<'m> Propagator<'m> {
                 groups.push(self.related(x));
             }
             if i.opcode == Opcode::Parameter || self.is_root(x) {
-                if let Some(c) = self.caller[i.parent.index()] {
+                if let Some(c) = self.caller[i.parent().index()] {
                     groups.push(self.related(c));
                     let ci = self.m.instr(c);
                     if i.opcode == Opcode::Parameter && ci.opcode == Opcode::Conditional {
-                        if let Some(b) = ci.called.iter().position(|&k| k == i.parent) {
+                        if let Some(b) = ci.called.iter().position(|&k| k == i.parent()) {
                             if let Some(&op) = ci.operands().get(b + 1) {
                                 groups.push(SmallVec::from_slice(&[x, op]));
                             }
@@ -1492,10 +1492,10 @@ impl<'m> Propagator<'m> {
     /// May this parameter keep a sharding the pass gives it?
     fn param_allowed(&self, id: InstrId) -> bool {
         let i = self.m.instr(id);
-        if self.caller[i.parent.index()].is_some() {
+        if self.caller[i.parent().index()].is_some() {
             return true;
         }
-        i.parent == self.entry && self.param_flag(i.attrs.parameter_number as usize)
+        i.parent() == self.entry && self.param_flag(i.attrs.parameter_number as usize)
     }
 
     /// XLA's `SupportSpatialPartitioning`: `allow_output` lets the entry root take a sharding,
@@ -1519,7 +1519,7 @@ impl<'m> Propagator<'m> {
         use Opcode::*;
         let i = self.m.instr(id);
         if self.is_root(id)
-            && self.caller[i.parent.index()].is_none()
+            && self.caller[i.parent().index()].is_none()
             && !(Some(id) == self.entry_root && allow_output)
         {
             return false;
@@ -1535,7 +1535,8 @@ impl<'m> Propagator<'m> {
             | RngBitGenerator | Call | AllReduce | ReduceScatter => true,
             Reverse => self.spmd,
             Parameter => {
-                self.caller[i.parent.index()].is_some() || (i.parent == self.entry && allow_params)
+                self.caller[i.parent().index()].is_some()
+                    || (i.parent() == self.entry && allow_params)
             }
             CustomCall => self.spmd && custom_call_is_shardable(i, self.m),
             _ => false,
@@ -1748,13 +1749,13 @@ impl<'m> Propagator<'m> {
                 self.improve(id, s, mc, aggressive)
             }
             Parameter => {
-                let Some(c) = self.caller[i.parent.index()] else {
+                let Some(c) = self.caller[i.parent().index()] else {
                     return false;
                 };
                 let ci = m.instr(c);
                 let op = match ci.opcode {
                     Conditional => {
-                        let Some(b) = ci.called.iter().position(|&x| x == i.parent) else {
+                        let Some(b) = ci.called.iter().position(|&x| x == i.parent()) else {
                             return false;
                         };
                         ci.operands().get(b + 1).copied()

@@ -130,7 +130,7 @@ impl Pass for CallInliner {
 
 /// Inlines one `call` instruction; returns the instruction that replaced it.
 pub fn inline_call(module: &mut Module, call: InstrId) -> Result<InstrId> {
-    let caller = module.instr(call).parent;
+    let caller = module.instr(call).parent();
     let callee = module.instr(call).to_apply().expect("a call has a callee");
     let caller_root = module.comp(caller).root();
     let operands = module.operands(call).to_vec();

@@ -1046,7 +1046,7 @@ impl<'a> State<'a> {
                 continue;
             }
             let best = t.list.item(best_item).instr;
-            let comp = module.instr(best).parent;
+            let comp = module.instr(best).parent();
             let mut clone: Instruction = module.instr(best).clone();
             clone.name = remat_name(module, &clone.name);
             if clone.attrs.channel_id.is_some() {
@@ -1258,7 +1258,7 @@ fn compress_instruction(
     compact: &Shape,
 ) -> Result<i64, RematError> {
     let best = t.list.item(best_item).instr;
-    let comp = module.instr(best).parent;
+    let comp = module.instr(best).parent();
     let name = module.instr(best).name.clone();
     let cname = module.unique_name(&format!("{name}.remat_compressed"));
     let compressed = module.add_instruction(

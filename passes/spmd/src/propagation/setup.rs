@@ -391,7 +391,7 @@ pub(super) fn remove_shard_barriers(module: &mut Module) -> Result<bool> {
         let Some(&op) = i.operands().first() else {
             continue;
         };
-        let comp = i.parent;
+        let comp = i.parent();
         module.replace_all_uses_with(id, op)?;
         if let Some(s) = module.schedule.as_mut() {
             if let Some(seq) = s.sequences.get_mut(&comp) {

@@ -213,6 +213,9 @@ pub(super) struct Parser<'a> {
     /// Computations to print right before another one (inline computations and async
     /// wrappers before their caller), applied once at the end.
     placed_before: Vec<(CompId, CompId)>,
+    /// The get-tuple-elements made for dumps' `%x#N` shorthand, by (tuple, index): every use
+    /// of the same element shares one, as in XLA.
+    tuple_elements: FxHashMap<(InstrId, i64), InstrId>,
     depth: u32,
 }
 
@@ -240,6 +243,7 @@ impl<'a> Parser<'a> {
             scope: ScopeTable::default(),
             current: None,
             placed_before: Vec::new(),
+            tuple_elements: FxHashMap::default(),
             depth: 0,
         }
     }
@@ -1197,10 +1201,11 @@ impl<'a> Parser<'a> {
         // `%name`: neither a shape nor a nested instruction can start with `%`.
         if self.c.byte_at(0) == Some(b'%') {
             let name = self.c.name("an operand name")?;
-            return self.lookup(name).ok_or_else(|| {
+            let id = self.lookup(name).ok_or_else(|| {
                 self.c
                     .error_at(shape_at, format!("instruction '{name}' is not defined"))
-            });
+            })?;
+            return self.tuple_element_shorthand(id, name, shape_at);
         }
         let declared = if self.can_be_shape()? {
             Some(self.parse_shape()?)
@@ -1223,6 +1228,7 @@ impl<'a> Parser<'a> {
                 .c
                 .error_at(at, format!("instruction '{name}' is not defined")));
         };
+        let id = self.tuple_element_shorthand(id, name, at)?;
         if let Some(s) = declared {
             if !s.compatible(&self.m.instr(id).shape) {
                 return Err(self.c.error_at(
@@ -1234,6 +1240,75 @@ impl<'a> Parser<'a> {
                     ),
                 ));
             }
+        }
+        Ok(id)
+    }
+
+    /// Dumps' tuple-element shorthand after an operand name: `%x#1` is element 1 of the tuple
+    /// `%x`, `%x#1#0` element 0 of that. Read as XLA's parser reads it: each step is a
+    /// `get-tuple-element` named `<x>_<N>` (the operand's text name, or the name made for the
+    /// step before), added right before the instruction being parsed, without sharding or
+    /// metadata; later uses of the same element share it. Its name is not a text name (the
+    /// text cannot refer to it), so a text instruction of that name defined later gets a `.N`
+    /// suffix. Returns `id` itself when no `#` follows.
+    fn tuple_element_shorthand(
+        &mut self,
+        mut id: InstrId,
+        name: &str,
+        at: usize,
+    ) -> PResult<InstrId> {
+        if self.c.peek()? != Some(b'#') {
+            return Ok(id);
+        }
+        let mut base = name.to_string();
+        while self.c.eat(b'#')? {
+            let index_at = {
+                self.c.skip_ws()?;
+                self.c.pos
+            };
+            let index = self.c.int("a tuple index after '#'")?;
+            base = format!("{base}_{index}");
+            if let Some(&gte) = self.tuple_elements.get(&(id, index)) {
+                id = gte;
+                continue;
+            }
+            let tuple = self.m.instr(id);
+            let elements = tuple.shape.tuple_elements();
+            if !tuple.shape.is_tuple() {
+                return Err(self.c.error_at(
+                    at,
+                    format!(
+                        "'{}#{index}' takes an element of a tuple, but '{}' has shape {}",
+                        tuple.name,
+                        tuple.name,
+                        super::printer::shape_string(&tuple.shape)
+                    ),
+                ));
+            }
+            let Some(element) = usize::try_from(index).ok().and_then(|i| elements.get(i)) else {
+                return Err(self.c.error_at(
+                    index_at,
+                    format!(
+                        "tuple index {index} is out of range for '{}', a tuple of {} elements",
+                        tuple.name,
+                        elements.len()
+                    ),
+                ));
+            };
+            let element = element.clone();
+            let mut gte =
+                Instruction::new(self.m.unique_name(&base), Opcode::GetTupleElement, element);
+            gte.attrs.tuple_index = index;
+            gte.operands = [id].into_iter().collect();
+            let comp = self
+                .current
+                .expect("operands are parsed inside a computation");
+            let gte_id = self
+                .m
+                .add_parsed_instruction(comp, gte)
+                .map_err(|e| self.c.error_at(at, e.to_string()))?;
+            self.tuple_elements.insert((id, index), gte_id);
+            id = gte_id;
         }
         Ok(id)
     }

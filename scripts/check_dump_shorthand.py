@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""Checks Tessera's reading of XLA dump files (the `%x#N` tuple-element shorthand) against
+jaxlib's parser: for each file, jaxlib parses the dump itself (A) and Tessera's printing of it
+(`tessera fmt FILE`, B). In XLA's proto of each, every computation's instructions are taken in
+creation order (their ids) and compared field by field, with ids replaced by names. Equal means
+Tessera made the same get-tuple-elements, with the same names, shapes, (absent) sharding and
+metadata, at the same places in the instruction sequence, as XLA's parser.
+
+    VENV/bin/python scripts/check_dump_shorthand.py [--tessera target/debug/tessera] FILE...
+
+Development only (jaxlib); prints one line per file and exits 1 on any difference.
+"""
+import subprocess
+import sys
+
+from jaxlib import _hlo
+
+
+def varint(b, pos):
+    out, shift = 0, 0
+    while True:
+        c = b[pos]
+        pos += 1
+        out |= (c & 0x7F) << shift
+        shift += 7
+        if c < 0x80:
+            return out, pos
+
+
+def fields(b):
+    pos, out = 0, []
+    while pos < len(b):
+        key, pos = varint(b, pos)
+        f, w = key >> 3, key & 7
+        if w == 2:
+            n, pos = varint(b, pos)
+            out.append((f, b[pos : pos + n]))
+            pos += n
+        elif w == 0:
+            v, pos = varint(b, pos)
+            out.append((f, v))
+        elif w == 5:
+            out.append((f, b[pos : pos + 4]))
+            pos += 4
+        elif w == 1:
+            out.append((f, b[pos : pos + 8]))
+            pos += 8
+        else:
+            raise ValueError(f"wire type {w}")
+    return out
+
+
+def packed(v):
+    if isinstance(v, int):
+        return [v]
+    pos, out = 0, []
+    while pos < len(v):
+        x, pos = varint(v, pos)
+        out.append(x)
+    return out
+
+
+def summary(text):
+    """{computation name: [instruction fields in id order, ids replaced by names]}"""
+    proto = _hlo.hlo_module_from_text(text).as_serialized_hlo_module_proto()
+    comps = [fields(v) for f, v in fields(proto) if f == 3]
+    comp_names = {}
+    instr_names = {}
+    for c in comps:
+        cid = next((v for f, v in c if f == 5), 0)
+        comp_names[cid] = next(v for f, v in c if f == 1).decode()
+        for f, v in c:
+            if f == 2:
+                i = fields(v)
+                instr_names[next((x for k, x in i if k == 35), 0)] = next(x for k, x in i if k == 1).decode()
+    out = {}
+    for c in comps:
+        rows = []
+        for f, v in c:
+            if f != 2:
+                continue
+            i = fields(v)
+            iid = next((x for k, x in i if k == 35), 0)
+            row = []
+            for k, x in i:
+                if k == 35:
+                    continue
+                if k in (36, 37):
+                    row.append((k, tuple(instr_names[o] for o in packed(x))))
+                elif k == 38:
+                    row.append((k, tuple(comp_names[o] for o in packed(x))))
+                else:
+                    row.append((k, x))
+            rows.append((iid, row))
+        rows.sort(key=lambda r: r[0])
+        out[comp_names[next((v for f, v in c if f == 5), 0)]] = [r for _, r in rows]
+    return out
+
+
+def main():
+    args = sys.argv[1:]
+    tessera = "target/debug/tessera"
+    if args[:1] == ["--tessera"]:
+        tessera, args = args[1], args[2:]
+    bad = 0
+    for path in args:
+        with open(path) as f:
+            a = summary(f.read())
+        ours = subprocess.run([tessera, "fmt", path], capture_output=True, text=True, check=True).stdout
+        b = summary(ours)
+        diff = None
+        if sorted(a) != sorted(b):
+            diff = f"computations {sorted(a)} vs {sorted(b)}"
+        else:
+            for name in a:
+                if len(a[name]) != len(b[name]):
+                    diff = f"{name}: {len(a[name])} vs {len(b[name])} instructions"
+                    break
+                for n, (x, y) in enumerate(zip(a[name], b[name])):
+                    if x != y:
+                        diff = f"{name}: instruction {n} differs:\n  xla:     {x}\n  tessera: {y}"
+                        break
+                if diff:
+                    break
+        text_count = open(path).read().count("#")
+        print(f"{'DIFF' if diff else 'same'} {path} ({text_count} '#')" + (f"\n{diff}" if diff else ""))
+        bad += diff is not None
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use tessera_hlo::Module;
-use tessera_runtime::harness::{self, CompareOptions, Tolerance};
+use tessera_runtime::harness::{self, CompareOptions, Reference, Tolerance};
 use tessera_runtime::{npy, Client, HostArray, HostValue};
 
 /// Parses module text; `Err` carries a `line:col: message` text.
@@ -68,6 +68,19 @@ pub struct CompareArgs {
     /// Absolute tolerance for floating-point outputs.
     #[arg(long, requires = "rtol")]
     pub atol: Option<f64>,
+    /// What the partitioned module is compared with: `single-device` (the original as one
+    /// global program on one device) or `xla-spmd` (XLA's own SPMD partitioning of the
+    /// original on the same devices: the reference for an original with manual regions,
+    /// e.g. jax's shard_map, which has no single-device meaning).
+    #[arg(long, value_enum, default_value_t = ReferenceArg::SingleDevice)]
+    pub reference: ReferenceArg,
+}
+
+/// `--reference` of `tessera compare`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReferenceArg {
+    SingleDevice,
+    XlaSpmd,
 }
 
 /// The HLO text parser, as a [`ParseFn`].
@@ -215,6 +228,14 @@ pub fn run(args: &RunArgs, parse: ParseFn) -> Result<String> {
             None => harness::random_inputs(&m, args.seed)?,
         };
         if args.devices == 1 {
+            let n = harness::sharding_device_count(&m);
+            if n > 1 && harness::manual_region(&m).is_none() {
+                eprintln!(
+                    "note: {} carries shardings for {n} devices; on 1 device it runs as one \
+                     global program (the shardings only annotate it)",
+                    args.file.display()
+                );
+            }
             harness::run_original(&client, &m, &inputs)?
                 .into_iter()
                 .enumerate()
@@ -274,6 +295,10 @@ pub fn compare(args: &CompareArgs, parse: ParseFn) -> Result<(String, bool)> {
         float_tolerance: match (args.rtol, args.atol) {
             (Some(rel), Some(abs)) => Some(Tolerance { rel, abs }),
             _ => None,
+        },
+        reference: match args.reference {
+            ReferenceArg::SingleDevice => Reference::SingleDevice,
+            ReferenceArg::XlaSpmd => Reference::XlaPartitioned,
         },
     };
     let report = harness::check_equivalence(
@@ -364,6 +389,7 @@ mod tests {
                 seed: 3,
                 rtol: None,
                 atol: None,
+                reference: ReferenceArg::SingleDevice,
             },
             no_text,
         )
@@ -387,6 +413,7 @@ mod tests {
             seed: 5,
             rtol: None,
             atol: None,
+            reference: ReferenceArg::SingleDevice,
         };
         let (report, ok) = compare(&args, parse_text).unwrap();
         assert!(ok, "{report}");

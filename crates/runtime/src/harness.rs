@@ -179,6 +179,75 @@ fn module_error(m: &Module, message: impl Into<String>) -> Error {
     }
 }
 
+/// The number of devices `m`'s shardings are written for: the largest of `num_partitions`,
+/// the tile assignments, the meshes and the maximal devices (+1); 1 when it has none.
+pub fn sharding_device_count(m: &Module) -> i64 {
+    fn count(s: &Sharding) -> i64 {
+        match &s.kind {
+            ShardingKind::Tiled(t) => t.tile_assignment.num_devices(),
+            ShardingKind::Named(n) => n.num_devices(),
+            ShardingKind::Maximal(d) => d.saturating_add(1),
+            ShardingKind::Tuple(e) => e.iter().map(count).max().unwrap_or(1),
+            _ => 1,
+        }
+    }
+    ids_of(m)
+        .into_iter()
+        .filter_map(|id| m.instr(id).sharding.as_ref().map(count))
+        .fold(m.config.num_partitions.max(1), i64::max)
+}
+
+/// The first instruction of a manual region (jax's shard_map), described, when `m` has one:
+/// an `SPMDFullToShardShape` / `SPMDShardToFullShape` custom-call or a manual sharding. The
+/// code inside such a region is written per device (its shapes are shard shapes, its
+/// collectives name devices), so the module has no meaning as one program on one device.
+pub fn manual_region(m: &Module) -> Option<String> {
+    fn manual(s: &Sharding) -> bool {
+        match &s.kind {
+            ShardingKind::Manual => true,
+            ShardingKind::Named(n) => n.is_manual(),
+            ShardingKind::Tuple(e) => e.iter().any(manual),
+            _ => s.is_manual_subgroup(),
+        }
+    }
+    ids_of(m).into_iter().find_map(|id| {
+        let i = m.instr(id);
+        let target = i.attrs.custom_call.as_ref().map(|c| c.target.as_str());
+        if let Some(t @ ("SPMDFullToShardShape" | "SPMDShardToFullShape")) = target {
+            Some(format!("%{} is a custom-call to {t}", i.name))
+        } else if i.sharding.as_ref().is_some_and(manual) {
+            Some(format!("%{} has a manual sharding", i.name))
+        } else {
+            None
+        }
+    })
+}
+
+/// Refuses a module that holds Shardy's own custom-calls (`xla.sdy.*`: jax's Shardy-mode
+/// modules before XLA's `shardy-xla` pass): only that pass understands them, and XLA's SPMD
+/// partitioner in the plugin stops on them (a RET_CHECK). The dump taken after it (before
+/// `spmd-partitioning`) holds the same program in ordinary shardings.
+fn refuse_shardy_custom_calls(m: &Module) -> Result<()> {
+    let found = ids_of(m).into_iter().find_map(|id| {
+        let i = m.instr(id);
+        let c = i.attrs.custom_call.as_ref()?;
+        c.target
+            .starts_with("xla.sdy.")
+            .then(|| format!("%{} is a custom-call to {}", i.name, c.target))
+    });
+    match found {
+        None => Ok(()),
+        Some(what) => Err(module_error(
+            m,
+            format!(
+                "{what}, one of Shardy's own custom-calls, which only jax's Shardy pipeline \
+                 (XLA's shardy-xla pass) reads; run the module XLA dumps after that pass (the \
+                 one before spmd-partitioning) instead"
+            ),
+        )),
+    }
+}
+
 /// The entry computation's parameter shapes, by parameter number.
 pub fn entry_parameter_shapes(m: &Module) -> Result<Vec<Shape>> {
     let e = m
@@ -248,13 +317,33 @@ fn strip(m: &Module) -> Result<Module> {
 }
 
 /// A clone the 0.0.1 CPU plugin compiles: default layouts ([`normalize_layouts`]), explicit
-/// replica groups ([`explicit_replica_groups`]) and single-operand all-reduces
-/// ([`split_tuple_all_reduces`]). Each rewrite keeps the module's meaning.
+/// replica groups ([`explicit_replica_groups`]), single-operand all-reduces
+/// ([`split_tuple_all_reduces`]) and tiled shardings ([`tiled_shardings`]). Each rewrite keeps
+/// the module's meaning.
 pub fn for_plugin(m: &Module) -> Result<Module> {
     let mut out = normalize_layouts(m);
     explicit_collectives(&mut out)?;
     split_tuple_all_reduces(&mut out)?;
+    tiled_shardings(&mut out)?;
     Ok(out)
+}
+
+/// Replaces every named (mesh) sharding by its tiled equivalent. The plugin's XLA reads named
+/// shardings from the proto but does not take a named `manual` for manual (its SPMD
+/// partitioner stops the process on jax's Shardy-mode shard_map dumps); the tiled form is the
+/// same sharding in the spelling it knows.
+pub fn tiled_shardings(m: &mut Module) -> Result<()> {
+    for id in ids_of(m) {
+        let instr = m.instr(id);
+        let Some(s) = instr.sharding.as_ref().filter(|s| s.has_named()) else {
+            continue;
+        };
+        let tiled = s
+            .to_tiled_for(&instr.shape)
+            .map_err(|e| module_error(m, format!("%{}: {e}", instr.name)))?;
+        m.instr_mut(id).sharding = Some(tiled);
+    }
+    Ok(())
 }
 
 /// Replaces every all-reduce of several operands (a tuple-shaped result) by one all-reduce per
@@ -629,6 +718,19 @@ pub fn run_original(
     original: &Module,
     inputs: &[HostValue],
 ) -> Result<Vec<HostArray>> {
+    refuse_shardy_custom_calls(original)?;
+    if let Some(what) = manual_region(original) {
+        let n = sharding_device_count(original);
+        return Err(module_error(
+            original,
+            format!(
+                "{what}: a manual region (shard_map) is written per device and has no meaning \
+                 as one program on one device; run it on its {n} devices, where XLA's SPMD \
+                 partitioner gives it its meaning (`tessera run --devices {n}`; in `tessera \
+                 compare`, `--reference xla-spmd`)"
+            ),
+        ));
+    }
     let prepared = prepare_original(original)?;
     let args = inputs
         .iter()
@@ -697,6 +799,7 @@ pub fn run_xla_partitioned(
     num_devices: usize,
     inputs: &[HostValue],
 ) -> Result<Vec<sharded::Assembled>> {
+    refuse_shardy_custom_calls(m)?;
     let args = split_inputs(m, num_devices, inputs)?;
     let mut prepared = for_plugin(m)?;
     prepared.config.num_partitions = num_devices as i64;
@@ -871,6 +974,21 @@ fn element_error(expected: f64, actual: f64) -> (f64, f64) {
 pub struct CompareOptions {
     /// Replaces the per-type default tolerance of every floating-point output.
     pub float_tolerance: Option<Tolerance>,
+    /// What the partitioned module's outputs are compared with.
+    pub reference: Reference,
+}
+
+/// The reference outputs of [`check_equivalence`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Reference {
+    /// The original run as one global program on one device, its shardings ignored (they
+    /// only annotate it). Refused for an original with manual regions ([`manual_region`]).
+    #[default]
+    SingleDevice,
+    /// The original partitioned by XLA's own SPMD partitioner (in the plugin) on the same
+    /// devices, its outputs assembled by its root sharding: the reference for an original
+    /// with manual regions, which has no single-device meaning.
+    XlaPartitioned,
 }
 
 /// Runs `original` on one device and `partitioned` on `num_devices` devices with the same global
@@ -889,7 +1007,27 @@ pub fn check_equivalence(
             client.devices().len()
         )));
     }
-    let expected = run_original(client, original, inputs)?;
+    let expected = match options.reference {
+        Reference::SingleDevice => run_original(client, original, inputs)?,
+        Reference::XlaPartitioned => {
+            let mut outs = Vec::new();
+            for (k, a) in run_xla_partitioned(client, original, num_devices, inputs)?
+                .into_iter()
+                .enumerate()
+            {
+                if let Some(mm) = a.mismatches.first() {
+                    return Err(module_error(
+                        original,
+                        format!("XLA's partitioning of it gives disagreeing replicas of output {k}: {mm}"),
+                    ));
+                }
+                outs.push(a.value.as_array().cloned().ok_or_else(|| {
+                    Error::InvalidArgument(format!("reference output {k} assembled into a tuple"))
+                })?);
+            }
+            outs
+        }
+    };
     let actual = run_partitioned(client, original, partitioned, num_devices, inputs)?;
     if expected.len() != actual.len() {
         return Err(module_error(

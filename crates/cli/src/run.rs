@@ -427,6 +427,93 @@ mod tests {
         assert!(compare(&swapped, parse_text).is_err());
     }
 
+    /// `tessera compare` answers on every before/after-spmd-partitioning pair of XLA's dumps
+    /// (testdata/dumps, both jax modes): equal for each, a refusal saying why for the shard_map
+    /// original on a single-device reference, and equal against XLA's own partitioning of it.
+    #[test]
+    fn compare_answers_on_every_xla_dump_pair() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/dumps/");
+        let pair = |name: &str, reference| CompareArgs {
+            original: PathBuf::from(format!("{dir}{name}.before-spmd.txt")),
+            partitioned: PathBuf::from(format!("{dir}{name}.after-spmd.txt")),
+            devices: 8,
+            inputs: None,
+            seed: 1,
+            rtol: None,
+            atol: None,
+            reference,
+        };
+        let models = [
+            "mlp",
+            "transformer_block",
+            "convnet",
+            "embedding",
+            "scan_loop",
+            "topk",
+            "cond",
+        ];
+        for mode in ["gspmd", "shardy"] {
+            for model in models {
+                let name = format!("{model}.{mode}");
+                let (report, ok) = compare(&pair(&name, ReferenceArg::SingleDevice), parse_text)
+                    .unwrap_or_else(|e| panic!("{name}: {e:#}"));
+                assert!(ok, "{name}: {report}");
+            }
+            let name = format!("shard_map.{mode}");
+            let e = compare(&pair(&name, ReferenceArg::SingleDevice), parse_text)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("a manual region (shard_map) is written per device")
+                    && e.contains("--reference xla-spmd"),
+                "{name}: {e}"
+            );
+            let (report, ok) = compare(&pair(&name, ReferenceArg::XlaSpmd), parse_text)
+                .unwrap_or_else(|e| panic!("{name}: {e:#}"));
+            assert!(ok, "{name}: {report}");
+        }
+    }
+
+    /// `tessera run` on 1 device runs a module sharded for 8 as one program, and refuses what
+    /// has no meaning there with the reason, never a plugin RET_CHECK.
+    #[test]
+    fn run_takes_dumps_as_users_have_them() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/dumps/");
+        let args = |file: &str, devices| RunArgs {
+            file: PathBuf::from(format!("{dir}{file}")),
+            devices,
+            per_device: false,
+            inputs: None,
+            random: true,
+            seed: 0,
+            outputs: None,
+        };
+        let text = run(
+            &args("scan_loop.shardy.before-propagation.txt", 1),
+            parse_text,
+        )
+        .unwrap();
+        assert!(text.starts_with("out0: f32[8,32] ["), "{text}");
+        let e = run(&args("shard_map.gspmd.before-spmd.txt", 1), parse_text)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("%shard_map.8 is a custom-call to SPMDFullToShardShape")
+                && e.contains("run it on its 8 devices"),
+            "{e}"
+        );
+        let e = run(
+            &args("shard_map.shardy.before-propagation.txt", 8),
+            parse_text,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("custom-call to xla.sdy.GlobalToLocalShape, one of Shardy's own"),
+            "{e}"
+        );
+    }
+
     #[test]
     fn inputs_are_read_and_checked() {
         let dir = std::env::temp_dir().join(format!("tessera-run-test-{}", std::process::id()));

@@ -36,11 +36,16 @@ pub fn beside_repository() -> PathBuf {
 }
 
 /// The corpus directory; without one, prints `skipped: <what>: ...` (one line, saying how to
-/// point at a corpus) and returns `None`, and the caller returns without failing.
+/// point at a corpus; not captured by the test harness) and returns `None`, and the caller
+/// returns without failing.
 pub fn root_or_skip(what: &str) -> Option<PathBuf> {
     let root = root();
     if root.is_none() {
-        eprintln!(
+        // Straight to the process's stderr, not `eprintln!`: the test harness captures that
+        // for passing tests, and this line must be seen.
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
             "skipped: {what}: no XLA HLO corpus (set {ENV}=/path/to/xla-hlo, or put it at {})",
             beside_repository().display()
         );

@@ -32,7 +32,15 @@ pub fn root() -> Option<PathBuf> {
 
 /// `../shared/corpus/xla-hlo` relative to the repository root.
 pub fn beside_repository() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus/xla-hlo")
+    // This crate is `<repository>/crates/corpus`.
+    let repository = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .expect("crates/corpus sits two levels below the repository root");
+    repository
+        .parent()
+        .unwrap_or(repository)
+        .join("shared/corpus/xla-hlo")
 }
 
 /// The corpus directory; without one, prints `skipped: <what>: ...` (one line, saying how to

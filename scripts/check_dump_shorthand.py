@@ -6,10 +6,15 @@ creation order (their ids) and compared field by field, with ids replaced by nam
 Tessera made the same get-tuple-elements, with the same names, shapes, (absent) sharding and
 metadata, at the same places in the instruction sequence, as XLA's parser.
 
-    VENV/bin/python scripts/check_dump_shorthand.py [--tessera target/debug/tessera] FILE...
+    VENV/bin/python scripts/check_dump_shorthand.py [--tessera target/debug/tessera] FILE|DIR...
 
-Development only (jaxlib); prints one line per file and exits 1 on any difference.
+Also checks that Tessera's print is stable (printing its own print gives the same bytes).
+Directories are searched for `*.txt`; files that are not HLO modules (buffer assignments,
+memory reports) and modules jaxlib rejects are counted and skipped. Development only
+(jaxlib); prints one line per file, a total, and exits 1 on any difference.
 """
+import glob
+import os
 import subprocess
 import sys
 
@@ -102,14 +107,36 @@ def main():
     tessera = "target/debug/tessera"
     if args[:1] == ["--tessera"]:
         tessera, args = args[1], args[2:]
-    bad = 0
-    for path in args:
+    paths = []
+    for arg in args:
+        paths += sorted(glob.glob(os.path.join(arg, "**", "*.txt"), recursive=True)) if os.path.isdir(arg) else [arg]
+    bad = checked = shorthand = not_modules = rejected = 0
+    for path in paths:
         with open(path) as f:
-            a = summary(f.read())
-        ours = subprocess.run([tessera, "fmt", path], capture_output=True, text=True, check=True).stdout
+            text = f.read()
+        if not text.startswith("HloModule"):
+            not_modules += 1
+            continue
+        try:
+            a = summary(text)
+        except Exception:
+            rejected += 1
+            print(f"skip {path}: jaxlib rejects it")
+            continue
+        checked += 1
+        shorthand += "#" in text
+        ours = subprocess.run([tessera, "fmt", path], capture_output=True, text=True)
+        if ours.returncode:
+            print(f"FAIL {path}: {ours.stderr.strip()}")
+            bad += 1
+            continue
+        ours = ours.stdout
+        again = subprocess.run([tessera, "fmt", "-"], input=ours, capture_output=True, text=True).stdout
         b = summary(ours)
-        diff = None
-        if sorted(a) != sorted(b):
+        diff = None if again == ours else "printing our print gives other bytes"
+        if diff:
+            pass
+        elif sorted(a) != sorted(b):
             diff = f"computations {sorted(a)} vs {sorted(b)}"
         else:
             for name in a:
@@ -122,9 +149,12 @@ def main():
                         break
                 if diff:
                     break
-        text_count = open(path).read().count("#")
-        print(f"{'DIFF' if diff else 'same'} {path} ({text_count} '#')" + (f"\n{diff}" if diff else ""))
+        print(f"{'DIFF' if diff else 'same'} {path} ({text.count('#')} '#')" + (f"\n{diff}" if diff else ""))
         bad += diff is not None
+    print(
+        f"{checked} dump modules read as jaxlib reads them and print-stable: {checked - bad}"
+        f" ({shorthand} with %x#N); {rejected} rejected by jaxlib, {not_modules} files not modules"
+    )
     sys.exit(1 if bad else 0)
 
 

@@ -18,6 +18,12 @@ dumps are 6 MB each) and four small ones for the forms the others do not have: a
 loop), a top-k, a conditional and a shard_map region (manual shardings, SPMDFullToShardShape /
 SPMDShardToFullShape). A list of the files written and the XLA file each came from goes to
 testdata/dumps/MANIFEST.tsv.
+
+    ... scripts/make_xla_dumps.py --all-passes DIR
+
+writes instead every dump file of every pass (`xla_dump_hlo_pass_re=.*`) of every model and
+mode to DIR/<name>.<mode>/ (about 800 files; not committed), for
+scripts/check_dump_shorthand.py.
 """
 import os
 import shutil
@@ -96,17 +102,18 @@ STAGES = [
 ]
 
 
-def dump(name, mode, manifest):
+def compile_with_dumps(name, mode, d, pass_re):
     jax.config.update("jax_use_shardy_partitioner", mode == "shardy")
     m = models.mesh()
     fn, args = MODELS[name](m)
-    d = tempfile.mkdtemp()
     jax.jit(fn).lower(*models.specs(args, m)).compile(
-        compiler_options={
-            "xla_dump_to": d,
-            "xla_dump_hlo_pass_re": "sharding-propagation|shardy-xla|spmd-partitioning",
-        }
+        compiler_options={"xla_dump_to": d, "xla_dump_hlo_pass_re": pass_re}
     )
+
+
+def dump(name, mode, manifest):
+    d = tempfile.mkdtemp()
+    compile_with_dumps(name, mode, d, "sharding-propagation|shardy-xla|spmd-partitioning")
     files = sorted(f for f in os.listdir(d) if f.endswith(".txt"))
     for stage, keys in STAGES:
         hits = [f for f in files if any(k in f for k in keys)]
@@ -119,6 +126,12 @@ def dump(name, mode, manifest):
 
 
 def main():
+    if sys.argv[1:2] == ["--all-passes"]:
+        for name in MODELS:
+            for mode in MODES:
+                compile_with_dumps(name, mode, os.path.join(sys.argv[2], f"{name}.{mode}"), ".*")
+                print(name, mode)
+        return
     only = [a for a in sys.argv[1:] if not a.startswith("--")]
     os.makedirs(OUT, exist_ok=True)
     manifest = []

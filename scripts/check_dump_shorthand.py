@@ -20,39 +20,8 @@ import sys
 
 from jaxlib import _hlo
 
-
-def varint(b, pos):
-    out, shift = 0, 0
-    while True:
-        c = b[pos]
-        pos += 1
-        out |= (c & 0x7F) << shift
-        shift += 7
-        if c < 0x80:
-            return out, pos
-
-
-def fields(b):
-    pos, out = 0, []
-    while pos < len(b):
-        key, pos = varint(b, pos)
-        f, w = key >> 3, key & 7
-        if w == 2:
-            n, pos = varint(b, pos)
-            out.append((f, b[pos : pos + n]))
-            pos += n
-        elif w == 0:
-            v, pos = varint(b, pos)
-            out.append((f, v))
-        elif w == 5:
-            out.append((f, b[pos : pos + 4]))
-            pos += 4
-        elif w == 1:
-            out.append((f, b[pos : pos + 8]))
-            pos += 8
-        else:
-            raise ValueError(f"wire type {w}")
-    return out
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from proto_descriptors import fields, varint  # noqa: E402  (the proto wire format, read once)
 
 
 def packed(v):

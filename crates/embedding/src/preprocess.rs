@@ -341,17 +341,20 @@ pub fn preprocess(
         .unwrap_or(1)
         .min(tasks)
         .max(1);
-    let work = || loop {
-        let t = next.fetch_add(1, Ordering::Relaxed);
-        if t >= tasks {
-            break;
-        }
-        let stack = t / (devices * nsc) as usize;
-        let device = (t / nsc as usize) % devices as usize;
-        let core = t % nsc as usize;
-        let r = run_task(&plan, stack, device as u32, core as u32);
-        if let Ok(mut slot) = results[t].lock() {
-            *slot = Some(r);
+    let work = || {
+        let mut scratch = Scratch::default();
+        loop {
+            let t = next.fetch_add(1, Ordering::Relaxed);
+            if t >= tasks {
+                break;
+            }
+            let stack = t / (devices * nsc) as usize;
+            let device = (t / nsc as usize) % devices as usize;
+            let core = t % nsc as usize;
+            let r = run_task(&plan, stack, device as u32, core as u32, &mut scratch);
+            if let Ok(mut slot) = results[t].lock() {
+                *slot = Some(r);
+            }
         }
     };
     if threads == 1 {
@@ -452,7 +455,23 @@ fn check_batch(
     Ok(())
 }
 
-fn run_task(plan: &Plan, stack: usize, device: u32, core: u32) -> Result<CoreResult> {
+/// Buffers a worker reuses from task to task (fresh memory costs page faults).
+#[derive(Default)]
+struct Scratch {
+    keys: Vec<u64>,
+    sorted: Vec<u64>,
+    radix: Vec<u64>,
+    rows_of: Vec<u32>,
+    gains_of: Vec<f32>,
+}
+
+fn run_task(
+    plan: &Plan,
+    stack: usize,
+    device: u32,
+    core: u32,
+    scratch: &mut Scratch,
+) -> Result<CoreResult> {
     let layout = plan.layout;
     let s = &layout.stacks[stack];
     let nsc = layout.num_sc_per_device;
@@ -463,7 +482,11 @@ fn run_task(plan: &Plan, stack: usize, device: u32, core: u32) -> Result<CoreRes
     let weighted = plan.has_weights[stack];
     let combiner = s.combiner;
 
-    // 1. COO with gains, as sort keys: [rotated col: 32 bits][sample or index: 26 bits].
+    // 1. COO with gains, as sort keys: [partition][row in the shard: lbits][sample or index:
+    // 26 bits]. Ids arrive in increasing sample (and index) order, so a stable sort on the
+    // partition and row bits alone orders the keys by (partition, row, sample).
+    let lbits = 32 - (layout.rows_per_shard(stack).max(1) - 1).leading_zeros();
+    let key_of = |col: u32| (((col & mask) as u64) << lbits | (col >> bits) as u64) << 26;
     let total: usize = s
         .features
         .iter()
@@ -474,9 +497,17 @@ fn run_task(plan: &Plan, stack: usize, device: u32, core: u32) -> Result<CoreRes
             b.row_splits[start + n] - b.row_splits[start]
         })
         .sum();
-    let mut keys: Vec<u64> = Vec::with_capacity(total);
-    let mut rows_of: Vec<u32> = Vec::new();
-    let mut gains_of: Vec<f32> = Vec::new();
+    let Scratch {
+        keys,
+        sorted,
+        radix,
+        rows_of,
+        gains_of,
+    } = scratch;
+    keys.clear();
+    rows_of.clear();
+    gains_of.clear();
+    keys.reserve(total);
     // Unweighted stacks derive the gain from the sample: one per sample of this core.
     let mut row_gain: Vec<f32> = Vec::new();
     if weighted {
@@ -511,7 +542,7 @@ fn run_task(plan: &Plan, stack: usize, device: u32, core: u32) -> Result<CoreRes
                     };
                     for (&id, &wt) in ids.iter().zip(w) {
                         let col = col_id(id as u32, shift, offset, mask);
-                        keys.push(((col.rotate_right(bits) as u64) << 26) | rows_of.len() as u64);
+                        keys.push(key_of(col) | rows_of.len() as u64);
                         rows_of.push(sample);
                         gains_of.push(wt / divisor);
                     }
@@ -526,7 +557,7 @@ fn run_task(plan: &Plan, stack: usize, device: u32, core: u32) -> Result<CoreRes
                     };
                     for &id in ids {
                         let col = col_id(id as u32, shift, offset, mask);
-                        keys.push(((col.rotate_right(bits) as u64) << 26) | rows_of.len() as u64);
+                        keys.push(key_of(col) | rows_of.len() as u64);
                         rows_of.push(sample);
                         gains_of.push(1.0 / divisor);
                     }
@@ -540,7 +571,7 @@ fn run_task(plan: &Plan, stack: usize, device: u32, core: u32) -> Result<CoreRes
                     }
                     for &id in ids {
                         let col = col_id(id as u32, shift, offset, mask);
-                        keys.push(((col.rotate_right(bits) as u64) << 26) | sample as u64);
+                        keys.push(key_of(col) | sample as u64);
                     }
                 }
             }
@@ -548,7 +579,7 @@ fn run_task(plan: &Plan, stack: usize, device: u32, core: u32) -> Result<CoreRes
     }
 
     // 2. Sort.
-    radix_sort(&mut keys);
+    let keys = sort_keys(keys, sorted, radix, 26 + lbits, bits);
 
     // 3 + 4. Merge duplicates, count, drop.
     let shards = plan.num_shards as usize;
@@ -568,8 +599,9 @@ fn run_task(plan: &Plan, stack: usize, device: u32, core: u32) -> Result<CoreRes
     let (mut prev_col, mut prev_row) = (u32::MAX, u32::MAX);
     let (mut last_col, mut last_row) = (u32::MAX, u32::MAX);
     let mut dropping_col = false;
-    for &key in &keys {
-        let col = ((key >> 26) as u32).rotate_left(bits);
+    for &key in keys.iter() {
+        let col =
+            ((((key >> 26) & ((1 << lbits) - 1)) as u32) << bits) | (key >> (26 + lbits)) as u32;
         let data = (key & ((1 << 26) - 1)) as u32;
         let (row, gain) = if weighted {
             (rows_of[data as usize], gains_of[data as usize])
@@ -634,30 +666,77 @@ fn col_id(id: u32, shift: u32, offset: u32, mask: u32) -> u32 {
     (id.wrapping_add(shift) & mask) + (id & !mask) + offset
 }
 
-/// LSD radix sort of 58-bit keys, 11 bits per pass, skipping passes where all keys agree.
-fn radix_sort(keys: &mut Vec<u64>) {
-    if keys.len() < 256 {
-        keys.sort_unstable();
+/// Stable sort of `keys` by bits `[26, pshift + pbits)`: one counting pass on the partition
+/// bits `[pshift, pshift + pbits)`, then an LSD radix sort of each partition (small enough to
+/// stay in cache) on the row bits `[26, pshift)`.
+fn sort_keys<'a>(
+    keys: &'a mut Vec<u64>,
+    out: &'a mut Vec<u64>,
+    scratch: &mut Vec<u64>,
+    pshift: u32,
+    pbits: u32,
+) -> &'a [u64] {
+    if pbits == 0 || keys.len() < 1024 {
+        radix_sort_slice(keys, scratch, 26, pshift + pbits);
+        return keys;
+    }
+    let parts = 1usize << pbits;
+    let mut starts = vec![0usize; parts + 1];
+    for &k in keys.iter() {
+        starts[(k >> pshift) as usize & (parts - 1)] += 1;
+    }
+    let mut sum = 0;
+    for c in starts.iter_mut() {
+        let n = *c;
+        *c = sum;
+        sum += n;
+    }
+    out.clear();
+    out.resize(keys.len(), 0);
+    let mut next = starts.clone();
+    for &k in keys.iter() {
+        let p = (k >> pshift) as usize & (parts - 1);
+        out[next[p]] = k;
+        next[p] += 1;
+    }
+    for p in 0..parts {
+        let slice = &mut out[starts[p]..starts[p + 1]];
+        radix_sort_slice(slice, scratch, 26, pshift);
+    }
+    out
+}
+
+/// Stable LSD radix sort of `keys` by their bits `[lo, hi)`, at most 11 bits per pass, skipping
+/// digits where all keys agree.
+fn radix_sort_slice(keys: &mut [u64], scratch: &mut Vec<u64>, lo: u32, hi: u32) {
+    if keys.len() < 64 {
+        let m = if hi >= 64 { !0 } else { (1u64 << hi) - 1 };
+        keys.sort_by_key(|k| (k & m) >> lo);
         return;
     }
-    const BITS: u32 = 11;
-    const BUCKETS: usize = 1 << BITS;
     let (mut or, mut and) = (0u64, !0u64);
     for &k in keys.iter() {
         or |= k;
         and &= k;
     }
     let varying = or ^ and;
-    let mut tmp = vec![0u64; keys.len()];
-    let mut shift = 0;
-    while shift < 64 && (varying >> shift) != 0 {
-        if (varying >> shift) & (BUCKETS as u64 - 1) == 0 {
-            shift += BITS;
+    scratch.clear();
+    scratch.resize(keys.len(), 0);
+    let mut in_scratch = false;
+    let passes = (hi - lo).div_ceil(11).max(1);
+    let width = (hi - lo).div_ceil(passes).max(1);
+    let mut shift = lo;
+    while shift < hi {
+        let w = width.min(hi - shift);
+        let mask = (1u64 << w) - 1;
+        if (varying >> shift) & mask == 0 {
+            shift += w;
             continue;
         }
-        let mut counts = vec![0usize; BUCKETS];
-        for &k in keys.iter() {
-            counts[((k >> shift) as usize) & (BUCKETS - 1)] += 1;
+        let mut counts = vec![0usize; 1 << w];
+        let src: &[u64] = if in_scratch { scratch } else { keys };
+        for &k in src {
+            counts[((k >> shift) & mask) as usize] += 1;
         }
         let mut sum = 0;
         for c in counts.iter_mut() {
@@ -665,13 +744,21 @@ fn radix_sort(keys: &mut Vec<u64>) {
             *c = sum;
             sum += n;
         }
-        for &k in keys.iter() {
-            let b = ((k >> shift) as usize) & (BUCKETS - 1);
-            tmp[counts[b]] = k;
+        let (src, dst): (&[u64], &mut [u64]) = if in_scratch {
+            (&scratch[..], &mut keys[..])
+        } else {
+            (&keys[..], &mut scratch[..])
+        };
+        for &k in src {
+            let b = ((k >> shift) & mask) as usize;
+            dst[counts[b]] = k;
             counts[b] += 1;
         }
-        std::mem::swap(keys, &mut tmp);
-        shift += BITS;
+        in_scratch = !in_scratch;
+        shift += w;
+    }
+    if in_scratch {
+        keys.copy_from_slice(scratch);
     }
 }
 
@@ -765,13 +852,15 @@ fn fill_stack(
         }
     }
 
-    // CSR buffers, padding everywhere first.
+    // CSR buffers. Slots between partitions (up to the next multiple of 8) hold the padding;
+    // slots after a core's last partition are never read and stay 0 (jax-tpu-embedding leaves
+    // them uninitialized), which keeps their pages untouched.
     let mut csr = StackCsr {
         name: s.name.clone(),
         row_pointers: vec![0; devices * rp_size],
-        embedding_ids: vec![PADDING_ID; devices * coo_size],
-        sample_ids: vec![PADDING_ID; devices * coo_size],
-        gains: vec![f32::NAN; devices * coo_size],
+        embedding_ids: vec![0; devices * coo_size],
+        sample_ids: vec![0; devices * coo_size],
+        gains: vec![0.0; devices * coo_size],
         row_pointers_size_per_device: rp_size,
         coo_buffer_size_per_device: coo_size,
         stats,
@@ -805,7 +894,11 @@ fn fill_stack(
                 csr.stats.dropped_id_count += (z - a - n) as u64;
                 at += n;
                 rp[p] = (at - base) as i32;
-                at = (at.div_ceil(8) * 8).min(end);
+                let aligned = (at.div_ceil(8) * 8).min(end);
+                ids[at..aligned].fill(PADDING_ID);
+                samples[at..aligned].fill(PADDING_ID);
+                gains[at..aligned].fill(f32::NAN);
+                at = aligned;
             }
             let last = (at - base) as i32;
             for x in rp.iter_mut().skip(shards) {

@@ -194,16 +194,24 @@ def make_case(rng, i):
     kind = str(rng.choice(["dense", "ragged", "sparse"]))
     weights = kind != "sparse" and bool(rng.random() < 0.5)
     uniform_combiner = str(rng.choice(["sum", "mean", "sqrtn"]))
+    # Some cases stack (nearly) everything: long stack names (jax shortens them with a hash).
+    uniform = bool(rng.random() < 0.3)
+    uniform_dim = int(rng.integers(1, 131))
+    uniform_opt = OPTIMIZERS[int(rng.integers(0, len(OPTIMIZERS)))][0]
     tables = []
     for t in range(n_tables):
         big = rng.random() < 0.3
         tables.append(
             {
-                "name": f"t{t}",
+                "name": f"table{t}",
                 "vocabulary_size": int(rng.integers(1, 5001) if big else rng.integers(1, 200)),
-                "embedding_dim": int(rng.integers(1, 131) if rng.random() < 0.35 else rng.choice([3, 8, 16, 20])),
-                "combiner": uniform_combiner if stacking == "tf" else str(rng.choice(["sum", "mean", "sqrtn"])),
-                "optimizer": OPTIMIZERS[int(rng.integers(0, len(OPTIMIZERS)))][0],
+                "embedding_dim": uniform_dim if uniform else int(
+                    rng.integers(1, 131) if rng.random() < 0.35 else rng.choice([3, 8, 16, 20])
+                ),
+                "combiner": uniform_combiner
+                if stacking == "tf" or uniform
+                else str(rng.choice(["sum", "mean", "sqrtn"])),
+                "optimizer": uniform_opt if uniform else OPTIMIZERS[int(rng.integers(0, len(OPTIMIZERS)))][0],
                 "max_ids_per_partition": 8192,
                 "max_unique_ids_per_partition": 8192,
             }
@@ -226,7 +234,7 @@ def make_case(rng, i):
         feats.append(
             {
                 "name": f"f{k}",
-                "table": f"t{t}",
+                "table": f"table{t}",
                 "input_shape": [batch_size, 0],
                 "output_shape": [batch_size, tables[t]["embedding_dim"]],
             }
@@ -247,7 +255,7 @@ def make_case(rng, i):
     # The batch.
     batch = {}
     for f in feats:
-        t = tables[int(f["table"][1:])]
+        t = tables[int(f["table"][5:])]
         vocab = t["vocabulary_size"]
         rows = f["input_shape"][0]
         max_k = max(1, min(8, per_feature // rows))

@@ -919,3 +919,36 @@ fn fill_stack(
     }
     Ok(csr)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The partition-then-row radix sort is a stable sort on bits [26, pshift + pbits).
+    #[test]
+    fn sort_keys_is_a_stable_sort_on_the_key_bits() {
+        let mut state = 7u64;
+        for (n, lbits, pbits) in [
+            (10, 5, 2),
+            (5000, 21, 4),
+            (70000, 9, 6),
+            (3000, 3, 0),
+            (2000, 30, 2),
+        ] {
+            let mut keys: Vec<u64> = (0..n as u64)
+                .map(|i| {
+                    state = state
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    let hi = (state >> 20) & ((1u64 << (lbits + pbits)) - 1);
+                    (hi << 26) | i
+                })
+                .collect();
+            let mut want = keys.clone();
+            want.sort_by_key(|k| k >> 26);
+            let (mut out, mut scratch) = (Vec::new(), Vec::new());
+            let got = sort_keys(&mut keys, &mut out, &mut scratch, 26 + lbits, pbits).to_vec();
+            assert_eq!(got, want, "n={n} lbits={lbits} pbits={pbits}");
+        }
+    }
+}

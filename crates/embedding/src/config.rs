@@ -531,7 +531,7 @@ impl EmbeddingConfig {
                     ),
                 ));
             }
-            if f.input_shape[0] as u64 % num_scs != 0 || f.input_shape[0] == 0 {
+            if !(f.input_shape[0] as u64).is_multiple_of(num_scs) || f.input_shape[0] == 0 {
                 return Err(config_err(
                     at,
                     format!(

@@ -427,7 +427,7 @@ fn check_batch(
             f.input_shape[0]
         )));
     }
-    if rows % shards as usize != 0 || rows == 0 {
+    if !rows.is_multiple_of(shards as usize) || rows == 0 {
         return Err(err(format!(
             "batch size {rows} must be a positive multiple of global_device_count * num_sc_per_device = {shards}"
         )));
@@ -670,7 +670,7 @@ fn col_id(id: u32, shift: u32, offset: u32, mask: u32) -> u32 {
 /// bits `[pshift, pshift + pbits)`, then an LSD radix sort of each partition (small enough to
 /// stay in cache) on the row bits `[26, pshift)`.
 fn sort_keys<'a>(
-    keys: &'a mut Vec<u64>,
+    keys: &'a mut [u64],
     out: &'a mut Vec<u64>,
     scratch: &mut Vec<u64>,
     pshift: u32,
@@ -882,7 +882,7 @@ fn fill_stack(
             let ids = &mut csr.embedding_ids[d * coo_size..(d + 1) * coo_size];
             let samples = &mut csr.sample_ids[d * coo_size..(d + 1) * coo_size];
             let gains = &mut csr.gains[d * coo_size..(d + 1) * coo_size];
-            for p in 0..shards {
+            for (p, pointer) in rp.iter_mut().enumerate().take(shards) {
                 let (a, z) = (r.part_start[p] as usize, r.part_start[p + 1] as usize);
                 let room = end.saturating_sub(at);
                 let n = (z - a).min(room);
@@ -893,7 +893,7 @@ fn fill_stack(
                 }
                 csr.stats.dropped_id_count += (z - a - n) as u64;
                 at += n;
-                rp[p] = (at - base) as i32;
+                *pointer = (at - base) as i32;
                 let aligned = (at.div_ceil(8) * 8).min(end);
                 ids[at..aligned].fill(PADDING_ID);
                 samples[at..aligned].fill(PADDING_ID);

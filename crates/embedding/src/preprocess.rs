@@ -331,6 +331,34 @@ pub fn preprocess(
         samples_per_core,
     };
 
+    // The buffers, allocated up front; without minibatching every task writes its core's part.
+    let mut csrs = Vec::new();
+    for si in 0..layout.stacks.len() {
+        csrs.push(alloc_stack(&plan, si)?);
+    }
+    let per_task = (devices * nsc) as usize;
+    let mut outs: Vec<Mutex<Option<CoreOut>>> = Vec::new();
+    if !config.enable_minibatching {
+        for csr in csrs.iter_mut() {
+            let per_bucket = csr.row_pointers_size_per_device / nsc as usize;
+            let per_sc = csr.coo_buffer_size_per_device / nsc as usize;
+            let parts = csr
+                .row_pointers
+                .chunks_mut(per_bucket)
+                .zip(csr.embedding_ids.chunks_mut(per_sc))
+                .zip(csr.sample_ids.chunks_mut(per_sc))
+                .zip(csr.gains.chunks_mut(per_sc));
+            for (((row_pointers, ids), samples), gains) in parts.take(per_task) {
+                outs.push(Mutex::new(Some(CoreOut {
+                    row_pointers,
+                    ids,
+                    samples,
+                    gains,
+                })));
+            }
+        }
+    }
+
     // Run every (stack, device, core) task on a few threads; results land in task order.
     let tasks = layout.stacks.len() * devices as usize * nsc as usize;
     let results: Vec<Mutex<Option<Result<CoreResult>>>> =
@@ -351,7 +379,17 @@ pub fn preprocess(
             let stack = t / (devices * nsc) as usize;
             let device = (t / nsc as usize) % devices as usize;
             let core = t % nsc as usize;
-            let r = run_task(&plan, stack, device as u32, core as u32, &mut scratch);
+            let direct = outs
+                .get(t)
+                .and_then(|m| m.lock().ok().and_then(|mut o| o.take()));
+            let r = run_task(
+                &plan,
+                stack,
+                device as u32,
+                core as u32,
+                &mut scratch,
+                direct,
+            );
             if let Ok(mut slot) = results[t].lock() {
                 *slot = Some(r);
             }
@@ -366,6 +404,7 @@ pub fn preprocess(
             }
         });
     }
+    drop(outs);
     let mut core_results = Vec::with_capacity(tasks);
     for m in results {
         match m.into_inner().ok().flatten() {
@@ -382,10 +421,9 @@ pub fn preprocess(
     let mut warnings = Vec::new();
     let mut stacks = Vec::new();
     let mut results = core_results.into_iter();
-    for (si, s) in layout.stacks.iter().enumerate() {
-        let cores: Vec<CoreResult> = results.by_ref().take((devices * nsc) as usize).collect();
-        stacks.push(fill_stack(&plan, si, &cores, &mut warnings)?);
-        let _ = s;
+    for (si, csr) in csrs.into_iter().enumerate() {
+        let cores: Vec<CoreResult> = results.by_ref().take(per_task).collect();
+        stacks.push(finish_stack(&plan, si, &cores, csr, &mut warnings)?);
     }
     Ok(Preprocessed {
         stacks,
@@ -455,6 +493,60 @@ fn check_batch(
     Ok(())
 }
 
+/// One core's part of a stack's CSR buffers, written directly by its task (no minibatching).
+struct CoreOut<'a> {
+    row_pointers: &'a mut [i32],
+    ids: &'a mut [i32],
+    samples: &'a mut [i32],
+    gains: &'a mut [f32],
+}
+
+/// Writes a core's entries partition by partition, aligning each partition to 8 with padding.
+struct Writer<'a> {
+    out: CoreOut<'a>,
+    at: usize,
+    part: usize,
+    last_written: bool,
+}
+
+impl Writer<'_> {
+    fn close_until(&mut self, p: usize) {
+        while self.part < p {
+            self.out.row_pointers[self.part] = self.at as i32;
+            let aligned = (self.at.div_ceil(8) * 8).min(self.out.ids.len());
+            self.out.ids[self.at..aligned].fill(PADDING_ID);
+            self.out.samples[self.at..aligned].fill(PADDING_ID);
+            self.out.gains[self.at..aligned].fill(f32::NAN);
+            self.at = aligned;
+            self.part += 1;
+        }
+    }
+    /// False when the core's slots are full (the entry is dropped).
+    fn push(&mut self, p: usize, id: i32, sample: i32, gain: f32) -> bool {
+        self.close_until(p);
+        self.last_written = self.at < self.out.ids.len();
+        if self.last_written {
+            self.out.ids[self.at] = id;
+            self.out.samples[self.at] = sample;
+            self.out.gains[self.at] = gain;
+            self.at += 1;
+        }
+        self.last_written
+    }
+    fn merge(&mut self, gain: f32) {
+        if self.last_written {
+            self.out.gains[self.at - 1] += gain;
+        }
+    }
+    fn finish(&mut self, shards: usize) {
+        self.close_until(shards);
+        let last = self.at as i32;
+        for x in self.out.row_pointers.iter_mut().skip(shards) {
+            *x = last;
+        }
+    }
+}
+
 /// Buffers a worker reuses from task to task (fresh memory costs page faults).
 #[derive(Default)]
 struct Scratch {
@@ -471,6 +563,7 @@ fn run_task(
     device: u32,
     core: u32,
     scratch: &mut Scratch,
+    direct: Option<CoreOut<'_>>,
 ) -> Result<CoreResult> {
     let layout = plan.layout;
     let s = &layout.stacks[stack];
@@ -583,10 +676,17 @@ fn run_task(
 
     // 3 + 4. Merge duplicates, count, drop.
     let shards = plan.num_shards as usize;
+    let collect = if direct.is_some() { 0 } else { keys.len() };
+    let mut writer = direct.map(|out| Writer {
+        out,
+        at: 0,
+        part: 0,
+        last_written: false,
+    });
     let mut out = CoreResult {
-        cols: Vec::with_capacity(keys.len()),
-        rows: Vec::with_capacity(keys.len()),
-        gains: Vec::with_capacity(keys.len()),
+        cols: Vec::with_capacity(collect),
+        rows: Vec::with_capacity(collect),
+        gains: Vec::with_capacity(collect),
         part_start: vec![0; shards + 1],
         ids: vec![0; shards],
         unique: vec![0; shards],
@@ -611,8 +711,13 @@ fn run_task(
             (data, row_gain[(data % per_core) as usize])
         };
         if row == last_row && col == last_col {
-            if let Some(g) = out.gains.last_mut() {
-                *g += gain;
+            match writer.as_mut() {
+                Some(w) => w.merge(gain),
+                None => {
+                    if let Some(g) = out.gains.last_mut() {
+                        *g += gain;
+                    }
+                }
             }
             continue;
         }
@@ -640,10 +745,19 @@ fn run_task(
             true
         };
         if keep {
-            out.cols.push(col);
-            out.rows.push(row);
-            out.gains.push(gain);
-            out.part_start[p + 1] = out.cols.len() as u32;
+            match writer.as_mut() {
+                Some(w) => {
+                    if !w.push(p, (col >> bits) as i32, (row % per_core) as i32, gain) {
+                        out.dropped += 1;
+                    }
+                }
+                None => {
+                    out.cols.push(col);
+                    out.rows.push(row);
+                    out.gains.push(gain);
+                    out.part_start[p + 1] = out.cols.len() as u32;
+                }
+            }
             last_col = col;
             last_row = row;
         } else {
@@ -651,6 +765,9 @@ fn run_task(
         }
         prev_col = col;
         prev_row = row;
+    }
+    if let Some(w) = writer.as_mut() {
+        w.finish(shards);
     }
     // Partitions without entries end where the previous one ended.
     for p in 1..=shards {
@@ -762,25 +879,21 @@ fn radix_sort_slice(keys: &mut [u64], scratch: &mut Vec<u64>, lo: u32, hi: u32) 
     }
 }
 
-fn fill_stack(
-    plan: &Plan,
-    si: usize,
-    cores: &[CoreResult],
-    warnings: &mut Vec<String>,
-) -> Result<StackCsr> {
+/// A stack's buffers, zeroed: slots between partitions get the padding as they are written;
+/// slots after a core's last partition are never read and stay 0 (jax-tpu-embedding leaves them
+/// uninitialized), which leaves their pages untouched.
+fn alloc_stack(plan: &Plan, si: usize) -> Result<StackCsr> {
     let layout = plan.layout;
     let s = &layout.stacks[si];
     let devices = layout.global_device_count as usize;
     let nsc = layout.num_sc_per_device as usize;
     let shards = plan.num_shards as usize;
-    let minibatching = plan.config.enable_minibatching;
-    let buckets = if minibatching {
+    let buckets = if plan.config.enable_minibatching {
         MAX_MINIBATCHING_BUCKETS
     } else {
         1
     };
-    let per_bucket = shards.max(8);
-    let rp_size = per_bucket * buckets * nsc;
+    let rp_size = shards.max(8) * buckets * nsc;
     let max_ids_rounded = (s.max_ids_per_partition as usize).div_ceil(8) * 8;
     let coo_size = max_ids_rounded
         .checked_mul(nsc * shards * buckets)
@@ -791,10 +904,38 @@ fn fill_stack(
                 s.name
             ))
         })?;
-    let per_sc = coo_size / nsc;
+    Ok(StackCsr {
+        name: s.name.clone(),
+        row_pointers: vec![0; devices * rp_size],
+        embedding_ids: vec![0; devices * coo_size],
+        sample_ids: vec![0; devices * coo_size],
+        gains: vec![0.0; devices * coo_size],
+        row_pointers_size_per_device: rp_size,
+        coo_buffer_size_per_device: coo_size,
+        stats: StackStats::default(),
+    })
+}
 
+/// Statistics and limits of a stack; with minibatching, its buffers from the tasks' results.
+fn finish_stack(
+    plan: &Plan,
+    si: usize,
+    cores: &[CoreResult],
+    mut csr: StackCsr,
+    warnings: &mut Vec<String>,
+) -> Result<StackCsr> {
+    let layout = plan.layout;
+    let s = &layout.stacks[si];
+    let devices = layout.global_device_count as usize;
+    let nsc = layout.num_sc_per_device as usize;
+    let shards = plan.num_shards as usize;
+    let minibatching = plan.config.enable_minibatching;
+    let per_bucket = shards.max(8);
+    let rp_size = csr.row_pointers_size_per_device;
+    let coo_size = csr.coo_buffer_size_per_device;
+    let per_sc = coo_size / nsc;
     // Statistics and limits.
-    let mut stats = StackStats {
+    csr.stats = StackStats {
         max_ids_per_partition: vec![0; devices * shards],
         max_unique_ids_per_partition: vec![0; devices * shards],
         required_buffer_sizes: vec![0; devices * nsc],
@@ -804,15 +945,15 @@ fn fill_stack(
     for (t, r) in cores.iter().enumerate() {
         let (d, c) = (t / nsc, t % nsc);
         for p in 0..shards {
-            let m = &mut stats.max_ids_per_partition[d * shards + p];
+            let m = &mut csr.stats.max_ids_per_partition[d * shards + p];
             *m = (*m).max(r.ids[p] as i32);
-            let u = &mut stats.max_unique_ids_per_partition[d * shards + p];
+            let u = &mut csr.stats.max_unique_ids_per_partition[d * shards + p];
             *u = (*u).max(r.unique[p] as i32);
-            stats.required_buffer_sizes[d * nsc + c] += (r.ids[p].div_ceil(8) * 8) as i32;
+            csr.stats.required_buffer_sizes[d * nsc + c] += (r.ids[p].div_ceil(8) * 8) as i32;
         }
         observed_ids = observed_ids.max(r.ids.iter().copied().max().unwrap_or(0));
         observed_unique = observed_unique.max(r.unique.iter().copied().max().unwrap_or(0));
-        stats.dropped_id_count += r.dropped;
+        csr.stats.dropped_id_count += r.dropped;
     }
     let over_ids = observed_ids > s.max_ids_per_partition;
     let over_unique = observed_unique > s.max_unique_ids_per_partition;
@@ -852,19 +993,9 @@ fn fill_stack(
         }
     }
 
-    // CSR buffers. Slots between partitions (up to the next multiple of 8) hold the padding;
-    // slots after a core's last partition are never read and stay 0 (jax-tpu-embedding leaves
-    // them uninitialized), which keeps their pages untouched.
-    let mut csr = StackCsr {
-        name: s.name.clone(),
-        row_pointers: vec![0; devices * rp_size],
-        embedding_ids: vec![0; devices * coo_size],
-        sample_ids: vec![0; devices * coo_size],
-        gains: vec![0.0; devices * coo_size],
-        row_pointers_size_per_device: rp_size,
-        coo_buffer_size_per_device: coo_size,
-        stats,
-    };
+    if !minibatching {
+        return Ok(csr);
+    }
     let bits = plan.bits;
     let per_core = plan.samples_per_core[si];
     for d in 0..devices {

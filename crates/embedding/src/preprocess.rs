@@ -550,8 +550,8 @@ impl Writer<'_> {
 /// Buffers a worker reuses from task to task (fresh memory costs page faults).
 #[derive(Default)]
 struct Scratch {
-    keys: Vec<u64>,
-    sorted: Vec<u64>,
+    /// Keys per target partition, in extraction order.
+    parts: Vec<Vec<u64>>,
     radix: Vec<u64>,
     rows_of: Vec<u32>,
     gains_of: Vec<f32>,
@@ -591,16 +591,17 @@ fn run_task(
         })
         .sum();
     let Scratch {
-        keys,
-        sorted,
+        parts,
         radix,
         rows_of,
         gains_of,
     } = scratch;
-    keys.clear();
+    parts.resize_with(plan.num_shards as usize, Vec::new);
+    for p in parts.iter_mut() {
+        p.clear();
+    }
     rows_of.clear();
     gains_of.clear();
-    keys.reserve(total);
     // Unweighted stacks derive the gain from the sample: one per sample of this core.
     let mut row_gain: Vec<f32> = Vec::new();
     if weighted {
@@ -635,7 +636,7 @@ fn run_task(
                     };
                     for (&id, &wt) in ids.iter().zip(w) {
                         let col = col_id(id as u32, shift, offset, mask);
-                        keys.push(key_of(col) | rows_of.len() as u64);
+                        parts[(col & mask) as usize].push(key_of(col) | rows_of.len() as u64);
                         rows_of.push(sample);
                         gains_of.push(wt / divisor);
                     }
@@ -650,7 +651,7 @@ fn run_task(
                     };
                     for &id in ids {
                         let col = col_id(id as u32, shift, offset, mask);
-                        keys.push(key_of(col) | rows_of.len() as u64);
+                        parts[(col & mask) as usize].push(key_of(col) | rows_of.len() as u64);
                         rows_of.push(sample);
                         gains_of.push(1.0 / divisor);
                     }
@@ -664,7 +665,7 @@ fn run_task(
                     }
                     for &id in ids {
                         let col = col_id(id as u32, shift, offset, mask);
-                        keys.push(key_of(col) | sample as u64);
+                        parts[(col & mask) as usize].push(key_of(col) | sample as u64);
                     }
                 }
             }
@@ -672,11 +673,13 @@ fn run_task(
     }
 
     // 2. Sort.
-    let keys = sort_keys(keys, sorted, radix, 26 + lbits, bits);
+    for part in parts.iter_mut() {
+        radix_sort_slice(part, radix, 26, 26 + lbits);
+    }
 
     // 3 + 4. Merge duplicates, count, drop.
     let shards = plan.num_shards as usize;
-    let collect = if direct.is_some() { 0 } else { keys.len() };
+    let collect = if direct.is_some() { 0 } else { total };
     let mut writer = direct.map(|out| Writer {
         out,
         at: 0,
@@ -699,7 +702,7 @@ fn run_task(
     let (mut prev_col, mut prev_row) = (u32::MAX, u32::MAX);
     let (mut last_col, mut last_row) = (u32::MAX, u32::MAX);
     let mut dropping_col = false;
-    for &key in keys.iter() {
+    for &key in parts.iter().flatten() {
         let col =
             ((((key >> 26) & ((1 << lbits) - 1)) as u32) << bits) | (key >> (26 + lbits)) as u32;
         let data = (key & ((1 << 26) - 1)) as u32;
@@ -781,46 +784,6 @@ fn run_task(
 #[inline]
 fn col_id(id: u32, shift: u32, offset: u32, mask: u32) -> u32 {
     (id.wrapping_add(shift) & mask) + (id & !mask) + offset
-}
-
-/// Stable sort of `keys` by bits `[26, pshift + pbits)`: one counting pass on the partition
-/// bits `[pshift, pshift + pbits)`, then an LSD radix sort of each partition (small enough to
-/// stay in cache) on the row bits `[26, pshift)`.
-fn sort_keys<'a>(
-    keys: &'a mut [u64],
-    out: &'a mut Vec<u64>,
-    scratch: &mut Vec<u64>,
-    pshift: u32,
-    pbits: u32,
-) -> &'a [u64] {
-    if pbits == 0 || keys.len() < 1024 {
-        radix_sort_slice(keys, scratch, 26, pshift + pbits);
-        return keys;
-    }
-    let parts = 1usize << pbits;
-    let mut starts = vec![0usize; parts + 1];
-    for &k in keys.iter() {
-        starts[(k >> pshift) as usize & (parts - 1)] += 1;
-    }
-    let mut sum = 0;
-    for c in starts.iter_mut() {
-        let n = *c;
-        *c = sum;
-        sum += n;
-    }
-    out.clear();
-    out.resize(keys.len(), 0);
-    let mut next = starts.clone();
-    for &k in keys.iter() {
-        let p = (k >> pshift) as usize & (parts - 1);
-        out[next[p]] = k;
-        next[p] += 1;
-    }
-    for p in 0..parts {
-        let slice = &mut out[starts[p]..starts[p + 1]];
-        radix_sort_slice(slice, scratch, 26, pshift);
-    }
-    out
 }
 
 /// Stable LSD radix sort of `keys` by their bits `[lo, hi)`, at most 11 bits per pass, skipping
@@ -1055,31 +1018,24 @@ fn finish_stack(
 mod tests {
     use super::*;
 
-    /// The partition-then-row radix sort is a stable sort on bits [26, pshift + pbits).
+    /// The radix sort is a stable sort on bits [lo, hi).
     #[test]
-    fn sort_keys_is_a_stable_sort_on_the_key_bits() {
+    fn radix_sort_is_a_stable_sort_on_the_key_bits() {
         let mut state = 7u64;
-        for (n, lbits, pbits) in [
-            (10, 5, 2),
-            (5000, 21, 4),
-            (70000, 9, 6),
-            (3000, 3, 0),
-            (2000, 30, 2),
-        ] {
+        for (n, bits) in [(10, 7), (5000, 21), (70000, 9), (3000, 3), (2000, 32)] {
             let mut keys: Vec<u64> = (0..n as u64)
                 .map(|i| {
                     state = state
                         .wrapping_mul(6364136223846793005)
                         .wrapping_add(1442695040888963407);
-                    let hi = (state >> 20) & ((1u64 << (lbits + pbits)) - 1);
+                    let hi = (state >> 20) & ((1u64 << bits) - 1);
                     (hi << 26) | i
                 })
                 .collect();
             let mut want = keys.clone();
             want.sort_by_key(|k| k >> 26);
-            let (mut out, mut scratch) = (Vec::new(), Vec::new());
-            let got = sort_keys(&mut keys, &mut out, &mut scratch, 26 + lbits, pbits).to_vec();
-            assert_eq!(got, want, "n={n} lbits={lbits} pbits={pbits}");
+            radix_sort_slice(&mut keys, &mut Vec::new(), 26, 26 + bits);
+            assert_eq!(keys, want, "n={n} bits={bits}");
         }
     }
 }

@@ -3,7 +3,7 @@
 //! stacking (4 stacks of 25 tables), vocabularies of 1,000,000, sum combiner.
 //!
 //! Run: `cargo bench -p tessera-embedding --bench preprocess`. With
-//! `TESSERA_EMBEDDING_BENCH_DIR=target/embedding-bench` it reads `config.json`, `dense.npz` and
+//! `TESSERA_EMBEDDING_BENCH_DIR=$PWD/target/embedding-bench` (an absolute path) it reads `config.json`, `dense.npz` and
 //! `ragged.npz` written by scripts/embedding_bench.py (the batches jax-tpu-embedding is timed
 //! on); otherwise it makes batches of the same shape itself. `TESSERA_EMBEDDING_BENCH_SAMPLES`
 //! shrinks the batch (default 16000).

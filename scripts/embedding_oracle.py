@@ -12,6 +12,8 @@ Per case `cN`:
   cN.in.<feature>...   the batch, named as in BATCH.npz (dense, ragged or sparse COO, weights)
   cN.out.<stack>.entries  int32 [n, 5]: (device, core, partition, id, sample), sorted
   cN.out.<stack>.gains    float32 [n]: the gain of each entry
+  cN.shard.<stack>.sha256 the digest of jax's stack_and_shard_tables output for table values
+                       (t * 5000 + row) * 131 + column (f32, NaN padding)
   cN.out.<stack>.max_ids_per_partition / .max_unique_ids_per_partition /
       .required_buffer_sizes / .dropped_id_count   jax-tpu-embedding's statistics
 The Rust test crates/embedding/tests/oracle.rs preprocesses the same batches and compares.
@@ -25,6 +27,7 @@ Limits are set from a first oracle run: equal or above the observed maxima when 
 """
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -392,6 +395,23 @@ def main():
             arrays[f"{p}.out.{s}.dropped_id_count"] = np.array(dropped[s], dtype=np.int64)
             summary["entries"] += len(rows)
             summary["dropped"] += int(dropped[s])
+        # Stacked and sharded table values (jax's stack_and_shard_tables), as sha256 digests of
+        # the f32 bytes: value (t * 5000 + i) * 131 + j for row i, column j of table t (exact in f32).
+        specs = {}
+        values = {}
+        for f in feats:
+            tsp = f.table_spec
+            if tsp.name in specs:
+                continue
+            t = int(tsp.name[5:])
+            r = np.arange(tsp.vocabulary_size)[:, None]
+            c = np.arange(tsp.embedding_dim)[None, :]
+            specs[tsp.name] = tsp
+            values[tsp.name] = ((t * 5000 + r) * 131 + c).astype(np.float32)
+        sharded = ts.stack_and_shard_tables(specs, values, nd * nsc)
+        for s, v in sharded.items():
+            digest = hashlib.sha256(np.asarray(v, dtype=np.float32).tobytes()).digest()
+            arrays[f"{p}.shard.{s}.sha256"] = np.frombuffer(digest, dtype=np.uint8)
         summary["dropping"] += dropping
         summary["minibatching"] += case["enable_minibatching"]
         summary[case["_kind"]] += 1

@@ -15,7 +15,7 @@ pub mod error;
 pub mod layout;
 pub mod npz;
 pub mod preprocess;
-mod sha256;
+pub mod sha256;
 pub mod shard;
 
 pub use config::{

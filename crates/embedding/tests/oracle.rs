@@ -1,9 +1,12 @@
 //! Our CSR buffers, decoded, against jax-tpu-embedding 0.2.0's on the random configurations of
 //! testdata/embedding/oracle.npz (made by scripts/embedding_oracle.py): the same multiset of
 //! (device, core, partition, id, sample), gains within 1e-7 relative, identical statistics and
-//! dropped counts.
+//! dropped counts; and the stacked, sharded table values equal those of jax-tpu-embedding's
+//! `stack_and_shard_tables` (sha256 of the f32 bytes).
 
 use tessera_embedding::npz::batch_from_arrays;
+use tessera_embedding::sha256;
+use tessera_embedding::shard::{stack_and_shard, Matrix};
 use tessera_embedding::{preprocess, EmbeddingConfig, Layout};
 use tessera_runtime::{npz, HostArray};
 
@@ -32,6 +35,7 @@ fn csr_equals_jax_tpu_embedding() {
     assert!(cases >= 50, "the fixture must hold at least 50 cases");
     let mut entries_checked = 0usize;
     let mut dropped_total = 0u64;
+    let mut shards_checked = 0usize;
     for c in 0..cases {
         let p = format!("c{c}");
         let json = String::from_utf8(arrays[&format!("{p}.config")].data.clone()).unwrap();
@@ -41,6 +45,36 @@ fn csr_equals_jax_tpu_embedding() {
         let batches = batch_from_arrays(&config, &arrays, &format!("{p}.in."), &p)
             .unwrap_or_else(|e| panic!("{p}: {e}"));
         let out = preprocess(&config, &layout, &batches).unwrap_or_else(|e| panic!("{p}: {e}"));
+
+        // Table t ("table<t>"), row i, column j holds (t * 5000 + i) * 131 + j.
+        let values: Vec<Matrix> = config
+            .tables
+            .iter()
+            .map(|tc| {
+                let t: u64 = tc.name[5..].parse().unwrap();
+                let (r, d) = (tc.vocabulary_size as usize, tc.embedding_dim as usize);
+                let data = (0..r * d)
+                    .map(|k| ((t * 5000 + (k / d) as u64) * 131 + (k % d) as u64) as f32)
+                    .collect();
+                Matrix {
+                    rows: r,
+                    cols: d,
+                    data,
+                }
+            })
+            .collect();
+        let stacked = stack_and_shard(&config, &layout, &values, f32::NAN).unwrap();
+        for (s, m) in layout.stacks.iter().zip(&stacked) {
+            let bytes: Vec<u8> = m.data.iter().flat_map(|x| x.to_le_bytes()).collect();
+            let want = &arrays[&format!("{p}.shard.{}.sha256", s.name)].data;
+            assert_eq!(
+                &sha256::digest(&bytes)[..],
+                &want[..],
+                "{p}: sharded stack {}",
+                s.name
+            );
+            shards_checked += 1;
+        }
         let expected_stacks: Vec<&str> = arrays
             .keys()
             .filter_map(|k| k.strip_prefix(&format!("{p}.out.")))
@@ -99,5 +133,7 @@ fn csr_equals_jax_tpu_embedding() {
             dropped_total += s.stats.dropped_id_count;
         }
     }
-    eprintln!("{cases} cases, {entries_checked} entries, {dropped_total} dropped ids: all equal");
+    eprintln!(
+        "{cases} cases, {entries_checked} entries, {dropped_total} dropped ids, {shards_checked} sharded stacks: all equal"
+    );
 }

@@ -487,3 +487,42 @@ fn csr_entries_address_the_sharded_rows_of_their_ids() {
         assert_eq!(seen, distinct);
     }
 }
+
+/// The seed refuses variables that do not split evenly over the devices; here a sharded stack
+/// of the wrong shape is refused when unsharding.
+#[test]
+fn unsharding_a_wrong_shape_is_an_error() {
+    let mut c = config(&[(37, 5), (300, 8)], 16, 2, 2);
+    let l = Layout::new(&mut c).unwrap();
+    let mut stacks = stack_and_shard(&c, &l, &tables_of(&c, 0.0), f32::NAN).unwrap();
+    stacks[0].rows -= 8;
+    let n = stacks[0].rows * stacks[0].cols;
+    stacks[0].data.truncate(n);
+    let e = unshard_and_unstack(&c, &l, &stacks)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("stack 't0_t1': expected [384, 8], got [376, 8]"),
+        "{e}"
+    );
+    let e = stack_and_shard(&c, &l, &tables_of(&c, 0.0)[..1], f32::NAN)
+        .unwrap_err()
+        .to_string();
+    assert_eq!(e, "tables: 1 arrays for 2 tables");
+}
+
+/// The seed's "Input of unknown type": a batch array set that is neither dense, ragged nor
+/// sparse.
+#[test]
+fn unknown_input_kind_is_an_error() {
+    use tessera_runtime::HostArray;
+    let mut c = config(&[(8, 8)], 8, 1, 1);
+    Layout::new(&mut c).unwrap();
+    let values = HostArray::s32(&[3], &[1, 2, 3]).unwrap();
+    let mut arrays = indexmap::IndexMap::new();
+    arrays.insert("f0.values".to_string(), values);
+    let e = tessera_embedding::npz::batch_from_arrays(&c, &arrays, "", "b.npz")
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("feature 'f0': Input of unknown type"), "{e}");
+}

@@ -929,29 +929,30 @@ fn finish_stack(
             ),
         });
     }
-    if over_ids {
-        if plan.config.allow_id_dropping {
-            warnings.push(format!(
-                "Allowing ID dropping for table: {} observed max ids per partition: {observed_ids} is greater than the set max ids per partition: {}",
-                s.name, s.max_ids_per_partition
-            ));
-        } else {
-            return Err(EmbeddingError::Limit(format!(
-                "Observed max ids per partition: {observed_ids} for table: {} is greater than the set max ids per partition: {}. Use `allow_id_dropping` or increase the `max_ids_per_partition`. You could also try to reduce the batch size.",
-                s.name, s.max_ids_per_partition
-            )));
+    // jax-tpu-embedding's messages, for ids and for unique ids.
+    let checks = [
+        ("ids", over_ids, observed_ids, s.max_ids_per_partition),
+        (
+            "unique ids",
+            over_unique,
+            observed_unique,
+            s.max_unique_ids_per_partition,
+        ),
+    ];
+    for (what, over, observed, limit) in checks {
+        if !over {
+            continue;
         }
-    }
-    if over_unique {
+        let field = what.replace(' ', "_");
         if plan.config.allow_id_dropping {
             warnings.push(format!(
-                "Allowing ID dropping for table: {} observed max unique ids per partition: {observed_unique} is greater than the set max unique ids per partition: {}",
-                s.name, s.max_unique_ids_per_partition
+                "Allowing ID dropping for table: {} observed max {what} per partition: {observed} is greater than the set max {what} per partition: {limit}",
+                s.name
             ));
         } else {
             return Err(EmbeddingError::Limit(format!(
-                "Observed max unique ids per partition: {observed_unique} for table: {} is greater than the set max unique ids per partition: {}. Use `allow_id_dropping` or increase the `max_unique_ids_per_partition`. You could also try to reduce the batch size.",
-                s.name, s.max_unique_ids_per_partition
+                "Observed max {what} per partition: {observed} for table: {} is greater than the set max {what} per partition: {limit}. Use `allow_id_dropping` or increase the `max_{field}_per_partition`. You could also try to reduce the batch size.",
+                s.name
             )));
         }
     }

@@ -40,6 +40,7 @@ pub mod ffi;
 pub mod harness;
 pub mod host;
 pub mod npy;
+pub mod npz;
 pub mod options;
 pub mod pjrt;
 pub mod runtime;

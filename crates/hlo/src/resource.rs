@@ -234,7 +234,9 @@ fn read64(s: &[u8], at: usize) -> u64 {
 }
 
 fn read32(s: &[u8], at: usize) -> u64 {
-    u64::from(u32::from_le_bytes(s[at..at + 4].try_into().expect("4 bytes")))
+    u64::from(u32::from_le_bytes(
+        s[at..at + 4].try_into().expect("4 bytes"),
+    ))
 }
 
 fn shift_mix(v: u64) -> u64 {
@@ -464,7 +466,9 @@ mod tests {
         assert_eq!(r.to_attr(), "vars/dense/kernel");
         assert_eq!(ResourceId::parse("/w").unwrap(), ResourceId::new("", "w"));
         assert!(ResourceId::parse("w").unwrap_err().contains("no `/`"));
-        assert!(ResourceId::parse("c/").unwrap_err().contains("name is empty"));
+        assert!(ResourceId::parse("c/")
+            .unwrap_err()
+            .contains("name is empty"));
         // As in seed 000, the fingerprint is of the concatenation.
         assert_eq!(
             ResourceId::new("a", "bc").fingerprint(),

@@ -630,6 +630,7 @@ pub fn run_original(
     inputs: &[HostValue],
 ) -> Result<Vec<HostArray>> {
     let prepared = prepare_original(original)?;
+    let inputs = feed_through_map(original, inputs)?;
     let args = inputs
         .iter()
         .enumerate()
@@ -655,8 +656,8 @@ pub fn run_partitioned(
     num_devices: usize,
     inputs: &[HostValue],
 ) -> Result<Vec<sharded::Assembled>> {
-    let shapes = entry_parameter_shapes(original)?;
-    let shardings = entry_parameter_shardings(original)?;
+    // A deduplicated partitioned module takes the original's arguments through its map.
+    let (shapes, shardings) = merged_parameters(original, partitioned)?;
     let part_shapes = entry_parameter_shapes(partitioned)?;
     if part_shapes.len() != shapes.len() {
         return Err(module_error(
@@ -682,7 +683,8 @@ pub fn run_partitioned(
             ));
         }
     }
-    let args = split_inputs(original, num_devices, inputs)?;
+    let values = feed_through_map(partitioned, inputs)?;
+    let args = split_values(partitioned, &shapes, &shardings, num_devices, &values)?;
     let prepared = prepare_partitioned(partitioned, num_devices)?;
     let outs = run_module(client, &prepared, &per_device_options(num_devices), &args)?;
     assemble_outputs(original, partitioned, &outs)
@@ -697,7 +699,8 @@ pub fn run_xla_partitioned(
     num_devices: usize,
     inputs: &[HostValue],
 ) -> Result<Vec<sharded::Assembled>> {
-    let args = split_inputs(m, num_devices, inputs)?;
+    let inputs = feed_through_map(m, inputs)?;
+    let args = split_inputs(m, num_devices, &inputs)?;
     let mut prepared = for_plugin(m)?;
     prepared.config.num_partitions = num_devices as i64;
     prepared.config.use_spmd_partitioning = true;
@@ -718,6 +721,68 @@ pub fn split_inputs(
 ) -> Result<Vec<Vec<HostArray>>> {
     let shapes = entry_parameter_shapes(m)?;
     let shardings = entry_parameter_shardings(m)?;
+    split_values(m, &shapes, &shardings, num_devices, inputs)
+}
+
+/// The original's parameter shapes and shardings for the parameters of `partitioned`: as they
+/// are, or, when `partitioned` is deduplicated (has an argument map), per merged parameter the
+/// shape of its first argument and the first explicit sharding among its arguments (the one
+/// the dedup pass gave the merged parameter).
+pub fn merged_parameters(
+    original: &Module,
+    partitioned: &Module,
+) -> Result<(Vec<Shape>, Vec<Sharding>)> {
+    let shapes = entry_parameter_shapes(original)?;
+    let shardings = entry_parameter_shardings(original)?;
+    let map = tessera_hlo::resource::argument_map(partitioned)
+        .map_err(|e| module_error(partitioned, e.to_string()))?;
+    let Some(map) = map else {
+        return Ok((shapes, shardings));
+    };
+    if map.len() != shapes.len() {
+        return Err(module_error(
+            partitioned,
+            format!(
+                "its argument map takes {} arguments, the original has {} parameters",
+                map.len(),
+                shapes.len()
+            ),
+        ));
+    }
+    let e = original
+        .entry()
+        .ok_or_else(|| module_error(original, "has no entry computation"))?;
+    let explicit = |k: usize| {
+        original
+            .comp(e)
+            .parameter(k)
+            .is_some_and(|p| original.instr(p).sharding.is_some())
+    };
+    let n = map.iter().max().map_or(0, |&p| p + 1);
+    let mut first: Vec<Option<usize>> = vec![None; n];
+    let mut sharded: Vec<Option<usize>> = vec![None; n];
+    for (k, &p) in map.iter().enumerate() {
+        first[p].get_or_insert(k);
+        if explicit(k) {
+            sharded[p].get_or_insert(k);
+        }
+    }
+    let pick = |p: usize| first[p].expect("the map covers every parameter");
+    Ok((
+        (0..n).map(|p| shapes[pick(p)].clone()).collect(),
+        (0..n)
+            .map(|p| shardings[sharded[p].unwrap_or_else(|| pick(p))].clone())
+            .collect(),
+    ))
+}
+
+fn split_values(
+    m: &Module,
+    shapes: &[Shape],
+    shardings: &[Sharding],
+    num_devices: usize,
+    inputs: &[HostValue],
+) -> Result<Vec<Vec<HostArray>>> {
     if inputs.len() != shapes.len() {
         return Err(module_error(
             m,
@@ -729,7 +794,7 @@ pub fn split_inputs(
         ));
     }
     let mut args: Vec<Vec<HostArray>> = vec![Vec::new(); num_devices];
-    for (i, ((v, shape), s)) in inputs.iter().zip(&shapes).zip(&shardings).enumerate() {
+    for (i, ((v, shape), s)) in inputs.iter().zip(shapes).zip(shardings).enumerate() {
         for (d, piece) in sharded::split(v, shape, s, num_devices)?
             .into_iter()
             .enumerate()
@@ -1027,7 +1092,7 @@ pub fn random_inputs(m: &Module, seed: u64) -> Result<Vec<HostValue>> {
         }
     }
     let shardings = entry_parameter_shardings(m)?;
-    entry_parameter_shapes(m)?
+    let mut values = entry_parameter_shapes(m)?
         .iter()
         .zip(&shardings)
         .map(|(s, sh)| {
@@ -1040,7 +1105,72 @@ pub fn random_inputs(m: &Module, seed: u64) -> Result<Vec<HostValue>> {
             }
             value(s, &mut rng)
         })
-        .collect()
+        .collect::<Result<Vec<_>>>()?;
+    share_resource_inputs(m, &mut values)?;
+    Ok(values)
+}
+
+/// Gives every entry parameter that names a resource (`tessera.resource`) the value of the
+/// first parameter of the same resource, as one variable would feed them all. Parameters of
+/// one resource with different shapes keep their own values (the dedup pass refuses them).
+pub fn share_resource_inputs(m: &Module, inputs: &mut [HostValue]) -> Result<()> {
+    let resources =
+        tessera_hlo::resource::entry_resources(m).map_err(|e| module_error(m, e.to_string()))?;
+    let first = tessera_hlo::resource::first_slot_of_resource(&resources);
+    let shapes = entry_parameter_shapes(m)?;
+    for (k, &j) in first.iter().enumerate() {
+        if j != k && k < inputs.len() && shapes[j] == shapes[k] {
+            inputs[k] = inputs[j].clone();
+        }
+    }
+    Ok(())
+}
+
+/// Per-parameter values for `m` from the caller's per-argument values: a deduplicated module
+/// (with a `tessera.argument_map`) takes the original argument list, and argument `k` goes to
+/// parameter `map[k]`. Arguments that go to one parameter must be equal (they are one
+/// variable). Without a map, or when `args` already has one value per parameter, `args` is
+/// returned as is.
+pub fn feed_through_map<T: Clone + PartialEq>(m: &Module, args: &[T]) -> Result<Vec<T>> {
+    let map = tessera_hlo::resource::argument_map(m).map_err(|e| module_error(m, e.to_string()))?;
+    let n = entry_parameter_shapes(m)?.len();
+    let Some(map) = map else {
+        return Ok(args.to_vec());
+    };
+    if args.len() == n && map.len() != n {
+        return Ok(args.to_vec());
+    }
+    if args.len() != map.len() {
+        return Err(module_error(
+            m,
+            format!(
+                "takes {} arguments through its argument map ({n} parameters), got {}",
+                map.len(),
+                args.len()
+            ),
+        ));
+    }
+    let mut first: Vec<Option<usize>> = vec![None; n];
+    for (k, &p) in map.iter().enumerate() {
+        match first[p] {
+            None => first[p] = Some(k),
+            Some(j) if args[j] != args[k] => {
+                return Err(module_error(
+                    m,
+                    format!(
+                        "arguments {j} and {k} both go to parameter {p} (one variable) but \
+                         differ; a deduplicated module needs the same array in every slot of \
+                         one resource"
+                    ),
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(first
+        .into_iter()
+        .map(|k| args[k.expect("the map covers every parameter")].clone())
+        .collect())
 }
 
 #[cfg(test)]

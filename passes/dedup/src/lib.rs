@@ -358,7 +358,10 @@ pub fn deduplicate(m: &mut Module, options: &DedupOptions) -> Result<DedupReport
     for (k, s) in new_sharding {
         m.instr_mut(params[k]).sharding = Some(s);
     }
-    let removed: Vec<InstrId> = (0..n).filter(|&k| keep[k] != k).map(|k| params[k]).collect();
+    let removed: Vec<InstrId> = (0..n)
+        .filter(|&k| keep[k] != k)
+        .map(|k| params[k])
+        .collect();
     for k in (0..n).filter(|&k| keep[k] != k) {
         let (dup, kept) = (params[k], params[keep[k]]);
         m.replace_all_uses_with(dup, kept)
@@ -423,7 +426,10 @@ pub fn deduplicate(m: &mut Module, options: &DedupOptions) -> Result<DedupReport
             for k in 0..n {
                 merged[keep[k]] &= v[k];
             }
-            *v = (0..n).filter(|&k| keep[k] == k).map(|k| merged[k]).collect();
+            *v = (0..n)
+                .filter(|&k| keep[k] == k)
+                .map(|k| merged[k])
+                .collect();
         }
     }
     if let Some(v) = cfg.spmd_parameters_shardings.as_mut() {

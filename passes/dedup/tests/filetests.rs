@@ -25,10 +25,7 @@ fn files(prefix: &str) -> Vec<PathBuf> {
         .map(|e| e.unwrap().path())
         .filter(|p| {
             p.extension().is_some_and(|x| x == "hlo")
-                && p.file_name()
-                    .unwrap()
-                    .to_string_lossy()
-                    .starts_with(prefix)
+                && p.file_name().unwrap().to_string_lossy().starts_with(prefix)
         })
         .collect();
     v.sort();
@@ -64,7 +61,10 @@ fn refusals_name_both_parameters() {
             .collect();
         assert!(!wants.is_empty(), "{name}: no // ERROR: line");
         for want in wants {
-            assert!(err.contains(want), "{name}: error\n  {err}\ndoes not contain\n  {want}");
+            assert!(
+                err.contains(want),
+                "{name}: error\n  {err}\ndoes not contain\n  {want}"
+            );
         }
         n += 1;
     }

@@ -697,7 +697,7 @@ impl Runtime {
             None => false,
         };
         let outs = self.execute_locked(&mut st, exe, &lists, &release, true)?;
-        st.update_variables(&info, &written, &outs)?;
+        st.update_variables(&info, &written, &outs, &|_| true)?;
         let outs = if config.explode_tuple {
             outs
         } else {
@@ -1108,7 +1108,20 @@ impl Runtime {
                     step: s,
                     message: e.to_string(),
                 })?;
-            st.update_variables(&info, &written, &outs)?;
+            // A written variable's output that nothing else in the plan reads goes to the
+            // store outright (so that the next step can donate it again); one that is read
+            // or requested is shared with the plan.
+            let mut outs = outs;
+            let shared =
+                |o: usize| last_use.contains_key(&(s, o)) || plan.outputs.contains(&(s, o));
+            st.update_variables(&info, &written, &outs, &shared)?;
+            for w in written.iter().filter(|w| !shared(w.output)) {
+                for list in outs.iter_mut() {
+                    // Handles start at 1: 0 is never live, so the plan's final
+                    // release skips it.
+                    list[w.output] = BufferHandle(0);
+                }
+            }
             produced.push(outs);
         }
         Ok(())
@@ -1215,20 +1228,24 @@ impl State {
             })
     }
 
-    /// After an execution: each written variable is now its aliased output (the store takes
-    /// a reference of its own; the old buffer was donated or released by the execution).
+    /// After an execution: each written variable is now its aliased output (the old buffer
+    /// was donated or released by the execution). Where `shared(output)`, the store takes a
+    /// reference of its own; otherwise it takes over the execution's.
     fn update_variables(
         &mut self,
         info: &ExecutableInfo,
         written: &[WrittenVariable],
         outs: &[Vec<BufferHandle>],
+        shared: &dyn Fn(usize) -> bool,
     ) -> Result<()> {
         for w in written {
             for (k, list) in outs.iter().enumerate() {
                 let h = *list.get(w.output).ok_or_else(|| {
                     Error::InvalidArgument(format!("no output {} to update a variable", w.output))
                 })?;
-                self.entry_mut(h)?.refs += 1;
+                if shared(w.output) {
+                    self.entry_mut(h)?.refs += 1;
+                }
                 self.variables.insert((w.resource[k], info.devices[k]), h);
             }
         }

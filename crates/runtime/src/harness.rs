@@ -956,6 +956,39 @@ pub fn check_equivalence(
     }
     let expected = run_original(client, original, inputs)?;
     let actual = run_partitioned(client, original, partitioned, num_devices, inputs)?;
+    compare_outputs(partitioned, num_devices, &expected, actual, options)
+}
+
+/// [`check_equivalence`] for a candidate that still carries shardings (a deduplicated or
+/// otherwise rewritten original): XLA's own SPMD partitioner partitions it for `num_devices`
+/// ([`run_xla_partitioned`]), and its assembled outputs are compared with the original's on
+/// one device. A deduplicated candidate takes the original's arguments through its map.
+pub fn check_equivalence_xla(
+    client: &Client,
+    original: &Module,
+    candidate: &Module,
+    num_devices: usize,
+    inputs: &[HostValue],
+    options: CompareOptions,
+) -> Result<EquivalenceReport> {
+    if client.devices().len() < num_devices {
+        return Err(Error::InvalidArgument(format!(
+            "the client has {} devices, {num_devices} needed",
+            client.devices().len()
+        )));
+    }
+    let expected = run_original(client, original, inputs)?;
+    let actual = run_xla_partitioned(client, candidate, num_devices, inputs)?;
+    compare_outputs(candidate, num_devices, &expected, actual, options)
+}
+
+fn compare_outputs(
+    partitioned: &Module,
+    num_devices: usize,
+    expected: &[HostArray],
+    actual: Vec<sharded::Assembled>,
+    options: CompareOptions,
+) -> Result<EquivalenceReport> {
     if expected.len() != actual.len() {
         return Err(module_error(
             partitioned,

@@ -359,69 +359,28 @@ pub fn fingerprint64(s: &[u8]) -> u64 {
         return long_hash_33_64(s);
     }
     const SEED: u64 = 81;
-    let mut x = SEED;
-    let mut y = SEED.wrapping_mul(K1).wrapping_add(113);
-    let mut z = shift_mix(y.wrapping_mul(K2).wrapping_add(113)).wrapping_mul(K2);
-    let mut v = (0u64, 0u64);
-    let mut w = (0u64, 0u64);
-    x = x.wrapping_mul(K2).wrapping_add(read64(s, 0));
-    // Whole 64-byte blocks, leaving 1 to 64 bytes; then the last 64 bytes once more.
+    let y = SEED.wrapping_mul(K1).wrapping_add(113);
+    let mut st = LongState {
+        x: SEED.wrapping_mul(K2).wrapping_add(read64(s, 0)),
+        y,
+        z: shift_mix(y.wrapping_mul(K2).wrapping_add(113)).wrapping_mul(K2),
+        v: (0, 0),
+        w: (0, 0),
+    };
+    // Whole 64-byte blocks, leaving 1 to 64 bytes; then the last 64 bytes once more, with
+    // a multiplier taken from the state and the two words of the tail weighted by 9.
     let blocks_end = ((len - 1) / 64) * 64;
     let mut at = 0;
     while at != blocks_end {
-        x = x
-            .wrapping_add(y)
-            .wrapping_add(v.0)
-            .wrapping_add(read64(s, at + 8))
-            .rotate_right(37)
-            .wrapping_mul(K1);
-        y = y
-            .wrapping_add(v.1)
-            .wrapping_add(read64(s, at + 48))
-            .rotate_right(42)
-            .wrapping_mul(K1);
-        x ^= w.1;
-        y = y.wrapping_add(v.0).wrapping_add(read64(s, at + 40));
-        z = z.wrapping_add(w.0).rotate_right(33).wrapping_mul(K1);
-        v = weak32(s, at, v.1.wrapping_mul(K1), x.wrapping_add(w.0));
-        w = weak32(
-            s,
-            at + 32,
-            z.wrapping_add(w.1),
-            y.wrapping_add(read64(s, at + 16)),
-        );
-        std::mem::swap(&mut z, &mut x);
+        st.block(s, at, K1, 1);
         at += 64;
     }
-    let mul = K1.wrapping_add((z & 0xff) << 1);
-    let at = len - 64;
-    w.0 = w.0.wrapping_add(((len - 1) & 63) as u64);
-    v.0 = v.0.wrapping_add(w.0);
-    w.0 = w.0.wrapping_add(v.0);
-    x = x
-        .wrapping_add(y)
-        .wrapping_add(v.0)
-        .wrapping_add(read64(s, at + 8))
-        .rotate_right(37)
-        .wrapping_mul(mul);
-    y = y
-        .wrapping_add(v.1)
-        .wrapping_add(read64(s, at + 48))
-        .rotate_right(42)
-        .wrapping_mul(mul);
-    x ^= w.1.wrapping_mul(9);
-    y = y
-        .wrapping_add(v.0.wrapping_mul(9))
-        .wrapping_add(read64(s, at + 40));
-    z = z.wrapping_add(w.0).rotate_right(33).wrapping_mul(mul);
-    v = weak32(s, at, v.1.wrapping_mul(mul), x.wrapping_add(w.0));
-    w = weak32(
-        s,
-        at + 32,
-        z.wrapping_add(w.1),
-        y.wrapping_add(read64(s, at + 16)),
-    );
-    std::mem::swap(&mut z, &mut x);
+    let mul = K1.wrapping_add((st.z & 0xff) << 1);
+    st.w.0 = st.w.0.wrapping_add(((len - 1) & 63) as u64);
+    st.v.0 = st.v.0.wrapping_add(st.w.0);
+    st.w.0 = st.w.0.wrapping_add(st.v.0);
+    st.block(s, len - 64, mul, 9);
+    let LongState { x, y, z, v, w } = st;
     mix16(
         mix16(v.0, w.0, mul)
             .wrapping_add(shift_mix(y).wrapping_mul(K0))
@@ -429,6 +388,51 @@ pub fn fingerprint64(s: &[u8]) -> u64 {
         mix16(v.1, w.1, mul).wrapping_add(x),
         mul,
     )
+}
+
+/// The 56 bytes of state of the long-input loop.
+struct LongState {
+    x: u64,
+    y: u64,
+    z: u64,
+    v: (u64, u64),
+    w: (u64, u64),
+}
+
+impl LongState {
+    /// Mixes in the 64 bytes at `at`.
+    fn block(&mut self, s: &[u8], at: usize, mul: u64, tail: u64) {
+        let (v, w) = (self.v, self.w);
+        let mut x = self
+            .x
+            .wrapping_add(self.y)
+            .wrapping_add(v.0)
+            .wrapping_add(read64(s, at + 8))
+            .rotate_right(37)
+            .wrapping_mul(mul);
+        let mut y = self
+            .y
+            .wrapping_add(v.1)
+            .wrapping_add(read64(s, at + 48))
+            .rotate_right(42)
+            .wrapping_mul(mul);
+        x ^= w.1.wrapping_mul(tail);
+        y = y
+            .wrapping_add(v.0.wrapping_mul(tail))
+            .wrapping_add(read64(s, at + 40));
+        let z = self.z.wrapping_add(w.0).rotate_right(33).wrapping_mul(mul);
+        self.v = weak32(s, at, v.1.wrapping_mul(mul), x.wrapping_add(w.0));
+        self.w = weak32(
+            s,
+            at + 32,
+            z.wrapping_add(w.1),
+            y.wrapping_add(read64(s, at + 16)),
+        );
+        // x and z trade places.
+        self.x = z;
+        self.z = x;
+        self.y = y;
+    }
 }
 
 #[cfg(test)]

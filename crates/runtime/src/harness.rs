@@ -948,12 +948,7 @@ pub fn check_equivalence(
     inputs: &[HostValue],
     options: CompareOptions,
 ) -> Result<EquivalenceReport> {
-    if client.devices().len() < num_devices {
-        return Err(Error::InvalidArgument(format!(
-            "the client has {} devices, {num_devices} needed",
-            client.devices().len()
-        )));
-    }
+    enough_devices(client, num_devices)?;
     let expected = run_original(client, original, inputs)?;
     let actual = run_partitioned(client, original, partitioned, num_devices, inputs)?;
     compare_outputs(partitioned, num_devices, &expected, actual, options)
@@ -971,15 +966,20 @@ pub fn check_equivalence_xla(
     inputs: &[HostValue],
     options: CompareOptions,
 ) -> Result<EquivalenceReport> {
+    enough_devices(client, num_devices)?;
+    let expected = run_original(client, original, inputs)?;
+    let actual = run_xla_partitioned(client, candidate, num_devices, inputs)?;
+    compare_outputs(candidate, num_devices, &expected, actual, options)
+}
+
+fn enough_devices(client: &Client, num_devices: usize) -> Result<()> {
     if client.devices().len() < num_devices {
         return Err(Error::InvalidArgument(format!(
             "the client has {} devices, {num_devices} needed",
             client.devices().len()
         )));
     }
-    let expected = run_original(client, original, inputs)?;
-    let actual = run_xla_partitioned(client, candidate, num_devices, inputs)?;
-    compare_outputs(candidate, num_devices, &expected, actual, options)
+    Ok(())
 }
 
 fn compare_outputs(

@@ -397,28 +397,14 @@ pub fn deduplicate(m: &mut Module, options: &DedupOptions) -> Result<DedupReport
         }
     }
     // Two aliases of duplicates through one output became the same alias.
-    let mut seen = Vec::new();
-    cfg.input_output_alias.retain(|a| {
-        let fresh = !seen.contains(a);
-        if fresh {
-            seen.push(a.clone());
-        }
-        fresh
-    });
+    drop_repeats(&mut cfg.input_output_alias);
     for d in cfg.buffer_donor.iter_mut() {
         let p = d.parameter_number as usize;
         if p < n {
             d.parameter_number = new_number(p) as i64;
         }
     }
-    let mut seen = Vec::new();
-    cfg.buffer_donor.retain(|d| {
-        let fresh = !seen.contains(d);
-        if fresh {
-            seen.push(d.clone());
-        }
-        fresh
-    });
+    drop_repeats(&mut cfg.buffer_donor);
     if let Some(v) = cfg.allow_spmd_sharding_propagation_to_parameters.as_mut() {
         if v.len() == n {
             // A merged parameter may take a sharding only if every duplicate could.
@@ -445,6 +431,18 @@ pub fn deduplicate(m: &mut Module, options: &DedupOptions) -> Result<DedupReport
     report.argument_map = prior_map.iter().map(|&p| new_number(p)).collect();
     resource::set_argument_map(m, &report.argument_map);
     Ok(report)
+}
+
+/// Keeps the first of equal entries, in order.
+fn drop_repeats<T: PartialEq>(v: &mut Vec<T>) {
+    let mut k = 0;
+    while k < v.len() {
+        if v[..k].contains(&v[k]) {
+            v.remove(k);
+        } else {
+            k += 1;
+        }
+    }
 }
 
 fn join(v: &[i64]) -> String {

@@ -494,3 +494,77 @@ pub fn register(r: &mut Registry) {
     r.add::<VariableDedup>();
     r.add_alias("dedup", <VariableDedup as RegisteredPass>::NAME);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessera_hlo::resource::{argument_map, set_parameter_resource, ARGUMENT_MAP_ATTR};
+    use tessera_hlo::text::parse_module;
+
+    const THREE: &str = "HloModule m\n\nENTRY %main (a: f32[2], b: f32[2], c: f32[2]) -> f32[2] {\n  \
+        %a = f32[2]{0} parameter(0)\n  %b = f32[2]{0} parameter(1)\n  %c = f32[2]{0} parameter(2)\n  \
+        %s = f32[2]{0} add(f32[2]{0} %a, f32[2]{0} %b)\n  ROOT %t = f32[2]{0} add(f32[2]{0} %s, f32[2]{0} %c)\n}\n";
+
+    /// Resources named through the library API; the map is returned, recorded, survives the
+    /// proto, and a second run composes with it.
+    #[test]
+    fn library_api_and_maps() {
+        let mut m = parse_module(THREE).unwrap();
+        let w = ResourceId::new("vars", "w");
+        set_parameter_resource(&mut m, 0, Some(&w)).unwrap();
+        set_parameter_resource(&mut m, 2, Some(&w)).unwrap();
+        assert!(set_parameter_resource(&mut m, 3, Some(&w)).is_err());
+        let r = deduplicate(&mut m, &DedupOptions::default()).unwrap();
+        assert_eq!(r.argument_map, vec![0, 1, 0]);
+        assert_eq!(r.removed_bytes, 8);
+        let back =
+            tessera_hlo::proto::from_proto_bytes(&tessera_hlo::proto::to_proto_bytes(&m)).unwrap();
+        assert_eq!(argument_map(&back).unwrap(), Some(vec![0, 1, 0]));
+        // b becomes w too: the second run maps the caller's three arguments to one parameter.
+        set_parameter_resource(&mut m, 1, Some(&w)).unwrap();
+        let r = deduplicate(&mut m, &DedupOptions::default()).unwrap();
+        assert_eq!(r.argument_map, vec![0, 0, 0]);
+        assert_eq!(argument_map(&m).unwrap(), Some(vec![0, 0, 0]));
+        // Removing a resource attribute through the API.
+        set_parameter_resource(&mut m, 0, None).unwrap();
+        assert_eq!(
+            tessera_hlo::resource::entry_resources(&m).unwrap(),
+            vec![None]
+        );
+    }
+
+    #[test]
+    fn bad_argument_maps_are_errors() {
+        let mut m = parse_module(THREE).unwrap();
+        for (value, want) in [
+            ("0,1", "no argument goes to parameter 2"),
+            (
+                "0,1,3",
+                "argument 2 goes to parameter 3, but the entry computation has 3",
+            ),
+            (
+                "0,x,2",
+                "argument 1: expected a parameter number, found `x`",
+            ),
+        ] {
+            m.config
+                .frontend_attributes
+                .insert(ARGUMENT_MAP_ATTR.into(), value.into());
+            let e = argument_map(&m).unwrap_err().to_string();
+            assert!(e.contains(want), "{value}: {e}");
+            // The pass refuses such a module too, with the same message.
+            let e = deduplicate(&mut m.clone(), &DedupOptions::default()).unwrap_err();
+            assert!(e.to_string().contains(want), "{e}");
+        }
+    }
+
+    #[test]
+    fn options() {
+        let mut o = DedupOptions::default();
+        o.set("num_cores_per_replica", "4").unwrap();
+        assert_eq!(o.num_cores_per_replica, 4);
+        assert!(o.set("num_cores_per_replica", "0").is_err());
+        assert!(o.set("auto_input_sharding", "maybe").is_err());
+        assert!(o.set("enable", "true").unwrap_err().contains("known:"));
+    }
+}

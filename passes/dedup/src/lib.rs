@@ -368,11 +368,15 @@ pub fn deduplicate(m: &mut Module, options: &DedupOptions) -> Result<DedupReport
             .map_err(|e| DedupError::Refused(e.to_string()))?;
         let preds = m.instr(dup).control_predecessors().to_vec();
         let succs = m.instr(dup).control_successors().to_vec();
-        for p in preds {
-            m.add_control_dependency(p, kept);
+        for p in preds.into_iter().filter(|&p| p != kept) {
+            if !m.instr(p).control_successors().contains(&kept) {
+                m.add_control_dependency(p, kept);
+            }
         }
-        for s in succs {
-            m.add_control_dependency(kept, s);
+        for s in succs.into_iter().filter(|&s| s != kept) {
+            if !m.instr(kept).control_successors().contains(&s) {
+                m.add_control_dependency(kept, s);
+            }
         }
     }
     m.remove_instructions(&removed)

@@ -1,8 +1,10 @@
 //! The variable-dedup round trip as a user runs it, through the binary:
-//! `tessera opt IN --passes variable-dedup -o OUT`, then `tessera compare IN OUT --devices 1`
-//! (and, for a sharded IN, `--devices 4 --xla-spmd`: the plugin's own SPMD partitioner
-//! partitions OUT until Tessera's partitioner is on main). `tessera run` feeds OUT the
-//! original's argument files through its argument map.
+//! `tessera opt IN --passes variable-dedup -o OUT`, then `tessera compare IN OUT --devices 1`;
+//! for a sharded IN, OUT partitioned for 4 devices by XLA's own partitioner (Tessera's is not
+//! on main yet: the fixture `train_step_sharded.dedup.after_spmd.hlo`, made by
+//! scripts/make_dedup_partitioned.py) then `tessera compare IN OUT_PARTITIONED --devices 4`,
+//! and OUT itself with `--xla-spmd`. `tessera run` feeds OUT the original's argument files
+//! through its argument map.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -168,5 +170,32 @@ fn opt_then_compare_sharded_on_four_devices() {
     let t = text(&o);
     assert!(o.status.success(), "{t}");
     assert!(t.contains("equivalent on 4 devices"), "{t}");
+
+    // OUT partitioned for 4 devices (per-device parameters, collectives), fed through the map
+    // it kept. The fixture was made from this very OUT.
+    let partitioned = module("train_step_sharded.dedup.after_spmd");
+    let fixture = std::fs::read_to_string(&partitioned).unwrap();
+    assert!(fixture.contains("tessera.argument_map=\"0,1,0,2,2,3,4,0,4,2\""));
+    let o = tessera(&["compare", &input, &partitioned, "--devices", "4"]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("equivalent on 4 devices"), "{t}");
+    // Without its map, the partitioned module's 5 parameters cannot take IN's 10 arguments.
+    let bare = dir.join("bare.hlo");
+    std::fs::write(
+        &bare,
+        fixture.replace(
+            ", frontend_attributes={tessera.argument_map=\"0,1,0,2,2,3,4,0,4,2\"}",
+            "",
+        ),
+    )
+    .unwrap();
+    let o = tessera(&["compare", &input, bare.to_str().unwrap(), "--devices", "4"]);
+    assert!(!o.status.success());
+    assert!(
+        text(&o).contains("takes 5 parameters, the original takes 10"),
+        "{}",
+        text(&o)
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -15,6 +15,13 @@
 //! `.npy` format and its element-type mapping (bf16 and fp8 as raw bits) are described in
 //! [`tessera_runtime::npy`]. Modules are read as HLO text, or as a serialized
 //! `xla.HloModuleProto` when the file ends in `.pb`.
+//!
+//! Resources (docs/dedup.md): parameters of one `tessera.resource` get one array (random
+//! inputs are drawn once per resource; a later `arg<i>.npy` of a resource may be left out). A
+//! deduplicated module (with a `tessera.argument_map`) takes the original's arguments, fed to
+//! its parameters through the map, so `tessera compare IN OUT` compares a module with its
+//! deduplicated form; `--xla-spmd` lets the plugin's own SPMD partitioner partition a sharded
+//! OUT (Tessera's partitioner is not on main yet).
 
 use std::path::{Path, PathBuf};
 
@@ -74,6 +81,11 @@ pub struct CompareArgs {
     /// e.g. jax's shard_map, which has no single-device meaning).
     #[arg(long, value_enum, default_value_t = ReferenceArg::SingleDevice)]
     pub reference: ReferenceArg,
+    /// PARTITIONED still carries shardings (e.g. a deduplicated original): partition it with
+    /// the PJRT plugin's own SPMD partitioner for --devices instead of running it as a
+    /// per-device module.
+    #[arg(long)]
+    pub xla_spmd: bool,
 }
 
 /// `--reference` of `tessera compare`.
@@ -109,36 +121,64 @@ fn write_npy(path: &Path, a: &HostArray) -> Result<()> {
     std::fs::write(path, npy::write(a)).with_context(|| format!("cannot write {}", path.display()))
 }
 
-/// Global inputs from `dir`, checked against the entry parameter shapes.
+/// Global inputs from `dir`, checked against the entry parameter shapes, one value per entry
+/// parameter. The files are the caller's arguments: `arg<k>.npy` (or the parameter's name) per
+/// parameter, or, for a deduplicated module (`tessera.argument_map`), per argument of the
+/// original parameter list, fed to the parameters through the map. Arguments of one resource
+/// (`tessera.resource`) are one variable: a later argument of a resource without a file takes
+/// the first one's array, and one with a different array is an error.
 pub fn read_inputs(m: &Module, dir: &Path) -> Result<Vec<HostValue>> {
+    use tessera_hlo::resource;
     let shapes = harness::entry_parameter_shapes(m)?;
     let entry = m.entry().context("the module has no entry computation")?;
-    let mut out = Vec::with_capacity(shapes.len());
-    for (i, shape) in shapes.iter().enumerate() {
+    let map = resource::arguments_to_parameters(m)?;
+    let resources = resource::entry_resources(m)?;
+    let arg_resources: Vec<_> = map.iter().map(|&p| resources[p].clone()).collect();
+    let first = resource::first_slot_of_resource(&arg_resources);
+    let mut out: Vec<HostValue> = Vec::with_capacity(map.len());
+    for (k, &p) in map.iter().enumerate() {
+        let shape = &shapes[p];
         let a = shape
             .as_array()
-            .with_context(|| format!("parameter {i} is not an array: not supported"))?;
-        let mut path = dir.join(format!("arg{i}.npy"));
+            .with_context(|| format!("parameter {p} is not an array: not supported"))?;
+        let mut path = dir.join(format!("arg{k}.npy"));
         if !path.exists() {
-            if let Some(p) = m.comp(entry).parameter(i) {
-                let named = dir.join(format!("{}.npy", m.instr(p).name));
-                if named.exists() {
+            if let Some(param) = m.comp(entry).parameter(p) {
+                let named = dir.join(format!("{}.npy", m.instr(param).name));
+                if named.exists() && first[k] == k {
                     path = named;
                 }
             }
         }
+        let j = first[k];
+        if j != k && !path.exists() {
+            let shared = out[j].clone();
+            out.push(shared);
+            continue;
+        }
         let v = read_npy(&path, Some(a.ty))?;
         if v.dims != a.dims.as_slice() {
             bail!(
-                "{}: parameter {i} is {}, the file holds {}",
+                "{}: parameter {p} is {}, the file holds {}",
                 path.display(),
                 tessera_runtime::host::shape_string(shape),
                 v.shape_string()
             );
         }
-        out.push(HostValue::Array(v));
+        let v = HostValue::Array(v);
+        if j != k && v != out[j] {
+            bail!(
+                "{}: argument {k} is resource {}, as argument {j} is, but holds another array \
+                 (one variable has one value)",
+                path.display(),
+                arg_resources[k]
+                    .as_ref()
+                    .expect("a shared slot has a resource")
+            );
+        }
+        out.push(v);
     }
-    Ok(out)
+    Ok(harness::feed_through_map(m, &out)?)
 }
 
 /// Per-device inputs for an already partitioned module: `arg<i>.dev<d>.npy`, else `arg<i>.npy`
@@ -301,7 +341,12 @@ pub fn compare(args: &CompareArgs, parse: ParseFn) -> Result<(String, bool)> {
             ReferenceArg::XlaSpmd => Reference::XlaPartitioned,
         },
     };
-    let report = harness::check_equivalence(
+    let check = if args.xla_spmd {
+        harness::check_equivalence_xla
+    } else {
+        harness::check_equivalence
+    };
+    let report = check(
         &client,
         &original,
         &partitioned,
@@ -390,6 +435,7 @@ mod tests {
                 rtol: None,
                 atol: None,
                 reference: ReferenceArg::SingleDevice,
+                xla_spmd: false,
             },
             no_text,
         )
@@ -414,6 +460,7 @@ mod tests {
             rtol: None,
             atol: None,
             reference: ReferenceArg::SingleDevice,
+            xla_spmd: false,
         };
         let (report, ok) = compare(&args, parse_text).unwrap();
         assert!(ok, "{report}");
@@ -442,6 +489,7 @@ mod tests {
             rtol: None,
             atol: None,
             reference,
+            xla_spmd: false,
         };
         let models = [
             "mlp",

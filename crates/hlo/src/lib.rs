@@ -17,6 +17,7 @@ mod names;
 pub mod opcode;
 pub mod proto;
 pub mod rare;
+pub mod resource;
 pub mod shape;
 pub mod sharding;
 pub mod sharding_util;

@@ -835,6 +835,29 @@ impl Module {
         Ok(())
     }
 
+    /// Closes the gaps that removed parameters left in `comp`: the remaining parameters keep
+    /// their order and are numbered 0, 1, ... again. Returns, for each old parameter number, its
+    /// new number (`None` for a removed one). Module-level tables that name parameters
+    /// (entry_computation_layout, input_output_alias, buffer_donor, ...) are the caller's to
+    /// update with the returned map.
+    pub fn renumber_parameters(&mut self, comp: CompId) -> Vec<Option<usize>> {
+        let old = std::mem::take(&mut self.comp_mut(comp).params);
+        let mut map = Vec::with_capacity(old.len());
+        let mut kept = Vec::with_capacity(old.len());
+        for p in old {
+            match p {
+                Some(id) => {
+                    map.push(Some(kept.len()));
+                    self.instr_mut(id).attrs.parameter_number = kept.len() as i64;
+                    kept.push(Some(id));
+                }
+                None => map.push(None),
+            }
+        }
+        self.comp_mut(comp).params = kept;
+        map
+    }
+
     /// Removes a computation and all its instructions. Callers must no longer call it.
     pub fn remove_computation(&mut self, comp: CompId) {
         let Some(c) = self.comps[comp.index()].take() else {

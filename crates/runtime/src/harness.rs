@@ -732,6 +732,7 @@ pub fn run_original(
         ));
     }
     let prepared = prepare_original(original)?;
+    let inputs = feed_through_map(original, inputs)?;
     let args = inputs
         .iter()
         .enumerate()
@@ -757,8 +758,8 @@ pub fn run_partitioned(
     num_devices: usize,
     inputs: &[HostValue],
 ) -> Result<Vec<sharded::Assembled>> {
-    let shapes = entry_parameter_shapes(original)?;
-    let shardings = entry_parameter_shardings(original)?;
+    // A deduplicated partitioned module takes the original's arguments through its map.
+    let (shapes, shardings) = merged_parameters(original, partitioned)?;
     let part_shapes = entry_parameter_shapes(partitioned)?;
     if part_shapes.len() != shapes.len() {
         return Err(module_error(
@@ -784,7 +785,8 @@ pub fn run_partitioned(
             ));
         }
     }
-    let args = split_inputs(original, num_devices, inputs)?;
+    let values = feed_through_map(partitioned, inputs)?;
+    let args = split_values(partitioned, &shapes, &shardings, num_devices, &values)?;
     let prepared = prepare_partitioned(partitioned, num_devices)?;
     let outs = run_module(client, &prepared, &per_device_options(num_devices), &args)?;
     assemble_outputs(original, partitioned, &outs)
@@ -800,7 +802,8 @@ pub fn run_xla_partitioned(
     inputs: &[HostValue],
 ) -> Result<Vec<sharded::Assembled>> {
     refuse_shardy_custom_calls(m)?;
-    let args = split_inputs(m, num_devices, inputs)?;
+    let inputs = feed_through_map(m, inputs)?;
+    let args = split_inputs(m, num_devices, &inputs)?;
     let mut prepared = for_plugin(m)?;
     prepared.config.num_partitions = num_devices as i64;
     prepared.config.use_spmd_partitioning = true;
@@ -821,6 +824,68 @@ pub fn split_inputs(
 ) -> Result<Vec<Vec<HostArray>>> {
     let shapes = entry_parameter_shapes(m)?;
     let shardings = entry_parameter_shardings(m)?;
+    split_values(m, &shapes, &shardings, num_devices, inputs)
+}
+
+/// The original's parameter shapes and shardings for the parameters of `partitioned`: as they
+/// are, or, when `partitioned` is deduplicated (has an argument map), per merged parameter the
+/// shape of its first argument and the first explicit sharding among its arguments (the one
+/// the dedup pass gave the merged parameter).
+pub fn merged_parameters(
+    original: &Module,
+    partitioned: &Module,
+) -> Result<(Vec<Shape>, Vec<Sharding>)> {
+    let shapes = entry_parameter_shapes(original)?;
+    let shardings = entry_parameter_shardings(original)?;
+    let map = tessera_hlo::resource::argument_map(partitioned)
+        .map_err(|e| module_error(partitioned, e.to_string()))?;
+    let Some(map) = map else {
+        return Ok((shapes, shardings));
+    };
+    if map.len() != shapes.len() {
+        return Err(module_error(
+            partitioned,
+            format!(
+                "its argument map takes {} arguments, the original has {} parameters",
+                map.len(),
+                shapes.len()
+            ),
+        ));
+    }
+    let e = original
+        .entry()
+        .ok_or_else(|| module_error(original, "has no entry computation"))?;
+    let explicit = |k: usize| {
+        original
+            .comp(e)
+            .parameter(k)
+            .is_some_and(|p| original.instr(p).sharding.is_some())
+    };
+    let n = map.iter().max().map_or(0, |&p| p + 1);
+    let mut first: Vec<Option<usize>> = vec![None; n];
+    let mut sharded: Vec<Option<usize>> = vec![None; n];
+    for (k, &p) in map.iter().enumerate() {
+        first[p].get_or_insert(k);
+        if explicit(k) {
+            sharded[p].get_or_insert(k);
+        }
+    }
+    let pick = |p: usize| first[p].expect("the map covers every parameter");
+    Ok((
+        (0..n).map(|p| shapes[pick(p)].clone()).collect(),
+        (0..n)
+            .map(|p| shardings[sharded[p].unwrap_or_else(|| pick(p))].clone())
+            .collect(),
+    ))
+}
+
+fn split_values(
+    m: &Module,
+    shapes: &[Shape],
+    shardings: &[Sharding],
+    num_devices: usize,
+    inputs: &[HostValue],
+) -> Result<Vec<Vec<HostArray>>> {
     if inputs.len() != shapes.len() {
         return Err(module_error(
             m,
@@ -832,7 +897,7 @@ pub fn split_inputs(
         ));
     }
     let mut args: Vec<Vec<HostArray>> = vec![Vec::new(); num_devices];
-    for (i, ((v, shape), s)) in inputs.iter().zip(&shapes).zip(&shardings).enumerate() {
+    for (i, ((v, shape), s)) in inputs.iter().zip(shapes).zip(shardings).enumerate() {
         for (d, piece) in sharded::split(v, shape, s, num_devices)?
             .into_iter()
             .enumerate()
@@ -1001,14 +1066,52 @@ pub fn check_equivalence(
     inputs: &[HostValue],
     options: CompareOptions,
 ) -> Result<EquivalenceReport> {
+    enough_devices(client, num_devices)?;
+    let expected = reference_outputs(client, original, num_devices, inputs, options.reference)?;
+    let actual = run_partitioned(client, original, partitioned, num_devices, inputs)?;
+    compare_outputs(partitioned, num_devices, &expected, actual, options)
+}
+
+/// [`check_equivalence`] for a candidate that still carries shardings (a deduplicated or
+/// otherwise rewritten original): XLA's own SPMD partitioner partitions it for `num_devices`
+/// ([`run_xla_partitioned`]), and its assembled outputs are compared with the original's on
+/// one device. A deduplicated candidate takes the original's arguments through its map.
+pub fn check_equivalence_xla(
+    client: &Client,
+    original: &Module,
+    candidate: &Module,
+    num_devices: usize,
+    inputs: &[HostValue],
+    options: CompareOptions,
+) -> Result<EquivalenceReport> {
+    enough_devices(client, num_devices)?;
+    let expected = reference_outputs(client, original, num_devices, inputs, options.reference)?;
+    let actual = run_xla_partitioned(client, candidate, num_devices, inputs)?;
+    compare_outputs(candidate, num_devices, &expected, actual, options)
+}
+
+fn enough_devices(client: &Client, num_devices: usize) -> Result<()> {
     if client.devices().len() < num_devices {
         return Err(Error::InvalidArgument(format!(
             "the client has {} devices, {num_devices} needed",
             client.devices().len()
         )));
     }
-    let expected = match options.reference {
-        Reference::SingleDevice => run_original(client, original, inputs)?,
+    Ok(())
+}
+
+/// The outputs `options.reference` says `original` must give: its own on one device, or those
+/// of XLA's partitioning of it on `num_devices` (for manual regions, which have no
+/// one-device meaning).
+fn reference_outputs(
+    client: &Client,
+    original: &Module,
+    num_devices: usize,
+    inputs: &[HostValue],
+    reference: Reference,
+) -> Result<Vec<HostArray>> {
+    match reference {
+        Reference::SingleDevice => run_original(client, original, inputs),
         Reference::XlaPartitioned => {
             let mut outs = Vec::new();
             for (k, a) in run_xla_partitioned(client, original, num_devices, inputs)?
@@ -1025,10 +1128,18 @@ pub fn check_equivalence(
                     Error::InvalidArgument(format!("reference output {k} assembled into a tuple"))
                 })?);
             }
-            outs
+            Ok(outs)
         }
-    };
-    let actual = run_partitioned(client, original, partitioned, num_devices, inputs)?;
+    }
+}
+
+fn compare_outputs(
+    partitioned: &Module,
+    num_devices: usize,
+    expected: &[HostArray],
+    actual: Vec<sharded::Assembled>,
+    options: CompareOptions,
+) -> Result<EquivalenceReport> {
     if expected.len() != actual.len() {
         return Err(module_error(
             partitioned,
@@ -1165,7 +1276,7 @@ pub fn random_inputs(m: &Module, seed: u64) -> Result<Vec<HostValue>> {
         }
     }
     let shardings = entry_parameter_shardings(m)?;
-    entry_parameter_shapes(m)?
+    let mut values = entry_parameter_shapes(m)?
         .iter()
         .zip(&shardings)
         .map(|(s, sh)| {
@@ -1178,7 +1289,72 @@ pub fn random_inputs(m: &Module, seed: u64) -> Result<Vec<HostValue>> {
             }
             value(s, &mut rng)
         })
-        .collect()
+        .collect::<Result<Vec<_>>>()?;
+    share_resource_inputs(m, &mut values)?;
+    Ok(values)
+}
+
+/// Gives every entry parameter that names a resource (`tessera.resource`) the value of the
+/// first parameter of the same resource, as one variable would feed them all. Parameters of
+/// one resource with different shapes keep their own values (the dedup pass refuses them).
+pub fn share_resource_inputs(m: &Module, inputs: &mut [HostValue]) -> Result<()> {
+    let resources =
+        tessera_hlo::resource::entry_resources(m).map_err(|e| module_error(m, e.to_string()))?;
+    let first = tessera_hlo::resource::first_slot_of_resource(&resources);
+    let shapes = entry_parameter_shapes(m)?;
+    for (k, &j) in first.iter().enumerate() {
+        if j != k && k < inputs.len() && shapes[j] == shapes[k] {
+            inputs[k] = inputs[j].clone();
+        }
+    }
+    Ok(())
+}
+
+/// Per-parameter values for `m` from the caller's per-argument values: a deduplicated module
+/// (with a `tessera.argument_map`) takes the original argument list, and argument `k` goes to
+/// parameter `map[k]`. Arguments that go to one parameter must be equal (they are one
+/// variable). Without a map, or when `args` already has one value per parameter, `args` is
+/// returned as is.
+pub fn feed_through_map<T: Clone + PartialEq>(m: &Module, args: &[T]) -> Result<Vec<T>> {
+    let map = tessera_hlo::resource::argument_map(m).map_err(|e| module_error(m, e.to_string()))?;
+    let n = entry_parameter_shapes(m)?.len();
+    let Some(map) = map else {
+        return Ok(args.to_vec());
+    };
+    if args.len() == n && map.len() != n {
+        return Ok(args.to_vec());
+    }
+    if args.len() != map.len() {
+        return Err(module_error(
+            m,
+            format!(
+                "takes {} arguments through its argument map ({n} parameters), got {}",
+                map.len(),
+                args.len()
+            ),
+        ));
+    }
+    let mut first: Vec<Option<usize>> = vec![None; n];
+    for (k, &p) in map.iter().enumerate() {
+        match first[p] {
+            None => first[p] = Some(k),
+            Some(j) if args[j] != args[k] => {
+                return Err(module_error(
+                    m,
+                    format!(
+                        "arguments {j} and {k} both go to parameter {p} (one variable) but \
+                         differ; a deduplicated module needs the same array in every slot of \
+                         one resource"
+                    ),
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(first
+        .into_iter()
+        .map(|k| args[k.expect("the map covers every parameter")].clone())
+        .collect())
 }
 
 #[cfg(test)]

@@ -47,6 +47,7 @@ pub mod runtime;
 pub mod shape;
 pub mod sharded;
 pub mod signature;
+pub mod variables;
 
 pub use element::{Bf16, Complex, ElementType, NativeType, F16};
 pub use error::{Error, ErrorCode, Result};
@@ -56,7 +57,7 @@ pub use options::{CompileOptions, DeviceAssignment};
 pub use pjrt::{Buffer, Client, Device, ExecuteOptions, LoadedExecutable, Plugin, Program};
 pub use runtime::{
     BufferHandle, CompileRequest, ExecutableHandle, ExecutableInfo, ExecuteConfig, MemoryStats,
-    Plan, PlanInput, PlanStep, Runtime,
+    ParamSource, Plan, PlanInput, PlanStep, Runtime, VariableBinding,
 };
 pub use shape::ArrayShape;
 pub use sharded::{assemble, shard_shape, split, Assembled, ReplicaMismatch, ShardError};

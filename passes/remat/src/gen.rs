@@ -226,6 +226,22 @@ pub fn entry_size(m: &Module) -> usize {
         .unwrap_or(0)
 }
 
+/// Least-squares slope of log(time) against log(size) over `(size, time)` points: 1 for a
+/// linear cost, 2 for a quadratic one.
+pub fn growth_exponent(points: &[(f64, f64)]) -> f64 {
+    let n = points.len() as f64;
+    let (sx, sy) = points
+        .iter()
+        .fold((0.0, 0.0), |(a, b), (x, y)| (a + x.ln(), b + y.ln()));
+    let (mx, my) = (sx / n, sy / n);
+    let (mut num, mut den) = (0.0, 0.0);
+    for (x, y) in points {
+        num += (x.ln() - mx) * (y.ln() - my);
+        den += (x.ln() - mx).powi(2);
+    }
+    num / den
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -270,20 +286,4 @@ mod tests {
             }
         }
     }
-}
-
-/// Least-squares slope of log(time) against log(size) over `(size, time)` points: 1 for a
-/// linear cost, 2 for a quadratic one.
-pub fn growth_exponent(points: &[(f64, f64)]) -> f64 {
-    let n = points.len() as f64;
-    let (sx, sy) = points
-        .iter()
-        .fold((0.0, 0.0), |(a, b), (x, y)| (a + x.ln(), b + y.ln()));
-    let (mx, my) = (sx / n, sy / n);
-    let (mut num, mut den) = (0.0, 0.0);
-    for (x, y) in points {
-        num += (x.ln() - mx) * (y.ln() - my);
-        den += (x.ln() - mx).powi(2);
-    }
-    num / den
 }

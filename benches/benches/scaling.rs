@@ -7,6 +7,7 @@
 //! nice -n 10 cargo bench -p tessera-benches --bench scaling [-- --reps N] [--family chain,flat,wide] [--sizes 1000,10000] [--passes inline,dce]
 //! ```
 //!
+//! Times are the thread's CPU time (see `Clock`), else wall-clock.
 //! Every pass runs alone on a fresh copy of the parsed module (no verifier, no printing);
 //! `rematerialization` on the module scheduled first, with a limit of 90% of its peak;
 //! `tuple-simplify` and `dce` once more on the module after `inline` (where the flat family's
@@ -14,7 +15,7 @@
 //! one size is not run at the larger ones; `rematerialization` is not run on call chains (it
 //! recurses once per nesting level and overflows the stack at 10k).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tessera_benches::{call_chain, flat_calls, registry, wide};
 use tessera_hlo::analysis::shape_size;
@@ -23,6 +24,33 @@ use tessera_remat::gen::growth_exponent;
 use tessera_remat::{peak_memory, schedule_module, SchedulerKind};
 
 const TOO_SLOW: Duration = Duration::from_secs(30);
+
+/// A clock of this thread's time on a CPU (`CLOCK_THREAD_CPUTIME_ID`, user and system),
+/// falling back to wall-clock time where it is not available. On the shared machine a run
+/// longer than a scheduler slice waits behind other processes, so wall-clock time grows with
+/// the load as much as with the input; CPU time does not.
+struct Clock(Option<Duration>, std::time::Instant);
+
+impl Clock {
+    fn cpu() -> Option<Duration> {
+        let mut t = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `t` is a valid, writable timespec for the call's duration.
+        let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+        (rc == 0).then(|| Duration::new(t.tv_sec as u64, t.tv_nsec as u32))
+    }
+    fn start() -> Clock {
+        Clock(Self::cpu(), std::time::Instant::now())
+    }
+    fn elapsed(&self) -> Duration {
+        match (self.0, Self::cpu()) {
+            (Some(a), Some(b)) => b.saturating_sub(a),
+            _ => self.1.elapsed(),
+        }
+    }
+}
 
 struct Args(Vec<String>);
 
@@ -53,7 +81,7 @@ fn run(m: &Module, passes: &str, options: &[String]) -> Duration {
     let mut p = registry()
         .build_pipeline(passes, options)
         .expect("a registered pass");
-    let t = Instant::now();
+    let t = Clock::start();
     p.run_with_report(&mut copy).expect("the pass runs");
     t.elapsed()
 }
@@ -74,7 +102,12 @@ fn main() {
     if let Some(only) = args.list("--passes") {
         stages.retain(|s| s == "parse" || only.contains(s));
     }
-    println!("median of {reps}; times in ms; exponent = least-squares slope of log time against log size");
+    let clock = if Clock::cpu().is_some() {
+        "CPU time of the thread"
+    } else {
+        "wall-clock time"
+    };
+    println!("median of {reps}; {clock} in ms; exponent = least-squares slope of log time against log size");
     for family in &families {
         let sizes: Vec<usize> = match args.list("--sizes") {
             Some(v) => v.iter().map(|s| s.parse().expect("--sizes")).collect(),
@@ -130,7 +163,7 @@ fn main() {
                 let t = match stage.as_str() {
                     "parse" => median(
                         || {
-                            let t = Instant::now();
+                            let t = Clock::start();
                             drop(parse(&text));
                             t.elapsed()
                         },

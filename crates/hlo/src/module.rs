@@ -787,25 +787,23 @@ impl Module {
             }
         }
         let mut comps: Vec<CompId> = Vec::new();
+        // Survivors that lose users or control edges, each filtered once at the end (an
+        // operand shared by many removed users would otherwise be filtered once per user).
+        let mut touched: Vec<InstrId> = Vec::new();
+        let mut seen = vec![false; self.instrs.len()];
         for &id in ids {
             let Some(instr) = self.instrs[id.index()].take() else {
                 continue;
             };
-            for &op in &instr.operands {
-                if !gone[op.index()] {
-                    if let Some(o) = self.instrs[op.index()].as_mut() {
-                        o.users.retain(|x| *x != id);
-                    }
-                }
-            }
-            for &p in &instr.control_predecessors {
-                if let Some(o) = self.instrs[p.index()].as_mut() {
-                    o.control_successors.retain(|&x| x != id);
-                }
-            }
-            for &q in &instr.control_successors {
-                if let Some(o) = self.instrs[q.index()].as_mut() {
-                    o.control_predecessors.retain(|&x| x != id);
+            let neighbours = instr
+                .operands
+                .iter()
+                .chain(&instr.control_predecessors)
+                .chain(&instr.control_successors);
+            for &n in neighbours {
+                if !gone[n.index()] && !seen[n.index()] {
+                    seen[n.index()] = true;
+                    touched.push(n);
                 }
             }
             self.forget_name(&instr.name);
@@ -816,10 +814,21 @@ impl Module {
                     }
                 }
             }
-            if !comps.contains(&instr.parent) {
-                comps.push(instr.parent);
+            comps.push(instr.parent);
+        }
+        for n in touched {
+            if let Some(o) = self.instrs[n.index()].as_mut() {
+                o.users.retain(|x| !gone[x.index()]);
+                if !o.control_successors.is_empty() {
+                    o.control_successors.retain(|x| !gone[x.index()]);
+                }
+                if !o.control_predecessors.is_empty() {
+                    o.control_predecessors.retain(|x| !gone[x.index()]);
+                }
             }
         }
+        comps.sort_unstable();
+        comps.dedup();
         for c in comps {
             let comp = self.comp_mut(c);
             comp.instrs.retain(|x| !gone[x.index()]);
@@ -860,21 +869,31 @@ impl Module {
 
     /// Removes a computation and all its instructions. Callers must no longer call it.
     pub fn remove_computation(&mut self, comp: CompId) {
-        let Some(c) = self.comps[comp.index()].take() else {
-            return;
-        };
-        for id in c.instrs {
-            if let Some(i) = self.instrs[id.index()].take() {
-                self.forget_name(&i.name);
+        self.remove_computations(&[comp]);
+    }
+
+    /// Removes computations and all their instructions, with one pass over the stored order
+    /// (removing them one by one costs a pass each). Callers must no longer call them.
+    pub fn remove_computations(&mut self, comps: &[CompId]) {
+        let mut gone = vec![false; self.comps.len()];
+        for &comp in comps {
+            let Some(c) = self.comps.get_mut(comp.index()).and_then(Option::take) else {
+                continue;
+            };
+            gone[comp.index()] = true;
+            for id in c.instrs {
+                if let Some(i) = self.instrs[id.index()].take() {
+                    self.forget_name(&i.name);
+                }
+            }
+            self.comp_names.remove(&c.name);
+            if self.entry == Some(comp) {
+                self.entry = None;
             }
         }
-        self.comp_names.remove(&c.name);
-        self.comp_order.retain(|&x| x != comp);
+        self.comp_order.retain(|&x| !gone[x.index()]);
         if let Some(s) = self.schedule.as_mut() {
-            s.sequences.shift_remove(&comp);
-        }
-        if self.entry == Some(comp) {
-            self.entry = None;
+            s.sequences.retain(|c, _| !gone[c.index()]);
         }
     }
 

@@ -140,28 +140,43 @@ fn count_newlines(b: &[u8]) -> usize {
     n + chunks.remainder().iter().filter(|&&c| c == b'\n').count()
 }
 
-/// Instructions by (computation, text name): the scope of every computation, in one table
-/// hashed by the name alone, so that it also tells whether any computation has used a name.
+/// Instructions by (computation, text name): the scope of every computation in one table, and
+/// the set of text names any computation has used.
 #[derive(Default)]
 struct ScopeTable<'a> {
+    /// Instructions by (computation, text name), hashed on both: most computations of a module
+    /// reuse the same few names (`%x`, `%p`), and a table keyed by the name alone puts all of
+    /// them in one probe chain, which made parsing quadratic in the number of computations.
     table: hashbrown::HashTable<ScopeEntry<'a>>,
+    /// Every text name seen in any computation, once (for `has_name`).
+    names: hashbrown::HashTable<(u64, &'a str)>,
 }
 
 struct ScopeEntry<'a> {
     name: &'a str,
     comp: CompId,
     id: InstrId,
+    /// `scoped_hash(name's hash, comp)`, kept so that growing the table rehashes nothing.
+    hash: u64,
+}
+
+/// The hash of a name in one computation, from the name's own hash.
+#[inline]
+fn scoped_hash(name_hash: u64, comp: CompId) -> u64 {
+    let x = name_hash ^ (comp.index() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    x ^ (x >> 29)
 }
 
 impl<'a> ScopeTable<'a> {
     fn reserve(&mut self, n: usize) {
-        self.table.reserve(n, |e| crate::names::hash(e.name));
+        self.table.reserve(n, |e| e.hash);
+        self.names.reserve(n, |e| e.0);
     }
 
     #[inline]
     fn get(&self, comp: CompId, name: &str) -> Option<InstrId> {
         self.table
-            .find(crate::names::hash(name), |e| {
+            .find(scoped_hash(crate::names::hash(name), comp), |e| {
                 e.comp == comp && e.name == name
             })
             .map(|e| e.id)
@@ -170,28 +185,50 @@ impl<'a> ScopeTable<'a> {
     /// True if some computation has an instruction with this text name.
     #[inline]
     fn has_name(&self, hash: u64, name: &str) -> bool {
-        self.table.find(hash, |e| e.name == name).is_some()
+        self.names.find(hash, |e| e.1 == name).is_some()
     }
 
     /// Adds `name` in `comp`, known to be used by no computation yet.
     #[inline]
     fn insert_new_name(&mut self, hash: u64, comp: CompId, name: &'a str, id: InstrId) {
-        self.table
-            .insert_unique(hash, ScopeEntry { name, comp, id }, |e| {
-                crate::names::hash(e.name)
-            });
+        self.names.insert_unique(hash, (hash, name), |e| e.0);
+        let hash = scoped_hash(hash, comp);
+        self.table.insert_unique(
+            hash,
+            ScopeEntry {
+                name,
+                comp,
+                id,
+                hash,
+            },
+            |e| e.hash,
+        );
     }
 
     /// Adds `name` in `comp`; false if the computation already has it.
     fn insert(&mut self, hash: u64, comp: CompId, name: &'a str, id: InstrId) -> bool {
+        if self.names.find(hash, |e| e.1 == name).is_none() {
+            self.insert_new_name(hash, comp, name, id);
+            return true;
+        }
+        let scoped = scoped_hash(hash, comp);
         if self
             .table
-            .find(hash, |e| e.comp == comp && e.name == name)
+            .find(scoped, |e| e.comp == comp && e.name == name)
             .is_some()
         {
             return false;
         }
-        self.insert_new_name(hash, comp, name, id);
+        self.table.insert_unique(
+            scoped,
+            ScopeEntry {
+                name,
+                comp,
+                id,
+                hash: scoped,
+            },
+            |e| e.hash,
+        );
         true
     }
 }

@@ -13,6 +13,7 @@ use clap::{Parser, Subcommand};
 use tessera_hlo::text::{parse_module, print_module, PrintOptions};
 use tessera_hlo::Module;
 
+mod embedding;
 mod memory;
 mod opt;
 mod run;
@@ -76,6 +77,9 @@ enum Command {
     Run(run::RunArgs),
     /// Run an original module on 1 device and its partitioned form on N; compare the outputs.
     Compare(run::CompareArgs),
+    /// TPU embeddings: table layout and input preprocessing into SparseCore CSR buffers.
+    #[command(subcommand)]
+    Embedding(embedding::EmbeddingCommand),
 }
 
 fn read_input(file: &str) -> Result<Vec<u8>> {
@@ -168,6 +172,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Passes => opt::passes(),
         Command::Memory(args) => write_output(None, &memory::memory(&args)?),
         Command::Run(args) => write_output(None, &run::run(&args, run::parse_text)?),
+        Command::Embedding(cmd) => write_output(None, &embedding::embedding(&cmd)?),
         Command::Compare(args) => {
             let (report, passed) = run::compare(&args, run::parse_text)?;
             write_output(None, &report)?;

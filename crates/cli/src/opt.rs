@@ -14,6 +14,7 @@ pub fn registry() -> Registry {
     let mut r = Registry::with_generic_passes();
     tessera_spmd::register(&mut r);
     tessera_remat::register(&mut r);
+    tessera_dedup::register(&mut r);
     r
 }
 

@@ -15,12 +15,19 @@
 //! `.npy` format and its element-type mapping (bf16 and fp8 as raw bits) are described in
 //! [`tessera_runtime::npy`]. Modules are read as HLO text, or as a serialized
 //! `xla.HloModuleProto` when the file ends in `.pb`.
+//!
+//! Resources (docs/dedup.md): parameters of one `tessera.resource` get one array (random
+//! inputs are drawn once per resource; a later `arg<i>.npy` of a resource may be left out). A
+//! deduplicated module (with a `tessera.argument_map`) takes the original's arguments, fed to
+//! its parameters through the map, so `tessera compare IN OUT` compares a module with its
+//! deduplicated form; `--xla-spmd` lets the plugin's own SPMD partitioner partition a sharded
+//! OUT (Tessera's partitioner is not on main yet).
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use tessera_hlo::Module;
-use tessera_runtime::harness::{self, CompareOptions, Tolerance};
+use tessera_runtime::harness::{self, CompareOptions, Reference, Tolerance};
 use tessera_runtime::{npy, Client, HostArray, HostValue};
 
 /// Parses module text; `Err` carries a `line:col: message` text.
@@ -68,6 +75,24 @@ pub struct CompareArgs {
     /// Absolute tolerance for floating-point outputs.
     #[arg(long, requires = "rtol")]
     pub atol: Option<f64>,
+    /// What the partitioned module is compared with: `single-device` (the original as one
+    /// global program on one device) or `xla-spmd` (XLA's own SPMD partitioning of the
+    /// original on the same devices: the reference for an original with manual regions,
+    /// e.g. jax's shard_map, which has no single-device meaning).
+    #[arg(long, value_enum, default_value_t = ReferenceArg::SingleDevice)]
+    pub reference: ReferenceArg,
+    /// PARTITIONED still carries shardings (e.g. a deduplicated original): partition it with
+    /// the PJRT plugin's own SPMD partitioner for --devices instead of running it as a
+    /// per-device module.
+    #[arg(long)]
+    pub xla_spmd: bool,
+}
+
+/// `--reference` of `tessera compare`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReferenceArg {
+    SingleDevice,
+    XlaSpmd,
 }
 
 /// The HLO text parser, as a [`ParseFn`].
@@ -96,36 +121,64 @@ fn write_npy(path: &Path, a: &HostArray) -> Result<()> {
     std::fs::write(path, npy::write(a)).with_context(|| format!("cannot write {}", path.display()))
 }
 
-/// Global inputs from `dir`, checked against the entry parameter shapes.
+/// Global inputs from `dir`, checked against the entry parameter shapes, one value per entry
+/// parameter. The files are the caller's arguments: `arg<k>.npy` (or the parameter's name) per
+/// parameter, or, for a deduplicated module (`tessera.argument_map`), per argument of the
+/// original parameter list, fed to the parameters through the map. Arguments of one resource
+/// (`tessera.resource`) are one variable: a later argument of a resource without a file takes
+/// the first one's array, and one with a different array is an error.
 pub fn read_inputs(m: &Module, dir: &Path) -> Result<Vec<HostValue>> {
+    use tessera_hlo::resource;
     let shapes = harness::entry_parameter_shapes(m)?;
     let entry = m.entry().context("the module has no entry computation")?;
-    let mut out = Vec::with_capacity(shapes.len());
-    for (i, shape) in shapes.iter().enumerate() {
+    let map = resource::arguments_to_parameters(m)?;
+    let resources = resource::entry_resources(m)?;
+    let arg_resources: Vec<_> = map.iter().map(|&p| resources[p].clone()).collect();
+    let first = resource::first_slot_of_resource(&arg_resources);
+    let mut out: Vec<HostValue> = Vec::with_capacity(map.len());
+    for (k, &p) in map.iter().enumerate() {
+        let shape = &shapes[p];
         let a = shape
             .as_array()
-            .with_context(|| format!("parameter {i} is not an array: not supported"))?;
-        let mut path = dir.join(format!("arg{i}.npy"));
+            .with_context(|| format!("parameter {p} is not an array: not supported"))?;
+        let mut path = dir.join(format!("arg{k}.npy"));
         if !path.exists() {
-            if let Some(p) = m.comp(entry).parameter(i) {
-                let named = dir.join(format!("{}.npy", m.instr(p).name));
-                if named.exists() {
+            if let Some(param) = m.comp(entry).parameter(p) {
+                let named = dir.join(format!("{}.npy", m.instr(param).name));
+                if named.exists() && first[k] == k {
                     path = named;
                 }
             }
         }
+        let j = first[k];
+        if j != k && !path.exists() {
+            let shared = out[j].clone();
+            out.push(shared);
+            continue;
+        }
         let v = read_npy(&path, Some(a.ty))?;
         if v.dims != a.dims.as_slice() {
             bail!(
-                "{}: parameter {i} is {}, the file holds {}",
+                "{}: parameter {p} is {}, the file holds {}",
                 path.display(),
                 tessera_runtime::host::shape_string(shape),
                 v.shape_string()
             );
         }
-        out.push(HostValue::Array(v));
+        let v = HostValue::Array(v);
+        if j != k && v != out[j] {
+            bail!(
+                "{}: argument {k} is resource {}, as argument {j} is, but holds another array \
+                 (one variable has one value)",
+                path.display(),
+                arg_resources[k]
+                    .as_ref()
+                    .expect("a shared slot has a resource")
+            );
+        }
+        out.push(v);
     }
-    Ok(out)
+    Ok(harness::feed_through_map(m, &out)?)
 }
 
 /// Per-device inputs for an already partitioned module: `arg<i>.dev<d>.npy`, else `arg<i>.npy`
@@ -215,6 +268,14 @@ pub fn run(args: &RunArgs, parse: ParseFn) -> Result<String> {
             None => harness::random_inputs(&m, args.seed)?,
         };
         if args.devices == 1 {
+            let n = harness::sharding_device_count(&m);
+            if n > 1 && harness::manual_region(&m).is_none() {
+                eprintln!(
+                    "note: {} carries shardings for {n} devices; on 1 device it runs as one \
+                     global program (the shardings only annotate it)",
+                    args.file.display()
+                );
+            }
             harness::run_original(&client, &m, &inputs)?
                 .into_iter()
                 .enumerate()
@@ -275,8 +336,17 @@ pub fn compare(args: &CompareArgs, parse: ParseFn) -> Result<(String, bool)> {
             (Some(rel), Some(abs)) => Some(Tolerance { rel, abs }),
             _ => None,
         },
+        reference: match args.reference {
+            ReferenceArg::SingleDevice => Reference::SingleDevice,
+            ReferenceArg::XlaSpmd => Reference::XlaPartitioned,
+        },
     };
-    let report = harness::check_equivalence(
+    let check = if args.xla_spmd {
+        harness::check_equivalence_xla
+    } else {
+        harness::check_equivalence
+    };
+    let report = check(
         &client,
         &original,
         &partitioned,
@@ -364,6 +434,8 @@ mod tests {
                 seed: 3,
                 rtol: None,
                 atol: None,
+                reference: ReferenceArg::SingleDevice,
+                xla_spmd: false,
             },
             no_text,
         )
@@ -387,6 +459,8 @@ mod tests {
             seed: 5,
             rtol: None,
             atol: None,
+            reference: ReferenceArg::SingleDevice,
+            xla_spmd: false,
         };
         let (report, ok) = compare(&args, parse_text).unwrap();
         assert!(ok, "{report}");
@@ -398,6 +472,94 @@ mod tests {
             ..args
         };
         assert!(compare(&swapped, parse_text).is_err());
+    }
+
+    /// `tessera compare` answers on every before/after-spmd-partitioning pair of XLA's dumps
+    /// (testdata/dumps, both jax modes): equal for each, a refusal saying why for the shard_map
+    /// original on a single-device reference, and equal against XLA's own partitioning of it.
+    #[test]
+    fn compare_answers_on_every_xla_dump_pair() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/dumps/");
+        let pair = |name: &str, reference| CompareArgs {
+            original: PathBuf::from(format!("{dir}{name}.before-spmd.txt")),
+            partitioned: PathBuf::from(format!("{dir}{name}.after-spmd.txt")),
+            devices: 8,
+            inputs: None,
+            seed: 1,
+            rtol: None,
+            atol: None,
+            reference,
+            xla_spmd: false,
+        };
+        let models = [
+            "mlp",
+            "transformer_block",
+            "convnet",
+            "embedding",
+            "scan_loop",
+            "topk",
+            "cond",
+        ];
+        for mode in ["gspmd", "shardy"] {
+            for model in models {
+                let name = format!("{model}.{mode}");
+                let (report, ok) = compare(&pair(&name, ReferenceArg::SingleDevice), parse_text)
+                    .unwrap_or_else(|e| panic!("{name}: {e:#}"));
+                assert!(ok, "{name}: {report}");
+            }
+            let name = format!("shard_map.{mode}");
+            let e = compare(&pair(&name, ReferenceArg::SingleDevice), parse_text)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("a manual region (shard_map) is written per device")
+                    && e.contains("--reference xla-spmd"),
+                "{name}: {e}"
+            );
+            let (report, ok) = compare(&pair(&name, ReferenceArg::XlaSpmd), parse_text)
+                .unwrap_or_else(|e| panic!("{name}: {e:#}"));
+            assert!(ok, "{name}: {report}");
+        }
+    }
+
+    /// `tessera run` on 1 device runs a module sharded for 8 as one program, and refuses what
+    /// has no meaning there with the reason, never a plugin RET_CHECK.
+    #[test]
+    fn run_takes_dumps_as_users_have_them() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/dumps/");
+        let args = |file: &str, devices| RunArgs {
+            file: PathBuf::from(format!("{dir}{file}")),
+            devices,
+            per_device: false,
+            inputs: None,
+            random: true,
+            seed: 0,
+            outputs: None,
+        };
+        let text = run(
+            &args("scan_loop.shardy.before-propagation.txt", 1),
+            parse_text,
+        )
+        .unwrap();
+        assert!(text.starts_with("out0: f32[8,32] ["), "{text}");
+        let e = run(&args("shard_map.gspmd.before-spmd.txt", 1), parse_text)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("%shard_map.8 is a custom-call to SPMDFullToShardShape")
+                && e.contains("run it on its 8 devices"),
+            "{e}"
+        );
+        let e = run(
+            &args("shard_map.shardy.before-propagation.txt", 8),
+            parse_text,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("custom-call to xla.sdy.GlobalToLocalShape, one of Shardy's own"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -36,21 +36,6 @@ pub struct Summary {
     pub failures: Vec<String>,
 }
 
-fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    let mut entries: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
-    entries.sort();
-    for p in entries {
-        if p.is_dir() {
-            collect(&p, out);
-        } else if p.extension().is_some_and(|e| e == "hlo") {
-            out.push(p);
-        }
-    }
-}
-
 /// Runs FileCheck of the CHECK lines in `checks` over `output`; `Err` is FileCheck's annotated
 /// explanation.
 pub fn filecheck(check_name: &str, checks: &str, output: &str) -> Result<(), String> {
@@ -148,7 +133,7 @@ pub fn run_dirs(dirs: &[&str], registry: &Registry) -> Summary {
     let root = testdata();
     let mut files = Vec::new();
     for d in dirs {
-        collect(&root.join(d), &mut files);
+        files.extend(tessera_corpus::hlo_files(&root.join(d)));
     }
     let mut s = Summary::default();
     for f in files {

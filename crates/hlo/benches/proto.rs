@@ -3,7 +3,6 @@
 //! `cargo bench -p tessera-hlo --bench proto`; figures, and XLA's own time to read the same
 //! bytes, are in docs/proto.md.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -15,24 +14,13 @@ const FILES: &[&str] = &[
     "xla/backends/cpu/benchmarks/hlo/gemma2_2b_keras_jax.hlo",
 ];
 
-fn corpus(rel: &str) -> PathBuf {
-    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    for up in [
-        "../../../shared/corpus/xla-hlo",
-        "../../../../shared/corpus/xla-hlo",
-    ] {
-        let p = manifest.join(up).join(rel);
-        if p.is_file() {
-            return p;
-        }
-    }
-    manifest.join("../../../shared/corpus/xla-hlo").join(rel)
-}
-
 fn bench(c: &mut Criterion) {
+    let Some(root) = tessera_corpus::root_or_skip("proto benches") else {
+        return;
+    };
     let mut modules = Vec::new();
     for rel in FILES {
-        let text = std::fs::read_to_string(corpus(rel)).expect("corpus file");
+        let text = std::fs::read_to_string(root.join(rel)).expect("corpus file");
         let name = rel.rsplit('/').next().unwrap().to_string();
         modules.push((name, parse_module(&text).expect("parses")));
     }

@@ -3,7 +3,6 @@
 //! `cargo bench -p tessera-hlo --bench text`; figures and XLA's own times on the same files are
 //! in docs/BENCHMARKS.md.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -19,20 +18,17 @@ const FILES: &[&str] = &[
     "xla/backends/cpu/benchmarks/huge_hlo/gemma3_4b_text_keras_jax_batch1_in8_out100.hlo",
 ];
 
-fn corpus(rel: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/corpus/xla-hlo")
-        .join(rel)
-}
-
 fn bench(c: &mut Criterion) {
+    let Some(root) = tessera_corpus::root_or_skip("text benches") else {
+        return;
+    };
     let mut parse = c.benchmark_group("parse");
     parse
         .sample_size(10)
         .measurement_time(Duration::from_secs(8));
     let mut texts = Vec::new();
     for rel in FILES {
-        let text = std::fs::read_to_string(corpus(rel)).expect("corpus file");
+        let text = std::fs::read_to_string(root.join(rel)).expect("corpus file");
         let name = rel.rsplit('/').next().unwrap().to_string();
         parse.throughput(Throughput::Bytes(text.len() as u64));
         parse.bench_with_input(BenchmarkId::from_parameter(&name), &text, |b, t| {

@@ -3,24 +3,9 @@
 //!
 //! `cargo run --release -p tessera-hlo --example corpus_print -- CORPUS_DIR OUT_DIR`
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use tessera_hlo::text::{parse_module, print_module, PrintOptions};
-
-fn files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return;
-    };
-    let mut v: Vec<PathBuf> = rd.flatten().map(|e| e.path()).collect();
-    v.sort();
-    for p in v {
-        if p.is_dir() {
-            files(&p, out);
-        } else if p.extension().is_some_and(|e| e == "hlo") {
-            out.push(p);
-        }
-    }
-}
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -30,8 +15,7 @@ fn main() {
     };
     let root = Path::new(root);
     let _ = std::fs::create_dir_all(out);
-    let mut all = Vec::new();
-    files(root, &mut all);
+    let all = tessera_corpus::hlo_files(root);
     let mut index = String::new();
     let mut n = 0;
     for f in all {
@@ -43,20 +27,9 @@ fn main() {
         let Ok(text) = std::fs::read_to_string(&f) else {
             continue;
         };
-        let mut chunks = vec![String::new()];
-        for line in text.split_inclusive('\n') {
-            if line.trim_end() == "// -----" {
-                chunks.push(String::new());
-            } else if let Some(last) = chunks.last_mut() {
-                last.push_str(line);
-            }
-        }
-        let kept = chunks.into_iter().filter(|c| {
-            c.lines()
-                .any(|l| !l.trim().is_empty() && !l.trim_start().starts_with("//"))
-        });
-        for (i, m) in kept.enumerate() {
-            if let Ok(module) = parse_module(&m) {
+        let kept = tessera_corpus::split_modules(&text);
+        for (i, m) in kept.iter().enumerate() {
+            if let Ok(module) = parse_module(m) {
                 let name = format!("{n:04}.hlo");
                 let _ = std::fs::write(
                     Path::new(out).join(&name),

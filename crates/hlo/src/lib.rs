@@ -19,6 +19,7 @@ pub mod opcode;
 pub mod proto;
 pub mod rare;
 pub mod replica_groups;
+pub mod resource;
 pub mod shape;
 pub mod sharding;
 pub mod sharding_util;

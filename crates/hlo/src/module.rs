@@ -831,25 +831,23 @@ impl Module {
             }
         }
         let mut comps: Vec<CompId> = Vec::new();
+        // Survivors that lose users or control edges, each filtered once at the end (an
+        // operand shared by many removed users would otherwise be filtered once per user).
+        let mut touched: Vec<InstrId> = Vec::new();
+        let mut seen = vec![false; self.instrs.len()];
         for &id in ids {
             let Some(instr) = self.instrs[id.index()].take() else {
                 continue;
             };
-            for &op in &instr.operands {
-                if !gone[op.index()] {
-                    if let Some(o) = self.instrs[op.index()].as_mut() {
-                        o.users.retain(|x| *x != id);
-                    }
-                }
-            }
-            for &p in &instr.control_predecessors {
-                if let Some(o) = self.instrs[p.index()].as_mut() {
-                    o.control_successors.retain(|&x| x != id);
-                }
-            }
-            for &q in &instr.control_successors {
-                if let Some(o) = self.instrs[q.index()].as_mut() {
-                    o.control_predecessors.retain(|&x| x != id);
+            let neighbours = instr
+                .operands
+                .iter()
+                .chain(&instr.control_predecessors)
+                .chain(&instr.control_successors);
+            for &n in neighbours {
+                if !gone[n.index()] && !seen[n.index()] {
+                    seen[n.index()] = true;
+                    touched.push(n);
                 }
             }
             self.forget_name(&instr.name);
@@ -860,10 +858,21 @@ impl Module {
                     }
                 }
             }
-            if !comps.contains(&instr.parent) {
-                comps.push(instr.parent);
+            comps.push(instr.parent);
+        }
+        for n in touched {
+            if let Some(o) = self.instrs[n.index()].as_mut() {
+                o.users.retain(|x| !gone[x.index()]);
+                if !o.control_successors.is_empty() {
+                    o.control_successors.retain(|x| !gone[x.index()]);
+                }
+                if !o.control_predecessors.is_empty() {
+                    o.control_predecessors.retain(|x| !gone[x.index()]);
+                }
             }
         }
+        comps.sort_unstable();
+        comps.dedup();
         for c in comps {
             let comp = self.comp_mut(c);
             comp.instrs.retain(|x| !gone[x.index()]);
@@ -876,23 +885,56 @@ impl Module {
         Ok(())
     }
 
-    /// Removes a computation and all its instructions. Callers must no longer call it.
-    pub fn remove_computation(&mut self, comp: CompId) {
-        let Some(c) = self.comps[comp.index()].take() else {
-            return;
-        };
-        for id in c.instrs {
-            if let Some(i) = self.instrs[id.index()].take() {
-                self.forget_name(&i.name);
+    /// Closes the gaps that removed parameters left in `comp`: the remaining parameters keep
+    /// their order and are numbered 0, 1, ... again. Returns, for each old parameter number, its
+    /// new number (`None` for a removed one). Module-level tables that name parameters
+    /// (entry_computation_layout, input_output_alias, buffer_donor, ...) are the caller's to
+    /// update with the returned map.
+    pub fn renumber_parameters(&mut self, comp: CompId) -> Vec<Option<usize>> {
+        let old = std::mem::take(&mut self.comp_mut(comp).params);
+        let mut map = Vec::with_capacity(old.len());
+        let mut kept = Vec::with_capacity(old.len());
+        for p in old {
+            match p {
+                Some(id) => {
+                    map.push(Some(kept.len()));
+                    self.instr_mut(id).attrs.parameter_number = kept.len() as i64;
+                    kept.push(Some(id));
+                }
+                None => map.push(None),
             }
         }
-        self.comp_names.remove(&c.name);
-        self.comp_order.retain(|&x| x != comp);
-        if let Some(s) = self.schedule.as_mut() {
-            s.sequences.shift_remove(&comp);
+        self.comp_mut(comp).params = kept;
+        map
+    }
+
+    /// Removes a computation and all its instructions. Callers must no longer call it.
+    pub fn remove_computation(&mut self, comp: CompId) {
+        self.remove_computations(&[comp]);
+    }
+
+    /// Removes computations and all their instructions, with one pass over the stored order
+    /// (removing them one by one costs a pass each). Callers must no longer call them.
+    pub fn remove_computations(&mut self, comps: &[CompId]) {
+        let mut gone = vec![false; self.comps.len()];
+        for &comp in comps {
+            let Some(c) = self.comps.get_mut(comp.index()).and_then(Option::take) else {
+                continue;
+            };
+            gone[comp.index()] = true;
+            for id in c.instrs {
+                if let Some(i) = self.instrs[id.index()].take() {
+                    self.forget_name(&i.name);
+                }
+            }
+            self.comp_names.remove(&c.name);
+            if self.entry == Some(comp) {
+                self.entry = None;
+            }
         }
-        if self.entry == Some(comp) {
-            self.entry = None;
+        self.comp_order.retain(|&x| !gone[x.index()]);
+        if let Some(s) = self.schedule.as_mut() {
+            s.sequences.retain(|c, _| !gone[c.index()]);
         }
     }
 

@@ -5,8 +5,7 @@
 //! (`module_diff`) and print the same text as text -> module. This covers every attribute the
 //! text format can hold, with real-world values, through both directions of the conversion.
 
-mod common;
-use common::{corpus_root, hlo_files, split_modules};
+use tessera_corpus::{hlo_files, split_modules};
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -19,11 +18,9 @@ const LARGE_FILE: u64 = 300_000;
 
 #[test]
 fn corpus_round_trips_through_proto() {
-    let root = corpus_root();
-    if !root.is_dir() {
-        eprintln!("corpus not found at {}; skipping", root.display());
+    let Some(root) = tessera_corpus::root_or_skip("corpus_round_trips_through_proto") else {
         return;
-    }
+    };
     let rejects_path =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/corpus/xla_rejects.txt");
     let rejects: HashSet<String> = std::fs::read_to_string(&rejects_path)
@@ -32,8 +29,7 @@ fn corpus_round_trips_through_proto() {
         .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
         .map(|l| l.split('\t').next().unwrap_or("").trim().to_string())
         .collect();
-    let mut files = Vec::new();
-    hlo_files(&root, &mut files);
+    let files = hlo_files(&root);
     let (mut checked, mut skipped, mut large_skipped) = (0, 0, 0);
     let mut failures: Vec<String> = Vec::new();
     for f in &files {

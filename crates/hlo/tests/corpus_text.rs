@@ -6,8 +6,7 @@
 //! error, never a panic. Files split into modules on lines `// -----`, as XLA's tests do;
 //! chunks holding only comments are skipped (the same rule as scripts/corpus_oracle.py).
 
-mod common;
-use common::{corpus_root, hlo_files, split_modules};
+use tessera_corpus::{hlo_files, split_modules};
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -16,11 +15,9 @@ use tessera_hlo::text::{module_diff, parse_module, print_module, PrintOptions};
 
 #[test]
 fn corpus_round_trips() {
-    let root = corpus_root();
-    if !root.is_dir() {
-        eprintln!("corpus not found at {}; skipping", root.display());
+    let Some(root) = tessera_corpus::root_or_skip("corpus_round_trips") else {
         return;
-    }
+    };
     let rejects_path =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/corpus/xla_rejects.txt");
     let rejects: HashSet<String> = std::fs::read_to_string(&rejects_path)
@@ -29,8 +26,7 @@ fn corpus_round_trips() {
         .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
         .map(|l| l.split('\t').next().unwrap_or("").trim().to_string())
         .collect();
-    let mut files = Vec::new();
-    hlo_files(&root, &mut files);
+    let files = hlo_files(&root);
     let (mut accepted, mut rejected) = (0, 0);
     let mut failures: Vec<String> = Vec::new();
     for f in &files {
@@ -134,8 +130,7 @@ fn corpus_round_trips() {
 #[test]
 fn xla_printed_modules_round_trip() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/text/xla_printed");
-    let mut files = Vec::new();
-    hlo_files(&dir, &mut files);
+    let files = hlo_files(&dir);
     assert!(files.len() >= 4, "fixtures missing in {}", dir.display());
     for f in files {
         let text = std::fs::read_to_string(&f).unwrap();

@@ -6,8 +6,7 @@
 //! module our parser cannot read is the text parser's business (tests/corpus_text.rs) and is
 //! only counted here.
 
-mod common;
-use common::{corpus_root, hlo_files, split_modules};
+use tessera_corpus::{hlo_files, split_modules};
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -39,15 +38,12 @@ const XLA_PARSER_REWRITES: &[&str] = &[
 
 #[test]
 fn corpus_modules_xla_accepts_verify() {
-    let root = corpus_root();
-    if !root.exists() {
-        eprintln!("corpus not found at {}; skipping", root.display());
+    let Some(root) = tessera_corpus::root_or_skip("corpus_modules_xla_accepts_verify") else {
         return;
-    }
+    };
     let parse_rejects = listed("xla_rejects.txt");
     let verify_rejects = listed("xla_verify_rejects.txt");
-    let mut files = Vec::new();
-    hlo_files(&root, &mut files);
+    let files = hlo_files(&root);
     let (mut total, mut checked, mut unparsed, mut agreed) = (0, 0, 0, 0);
     let mut failures = Vec::new();
     let mut rejected_names = Vec::new();

@@ -1,4 +1,6 @@
 //! Helpers shared by passes: removing dead code, ordering computations.
+
+use std::collections::{HashMap, HashSet};
 use tessera_hlo::analysis::computation_post_order;
 use tessera_hlo::{CompId, InstrId, Module, Opcode};
 
@@ -40,40 +42,61 @@ impl SideEffects {
     }
 }
 
-/// Removes `id` and then every operand that became unused, transitively, skipping parameters,
-/// roots, side-effecting instructions and ones with control edges. `id` itself must be unused.
-pub fn remove_with_dead_operands(
+/// Removes every removable instruction of `candidates` (see [`is_removable`]) and then every
+/// operand that became unused, transitively, skipping parameters, roots, side-effecting
+/// instructions and ones with control edges. All in one batch: removing instructions one at a
+/// time costs a pass over their computation each. Returns how many were removed.
+pub fn remove_dead(
     module: &mut Module,
-    id: InstrId,
+    candidates: &[InstrId],
     effects: &SideEffects,
 ) -> Result<usize> {
-    let mut removed = 0;
-    let mut work = vec![id];
+    let mut gone: HashSet<InstrId> = HashSet::new();
+    // Users not yet removed, for operands of removed instructions.
+    let mut left: HashMap<InstrId, usize> = HashMap::new();
+    let mut order = Vec::new();
+    let mut work: Vec<InstrId> = candidates
+        .iter()
+        .rev()
+        .copied()
+        .filter(|&c| module.try_instr(c).is_some() && is_removable(module, c, effects))
+        .collect();
     while let Some(x) = work.pop() {
-        if module.try_instr(x).is_none() {
+        if !gone.insert(x) {
             continue;
         }
-        let ops: Vec<InstrId> = module.operands(x).to_vec();
-        module.remove_instruction(x)?;
-        removed += 1;
+        order.push(x);
+        let mut ops: Vec<InstrId> = module.operands(x).to_vec();
+        ops.sort_unstable();
+        ops.dedup();
         for op in ops {
-            if module.try_instr(op).is_some() && is_removable(module, op, effects) {
+            if gone.contains(&op) {
+                continue;
+            }
+            let n = left.entry(op).or_insert_with(|| module.users(op).len());
+            *n -= 1;
+            if *n == 0 && removable_once_unused(module, op, effects) {
                 work.push(op);
             }
         }
     }
-    Ok(removed)
+    module.remove_instructions(&order)?;
+    Ok(order.len())
 }
 
-/// True for an unused instruction that DCE may delete.
-pub fn is_removable(module: &Module, id: InstrId, effects: &SideEffects) -> bool {
+/// True for an instruction that DCE may delete once nothing uses it.
+fn removable_once_unused(module: &Module, id: InstrId, effects: &SideEffects) -> bool {
     let i = module.instr(id);
-    i.users().is_empty()
-        && module.comp(i.parent()).root() != Some(id)
+    module.comp(i.parent()).root() != Some(id)
         && i.opcode != Opcode::Parameter
         && i.control_predecessors().is_empty()
         && i.control_successors().is_empty()
         && !effects.instr_has(module, id)
+}
+
+/// True for an unused instruction that DCE may delete.
+pub fn is_removable(module: &Module, id: InstrId, effects: &SideEffects) -> bool {
+    module.instr(id).users().is_empty() && removable_once_unused(module, id, effects)
 }
 
 /// Reorders the stored computations so that every callee comes before its callers (the order
@@ -135,8 +158,6 @@ pub fn remove_unreachable_computations(module: &mut Module) -> usize {
         .copied()
         .filter(|c| !reachable[c.index()])
         .collect();
-    for &c in &dead {
-        module.remove_computation(c);
-    }
+    module.remove_computations(&dead);
     dead.len()
 }

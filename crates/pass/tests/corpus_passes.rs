@@ -3,37 +3,17 @@
 //! its call graph must be flat afterwards. Files over 64 KiB are skipped to keep the debug test
 //! fast (the big ones are exercised by `tessera opt`, see docs/passes.md).
 
-use std::path::{Path, PathBuf};
-
 use tessera_hlo::analysis::CallGraph;
 use tessera_hlo::verify::{verify, VerifyOptions};
 use tessera_pass::Registry;
 
-fn corpus() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus/xla-hlo")
-}
-
-fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    let mut entries: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
-    entries.sort();
-    for p in entries {
-        if p.is_dir() {
-            collect(&p, out);
-        } else if p.extension().is_some_and(|e| e == "hlo") {
-            out.push(p);
-        }
-    }
-}
-
 #[test]
 fn generic_passes_keep_corpus_modules_valid() {
-    let root = corpus();
-    assert!(root.is_dir(), "corpus not found at {}", root.display());
-    let mut files = Vec::new();
-    collect(&root, &mut files);
+    let Some(root) = tessera_corpus::root_or_skip("generic_passes_keep_corpus_modules_valid")
+    else {
+        return;
+    };
+    let files = tessera_corpus::hlo_files(&root);
     let registry = Registry::with_generic_passes();
     let opts = VerifyOptions::default();
     let (mut ran, mut changed) = (0, 0);
@@ -43,7 +23,7 @@ fn generic_passes_keep_corpus_modules_valid() {
             continue;
         }
         let text = std::fs::read_to_string(&f).unwrap();
-        for (k, part) in text.split("\n// -----").enumerate() {
+        for (k, part) in tessera_corpus::split_modules(&text).iter().enumerate() {
             let Ok(mut m) = tessera_hlo::text::parse_module(part) else {
                 continue;
             };

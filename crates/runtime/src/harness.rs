@@ -179,6 +179,75 @@ fn module_error(m: &Module, message: impl Into<String>) -> Error {
     }
 }
 
+/// The number of devices `m`'s shardings are written for: the largest of `num_partitions`,
+/// the tile assignments, the meshes and the maximal devices (+1); 1 when it has none.
+pub fn sharding_device_count(m: &Module) -> i64 {
+    fn count(s: &Sharding) -> i64 {
+        match &s.kind {
+            ShardingKind::Tiled(t) => t.tile_assignment.num_devices(),
+            ShardingKind::Named(n) => n.num_devices(),
+            ShardingKind::Maximal(d) => d.saturating_add(1),
+            ShardingKind::Tuple(e) => e.iter().map(count).max().unwrap_or(1),
+            _ => 1,
+        }
+    }
+    ids_of(m)
+        .into_iter()
+        .filter_map(|id| m.instr(id).sharding.as_ref().map(count))
+        .fold(m.config.num_partitions.max(1), i64::max)
+}
+
+/// The first instruction of a manual region (jax's shard_map), described, when `m` has one:
+/// an `SPMDFullToShardShape` / `SPMDShardToFullShape` custom-call or a manual sharding. The
+/// code inside such a region is written per device (its shapes are shard shapes, its
+/// collectives name devices), so the module has no meaning as one program on one device.
+pub fn manual_region(m: &Module) -> Option<String> {
+    fn manual(s: &Sharding) -> bool {
+        match &s.kind {
+            ShardingKind::Manual => true,
+            ShardingKind::Named(n) => n.is_manual(),
+            ShardingKind::Tuple(e) => e.iter().any(manual),
+            _ => s.is_manual_subgroup(),
+        }
+    }
+    ids_of(m).into_iter().find_map(|id| {
+        let i = m.instr(id);
+        let target = i.attrs.custom_call.as_ref().map(|c| c.target.as_str());
+        if let Some(t @ ("SPMDFullToShardShape" | "SPMDShardToFullShape")) = target {
+            Some(format!("%{} is a custom-call to {t}", i.name))
+        } else if i.sharding.as_ref().is_some_and(manual) {
+            Some(format!("%{} has a manual sharding", i.name))
+        } else {
+            None
+        }
+    })
+}
+
+/// Refuses a module that holds Shardy's own custom-calls (`xla.sdy.*`: jax's Shardy-mode
+/// modules before XLA's `shardy-xla` pass): only that pass understands them, and XLA's SPMD
+/// partitioner in the plugin stops on them (a RET_CHECK). The dump taken after it (before
+/// `spmd-partitioning`) holds the same program in ordinary shardings.
+fn refuse_shardy_custom_calls(m: &Module) -> Result<()> {
+    let found = ids_of(m).into_iter().find_map(|id| {
+        let i = m.instr(id);
+        let c = i.attrs.custom_call.as_ref()?;
+        c.target
+            .starts_with("xla.sdy.")
+            .then(|| format!("%{} is a custom-call to {}", i.name, c.target))
+    });
+    match found {
+        None => Ok(()),
+        Some(what) => Err(module_error(
+            m,
+            format!(
+                "{what}, one of Shardy's own custom-calls, which only jax's Shardy pipeline \
+                 (XLA's shardy-xla pass) reads; run the module XLA dumps after that pass (the \
+                 one before spmd-partitioning) instead"
+            ),
+        )),
+    }
+}
+
 /// The entry computation's parameter shapes, by parameter number.
 pub fn entry_parameter_shapes(m: &Module) -> Result<Vec<Shape>> {
     let e = m
@@ -249,13 +318,33 @@ fn strip(m: &Module) -> Result<Module> {
 
 /// A clone the 0.0.1 CPU plugin compiles: default layouts ([`normalize_layouts`]), explicit
 /// replica groups (the plugin reads only explicit lists: an iota or mesh form written into the
-/// newer proto fields reaches it as "no groups"; see [`ReplicaGroups::groups`]) and single-operand all-reduces
-/// ([`split_tuple_all_reduces`]). Each rewrite keeps the module's meaning.
+/// newer proto fields reaches it as "no groups"; see [`ReplicaGroups::groups`]), single-operand
+/// all-reduces ([`split_tuple_all_reduces`]) and tiled shardings ([`tiled_shardings`]). Each
+/// rewrite keeps the module's meaning.
 pub fn for_plugin(m: &Module) -> Result<Module> {
     let mut out = normalize_layouts(m);
     explicit_collectives(&mut out)?;
     split_tuple_all_reduces(&mut out)?;
+    tiled_shardings(&mut out)?;
     Ok(out)
+}
+
+/// Replaces every named (mesh) sharding by its tiled equivalent. The plugin's XLA reads named
+/// shardings from the proto but does not take a named `manual` for manual (its SPMD
+/// partitioner stops the process on jax's Shardy-mode shard_map dumps); the tiled form is the
+/// same sharding in the spelling it knows.
+pub fn tiled_shardings(m: &mut Module) -> Result<()> {
+    for id in ids_of(m) {
+        let instr = m.instr(id);
+        let Some(s) = instr.sharding.as_ref().filter(|s| s.has_named()) else {
+            continue;
+        };
+        let tiled = s
+            .to_tiled_for(&instr.shape)
+            .map_err(|e| module_error(m, format!("%{}: {e}", instr.name)))?;
+        m.instr_mut(id).sharding = Some(tiled);
+    }
+    Ok(())
 }
 
 /// Replaces every all-reduce of several operands (a tuple-shaped result) by one all-reduce per
@@ -497,7 +586,21 @@ pub fn run_original(
     original: &Module,
     inputs: &[HostValue],
 ) -> Result<Vec<HostArray>> {
+    refuse_shardy_custom_calls(original)?;
+    if let Some(what) = manual_region(original) {
+        let n = sharding_device_count(original);
+        return Err(module_error(
+            original,
+            format!(
+                "{what}: a manual region (shard_map) is written per device and has no meaning \
+                 as one program on one device; run it on its {n} devices, where XLA's SPMD \
+                 partitioner gives it its meaning (`tessera run --devices {n}`; in `tessera \
+                 compare`, `--reference xla-spmd`)"
+            ),
+        ));
+    }
     let prepared = prepare_original(original)?;
+    let inputs = feed_through_map(original, inputs)?;
     let args = inputs
         .iter()
         .enumerate()
@@ -523,8 +626,8 @@ pub fn run_partitioned(
     num_devices: usize,
     inputs: &[HostValue],
 ) -> Result<Vec<sharded::Assembled>> {
-    let shapes = entry_parameter_shapes(original)?;
-    let shardings = entry_parameter_shardings(original)?;
+    // A deduplicated partitioned module takes the original's arguments through its map.
+    let (shapes, shardings) = merged_parameters(original, partitioned)?;
     let part_shapes = entry_parameter_shapes(partitioned)?;
     if part_shapes.len() != shapes.len() {
         return Err(module_error(
@@ -550,7 +653,8 @@ pub fn run_partitioned(
             ));
         }
     }
-    let args = split_inputs(original, num_devices, inputs)?;
+    let values = feed_through_map(partitioned, inputs)?;
+    let args = split_values(partitioned, &shapes, &shardings, num_devices, &values)?;
     let prepared = prepare_partitioned(partitioned, num_devices)?;
     let outs = run_module(client, &prepared, &per_device_options(num_devices), &args)?;
     assemble_outputs(original, partitioned, &outs)
@@ -565,7 +669,9 @@ pub fn run_xla_partitioned(
     num_devices: usize,
     inputs: &[HostValue],
 ) -> Result<Vec<sharded::Assembled>> {
-    let args = split_inputs(m, num_devices, inputs)?;
+    refuse_shardy_custom_calls(m)?;
+    let inputs = feed_through_map(m, inputs)?;
+    let args = split_inputs(m, num_devices, &inputs)?;
     let mut prepared = for_plugin(m)?;
     prepared.config.num_partitions = num_devices as i64;
     prepared.config.use_spmd_partitioning = true;
@@ -586,6 +692,68 @@ pub fn split_inputs(
 ) -> Result<Vec<Vec<HostArray>>> {
     let shapes = entry_parameter_shapes(m)?;
     let shardings = entry_parameter_shardings(m)?;
+    split_values(m, &shapes, &shardings, num_devices, inputs)
+}
+
+/// The original's parameter shapes and shardings for the parameters of `partitioned`: as they
+/// are, or, when `partitioned` is deduplicated (has an argument map), per merged parameter the
+/// shape of its first argument and the first explicit sharding among its arguments (the one
+/// the dedup pass gave the merged parameter).
+pub fn merged_parameters(
+    original: &Module,
+    partitioned: &Module,
+) -> Result<(Vec<Shape>, Vec<Sharding>)> {
+    let shapes = entry_parameter_shapes(original)?;
+    let shardings = entry_parameter_shardings(original)?;
+    let map = tessera_hlo::resource::argument_map(partitioned)
+        .map_err(|e| module_error(partitioned, e.to_string()))?;
+    let Some(map) = map else {
+        return Ok((shapes, shardings));
+    };
+    if map.len() != shapes.len() {
+        return Err(module_error(
+            partitioned,
+            format!(
+                "its argument map takes {} arguments, the original has {} parameters",
+                map.len(),
+                shapes.len()
+            ),
+        ));
+    }
+    let e = original
+        .entry()
+        .ok_or_else(|| module_error(original, "has no entry computation"))?;
+    let explicit = |k: usize| {
+        original
+            .comp(e)
+            .parameter(k)
+            .is_some_and(|p| original.instr(p).sharding.is_some())
+    };
+    let n = map.iter().max().map_or(0, |&p| p + 1);
+    let mut first: Vec<Option<usize>> = vec![None; n];
+    let mut sharded: Vec<Option<usize>> = vec![None; n];
+    for (k, &p) in map.iter().enumerate() {
+        first[p].get_or_insert(k);
+        if explicit(k) {
+            sharded[p].get_or_insert(k);
+        }
+    }
+    let pick = |p: usize| first[p].expect("the map covers every parameter");
+    Ok((
+        (0..n).map(|p| shapes[pick(p)].clone()).collect(),
+        (0..n)
+            .map(|p| shardings[sharded[p].unwrap_or_else(|| pick(p))].clone())
+            .collect(),
+    ))
+}
+
+fn split_values(
+    m: &Module,
+    shapes: &[Shape],
+    shardings: &[Sharding],
+    num_devices: usize,
+    inputs: &[HostValue],
+) -> Result<Vec<Vec<HostArray>>> {
     if inputs.len() != shapes.len() {
         return Err(module_error(
             m,
@@ -597,7 +765,7 @@ pub fn split_inputs(
         ));
     }
     let mut args: Vec<Vec<HostArray>> = vec![Vec::new(); num_devices];
-    for (i, ((v, shape), s)) in inputs.iter().zip(&shapes).zip(&shardings).enumerate() {
+    for (i, ((v, shape), s)) in inputs.iter().zip(shapes).zip(shardings).enumerate() {
         for (d, piece) in sharded::split(v, shape, s, num_devices)?
             .into_iter()
             .enumerate()
@@ -739,6 +907,21 @@ fn element_error(expected: f64, actual: f64) -> (f64, f64) {
 pub struct CompareOptions {
     /// Replaces the per-type default tolerance of every floating-point output.
     pub float_tolerance: Option<Tolerance>,
+    /// What the partitioned module's outputs are compared with.
+    pub reference: Reference,
+}
+
+/// The reference outputs of [`check_equivalence`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Reference {
+    /// The original run as one global program on one device, its shardings ignored (they
+    /// only annotate it). Refused for an original with manual regions ([`manual_region`]).
+    #[default]
+    SingleDevice,
+    /// The original partitioned by XLA's own SPMD partitioner (in the plugin) on the same
+    /// devices, its outputs assembled by its root sharding: the reference for an original
+    /// with manual regions, which has no single-device meaning.
+    XlaPartitioned,
 }
 
 /// Runs `original` on one device and `partitioned` on `num_devices` devices with the same global
@@ -751,14 +934,80 @@ pub fn check_equivalence(
     inputs: &[HostValue],
     options: CompareOptions,
 ) -> Result<EquivalenceReport> {
+    enough_devices(client, num_devices)?;
+    let expected = reference_outputs(client, original, num_devices, inputs, options.reference)?;
+    let actual = run_partitioned(client, original, partitioned, num_devices, inputs)?;
+    compare_outputs(partitioned, num_devices, &expected, actual, options)
+}
+
+/// [`check_equivalence`] for a candidate that still carries shardings (a deduplicated or
+/// otherwise rewritten original): XLA's own SPMD partitioner partitions it for `num_devices`
+/// ([`run_xla_partitioned`]), and its assembled outputs are compared with the original's on
+/// one device. A deduplicated candidate takes the original's arguments through its map.
+pub fn check_equivalence_xla(
+    client: &Client,
+    original: &Module,
+    candidate: &Module,
+    num_devices: usize,
+    inputs: &[HostValue],
+    options: CompareOptions,
+) -> Result<EquivalenceReport> {
+    enough_devices(client, num_devices)?;
+    let expected = reference_outputs(client, original, num_devices, inputs, options.reference)?;
+    let actual = run_xla_partitioned(client, candidate, num_devices, inputs)?;
+    compare_outputs(candidate, num_devices, &expected, actual, options)
+}
+
+fn enough_devices(client: &Client, num_devices: usize) -> Result<()> {
     if client.devices().len() < num_devices {
         return Err(Error::InvalidArgument(format!(
             "the client has {} devices, {num_devices} needed",
             client.devices().len()
         )));
     }
-    let expected = run_original(client, original, inputs)?;
-    let actual = run_partitioned(client, original, partitioned, num_devices, inputs)?;
+    Ok(())
+}
+
+/// The outputs `options.reference` says `original` must give: its own on one device, or those
+/// of XLA's partitioning of it on `num_devices` (for manual regions, which have no
+/// one-device meaning).
+fn reference_outputs(
+    client: &Client,
+    original: &Module,
+    num_devices: usize,
+    inputs: &[HostValue],
+    reference: Reference,
+) -> Result<Vec<HostArray>> {
+    match reference {
+        Reference::SingleDevice => run_original(client, original, inputs),
+        Reference::XlaPartitioned => {
+            let mut outs = Vec::new();
+            for (k, a) in run_xla_partitioned(client, original, num_devices, inputs)?
+                .into_iter()
+                .enumerate()
+            {
+                if let Some(mm) = a.mismatches.first() {
+                    return Err(module_error(
+                        original,
+                        format!("XLA's partitioning of it gives disagreeing replicas of output {k}: {mm}"),
+                    ));
+                }
+                outs.push(a.value.as_array().cloned().ok_or_else(|| {
+                    Error::InvalidArgument(format!("reference output {k} assembled into a tuple"))
+                })?);
+            }
+            Ok(outs)
+        }
+    }
+}
+
+fn compare_outputs(
+    partitioned: &Module,
+    num_devices: usize,
+    expected: &[HostArray],
+    actual: Vec<sharded::Assembled>,
+    options: CompareOptions,
+) -> Result<EquivalenceReport> {
     if expected.len() != actual.len() {
         return Err(module_error(
             partitioned,
@@ -895,7 +1144,7 @@ pub fn random_inputs(m: &Module, seed: u64) -> Result<Vec<HostValue>> {
         }
     }
     let shardings = entry_parameter_shardings(m)?;
-    entry_parameter_shapes(m)?
+    let mut values = entry_parameter_shapes(m)?
         .iter()
         .zip(&shardings)
         .map(|(s, sh)| {
@@ -908,7 +1157,72 @@ pub fn random_inputs(m: &Module, seed: u64) -> Result<Vec<HostValue>> {
             }
             value(s, &mut rng)
         })
-        .collect()
+        .collect::<Result<Vec<_>>>()?;
+    share_resource_inputs(m, &mut values)?;
+    Ok(values)
+}
+
+/// Gives every entry parameter that names a resource (`tessera.resource`) the value of the
+/// first parameter of the same resource, as one variable would feed them all. Parameters of
+/// one resource with different shapes keep their own values (the dedup pass refuses them).
+pub fn share_resource_inputs(m: &Module, inputs: &mut [HostValue]) -> Result<()> {
+    let resources =
+        tessera_hlo::resource::entry_resources(m).map_err(|e| module_error(m, e.to_string()))?;
+    let first = tessera_hlo::resource::first_slot_of_resource(&resources);
+    let shapes = entry_parameter_shapes(m)?;
+    for (k, &j) in first.iter().enumerate() {
+        if j != k && k < inputs.len() && shapes[j] == shapes[k] {
+            inputs[k] = inputs[j].clone();
+        }
+    }
+    Ok(())
+}
+
+/// Per-parameter values for `m` from the caller's per-argument values: a deduplicated module
+/// (with a `tessera.argument_map`) takes the original argument list, and argument `k` goes to
+/// parameter `map[k]`. Arguments that go to one parameter must be equal (they are one
+/// variable). Without a map, or when `args` already has one value per parameter, `args` is
+/// returned as is.
+pub fn feed_through_map<T: Clone + PartialEq>(m: &Module, args: &[T]) -> Result<Vec<T>> {
+    let map = tessera_hlo::resource::argument_map(m).map_err(|e| module_error(m, e.to_string()))?;
+    let n = entry_parameter_shapes(m)?.len();
+    let Some(map) = map else {
+        return Ok(args.to_vec());
+    };
+    if args.len() == n && map.len() != n {
+        return Ok(args.to_vec());
+    }
+    if args.len() != map.len() {
+        return Err(module_error(
+            m,
+            format!(
+                "takes {} arguments through its argument map ({n} parameters), got {}",
+                map.len(),
+                args.len()
+            ),
+        ));
+    }
+    let mut first: Vec<Option<usize>> = vec![None; n];
+    for (k, &p) in map.iter().enumerate() {
+        match first[p] {
+            None => first[p] = Some(k),
+            Some(j) if args[j] != args[k] => {
+                return Err(module_error(
+                    m,
+                    format!(
+                        "arguments {j} and {k} both go to parameter {p} (one variable) but \
+                         differ; a deduplicated module needs the same array in every slot of \
+                         one resource"
+                    ),
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(first
+        .into_iter()
+        .map(|k| args[k.expect("the map covers every parameter")].clone())
+        .collect())
 }
 
 #[cfg(test)]

@@ -40,12 +40,14 @@ pub mod ffi;
 pub mod harness;
 pub mod host;
 pub mod npy;
+pub mod npz;
 pub mod options;
 pub mod pjrt;
 pub mod runtime;
 pub mod shape;
 pub mod sharded;
 pub mod signature;
+pub mod variables;
 
 pub use element::{Bf16, Complex, ElementType, NativeType, F16};
 pub use error::{Error, ErrorCode, Result};
@@ -55,7 +57,7 @@ pub use options::{CompileOptions, DeviceAssignment};
 pub use pjrt::{Buffer, Client, Device, ExecuteOptions, LoadedExecutable, Plugin, Program};
 pub use runtime::{
     BufferHandle, CompileRequest, ExecutableHandle, ExecutableInfo, ExecuteConfig, MemoryStats,
-    Plan, PlanInput, PlanStep, Runtime,
+    ParamSource, Plan, PlanInput, PlanStep, Runtime, VariableBinding,
 };
 pub use shape::ArrayShape;
 pub use sharded::{assemble, shard_shape, split, Assembled, ReplicaMismatch, ShardError};

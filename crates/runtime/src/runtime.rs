@@ -128,6 +128,80 @@ pub enum PlanInput {
     Handle(BufferHandle),
     /// Output `index` of an earlier step, on the same device position.
     Output { step: usize, index: usize },
+    /// The device variable of a resource (by fingerprint) on the step's device: its current
+    /// value when the step runs. A step whose executable aliases this parameter to an output
+    /// updates the variable in place (the old buffer is donated).
+    Variable(u64),
+}
+
+/// Where a parameter of an executable takes its value from (seed 000's variable
+/// arguments bound through seed 002's handles).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ParamSource {
+    /// The device variable of a resource, by fingerprint.
+    Variable(u64),
+    /// Entry `i` of the caller's argument list (the arguments that are not variables).
+    Argument(usize),
+}
+
+/// The parameters of one executable, bound to device variables or caller arguments.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VariableBinding {
+    pub params: Vec<ParamSource>,
+}
+
+impl VariableBinding {
+    /// Binds parameters through an argument map: `resources[k]` is the resource fingerprint
+    /// of the caller's argument `k` (`None`: a plain argument) and `map[k]` the parameter it
+    /// goes to. A parameter receiving a resource is bound to that variable (all its
+    /// arguments must name the same one); the others take the plain arguments in parameter
+    /// order.
+    pub fn through_map(resources: &[Option<u64>], map: &[usize]) -> Result<VariableBinding> {
+        if resources.len() != map.len() {
+            return Err(Error::InvalidArgument(format!(
+                "{} argument resources for an argument map of {} entries",
+                resources.len(),
+                map.len()
+            )));
+        }
+        let n = map.iter().max().map_or(0, |&p| p + 1);
+        let mut by_param: Vec<Option<(usize, Option<u64>)>> = vec![None; n];
+        for (k, (&p, &r)) in map.iter().zip(resources).enumerate() {
+            match by_param[p] {
+                None => by_param[p] = Some((k, r)),
+                Some((j, q)) if q != r => {
+                    return Err(Error::InvalidArgument(format!(
+                        "arguments {j} and {k} go to parameter {p} but are not the same variable"
+                    )))
+                }
+                Some(_) => {}
+            }
+        }
+        let mut plain = 0;
+        let params = by_param
+            .into_iter()
+            .enumerate()
+            .map(|(p, e)| match e {
+                Some((_, Some(fp))) => Ok(ParamSource::Variable(fp)),
+                Some((_, None)) => {
+                    plain += 1;
+                    Ok(ParamSource::Argument(plain - 1))
+                }
+                None => Err(Error::InvalidArgument(format!(
+                    "no argument goes to parameter {p}"
+                ))),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(VariableBinding { params })
+    }
+
+    /// How many plain arguments a call takes.
+    pub fn num_arguments(&self) -> usize {
+        self.params
+            .iter()
+            .filter(|p| matches!(p, ParamSource::Argument(_)))
+            .count()
+    }
 }
 
 /// One execution of a plan.
@@ -195,6 +269,11 @@ struct State {
     buffers: HashMap<BufferHandle, StoreEntry>,
     memory: Vec<MemoryStats>,
     compilations: u64,
+    /// Device variables: (resource fingerprint, device index) -> the array holding the
+    /// variable's current value (the store holds one reference on it).
+    variables: std::collections::BTreeMap<(u64, usize), BufferHandle>,
+    /// Host-to-device copies made to initialise variables.
+    variable_uploads: u64,
     /// The client, for moving evicted arrays back.
     restorer: Option<Client>,
 }
@@ -497,6 +576,139 @@ impl Runtime {
     /// Number of live handles (arrays and tuples).
     pub fn live_buffers(&self) -> usize {
         self.lock().buffers.len()
+    }
+
+    // ------------------------------------------------------------ variables
+
+    /// Initialises the variable of `resource` on `device` from host bytes, unless it already
+    /// lives there (seed 000's "seen ordinals": a variable is uploaded once per device and
+    /// then stays across executions). Returns whether it uploaded.
+    pub fn init_variable(
+        &self,
+        resource: u64,
+        device: usize,
+        shape: &ArrayShape,
+        bytes: &[u8],
+    ) -> Result<bool> {
+        if self.lock().variables.contains_key(&(resource, device)) {
+            return Ok(false);
+        }
+        let h = self.upload_bytes(device, shape, bytes)?;
+        let mut st = self.lock();
+        st.variables.insert((resource, device), h);
+        st.variable_uploads += 1;
+        Ok(true)
+    }
+
+    /// The array that holds the variable now (the store keeps its reference: `retain` it to
+    /// keep this value past the next update).
+    pub fn variable(&self, resource: u64, device: usize) -> Result<BufferHandle> {
+        self.lock().variable(resource, device)
+    }
+
+    /// Reads a variable's current value.
+    pub fn read_variable(&self, resource: u64, device: usize) -> Result<(ArrayShape, Vec<u8>)> {
+        let h = self.variable(resource, device)?;
+        self.download_bytes(h)
+    }
+
+    /// Drops a variable on every device.
+    pub fn release_variable(&self, resource: u64) -> Result<()> {
+        let mut st = self.lock();
+        let keys: Vec<(u64, usize)> = st
+            .variables
+            .range((resource, 0)..=(resource, usize::MAX))
+            .map(|(k, _)| *k)
+            .collect();
+        for k in keys {
+            let h = st.variables.remove(&k).expect("listed");
+            st.release(h)?;
+        }
+        Ok(())
+    }
+
+    /// Host-to-device copies made by [`Runtime::init_variable`] so far.
+    pub fn variable_uploads(&self) -> u64 {
+        self.lock().variable_uploads
+    }
+
+    /// Number of (variable, device) pairs alive.
+    pub fn variable_count(&self) -> usize {
+        self.lock().variables.len()
+    }
+
+    /// Runs an executable whose parameters are bound by `binding`: variables come from the
+    /// store (on each device of the executable), the others from `args` (one list of plain
+    /// arguments per device). A variable parameter aliased to an output is updated in place:
+    /// its old buffer is donated and the output becomes the variable (the caller also gets a
+    /// reference to it). Returns the outputs per device, exploded or as one tuple as
+    /// `config` says; `config.release_inputs` applies to the plain arguments.
+    pub fn execute_bound(
+        &self,
+        exe: ExecutableHandle,
+        binding: &VariableBinding,
+        args: &[Vec<BufferHandle>],
+        config: ExecuteConfig,
+    ) -> Result<Vec<Vec<BufferHandle>>> {
+        let mut st = self.lock();
+        let info = st.executable(exe)?.info.clone();
+        if binding.params.len() != info.parameter_shapes.len() {
+            return Err(Error::InvalidArgument(format!(
+                "the binding has {} parameters, {exe} takes {}",
+                binding.params.len(),
+                info.parameter_shapes.len()
+            )));
+        }
+        if args.len() != info.devices.len() {
+            return Err(Error::InvalidArgument(format!(
+                "{exe} runs on {} devices, got {} argument lists",
+                info.devices.len(),
+                args.len()
+            )));
+        }
+        let mut lists = Vec::with_capacity(args.len());
+        let mut inputs = Vec::with_capacity(args.len());
+        for (k, plain) in args.iter().enumerate() {
+            let mut list = Vec::with_capacity(binding.params.len());
+            let mut input = Vec::with_capacity(binding.params.len());
+            for p in &binding.params {
+                let h = match *p {
+                    ParamSource::Variable(fp) => st.variable(fp, info.devices[k])?,
+                    ParamSource::Argument(i) => plain.get(i).copied().ok_or_else(|| {
+                        Error::InvalidArgument(format!(
+                            "the binding reads plain argument {i}, list {k} has {}",
+                            plain.len()
+                        ))
+                    })?,
+                };
+                list.push(h);
+                input.push(match *p {
+                    ParamSource::Variable(fp) => PlanInput::Variable(fp),
+                    ParamSource::Argument(_) => PlanInput::Handle(h),
+                });
+            }
+            lists.push(list);
+            inputs.push(input);
+        }
+        let written = written_variables(&info, &inputs).map_err(Error::InvalidArgument)?;
+        let release = |i: usize| match binding.params.get(i) {
+            Some(ParamSource::Variable(_)) => written.iter().any(|w| w.parameter == i),
+            Some(ParamSource::Argument(_)) => config.release_inputs,
+            None => false,
+        };
+        let outs = self.execute_locked(&mut st, exe, &lists, &release, true)?;
+        st.update_variables(&info, &written, &outs, &|_| true)?;
+        let outs = if config.explode_tuple {
+            outs
+        } else {
+            outs.into_iter()
+                .map(|handles| vec![st.insert(Node::Tuple(handles))])
+                .collect()
+        };
+        if config.release_executable {
+            st.release_executable(exe)?;
+        }
+        Ok(outs)
     }
 
     // --------------------------------------------------------------- memory
@@ -835,13 +1047,26 @@ impl Runtime {
             last_use.remove(&(step, index));
         }
         for (s, step) in plan.steps.iter().enumerate() {
+            let info = st
+                .executable(step.executable)
+                .map_err(|e| Error::Plan {
+                    step: s,
+                    message: e.to_string(),
+                })?
+                .info
+                .clone();
+            // Variables this step writes through its aliases (updated after it runs).
+            let written = written_variables(&info, &step.args)
+                .map_err(|message| Error::Plan { step: s, message })?;
             // An intermediate read for the last time here is handed over to
-            // the execution: released afterwards, donated if aliased.
+            // the execution: released afterwards, donated if aliased; so is a
+            // variable the step writes.
             let consumed = |i: usize| {
                 step.args.iter().all(|list| match list.get(i) {
                     Some(PlanInput::Output { step, index }) => {
                         last_use.get(&(*step, *index)) == Some(&s)
                     }
+                    Some(PlanInput::Variable(_)) => written.iter().any(|w| w.parameter == i),
                     _ => false,
                 })
             };
@@ -853,6 +1078,11 @@ impl Runtime {
                     list.iter()
                         .map(|input| match *input {
                             PlanInput::Handle(h) => Ok(h),
+                            PlanInput::Variable(fp) => info
+                                .devices
+                                .get(k)
+                                .ok_or_else(|| format!("no device position {k}"))
+                                .and_then(|&d| st.variable(fp, d).map_err(|e| e.to_string())),
                             PlanInput::Output { step, index } => {
                                 if step >= s {
                                     return Err(format!(
@@ -878,6 +1108,20 @@ impl Runtime {
                     step: s,
                     message: e.to_string(),
                 })?;
+            // A written variable's output that nothing else in the plan reads goes to the
+            // store outright (so that the next step can donate it again); one that is read
+            // or requested is shared with the plan.
+            let mut outs = outs;
+            let shared =
+                |o: usize| last_use.contains_key(&(s, o)) || plan.outputs.contains(&(s, o));
+            st.update_variables(&info, &written, &outs, &shared)?;
+            for w in written.iter().filter(|w| !shared(w.output)) {
+                for list in outs.iter_mut() {
+                    // Handles start at 1: 0 is never live, so the plan's final
+                    // release skips it.
+                    list[w.output] = BufferHandle(0);
+                }
+            }
             produced.push(outs);
         }
         Ok(())
@@ -920,7 +1164,94 @@ fn plan_output(
         .collect()
 }
 
+/// A variable a step writes: parameter `parameter` (the variable `resource` in every argument
+/// list) aliased to output `output`.
+struct WrittenVariable {
+    parameter: usize,
+    output: usize,
+    resource: Vec<u64>,
+}
+
+/// The variables an execution writes through its aliases; a variable written twice (two
+/// aliased parameters holding it) is refused.
+fn written_variables(
+    info: &ExecutableInfo,
+    args: &[Vec<PlanInput>],
+) -> std::result::Result<Vec<WrittenVariable>, String> {
+    let mut out: Vec<WrittenVariable> = Vec::new();
+    for a in &info.aliases {
+        let resources: Vec<Option<u64>> = args
+            .iter()
+            .map(|list| match list.get(a.parameter) {
+                Some(PlanInput::Variable(fp)) => Some(*fp),
+                _ => None,
+            })
+            .collect();
+        if resources.iter().all(Option::is_none) {
+            continue;
+        }
+        let resource: Vec<u64> = resources
+            .iter()
+            .map(|r| {
+                r.ok_or_else(|| {
+                    format!(
+                        "parameter {} is a variable on some devices only",
+                        a.parameter
+                    )
+                })
+            })
+            .collect::<std::result::Result<_, _>>()?;
+        if let Some(w) = out.iter().find(|w| w.resource == resource) {
+            return Err(format!(
+                "parameters {} and {} hold the same variable and are both written (outputs {} and {})",
+                w.parameter, a.parameter, w.output, a.output
+            ));
+        }
+        out.push(WrittenVariable {
+            parameter: a.parameter,
+            output: a.output,
+            resource,
+        });
+    }
+    Ok(out)
+}
+
 impl State {
+    fn variable(&self, resource: u64, device: usize) -> Result<BufferHandle> {
+        self.variables
+            .get(&(resource, device))
+            .copied()
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "variable {resource:#018x} is not initialised on device index {device}"
+                ))
+            })
+    }
+
+    /// After an execution: each written variable is now its aliased output (the old buffer
+    /// was donated or released by the execution). Where `shared(output)`, the store takes a
+    /// reference of its own; otherwise it takes over the execution's.
+    fn update_variables(
+        &mut self,
+        info: &ExecutableInfo,
+        written: &[WrittenVariable],
+        outs: &[Vec<BufferHandle>],
+        shared: &dyn Fn(usize) -> bool,
+    ) -> Result<()> {
+        for w in written {
+            for (k, list) in outs.iter().enumerate() {
+                let h = *list.get(w.output).ok_or_else(|| {
+                    Error::InvalidArgument(format!("no output {} to update a variable", w.output))
+                })?;
+                if shared(w.output) {
+                    self.entry_mut(h)?.refs += 1;
+                }
+                self.variables.insert((w.resource[k], info.devices[k]), h);
+            }
+        }
+        Ok(())
+    }
+
     fn fresh_id(&mut self) -> u64 {
         let id = self.next_id;
         self.next_id += 1;

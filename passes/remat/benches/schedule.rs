@@ -3,7 +3,6 @@
 //!
 //! `cargo bench -p tessera-remat --bench schedule`; figures in docs/BENCHMARKS.md.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
@@ -17,17 +16,14 @@ const FILES: &[&str] = &[
     "xla/backends/cpu/benchmarks/hlo/gemma2_2b_keras_jax.hlo",
 ];
 
-fn corpus(rel: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/corpus/xla-hlo")
-        .join(rel)
-}
-
 fn bench(c: &mut Criterion) {
+    let Some(root) = tessera_corpus::root_or_skip("schedule benches") else {
+        return;
+    };
     let mut g = c.benchmark_group("schedule");
     g.sample_size(10).measurement_time(Duration::from_secs(10));
     for rel in FILES {
-        let text = std::fs::read_to_string(corpus(rel)).expect("corpus file");
+        let text = std::fs::read_to_string(root.join(rel)).expect("corpus file");
         let module = parse_module(&text).expect("parses");
         let name = rel.rsplit('/').next().unwrap().trim_end_matches(".hlo");
         for kind in SchedulerKind::ALL {

@@ -160,21 +160,6 @@ fn transformer(args: &Args) {
     }
 }
 
-/// Least-squares slope of log(time) against log(size).
-fn exponent(points: &[(f64, f64)]) -> f64 {
-    let n = points.len() as f64;
-    let (sx, sy) = points
-        .iter()
-        .fold((0.0, 0.0), |(a, b), (x, y)| (a + x.ln(), b + y.ln()));
-    let (mx, my) = (sx / n, sy / n);
-    let (mut num, mut den) = (0.0, 0.0);
-    for (x, y) in points {
-        num += (x.ln() - mx) * (y.ln() - my);
-        den += (x.ln() - mx).powi(2);
-    }
-    num / den
-}
-
 fn scaling(args: &Args) {
     let reps = args.num("--reps", 3);
     let sizes: Vec<usize> = args.list("--sizes", &[1000, 3000, 10000, 30000, 100000]);
@@ -212,7 +197,10 @@ fn scaling(args: &Args) {
             );
             points.push((count as f64, t.as_secs_f64()));
         }
-        println!("{family}: growth exponent {:.3}", exponent(&points));
+        println!(
+            "{family}: growth exponent {:.3}",
+            gen::growth_exponent(&points)
+        );
     }
 }
 

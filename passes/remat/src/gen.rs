@@ -10,6 +10,9 @@
 //!   many skip edges at once, and a recomputation needs operands that may be dead already.
 //! - [`random_dag`]: small random DAGs for the exhaustive comparison.
 //!
+//! [`growth_exponent`] fits how a measured time grows with the size of these (and the
+//! workspace benches' scaling families).
+//!
 //! Every generated module carries a schedule (its entry computation in construction order), so
 //! it is `is_scheduled=true` and ready for rematerialization without a scheduler. Names are
 //! deterministic; the same arguments give the same module.
@@ -220,6 +223,22 @@ pub fn entry_size(m: &Module) -> usize {
     m.entry()
         .map(|c| m.comp(c).instructions().len())
         .unwrap_or(0)
+}
+
+/// Least-squares slope of log(time) against log(size) over `(size, time)` points: 1 for a
+/// linear cost, 2 for a quadratic one.
+pub fn growth_exponent(points: &[(f64, f64)]) -> f64 {
+    let n = points.len() as f64;
+    let (sx, sy) = points
+        .iter()
+        .fold((0.0, 0.0), |(a, b), (x, y)| (a + x.ln(), b + y.ln()));
+    let (mx, my) = (sx / n, sy / n);
+    let (mut num, mut den) = (0.0, 0.0);
+    for (x, y) in points {
+        num += (x.ln() - mx) * (y.ln() - my);
+        den += (x.ln() - mx).powi(2);
+    }
+    num / den
 }
 
 #[cfg(test)]

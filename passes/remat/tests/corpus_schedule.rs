@@ -4,37 +4,18 @@
 //! reported peak is the peak of the schedule measured again. Files over 64 KiB are skipped to
 //! keep the debug test fast (the largest module is timed by benches/schedule.rs).
 
-use std::path::{Path, PathBuf};
-
 use tessera_hlo::analysis::shape_size;
 use tessera_hlo::verify::{verify, VerifyOptions};
 use tessera_remat::{peak_memory, schedule_module, SchedulerKind};
 
-fn corpus() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus/xla-hlo")
-}
-
-fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    let mut entries: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
-    entries.sort();
-    for p in entries {
-        if p.is_dir() {
-            collect(&p, out);
-        } else if p.extension().is_some_and(|e| e == "hlo") {
-            out.push(p);
-        }
-    }
-}
-
 #[test]
 fn default_scheduler_gives_valid_schedules_on_the_corpus() {
-    let root = corpus();
-    assert!(root.is_dir(), "corpus not found at {}", root.display());
-    let mut files = Vec::new();
-    collect(&root, &mut files);
+    let Some(root) =
+        tessera_corpus::root_or_skip("default_scheduler_gives_valid_schedules_on_the_corpus")
+    else {
+        return;
+    };
+    let files = tessera_corpus::hlo_files(&root);
     let opts = VerifyOptions::default();
     let mut ran = 0;
     let mut failures = Vec::new();
@@ -43,7 +24,7 @@ fn default_scheduler_gives_valid_schedules_on_the_corpus() {
             continue;
         }
         let text = std::fs::read_to_string(&f).unwrap();
-        for (k, part) in text.split("\n// -----").enumerate() {
+        for (k, part) in tessera_corpus::split_modules(&text).iter().enumerate() {
             let Ok(mut m) = tessera_hlo::text::parse_module(part) else {
                 continue;
             };

@@ -800,6 +800,14 @@ struct Propagator<'m> {
     caller: Vec<Option<InstrId>>,
     /// Post orders of the computations the pass walks, in module order.
     orders: Vec<(CompId, Vec<InstrId>)>,
+    /// Position of each computation in `orders` (`usize::MAX`: not walked).
+    order_of: Vec<usize>,
+    /// Positions in `orders` of the computations with an instruction whose `done_fwd` or
+    /// `done_bwd` was cleared since the computation was last walked: the others would be
+    /// walked for nothing (every instruction skipped). Walking only these keeps a fixed point
+    /// that moves one computation per round (a call chain) linear instead of rounds times
+    /// computations.
+    pending: std::collections::BTreeSet<usize>,
     done_fwd: Vec<bool>,
     done_bwd: Vec<bool>,
     /// Per instruction, facts that do not change during the pass: `IS_ROOT`,
@@ -856,6 +864,8 @@ impl<'m> Propagator<'m> {
             unspecified: vec![None; cap],
             caller: vec![None; m.comp_capacity()],
             orders: Vec::new(),
+            order_of: vec![usize::MAX; m.comp_capacity()],
+            pending: std::collections::BTreeSet::new(),
             done_fwd: vec![false; cap],
             done_bwd: vec![false; cap],
             facts: vec![0; cap],
@@ -942,6 +952,7 @@ impl<'m> Propagator<'m> {
         }
         let mut orders = analysis::PostOrders::new(m);
         for &c in m.computations() {
+            p.order_of[c.index()] = p.orders.len();
             p.orders.push((c, orders.post_order(m, c)));
         }
         p
@@ -1167,13 +1178,17 @@ impl<'m> Propagator<'m> {
 
     fn clear_cache(&mut self, id: InstrId, for_users: Option<InstrId>) {
         let m = self.m;
+        self.mark_pending(m.instr(id).parent());
         for &op in m.instr(id).operands() {
             self.done_bwd[op.index()] = false;
         }
-        for &u in m.instr(for_users.unwrap_or(id)).users() {
+        let source = for_users.unwrap_or(id);
+        self.mark_pending(m.instr(source).parent());
+        for &u in m.instr(source).users() {
             self.done_fwd[u.index()] = false;
             // The parameters of what the user calls see the new sharding too.
             for &c in &m.instr(u).called {
+                self.mark_pending(c);
                 for k in 0..m.comp(c).num_parameters() {
                     if let Some(p) = m.comp(c).parameter(k) {
                         self.done_fwd[p.index()] = false;
@@ -1183,16 +1198,45 @@ impl<'m> Propagator<'m> {
         }
     }
 
+    fn mark_pending(&mut self, c: CompId) {
+        if let Some(&k) = self.order_of.get(c.index()).filter(|&&k| k != usize::MAX) {
+            self.pending.insert(k);
+        }
+    }
+
     fn run_level(&mut self, level: u8) {
         self.done_fwd.iter_mut().for_each(|x| *x = false);
         self.done_bwd.iter_mut().for_each(|x| *x = false);
         let may_merge = self.spmd && level > 0;
         let orders = std::mem::take(&mut self.orders);
+        // Computations walked every round: a partial annotation is refined on every visit,
+        // and a manual conversion re-opens the annotation before it.
+        let always: Vec<usize> = orders
+            .iter()
+            .enumerate()
+            .filter(|(_, (_, order))| {
+                order.iter().any(|&id| {
+                    let i = self.m.instr(id);
+                    (self.provided[id.index()] && self.unspecified[id.index()].is_some())
+                        || is_custom_call(i, "SPMDFullToShardShape")
+                        || is_custom_call(i, "SPMDShardToFullShape")
+                })
+            })
+            .map(|(k, _)| k)
+            .collect();
+        self.pending = (0..orders.len()).collect();
         let mut changed_last = true;
         while changed_last {
             changed_last = false;
             self.iterations += 1;
-            for (_, order) in &orders {
+            self.pending.extend(always.iter().copied());
+            // In `orders` order, as a walk of all of them would go; a computation marked
+            // again after its walk waits for the next round.
+            let mut from = 0;
+            while let Some(&k) = self.pending.range(from..).next() {
+                self.pending.remove(&k);
+                from = k + 1;
+                let order = &orders[k].1;
                 for &id in order {
                     if self.done_fwd[id.index()] {
                         continue;

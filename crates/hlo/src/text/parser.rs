@@ -140,28 +140,43 @@ fn count_newlines(b: &[u8]) -> usize {
     n + chunks.remainder().iter().filter(|&&c| c == b'\n').count()
 }
 
-/// Instructions by (computation, text name): the scope of every computation, in one table
-/// hashed by the name alone, so that it also tells whether any computation has used a name.
+/// Instructions by (computation, text name): the scope of every computation in one table, and
+/// the set of text names any computation has used.
 #[derive(Default)]
 struct ScopeTable<'a> {
+    /// Instructions by (computation, text name), hashed on both: most computations of a module
+    /// reuse the same few names (`%x`, `%p`), and a table keyed by the name alone puts all of
+    /// them in one probe chain, which made parsing quadratic in the number of computations.
     table: hashbrown::HashTable<ScopeEntry<'a>>,
+    /// Every text name seen in any computation, once (for `has_name`).
+    names: hashbrown::HashTable<(u64, &'a str)>,
 }
 
 struct ScopeEntry<'a> {
     name: &'a str,
     comp: CompId,
     id: InstrId,
+    /// `scoped_hash(name's hash, comp)`, kept so that growing the table rehashes nothing.
+    hash: u64,
+}
+
+/// The hash of a name in one computation, from the name's own hash.
+#[inline]
+fn scoped_hash(name_hash: u64, comp: CompId) -> u64 {
+    let x = name_hash ^ (comp.index() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    x ^ (x >> 29)
 }
 
 impl<'a> ScopeTable<'a> {
     fn reserve(&mut self, n: usize) {
-        self.table.reserve(n, |e| crate::names::hash(e.name));
+        self.table.reserve(n, |e| e.hash);
+        self.names.reserve(n, |e| e.0);
     }
 
     #[inline]
     fn get(&self, comp: CompId, name: &str) -> Option<InstrId> {
         self.table
-            .find(crate::names::hash(name), |e| {
+            .find(scoped_hash(crate::names::hash(name), comp), |e| {
                 e.comp == comp && e.name == name
             })
             .map(|e| e.id)
@@ -170,28 +185,50 @@ impl<'a> ScopeTable<'a> {
     /// True if some computation has an instruction with this text name.
     #[inline]
     fn has_name(&self, hash: u64, name: &str) -> bool {
-        self.table.find(hash, |e| e.name == name).is_some()
+        self.names.find(hash, |e| e.1 == name).is_some()
     }
 
     /// Adds `name` in `comp`, known to be used by no computation yet.
     #[inline]
     fn insert_new_name(&mut self, hash: u64, comp: CompId, name: &'a str, id: InstrId) {
-        self.table
-            .insert_unique(hash, ScopeEntry { name, comp, id }, |e| {
-                crate::names::hash(e.name)
-            });
+        self.names.insert_unique(hash, (hash, name), |e| e.0);
+        let hash = scoped_hash(hash, comp);
+        self.table.insert_unique(
+            hash,
+            ScopeEntry {
+                name,
+                comp,
+                id,
+                hash,
+            },
+            |e| e.hash,
+        );
     }
 
     /// Adds `name` in `comp`; false if the computation already has it.
     fn insert(&mut self, hash: u64, comp: CompId, name: &'a str, id: InstrId) -> bool {
+        if self.names.find(hash, |e| e.1 == name).is_none() {
+            self.insert_new_name(hash, comp, name, id);
+            return true;
+        }
+        let scoped = scoped_hash(hash, comp);
         if self
             .table
-            .find(hash, |e| e.comp == comp && e.name == name)
+            .find(scoped, |e| e.comp == comp && e.name == name)
             .is_some()
         {
             return false;
         }
-        self.insert_new_name(hash, comp, name, id);
+        self.table.insert_unique(
+            scoped,
+            ScopeEntry {
+                name,
+                comp,
+                id,
+                hash: scoped,
+            },
+            |e| e.hash,
+        );
         true
     }
 }
@@ -213,6 +250,9 @@ pub(super) struct Parser<'a> {
     /// Computations to print right before another one (inline computations and async
     /// wrappers before their caller), applied once at the end.
     placed_before: Vec<(CompId, CompId)>,
+    /// The get-tuple-elements made for dumps' `%x#N` shorthand, by (tuple, index): every use
+    /// of the same element shares one, as in XLA.
+    tuple_elements: FxHashMap<(InstrId, i64), InstrId>,
     depth: u32,
 }
 
@@ -240,6 +280,7 @@ impl<'a> Parser<'a> {
             scope: ScopeTable::default(),
             current: None,
             placed_before: Vec::new(),
+            tuple_elements: FxHashMap::default(),
             depth: 0,
         }
     }
@@ -1197,10 +1238,11 @@ impl<'a> Parser<'a> {
         // `%name`: neither a shape nor a nested instruction can start with `%`.
         if self.c.byte_at(0) == Some(b'%') {
             let name = self.c.name("an operand name")?;
-            return self.lookup(name).ok_or_else(|| {
+            let id = self.lookup(name).ok_or_else(|| {
                 self.c
                     .error_at(shape_at, format!("instruction '{name}' is not defined"))
-            });
+            })?;
+            return self.tuple_element_shorthand(id, name, shape_at);
         }
         let declared = if self.can_be_shape()? {
             Some(self.parse_shape()?)
@@ -1223,6 +1265,7 @@ impl<'a> Parser<'a> {
                 .c
                 .error_at(at, format!("instruction '{name}' is not defined")));
         };
+        let id = self.tuple_element_shorthand(id, name, at)?;
         if let Some(s) = declared {
             if !s.compatible(&self.m.instr(id).shape) {
                 return Err(self.c.error_at(
@@ -1234,6 +1277,75 @@ impl<'a> Parser<'a> {
                     ),
                 ));
             }
+        }
+        Ok(id)
+    }
+
+    /// Dumps' tuple-element shorthand after an operand name: `%x#1` is element 1 of the tuple
+    /// `%x`, `%x#1#0` element 0 of that. Read as XLA's parser reads it: each step is a
+    /// `get-tuple-element` named `<x>_<N>` (the operand's text name, or the name made for the
+    /// step before), added right before the instruction being parsed, without sharding or
+    /// metadata; later uses of the same element share it. Its name is not a text name (the
+    /// text cannot refer to it), so a text instruction of that name defined later gets a `.N`
+    /// suffix. Returns `id` itself when no `#` follows.
+    fn tuple_element_shorthand(
+        &mut self,
+        mut id: InstrId,
+        name: &str,
+        at: usize,
+    ) -> PResult<InstrId> {
+        if self.c.peek()? != Some(b'#') {
+            return Ok(id);
+        }
+        let mut base = name.to_string();
+        while self.c.eat(b'#')? {
+            let index_at = {
+                self.c.skip_ws()?;
+                self.c.pos
+            };
+            let index = self.c.int("a tuple index after '#'")?;
+            base = format!("{base}_{index}");
+            if let Some(&gte) = self.tuple_elements.get(&(id, index)) {
+                id = gte;
+                continue;
+            }
+            let tuple = self.m.instr(id);
+            let elements = tuple.shape.tuple_elements();
+            if !tuple.shape.is_tuple() {
+                return Err(self.c.error_at(
+                    at,
+                    format!(
+                        "'{}#{index}' takes an element of a tuple, but '{}' has shape {}",
+                        tuple.name,
+                        tuple.name,
+                        super::printer::shape_string(&tuple.shape)
+                    ),
+                ));
+            }
+            let Some(element) = usize::try_from(index).ok().and_then(|i| elements.get(i)) else {
+                return Err(self.c.error_at(
+                    index_at,
+                    format!(
+                        "tuple index {index} is out of range for '{}', a tuple of {} elements",
+                        tuple.name,
+                        elements.len()
+                    ),
+                ));
+            };
+            let element = element.clone();
+            let mut gte =
+                Instruction::new(self.m.unique_name(&base), Opcode::GetTupleElement, element);
+            gte.attrs.tuple_index = index;
+            gte.operands = [id].into_iter().collect();
+            let comp = self
+                .current
+                .expect("operands are parsed inside a computation");
+            let gte_id = self
+                .m
+                .add_parsed_instruction(comp, gte)
+                .map_err(|e| self.c.error_at(at, e.to_string()))?;
+            self.tuple_elements.insert((id, index), gte_id);
+            id = gte_id;
         }
         Ok(id)
     }

@@ -1247,3 +1247,109 @@ fn malformed_debug_attributes_are_errors_with_places() {
         );
     }
 }
+
+/// The instruction names of a printed computation, in order (ROOT and `%` dropped).
+fn names_of(printed: &str, computation: &str) -> Vec<String> {
+    let start = printed
+        .lines()
+        .position(|l| l.contains(&format!("%{computation} (")))
+        .unwrap_or_else(|| panic!("no computation {computation} in\n{printed}"));
+    printed
+        .lines()
+        .skip(start + 1)
+        .take_while(|l| *l != "}")
+        .map(|l| {
+            let l = l.trim().trim_start_matches("ROOT ").trim_start_matches('%');
+            l[..l.find(" = ").unwrap()].to_string()
+        })
+        .collect()
+}
+
+/// Dumps' `%x#N` shorthand, read as jaxlib 0.12's `hlo_module_from_text` reads it (each case
+/// and its expected names and order were checked against jaxlib with
+/// scripts/check_dump_shorthand.py): one get-tuple-element per (tuple, index), named
+/// `<text name>_<N>`, made right before its first user, no sharding or metadata; a text name
+/// the new instruction took is renamed with `.N`.
+#[test]
+fn tuple_element_shorthand_reads_as_xla() {
+    let head = "HloModule m\n\nENTRY %e (p: (f32[2], (f32[3], s32[]))) -> f32[2] {\n  \
+                %p = (f32[2]{0}, (f32[3]{0}, s32[])) parameter(0), \
+                sharding={{maximal device=0}, {maximal device=0}, {maximal device=1}}, \
+                metadata={op_name=\"p\"}\n";
+    let case = |body: &str| roundtrip(&format!("{head}{body}}}\n")).1;
+
+    // Shared by every use, placed before the first one; shapes may be written; `%p #0`, `p#0`
+    // and `%p#00` are the same element.
+    let printed =
+        case("  %a = f32[2]{0} add(%p#0, f32[2]{0} %p #00)\n  ROOT %b = f32[2]{0} negate(p#0)\n");
+    assert_eq!(names_of(&printed, "e"), ["p", "p_0", "a", "b"]);
+    assert_eq!(
+        line_of(&printed, "p_0"),
+        "%p_0 = f32[2]{0} get-tuple-element((f32[2]{0}, (f32[3]{0}, s32[])) %p), index=0"
+    );
+
+    // Nested: `%p#1#0` is element 0 of a get-tuple-element `p_1`, named `p_1_0`.
+    let printed = case(
+        "  %a = f32[3]{0} negate(%p#1#0)\n  %t = (f32[3]{0}, s32[]) tuple(%a, %p#1#1)\n  \
+         ROOT %b = f32[2]{0} negate(%p#0)\n",
+    );
+    assert_eq!(
+        names_of(&printed, "e"),
+        ["p", "p_1", "p_1_0", "a", "p_1_1", "t", "p_0", "b"]
+    );
+
+    // A text instruction named like the new one, before or after it, is renamed; the text
+    // keeps referring to it by its text name.
+    let printed = case("  %p_0 = f32[2]{0} negate(%p#0)\n  ROOT %b = f32[2]{0} add(%p#0, %p_0)\n");
+    assert_eq!(names_of(&printed, "e"), ["p", "p_0", "p_0.1", "b"]);
+    assert!(line_of(&printed, "b").contains("add(f32[2]{0} %p_0, f32[2]{0} %p_0.1)"));
+    let printed = case(
+        "  %a = f32[2]{0} negate(%p#0)\n  %p_0 = f32[2]{0} negate(%a)\n  \
+         ROOT %b = f32[2]{0} add(%p_0, %a)\n",
+    );
+    assert_eq!(names_of(&printed, "e"), ["p", "p_0", "a", "p_0.1", "b"]);
+
+    // The name comes from the text name of the operand, then is made unique in the module.
+    let (_, printed) = roundtrip(
+        "HloModule m\n\n%f (p: (f32[2], f32[3])) -> f32[2] {\n  %p = (f32[2]{0}, f32[3]{0}) parameter(0)\n  \
+         ROOT %a = f32[2]{0} negate(%p#0)\n}\n\nENTRY %e (p: (f32[2], f32[3])) -> f32[2] {\n  \
+         %p = (f32[2]{0}, f32[3]{0}) parameter(0)\n  %p_0 = f32[2]{0} negate(%p#0)\n  \
+         %c = f32[2]{0} call(%p), to_apply=%f\n  ROOT %b = f32[2]{0} add(%p_0, %c)\n}\n",
+    );
+    assert_eq!(names_of(&printed, "f"), ["p", "p_0", "a"]);
+    assert_eq!(names_of(&printed, "e"), ["p.1", "p_0.1", "p_0.2", "c", "b"]);
+
+    // The tuple's sharding and metadata stay on the tuple.
+    let m = parse_module(&format!("{head}  ROOT %b = f32[2]{{0}} negate(%p#0)\n}}\n")).unwrap();
+    let root = m.comp(m.entry().unwrap()).root().unwrap();
+    let gte = m.instr(m.instr(root).operands[0]);
+    assert_eq!(gte.opcode, Opcode::GetTupleElement);
+    assert!(gte.sharding.is_none() && gte.metadata.is_none());
+}
+
+#[test]
+fn tuple_element_shorthand_errors() {
+    let head = "HloModule m\n\nENTRY %e (p: (f32[2], f32[3])) -> f32[2] {\n  \
+                %p = (f32[2]{0}, f32[3]{0}) parameter(0)\n";
+    let e = |body: &str| err(&format!("{head}{body}}}\n")).to_string();
+    assert_eq!(
+        e("  ROOT %b = f32[2]{0} negate(%p#2)\n"),
+        "5:33: tuple index 2 is out of range for 'p', a tuple of 2 elements"
+    );
+    assert_eq!(
+        e("  ROOT %b = f32[2]{0} negate(%p#-1)\n"),
+        "5:33: tuple index -1 is out of range for 'p', a tuple of 2 elements"
+    );
+    assert_eq!(
+        e("  %a = f32[2]{0} negate(%p#0)\n  ROOT %b = f32[2]{0} negate(%a#0)\n"),
+        "6:30: 'a#0' takes an element of a tuple, but 'a' has shape f32[2]{0}"
+    );
+    assert!(e("  ROOT %b = f32[2]{0} negate(f32[3]{0} %p#0)\n")
+        .contains("declared operand shape f32[3]{0} is not compatible with the shape f32[2]{0}"));
+    assert!(e("  ROOT %b = f32[2]{0} negate(%p#)\n").contains("a tuple index after '#'"));
+    // The new instruction is not a text name (as in XLA).
+    assert!(
+        e("  %a = f32[2]{0} negate(%p#0)\n  ROOT %b = f32[2]{0} add(%p_0, %a)\n")
+            .contains("instruction 'p_0' is not defined")
+    );
+}

@@ -10,9 +10,7 @@ use tessera_hlo::Module;
 
 use crate::options::{parse_bool, unknown_key, OptionDoc, PassOptions};
 use crate::registry::RegisteredPass;
-use crate::util::{
-    is_removable, remove_unreachable_computations, remove_with_dead_operands, SideEffects,
-};
+use crate::util::{remove_dead, remove_unreachable_computations, SideEffects};
 use crate::{Pass, Result};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,22 +77,13 @@ impl Pass for Dce {
             self.removed_computations += remove_unreachable_computations(module);
         }
         let effects = SideEffects::new(module);
-        for c in module.computations().to_vec() {
-            // Reverse stored order visits users before operands, so chains go in one sweep;
-            // remove_with_dead_operands catches the rest.
-            let ids: Vec<_> = module
-                .comp(c)
-                .instructions()
-                .iter()
-                .rev()
-                .copied()
-                .collect();
-            for id in ids {
-                if module.try_instr(id).is_some() && is_removable(module, id, &effects) {
-                    self.removed_instructions += remove_with_dead_operands(module, id, &effects)?;
-                }
-            }
-        }
+        // Users before operands, so most chains go in one sweep; remove_dead catches the rest.
+        let ids: Vec<_> = module
+            .computations()
+            .iter()
+            .flat_map(|&c| module.comp(c).instructions().iter().rev().copied())
+            .collect();
+        self.removed_instructions += remove_dead(module, &ids, &effects)?;
         if self.options.remove_dead_computations {
             // Removing a call or while may have orphaned its callees.
             self.removed_computations += remove_unreachable_computations(module);

@@ -90,49 +90,130 @@ impl Pass for CallInliner {
         self.inlined = 0;
         let cg = CallGraph::new(module);
         let site_count = |c: CompId| cg.caller_callsites(c).count();
-        let mut callees = Vec::new();
-        for comp in computation_post_order(module, true) {
-            let calls: Vec<InstrId> = module
-                .comp(comp)
-                .instructions()
-                .iter()
-                .copied()
-                .filter(|&i| module.instr(i).opcode == Opcode::Call)
-                .collect();
-            for call in calls {
+        // References to each computation from live instructions. A computation whose count
+        // drops to zero through inlining is dead: its body is not inlined into (that would copy
+        // what no one runs, and is what made a call chain quadratic) and, with
+        // `remove_dead_callees`, it is removed.
+        let mut refs = vec![0usize; module.comp_capacity()];
+        for &c in module.computations() {
+            for &i in module.comp(c).instructions() {
+                for &k in module.called_computations(i) {
+                    refs[k.index()] += 1;
+                }
+            }
+        }
+        let was_called: Vec<bool> = refs.iter().map(|&n| n > 0).collect();
+        let mut dead = Vec::new();
+        // Callers first: every callee is still its original body when it is copied, and the
+        // calls the copy brings along are inlined in the same sweep of the caller.
+        let mut order = computation_post_order(module, true);
+        order.reverse();
+        for comp in order {
+            if self.options.remove_dead_callees
+                && was_called[comp.index()]
+                && refs[comp.index()] == 0
+                && module.entry() != Some(comp)
+            {
+                for &i in module.comp(comp).instructions() {
+                    for &k in module.called_computations(i) {
+                        refs[k.index()] -= 1;
+                    }
+                }
+                dead.push(comp);
+                continue;
+            }
+            let inlinable = |module: &Module, call: InstrId| {
                 let i = module.instr(call);
-                let Some(callee) = i.to_apply() else { continue };
-                if i.attrs.is_composite
+                if i.opcode != Opcode::Call {
+                    return None;
+                }
+                let callee = i.to_apply()?;
+                let skip = i.attrs.is_composite
                     || module.comp(callee).execution_thread != module.comp(comp).execution_thread
                     || module.comp(callee).root().is_none()
-                    || (self.options.single_call_site && site_count(callee) != 1)
-                {
+                    || (self.options.single_call_site && site_count(callee) != 1);
+                (!skip).then_some(callee)
+            };
+            let base: Vec<InstrId> = module.comp(comp).instructions().to_vec();
+            let mut work: Vec<InstrId> = base
+                .iter()
+                .rev()
+                .copied()
+                .filter(|&i| inlinable(module, i).is_some())
+                .collect();
+            if work.is_empty() {
+                continue;
+            }
+            let caller_root = module.comp(comp).root();
+            let mut expansion: HashMap<InstrId, Vec<InstrId>> = HashMap::new();
+            let mut calls = Vec::new();
+            while let Some(call) = work.pop() {
+                let Some(callee) = inlinable(module, call) else {
                     continue;
-                }
-                inline_call(module, call)?;
+                };
+                let copies = inline_body(module, call)?;
+                refs[callee.index()] -= 1;
                 self.inlined += 1;
-                if !callees.contains(&callee) {
-                    callees.push(callee);
+                let mut nested = Vec::new();
+                for &c in &copies {
+                    for &k in module.called_computations(c) {
+                        refs[k.index()] += 1;
+                    }
+                    if inlinable(module, c).is_some() {
+                        nested.push(c);
+                    }
                 }
+                // Inline the copied calls next, in order.
+                work.extend(nested.into_iter().rev());
+                expansion.insert(call, copies);
+                calls.push(call);
+            }
+            let seq = module
+                .schedule
+                .as_ref()
+                .and_then(|s| s.sequences.get(&comp))
+                .map(|seq| expand(seq, &expansion));
+            module.remove_instructions(&calls)?;
+            module.set_instruction_order(comp, expand(&base, &expansion));
+            if let (Some(seq), Some(s)) = (seq, module.schedule.as_mut()) {
+                s.sequences.insert(comp, seq);
+            }
+            if let Some(r) = caller_root.filter(|&r| module.try_instr(r).is_some()) {
+                module.set_root(comp, r);
             }
         }
-        if self.options.remove_dead_callees && !callees.is_empty() {
-            let cg = CallGraph::new(module);
-            for c in callees {
-                if cg.caller_callsites(c).count() == 0 && module.entry() != Some(c) {
-                    module.remove_computation(c);
-                }
-            }
-        }
+        // Every computation that inlining left unreferenced was found dead in the sweep: its
+        // callers all came before it.
+        module.remove_computations(&dead);
         Ok(self.inlined > 0)
     }
 }
 
-/// Inlines one `call` instruction; returns the instruction that replaced it.
-pub fn inline_call(module: &mut Module, call: InstrId) -> Result<InstrId> {
+/// `base` with every inlined call replaced by its copies, recursively (the copies of a callee
+/// may hold calls inlined in turn).
+fn expand(base: &[InstrId], expansion: &HashMap<InstrId, Vec<InstrId>>) -> Vec<InstrId> {
+    let mut out = Vec::with_capacity(base.len());
+    let mut stack = vec![base.iter()];
+    while let Some(it) = stack.last_mut() {
+        match it.next() {
+            None => {
+                stack.pop();
+            }
+            Some(i) => match expansion.get(i) {
+                Some(copies) => stack.push(copies.iter()),
+                None => out.push(*i),
+            },
+        }
+    }
+    out
+}
+
+/// Copies the callee's body into the caller for one `call` and makes the call's users use the
+/// copy of the callee root. The call itself stays, unused, for the caller to remove and to
+/// replace in its order by the returned copies (in the callee's post order).
+fn inline_body(module: &mut Module, call: InstrId) -> Result<Vec<InstrId>> {
     let caller = module.instr(call).parent();
     let callee = module.instr(call).to_apply().expect("a call has a callee");
-    let caller_root = module.comp(caller).root();
     let operands = module.operands(call).to_vec();
     let mut map: HashMap<InstrId, InstrId> = HashMap::new();
     let mut added = Vec::new();
@@ -189,31 +270,8 @@ pub fn inline_call(module: &mut Module, call: InstrId) -> Result<InstrId> {
             module.add_control_dependency(new_root, s);
         }
     }
-    // Put the copies where the call was.
-    let new_ids: Vec<InstrId> = added.iter().map(|a| map[a]).collect();
-    let mut order: Vec<InstrId> = Vec::with_capacity(module.comp(caller).instructions().len());
-    for &i in module.comp(caller).instructions() {
-        if i == call {
-            order.extend(&new_ids);
-        }
-        if !new_ids.contains(&i) {
-            order.push(i);
-        }
-    }
-    module.set_instruction_order(caller, order);
-    if let Some(s) = module.schedule.as_mut() {
-        if let Some(seq) = s.sequences.get_mut(&caller) {
-            if let Some(k) = seq.iter().position(|&x| x == call) {
-                seq.splice(k..k, new_ids.iter().copied());
-            }
-        }
-    }
-    if let Some(r) = caller_root {
-        module.set_root(caller, r);
-    }
     module.replace_all_uses_with(call, new_root)?;
-    module.remove_instruction(call)?;
-    Ok(new_root)
+    Ok(added.iter().map(|a| map[a]).collect())
 }
 
 #[cfg(test)]
@@ -259,10 +317,10 @@ mod tests {
         assert!(pass.run(&mut b.m).unwrap());
         assert_eq!(pass.inlined, 2);
         assert_eq!(comp_names(&b.m), ["main"]);
-        // Names: copies get a fresh `.N` while the original name is taken (neg -> neg.1 in
-        // `outer`, then neg.1 -> neg.2 in `main`).
-        assert_eq!(names(&b.m, main), ["main.p0", "neg.2", "add.1", "exp"]);
-        let neg1 = b.m.find_instruction("neg.2").unwrap();
+        // Names: copies get a fresh `.N` while the original name is taken. Callers are inlined
+        // into first, so `inner`'s body is copied once, straight into `main` (neg -> neg.1).
+        assert_eq!(names(&b.m, main), ["main.p0", "neg.1", "add.1", "exp"]);
+        let neg1 = b.m.find_instruction("neg.1").unwrap();
         let add1 = b.m.find_instruction("add.1").unwrap();
         assert_eq!(b.m.operands(neg1), &[p]);
         assert_eq!(b.m.operands(add1), &[neg1, p]);

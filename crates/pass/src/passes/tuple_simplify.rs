@@ -14,7 +14,7 @@ use tessera_hlo::{InstrId, Module, Opcode};
 
 use crate::options::{parse_bool, unknown_key, OptionDoc, PassOptions};
 use crate::registry::RegisteredPass;
-use crate::util::{is_removable, remove_with_dead_operands, SideEffects};
+use crate::util::{remove_dead, SideEffects};
 use crate::{Pass, Result};
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -98,25 +98,26 @@ impl Pass for TupleSimplifier {
 
     fn run(&mut self, module: &mut Module) -> Result<bool> {
         self.replaced = 0;
+        // Simplifying never adds a side effect, and only unused side-effect-free instructions
+        // are removed: one analysis serves the whole module.
+        let effects = SideEffects::new(module);
+        let mut replaced = Vec::new();
         for c in module.computations().to_vec() {
             if self.options.exclude_entry_computation && module.entry() == Some(c) {
                 continue;
             }
-            let effects = SideEffects::new(module);
+            // Operands come before users, so removing dead ones at the end changes nothing
+            // that the walk looks at.
             for id in post_order(module, c) {
-                if module.try_instr(id).is_none() {
-                    continue;
-                }
                 let Some(new) = replacement(module, id) else {
                     continue;
                 };
                 module.replace_all_uses_with(id, new)?;
                 self.replaced += 1;
-                if is_removable(module, id, &effects) {
-                    remove_with_dead_operands(module, id, &effects)?;
-                }
+                replaced.push(id);
             }
         }
+        remove_dead(module, &replaced, &effects)?;
         Ok(self.replaced > 0)
     }
 }

@@ -1,0 +1,88 @@
+//! Generated inputs for the workspace's scaling benchmark (`benches/scaling.rs`) and the
+//! cost regression tests (`tests/linear.rs`): module families whose size is one number, so
+//! that the time of parse and of every pass can be fitted against it
+//! ([`tessera_remat::gen::growth_exponent`]).
+//!
+//! - [`call_chain`]: computation `c_i` calls `c_{i-1}`, the entry calls the last: the input
+//!   that made `inline` quadratic (the seed of `../shared/robustness/gencalls.py`).
+//! - [`flat_calls`]: the entry calls `n` computations once each; every callee returns a tuple
+//!   whose element the entry reads with a get-tuple-element, so inlining leaves `n`
+//!   get-tuple-element(tuple) pairs for `tuple-simplify` and dead halves for `dce`.
+//! - [`wide`]: one computation of about `n` instructions with the same tuple, get-tuple-element
+//!   and dead-value patterns, for passes whose cost grows with one computation's size.
+//!
+//! Every family is valid HLO over `f32[4]`, runs on PJRT, and has a 2-way tiled sharding on
+//! the entry parameter so that `sharding-propagation` has something to carry.
+
+use std::fmt::Write;
+
+use tessera_pass::Registry;
+
+const PARAM: &str = "f32[4] parameter(0), sharding={devices=[2]<=[2]}";
+
+/// `depth` computations in one call chain (`3 depth + 2` instructions).
+pub fn call_chain(depth: usize) -> String {
+    let mut s = String::from(
+        "HloModule call_chain\n\n%c0 (x: f32[4]) -> f32[4] {\n  %x = f32[4] parameter(0)\n  ROOT %r = f32[4] negate(%x)\n}\n\n",
+    );
+    for i in 1..depth {
+        let _ = write!(
+            s,
+            "%c{i} (x: f32[4]) -> f32[4] {{\n  %x = f32[4] parameter(0)\n  %y = f32[4] call(%x), to_apply=%c{}\n  ROOT %r = f32[4] add(%y, %x)\n}}\n\n",
+            i - 1
+        );
+    }
+    let _ = write!(
+        s,
+        "ENTRY %main (p: f32[4]) -> f32[4] {{\n  %p = {PARAM}\n  ROOT %c = f32[4] call(%p), to_apply=%c{}\n}}\n",
+        depth.max(1) - 1
+    );
+    s
+}
+
+/// `n` computations, each called once from the entry (`6 n + 1` instructions).
+pub fn flat_calls(n: usize) -> String {
+    let mut s = String::from("HloModule flat_calls\n\n");
+    for i in 0..n {
+        let _ = write!(
+            s,
+            "%f{i} (x: f32[4]) -> (f32[4], f32[4]) {{\n  %x = f32[4] parameter(0)\n  %n = f32[4] negate(%x)\n  %e = f32[4] exponential(%x)\n  ROOT %t = (f32[4], f32[4]) tuple(%n, %e)\n}}\n\n"
+        );
+    }
+    let _ = writeln!(s, "ENTRY %main (p: f32[4]) -> f32[4] {{\n  %p = {PARAM}");
+    let mut acc = "p".to_string();
+    for i in 0..n {
+        let _ = writeln!(
+            s,
+            "  %c{i} = (f32[4], f32[4]) call(%{acc}), to_apply=%f{i}\n  %g{i} = f32[4] get-tuple-element(%c{i}), index=0\n  %a{i} = f32[4] add(%g{i}, %p)"
+        );
+        acc = format!("a{i}");
+    }
+    let _ = writeln!(s, "  ROOT %out = f32[4] copy(%{acc})\n}}");
+    s
+}
+
+/// One computation of about `n` instructions (blocks of five: a tuple, a get-tuple-element
+/// of it, a negate, a dead exponential, an add).
+pub fn wide(n: usize) -> String {
+    let mut s = String::from("HloModule wide\n\nENTRY %main (p: f32[4]) -> f32[4] {\n");
+    let _ = writeln!(s, "  %p = {PARAM}");
+    let mut acc = "p".to_string();
+    for i in 0..n.div_ceil(5) {
+        let _ = writeln!(
+            s,
+            "  %t{i} = (f32[4], f32[4]) tuple(%{acc}, %p)\n  %g{i} = f32[4] get-tuple-element(%t{i}), index=0\n  %n{i} = f32[4] negate(%g{i})\n  %d{i} = f32[4] exponential(%n{i})\n  %a{i} = f32[4] add(%n{i}, %p)"
+        );
+        acc = format!("a{i}");
+    }
+    let _ = writeln!(s, "  ROOT %out = f32[4] copy(%{acc})\n}}");
+    s
+}
+
+/// Every pass the `tessera` binary registers (the CLI's registry, built the same way).
+pub fn registry() -> Registry {
+    let mut r = Registry::with_generic_passes();
+    tessera_spmd::register(&mut r);
+    tessera_remat::register(&mut r);
+    r
+}

@@ -1,0 +1,42 @@
+//! The one error type of the crate: every message names the table, feature, stack or JSON path
+//! it is about and what was expected.
+
+/// Errors of configuration, layout, checkpoints and preprocessing.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum EmbeddingError {
+    /// Malformed JSON text (with serde_json's line and column).
+    #[error("{path}: invalid JSON: {message}")]
+    Json { path: String, message: String },
+    /// A configuration field that is missing, of the wrong type or out of range. `at` is the
+    /// JSON path (`tables[2].optimizer.beta_1`) or the object's name.
+    #[error("{at}: {message}")]
+    Config { at: String, message: String },
+    /// Stacking could not be done as asked (the seed's "... already exists!", jax's checks).
+    #[error("stacking: {0}")]
+    Stacking(String),
+    /// Table or slot values of the wrong shape, or a sharded array that does not fit the layout.
+    #[error("{at}: {message}")]
+    Shape { at: String, message: String },
+    /// An input batch that does not fit its feature (ids out of range, bad row splits, ...).
+    #[error("feature '{feature}': {message}")]
+    Input { feature: String, message: String },
+    /// A partition holds more ids than the stack's limit and dropping is off.
+    #[error("{0}")]
+    Limit(String),
+    /// Minibatching was enabled and the batch needs more than one minibatch: splitting into
+    /// hash buckets is not implemented.
+    #[error("stack '{stack}': the batch needs minibatching (a partition exceeds the limits: {detail}); splitting a batch into minibatches is not implemented")]
+    MinibatchingRequired { stack: String, detail: String },
+    /// Reading or writing files (checkpoints, npz).
+    #[error("{path}: {message}")]
+    Io { path: String, message: String },
+}
+
+pub type Result<T> = std::result::Result<T, EmbeddingError>;
+
+pub(crate) fn config_err(at: impl Into<String>, message: impl Into<String>) -> EmbeddingError {
+    EmbeddingError::Config {
+        at: at.into(),
+        message: message.into(),
+    }
+}

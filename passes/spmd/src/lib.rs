@@ -11,6 +11,7 @@
 
 pub mod dims;
 pub mod gather_scatter;
+pub mod partition;
 pub mod propagation;
 
 pub use propagation::{

@@ -1,0 +1,3 @@
+//! The SPMD partitioner (`spmd-partitioning`).
+pub mod plan;
+pub mod spec;

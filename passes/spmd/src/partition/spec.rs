@@ -197,6 +197,38 @@ impl Tiling {
         Tiling::new(tiles, repl, devices)
     }
 
+    /// The tiling of another array whose dimension `i` is this array's dimension `map[i]`
+    /// (`None`: a dimension of its own, not split). This array's dimensions that no entry
+    /// names stop being split first (their tiles join the replication groups).
+    pub fn project(&self, map: &[Option<usize>]) -> Tiling {
+        let r = self.tiles.len();
+        let unnamed: Vec<usize> = (0..r).filter(|d| !map.contains(&Some(*d))).collect();
+        let base = if unnamed.iter().any(|&d| self.tiles[d] > 1) {
+            self.replicate_dims(&unnamed)
+        } else {
+            self.clone()
+        };
+        let tiles: Vec<i64> = map.iter().map(|m| m.map_or(1, |d| base.tiles[d])).collect();
+        let mut old_dims = base.tiles.clone();
+        old_dims.push(base.repl);
+        let mut new_dims = tiles.clone();
+        new_dims.push(base.repl);
+        let total = base.devices.len() as i64;
+        let mut devices = vec![0; base.devices.len()];
+        for l in 0..total {
+            let idx = unravel(l, &new_dims);
+            let mut old = vec![0i64; r + 1];
+            for (i, m) in map.iter().enumerate() {
+                if let Some(d) = m {
+                    old[*d] = idx[i];
+                }
+            }
+            old[r] = idx[map.len()];
+            devices[l as usize] = base.devices[ravel(&old, &old_dims) as usize];
+        }
+        Tiling::new(tiles, base.repl, devices)
+    }
+
     /// As a [`Sharding`]: iota when the devices are `0..n` in order, explicit otherwise.
     pub fn to_sharding(&self) -> Sharding {
         if self.is_replicated() {

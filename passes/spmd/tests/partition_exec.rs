@@ -1,7 +1,8 @@
 //! Every filetest of testdata/spmd-partitioning, executed: the pass's output on
 //! `num_partitions` PJRT CPU devices must compute what the original computes on one device
 //! (random inputs; exact for integers, the dtype's tolerance otherwise; replicated outputs
-//! must agree across devices). `FILETEST=substring` runs only matching files.
+//! must agree across devices). A file with a manual region is compared with its `.reference`
+//! sibling instead. `FILETEST=substring` runs only matching files.
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -69,6 +70,15 @@ fn every_filetest_runs_equal_on_devices() {
             continue;
         }
         let inputs = harness::random_inputs(&original, 1).unwrap();
+        // A manual region is an N-device program that cannot run on one device: such a file
+        // has a sibling `.reference`, the same computation written for one device.
+        let reference = path.with_extension("reference");
+        let original = if reference.exists() {
+            let t = std::fs::read_to_string(&reference).unwrap();
+            parse_module(&t).unwrap_or_else(|e| panic!("{}: {e}", reference.display()))
+        } else {
+            original
+        };
         match check_equivalence(
             client(),
             &original,

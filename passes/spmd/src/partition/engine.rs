@@ -464,7 +464,7 @@ impl Engine<'_> {
                 return Ok(x);
             }
         }
-        let p = plan::plan(src, dst, dims).map_err(|e| {
+        let p = plan::plan(src, dst, dims, self.n).map_err(|e| {
             fail(format!(
                 "%{}: resharding {} to {}: {e}",
                 self.origin_name(b),

@@ -114,8 +114,8 @@ impl Plan {
 /// Why no plan exists.
 pub type PlanError = String;
 
-/// Plans the move of an array of `dims` from `src` to `dst`.
-pub fn plan(src: &Spec, dst: &Spec, dims: &[i64]) -> Result<Plan, PlanError> {
+/// Plans the move of an array of `dims` from `src` to `dst` on `n` devices.
+pub fn plan(src: &Spec, dst: &Spec, dims: &[i64], n: i64) -> Result<Plan, PlanError> {
     match (src, dst) {
         (Spec::Manual, Spec::Manual) => Ok(Plan::default()),
         (Spec::Manual, _) | (_, Spec::Manual) => Err(format!(
@@ -128,10 +128,6 @@ pub fn plan(src: &Spec, dst: &Spec, dims: &[i64]) -> Result<Plan, PlanError> {
         )),
         (Spec::Maximal(a), Spec::Maximal(b)) if a == b => Ok(Plan::default()),
         (Spec::Maximal(d), _) => {
-            let n = match dst {
-                Spec::Tiled(t) => t.num_devices(),
-                _ => 0,
-            };
             let first = Step::FromMaximal {
                 device: *d,
                 rank: dims.len(),
@@ -525,7 +521,7 @@ pub(crate) mod tests {
 
     /// Runs `plan` on the simulated devices and checks every real element lands right.
     pub(crate) fn check_plan(src: &Spec, dst: &Spec, dims: &[i64], n: i64) -> Plan {
-        let p = plan(src, dst, dims).unwrap();
+        let p = plan(src, dst, dims, n).unwrap();
         let mut locals: Vec<Local> = (0..n).map(|d| expected(src, dims, d)).collect();
         for s in &p.steps {
             locals = apply(s, &locals, dims);

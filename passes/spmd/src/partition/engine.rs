@@ -509,26 +509,35 @@ impl Engine<'_> {
 
     /// A scalar s32 that is `values[partition id]` on each device.
     fn table(&mut self, b: &mut Builder, values: &[i64]) -> Result<InstrId> {
-        if values.iter().all(|&v| v == values[0]) {
-            return built(b.scalar(ElementType::S32, values[0] as f64));
-        }
-        let key = (b.computation(), values.to_vec());
+        let uniform = values.iter().all(|&v| v == values[0]);
+        let key = (
+            b.computation(),
+            if uniform {
+                vec![values[0]]
+            } else {
+                values.to_vec()
+            },
+        );
         if let Some(&t) = self.tables.get(&key) {
             return Ok(t);
         }
-        let bytes: Vec<u8> = values
-            .iter()
-            .flat_map(|&v| (v as i32).to_le_bytes())
-            .collect();
-        let lit = Literal::from_bytes(
-            Shape::array(ElementType::S32, &[values.len() as i64]),
-            bytes,
-        )
-        .expect("one s32 per device");
-        let c = built(b.constant(lit))?;
-        let pid = self.partition_id(b)?;
-        let one = built(b.dynamic_slice(c, &[pid], &[1]))?;
-        let s = built(b.reshape(one, &[]))?;
+        let s = if uniform {
+            built(b.scalar(ElementType::S32, values[0] as f64))?
+        } else {
+            let bytes: Vec<u8> = values
+                .iter()
+                .flat_map(|&v| (v as i32).to_le_bytes())
+                .collect();
+            let lit = Literal::from_bytes(
+                Shape::array(ElementType::S32, &[values.len() as i64]),
+                bytes,
+            )
+            .expect("one s32 per device");
+            let c = built(b.constant(lit))?;
+            let pid = self.partition_id(b)?;
+            let one = built(b.dynamic_slice(c, &[pid], &[1]))?;
+            built(b.reshape(one, &[]))?
+        };
         self.tables.insert(key, s);
         Ok(s)
     }
@@ -1096,6 +1105,7 @@ impl Engine<'_> {
             trees.push(v.tree);
         }
         let t = built(b.tuple(&locals))?;
+        self.renames.push((t, i.name.clone()));
         let v = Value {
             local: t,
             tree: Tree::Tuple(trees),
@@ -1117,6 +1127,7 @@ impl Engine<'_> {
             .cloned()
             .ok_or_else(|| fail(format!("%{}: tuple index {k} out of range", i.name)))?;
         let g = built(b.get_tuple_element(v.local, k as i64))?;
+        self.renames.push((g, i.name.clone()));
         let ev = Value {
             local: g,
             tree: sub,

@@ -389,6 +389,12 @@ impl Engine<'_> {
             Opcode::Conditional => self.conditional(b, id, own),
             Opcode::Call => self.call(b, id, own),
             Opcode::CustomCall => self.custom_call(b, id, own),
+            Opcode::Iota => self.iota(b, id, own),
+            Opcode::PartitionId => Err(fail(format!(
+                "%{}: partition-id outside a manual region has no single meaning once \
+                 partitioned (XLA refuses it too); use it inside a manual region",
+                b.module().instr(id).name
+            ))),
             _ => self.default(b, id, own),
         }
     }
@@ -1091,6 +1097,36 @@ impl Engine<'_> {
         let l = self.operand(b, id, 0, &lt)?;
         let r = self.operand(b, id, 1, &rt)?;
         let out = self.clone_with(b, &i, &[l, r], local_shape(&i.shape, &own))?;
+        self.set(id, out, own);
+        Ok(())
+    }
+
+    /// A local iota plus the offset of the device's piece along the iota dimension.
+    fn iota(&mut self, b: &mut Builder, id: InstrId, own: Tree) -> Result<()> {
+        let i = b.module().instr(id).clone();
+        let Tree::Leaf(Spec::Tiled(t)) = &own else {
+            return self.default(b, id, own);
+        };
+        let d = i.attrs.iota_dimension as usize;
+        let ty = i.shape.element_type();
+        if !(ty.is_float() || (ty.is_integral() && ty != ElementType::Pred)) || d >= t.rank() {
+            return self.default(b, id, own);
+        }
+        let local = local_shape(&i.shape, &own);
+        let out = self.clone_with(b, &i, &[], local.clone())?;
+        let out = if t.tiles[d] > 1 {
+            let starts: Vec<i64> = t.starts(i.shape.dims()).iter().map(|s| s[d]).collect();
+            let off = self.table(b, &starts)?;
+            let off = if ty == ElementType::S32 {
+                off
+            } else {
+                built(b.convert(off, ty))?
+            };
+            let offs = broadcast_scalar(b, off, local.dims())?;
+            built(b.binary(Opcode::Add, out, offs))?
+        } else {
+            out
+        };
         self.set(id, out, own);
         Ok(())
     }

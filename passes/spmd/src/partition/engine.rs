@@ -615,12 +615,12 @@ impl Engine<'_> {
                     let k = along.len();
                     let mut perm = Vec::new();
                     let mut merged = Vec::new();
-                    for d in 0..rank {
+                    for (d, &l) in local.iter().enumerate() {
                         if let Some(j) = along.iter().position(|&a| a == d) {
                             perm.push(j as i64);
-                            merged.push(tiles[j] * local[d]);
+                            merged.push(tiles[j] * l);
                         } else {
-                            merged.push(local[d]);
+                            merged.push(l);
                         }
                         perm.push((k + d) as i64);
                     }
@@ -663,14 +663,12 @@ impl Engine<'_> {
                 let t = built(b.transpose(r, &to_front))?;
                 let a = self.creator.all_to_all(b, t, 0, groups)?;
                 // Axis 0 now says which member sent the piece: put it before `concat`.
-                let mut rest: Vec<i64> = Vec::with_capacity(rank); // dims after the front axis
-                for d in 0..rank {
-                    if d == split {
-                        rest.push(c);
-                    } else {
-                        rest.push(local[d]);
-                    }
-                }
+                // The dimensions after the front axis.
+                let rest: Vec<i64> = local
+                    .iter()
+                    .enumerate()
+                    .map(|(d, &l)| if d == split { c } else { l })
+                    .collect();
                 let mut perm = Vec::with_capacity(rank + 1);
                 let mut merged = Vec::with_capacity(rank);
                 for (d, &l) in rest.iter().enumerate() {

@@ -178,12 +178,14 @@ impl CollectiveOps for DefaultCollectives {
         reducer: CompId,
         groups: &[Vec<i64>],
     ) -> Result<InstrId> {
-        let mut a = tessera_hlo::Attrs::default();
-        a.channel_id = Some(b.next_channel_id());
-        a.replica_groups = Some(Box::new(tessera_hlo::attrs::ReplicaGroups::explicit(
-            groups.to_vec(),
-        )));
-        a.use_global_device_ids = true;
+        let a = tessera_hlo::Attrs {
+            channel_id: Some(b.next_channel_id()),
+            replica_groups: Some(Box::new(tessera_hlo::attrs::ReplicaGroups::explicit(
+                groups.to_vec(),
+            ))),
+            use_global_device_ids: true,
+            ..Default::default()
+        };
         built(b.op(Opcode::AllReduce, &[x], a, &[reducer], None))
     }
 

@@ -547,18 +547,14 @@ pub(crate) mod tests {
         p
     }
 
-    /// A small deterministic generator.
-    pub(crate) struct Gen(u64);
+    /// The harness's deterministic generator, drawing below a bound.
+    pub(crate) struct Gen(tessera_runtime::harness::Rng);
     impl Gen {
         pub(crate) fn new(seed: u64) -> Gen {
-            Gen(seed)
+            Gen(tessera_runtime::harness::Rng::new(seed))
         }
         pub(crate) fn next(&mut self, below: u64) -> u64 {
-            self.0 = self.0.wrapping_add(0x9E3779B97F4A7C15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58476D1CE4E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D049BB133111EB);
-            (z ^ (z >> 31)) % below
+            self.0.next_u64() % below
         }
     }
 

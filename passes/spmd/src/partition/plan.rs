@@ -194,7 +194,20 @@ fn plan_tiled(src: &Tiling, dst: &Tiling, dims: &[i64]) -> Plan {
         .filter(|&d| src.tiles[d] > 1 && src.tiles[d] != dst.tiles[d])
         .collect();
     if !differ.is_empty() {
-        let gathered = gather_step(src, &differ);
+        // Where the target still splits a dimension k times less and the pieces line up,
+        // only groups of k are gathered (XLA's partial-replication all-gather).
+        let factors: Vec<i64> = differ
+            .iter()
+            .map(|&d| {
+                let (s, t) = (src.tiles[d], dst.tiles[d]);
+                if t > 1 && s % t == 0 && ceil_div(dims[d], t) == (s / t) * ceil_div(dims[d], s) {
+                    s / t
+                } else {
+                    s
+                }
+            })
+            .collect();
+        let gathered = partial_gather_step(src, &differ, &factors);
         let mid = match &gathered {
             Step::AllGather { to, .. } => to.clone(),
             _ => unreachable!(),
@@ -248,6 +261,48 @@ fn gather_step(src: &Tiling, along: &[usize]) -> Step {
         dims: along.to_vec(),
         tiles: along.iter().map(|&d| src.tiles[d]).collect(),
         groups: src.groups(along, false),
+    }
+}
+
+/// An all-gather of groups of `factors[j]` neighbouring pieces along each dimension
+/// `along[j]` (a factor equal to the dimension's tiles gathers it whole): the tile dimension
+/// is viewed as `[tiles / k, k]` and the minor part is gathered.
+fn partial_gather_step(src: &Tiling, along: &[usize], factors: &[i64]) -> Step {
+    if along.iter().zip(factors).all(|(&d, &k)| src.tiles[d] == k) {
+        return gather_step(src, along);
+    }
+    let r = src.rank();
+    let mut tiles = Vec::with_capacity(r + along.len());
+    let mut inner = Vec::new();
+    for d in 0..r {
+        match along.iter().position(|&a| a == d) {
+            Some(j) => {
+                tiles.push(src.tiles[d] / factors[j]);
+                inner.push(tiles.len());
+                tiles.push(factors[j]);
+            }
+            None => tiles.push(src.tiles[d]),
+        }
+    }
+    let expanded = Tiling {
+        tiles,
+        repl: src.repl,
+        devices: src.devices.clone(),
+    };
+    let gathered = expanded.replicate_dims(&inner);
+    // Drop the gathered (now size-1) minor parts; the device list is unchanged by that.
+    let tiles: Vec<i64> = gathered
+        .tiles
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !inner.contains(i))
+        .map(|(_, &t)| t)
+        .collect();
+    Step::AllGather {
+        to: Tiling::new(tiles, gathered.repl, gathered.devices),
+        dims: along.to_vec(),
+        tiles: factors.to_vec(),
+        groups: expanded.groups(&inner, false),
     }
 }
 

@@ -220,6 +220,8 @@ pub fn partition(
         .ok_or_else(|| fail("spmd-partitioning: the entry computation has no root"))?;
     let root_tree = tree_of(module, root, n)?;
     let root_sharding = module.instr(root).sharding.clone();
+    let k = options.report_instruction_count as usize;
+    let largest_before = largest(module, entry, k);
     let mut engine = Engine {
         n,
         creator,
@@ -248,7 +250,25 @@ pub fn partition(
     tessera_pass::passes::dce::Dce::default().run(module)?;
     tessera_pass::passes::tuple_simplify::TupleSimplifier::default().run(module)?;
     tessera_pass::passes::dce::Dce::default().run(module)?;
+    engine.report.largest_before = largest_before;
+    engine.report.largest_after = largest(module, entry, k);
     Ok(engine.report)
+}
+
+/// The `k` largest instructions of `comp` by the bytes of their shape, largest first.
+fn largest(m: &Module, comp: CompId, k: usize) -> Vec<(String, i64)> {
+    let mut all: Vec<(String, i64)> = m
+        .comp(comp)
+        .instructions()
+        .iter()
+        .map(|&i| {
+            let i = m.instr(i);
+            (i.name.clone(), i.shape.byte_size(8))
+        })
+        .collect();
+    all.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    all.truncate(k);
+    all
 }
 
 fn tree_of(m: &Module, id: InstrId, n: i64) -> Result<Tree> {

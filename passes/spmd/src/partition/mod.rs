@@ -42,6 +42,9 @@ pub struct SpmdOptions {
     /// entry parameter takes the local shape of its sharding and the root is resharded to its
     /// own sharding, so the option is accepted and has no effect.
     pub allow_module_signature_change: bool,
+    /// Print the explanation (`SpmdReport::explain`): memory before and after, every
+    /// collective with the instruction and resharding that made it and its bytes.
+    pub explain: bool,
 }
 
 impl Default for SpmdOptions {
@@ -53,6 +56,7 @@ impl Default for SpmdOptions {
             report_instruction_count: 5,
             threshold_for_windowed_einsum_mib: 256,
             allow_module_signature_change: false,
+            explain: false,
         }
     }
 }
@@ -89,6 +93,11 @@ impl PassOptions for SpmdOptions {
             default: "false",
             doc: "XLA's option; the signature is always kept here",
         },
+        OptionDoc {
+            key: "explain",
+            default: "false",
+            doc: "print memory before/after and every collective with its reason and bytes",
+        },
     ];
 
     fn set(&mut self, key: &str, value: &str) -> std::result::Result<(), String> {
@@ -112,6 +121,7 @@ impl PassOptions for SpmdOptions {
             "allow_module_signature_change" => {
                 self.allow_module_signature_change = parse_bool(value)?
             }
+            "explain" => self.explain = parse_bool(value)?,
             _ => return Err(unknown_key(key, Self::DOCS)),
         }
         Ok(())
@@ -249,6 +259,57 @@ pub struct SpmdReport {
     /// Instructions partitioned by the default handler (operands replicated, computed on
     /// every device, result resliced).
     pub defaulted: Vec<String>,
+    /// The entry's largest instructions (name, bytes) before partitioning and after (per
+    /// device), `report_instruction_count` of each (the seed's `SpmdLogger` memory report).
+    pub largest_before: Vec<(String, i64)>,
+    pub largest_after: Vec<(String, i64)>,
+}
+
+impl SpmdReport {
+    /// The report as text: memory before and after, collectives grouped by the instruction
+    /// that caused them, the last-resort reshards and the instructions that took the default.
+    pub fn explain(&self) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "spmd-partitioning on {} partitions",
+            self.num_partitions
+        );
+        let _ = writeln!(out, "largest instructions before (global bytes):");
+        for (n, b) in &self.largest_before {
+            let _ = writeln!(out, "  %{n}: {b}");
+        }
+        let _ = writeln!(out, "largest instructions after (bytes per device):");
+        for (n, b) in &self.largest_after {
+            let _ = writeln!(out, "  %{n}: {b}");
+        }
+        let total: i64 = self.collectives.iter().map(|c| c.bytes).sum();
+        let _ = writeln!(
+            out,
+            "{} collectives, {total} bytes received per device:",
+            self.collectives.len()
+        );
+        for c in &self.collectives {
+            let _ = writeln!(
+                out,
+                "  {} for %{} ({}): {} bytes",
+                c.collective, c.original, c.reason, c.bytes
+            );
+        }
+        let _ = writeln!(out, "{} last-resort reshards:", self.last_resorts.len());
+        for l in &self.last_resorts {
+            let _ = writeln!(out, "  {l}");
+        }
+        let _ = writeln!(
+            out,
+            "{} instructions took the default path{}{}",
+            self.defaulted.len(),
+            if self.defaulted.is_empty() { "" } else { ": " },
+            self.defaulted.join(", ")
+        );
+        out
+    }
 }
 
 #[derive(Default)]
@@ -299,6 +360,9 @@ impl Pass for SpmdPartitioning {
                 report.last_resorts.len(),
                 report.last_resorts[0]
             );
+        }
+        if self.options.explain {
+            tracing::warn!("{}", report.explain());
         }
         self.report = report;
         Ok(true)

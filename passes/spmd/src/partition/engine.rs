@@ -250,9 +250,31 @@ pub fn partition(
     tessera_pass::passes::dce::Dce::default().run(module)?;
     tessera_pass::passes::tuple_simplify::TupleSimplifier::default().run(module)?;
     tessera_pass::passes::dce::Dce::default().run(module)?;
+    // The entry's layout describes the per-device program now (layouts kept).
+    if let Some(old) = module.config.entry_computation_layout.take() {
+        let mut new = module.program_shape(entry);
+        for (n, o) in new.parameters.iter_mut().zip(&old.parameters) {
+            keep_layouts(n, o);
+        }
+        keep_layouts(&mut new.result, &old.result);
+        module.config.entry_computation_layout = Some(new);
+    }
     engine.report.largest_before = largest_before;
     engine.report.largest_after = largest(module, entry, k);
     Ok(engine.report)
+}
+
+/// Copies `old`'s layouts onto `new` where the two have the same structure and ranks.
+fn keep_layouts(new: &mut Shape, old: &Shape) {
+    match (new, old) {
+        (Shape::Array(n), Shape::Array(o)) if n.rank() == o.rank() => n.layout = o.layout.clone(),
+        (Shape::Tuple(n), Shape::Tuple(o)) if n.len() == o.len() => {
+            for (a, b) in n.iter_mut().zip(o) {
+                keep_layouts(a, b);
+            }
+        }
+        _ => {}
+    }
 }
 
 /// The `k` largest instructions of `comp` by the bytes of their shape, largest first.

@@ -88,3 +88,93 @@ fn models_partition_and_run_equal() {
 fn transformer48_partitions_and_runs_equal() {
     run(&["models/transformer48.after-propagation.hlo"]);
 }
+
+/// Collectives of a partitioned module and the bytes each device receives (ORACLE.md's
+/// formulas; empty replica groups mean all `n` devices).
+fn collectives_of(m: &tessera_hlo::Module, n: i64) -> (usize, i64) {
+    use tessera_hlo::Opcode::*;
+    let (mut count, mut bytes) = (0, 0);
+    for &c in m.computations() {
+        for &id in m.comp(c).instructions() {
+            let i = m.instr(id);
+            let out: i64 = match &i.shape {
+                tessera_hlo::Shape::Tuple(e) => e.iter().map(|s| s.byte_size(8)).sum(),
+                s => s.byte_size(8),
+            };
+            let g = i
+                .attrs
+                .replica_groups
+                .as_ref()
+                .and_then(|r| r.group_size())
+                .filter(|&g| g > 0)
+                .unwrap_or(n);
+            let b = match i.opcode {
+                AllGather | AllGatherStart | AllToAll => out * (g - 1) / g,
+                AllReduce | AllReduceStart => 2 * out * (g - 1) / g,
+                ReduceScatter => out * (g - 1),
+                CollectivePermute | CollectivePermuteStart => out,
+                _ => continue,
+            };
+            count += 1;
+            bytes += b;
+        }
+    }
+    (count, bytes)
+}
+
+/// testdata/spmd_pairs: XLA's input (`before`, shardings on parameters and outputs) goes
+/// through our sharding propagation and partitioner; the result runs equal on the devices,
+/// and its collectives are set beside XLA's own partitioned module (`after`).
+#[test]
+fn spmd_pairs_partition_and_run_equal_beside_xla() {
+    use tessera_spmd::ShardingPropagation;
+    let mut names: Vec<String> = std::fs::read_dir(data("spmd_pairs"))
+        .unwrap()
+        .filter_map(|e| {
+            let n = e.unwrap().file_name().into_string().unwrap();
+            n.strip_suffix(".before.hlo").map(str::to_string)
+        })
+        .collect();
+    names.sort();
+    let mut failures = Vec::new();
+    for name in names {
+        let read = |s: &str| {
+            let t = std::fs::read_to_string(data(&format!("spmd_pairs/{name}.{s}.hlo"))).unwrap();
+            parse_module(&t).unwrap()
+        };
+        let (before, after) = (read("before"), read("after"));
+        let n = before.config.num_partitions;
+        let mut part = before.clone();
+        let mut prop = ShardingPropagation::default();
+        let mut pass = SpmdPartitioning::default();
+        let r = prop
+            .run(&mut part)
+            .and_then(|_| pass.run(&mut part))
+            .map_err(|e| e.to_string())
+            .and_then(|_| {
+                let inputs = harness::random_inputs(&before, 5).map_err(|e| e.to_string())?;
+                check_equivalence(
+                    client(),
+                    &before,
+                    &part,
+                    n as usize,
+                    &inputs,
+                    Default::default(),
+                )
+                .map_err(|e| e.to_string())
+            });
+        match r {
+            Ok(rep) if rep.passed() => {
+                let ours = collectives_of(&part, n);
+                let xla = collectives_of(&after, n);
+                eprintln!(
+                    "| {name} | {n} | {} | {} | {} | {} |",
+                    ours.0, ours.1, xla.0, xla.1
+                );
+            }
+            Ok(rep) => failures.push(format!("{name}:\n{rep}")),
+            Err(e) => failures.push(format!("{name}: {e}")),
+        }
+    }
+    assert!(failures.is_empty(), "\n{}", failures.join("\n\n"));
+}

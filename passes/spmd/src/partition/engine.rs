@@ -432,6 +432,7 @@ impl Engine<'_> {
             Opcode::Call => self.call(b, id, own),
             Opcode::CustomCall => self.custom_call(b, id, own),
             Opcode::Iota => self.iota(b, id, own),
+            Opcode::Slice => self.slice(b, id, own),
             Opcode::PartitionId => Err(fail(format!(
                 "%{}: partition-id outside a manual region has no single meaning once \
                  partitioned (XLA refuses it too); use it inside a manual region",
@@ -1137,6 +1138,56 @@ impl Engine<'_> {
         let l = self.operand(b, id, 0, &lt)?;
         let r = self.operand(b, id, 1, &rt)?;
         let out = self.clone_with(b, &i, &[l, r], local_shape(&i.shape, &own))?;
+        self.set(id, out, own);
+        Ok(())
+    }
+
+    /// A slice is local when every split dimension keeps its start at 0, stride 1 and the
+    /// same piece size (only the padded end is cut); unsplit dimensions slice locally.
+    fn slice(&mut self, b: &mut Builder, id: InstrId, own: Tree) -> Result<()> {
+        let i = b.module().instr(id).clone();
+        let Tree::Leaf(Spec::Tiled(t)) = &own else {
+            return self.default(b, id, own);
+        };
+        let Some(sl) = i.attrs.slice.clone() else {
+            return self.default(b, id, own);
+        };
+        let in_dims = self.global(b.module(), i.operands()[0]).dims().to_vec();
+        let out_dims = i.shape.dims().to_vec();
+        let out_shard = t.shard_dims(&out_dims);
+        let in_shard = t.shard_dims(&in_dims);
+        let local = (0..out_dims.len()).all(|d| {
+            t.tiles[d] == 1
+                || (sl[d].start == 0 && sl[d].stride == 1 && in_shard[d] == out_shard[d])
+        });
+        if !local {
+            return self.default(b, id, own);
+        }
+        let x = self.operand(b, id, 0, &own)?;
+        let starts: Vec<i64> = (0..out_dims.len())
+            .map(|d| if t.tiles[d] == 1 { sl[d].start } else { 0 })
+            .collect();
+        let limits: Vec<i64> = (0..out_dims.len())
+            .map(|d| {
+                if t.tiles[d] == 1 {
+                    sl[d].limit
+                } else {
+                    out_shard[d]
+                }
+            })
+            .collect();
+        let strides: Vec<i64> = (0..out_dims.len())
+            .map(|d| if t.tiles[d] == 1 { sl[d].stride } else { 1 })
+            .collect();
+        let out = if (0..out_dims.len())
+            .all(|d| starts[d] == 0 && strides[d] == 1 && limits[d] == in_shard[d])
+        {
+            x
+        } else {
+            let c = built(b.slice(x, &starts, &limits, &strides))?;
+            self.renames.push((c, i.name.clone()));
+            c
+        };
         self.set(id, out, own);
         Ok(())
     }

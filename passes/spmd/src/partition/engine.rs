@@ -1017,7 +1017,6 @@ impl Engine<'_> {
     }
 
     fn dot(&mut self, b: &mut Builder, id: InstrId, own: Tree) -> Result<()> {
-        let n = self.n;
         let i = b.module().instr(id).clone();
         let Some(dn) = i.attrs.dot_dims.clone() else {
             return self.default(b, id, own);
@@ -1067,19 +1066,21 @@ impl Engine<'_> {
         for (m, &r) in rfree.iter().enumerate() {
             rmap[r] = Some(nb + lfree.len() + m);
         }
-        // Contracting dimensions split alike on both sides: local dot, then sum.
+        // An operand split on contracting dimensions keeps its split; the other is brought to
+        // the same contracting (and batch) split; local dot, then a sum over the devices that
+        // hold different contracting pieces. The result keeps the first operand's batch and
+        // free-dimension split.
         let lv = self.value(b.module(), lhs)?;
         let rv = self.value(b.module(), rhs)?;
-        for (mine, other, mc, oc, first_is_lhs) in
-            [(&lv, rhs, &lc, &rc, true), (&rv, lhs, &rc, &lc, false)]
-        {
+        for (mine, other, mc, oc, mb, ob, first_is_lhs) in [
+            (&lv, rhs, &lc, &rc, &lb, &rb, true),
+            (&rv, lhs, &rc, &lc, &rb, &lb, false),
+        ] {
             let Tree::Leaf(Spec::Tiled(s)) = &mine.tree else {
                 continue;
             };
-            let rank = s.rank();
-            let only_contracting = (0..rank).all(|d| s.tiles[d] == 1 || mc.contains(&d));
             let split: Vec<usize> = mc.iter().copied().filter(|&d| s.tiles[d] > 1).collect();
-            if !only_contracting || split.is_empty() {
+            if split.is_empty() {
                 continue;
             }
             let orank = b.module().instr(other).shape.rank();
@@ -1087,8 +1088,16 @@ impl Engine<'_> {
             for (k, &d) in oc.iter().enumerate() {
                 omap[d] = Some(mc[k]);
             }
+            for (k, &d) in ob.iter().enumerate() {
+                omap[d] = Some(mb[k]);
+            }
             let s = s.clone();
             let o_t = s.project(&omap);
+            // Output dimension -> this operand's dimension (batch, then lhs free, rhs free).
+            let mut out_map: Vec<Option<usize>> = mb.iter().map(|&d| Some(d)).collect();
+            out_map.extend(lfree.iter().map(|&d| first_is_lhs.then_some(d)));
+            out_map.extend(rfree.iter().map(|&d| (!first_is_lhs).then_some(d)));
+            let out_spec = Tree::Leaf(Spec::Tiled(s.replicate_dims(&split).project(&out_map)));
             let (mine_id, other_k) = if first_is_lhs { (lhs, 1) } else { (rhs, 0) };
             let mine_dims = self.global(b.module(), mine_id).dims().to_vec();
             let other_dims = self.global(b.module(), other).dims().to_vec();
@@ -1099,22 +1108,25 @@ impl Engine<'_> {
             let z = built(b.scalar(ty, 0.0))?;
             let m_local = self.mask_padding(b, mine.local, &mine_dims, &s, &split, z)?;
             let oz = built(b.scalar(oty, 0.0))?;
-            let o_split: Vec<usize> = oc.to_vec();
-            let o_local = self.mask_padding(b, o_local, &other_dims, &o_t, &o_split, oz)?;
+            let o_local = self.mask_padding(b, o_local, &other_dims, &o_t, oc, oz)?;
             let (l, r) = if first_is_lhs {
                 (m_local, o_local)
             } else {
                 (o_local, m_local)
             };
-            let out_rank = i.shape.rank();
-            let partial_shape = local_shape(&i.shape, &Tree::Leaf(Spec::replicated(out_rank, n)));
+            let partial_shape = local_shape(&i.shape, &out_spec);
             let d = self.clone_with(b, &i, &[l, r], partial_shape)?;
             let groups = s.groups(&split, false);
             let out_ty = i.shape.element_type();
             let reducer = built(b.reducer(out_ty, Opcode::Add))?;
             let sum = self.creator.all_reduce(b, d, reducer, &groups)?;
             let g = groups[0].len() as i64;
-            let out_bytes = i.shape.as_array().map_or(0, |a| a.byte_size());
+            let out_bytes = b
+                .module()
+                .instr(sum)
+                .shape
+                .as_array()
+                .map_or(0, |a| a.byte_size());
             self.report.collectives.push(CollectiveNote {
                 original: i.name.clone(),
                 collective: "all-reduce",
@@ -1123,7 +1135,7 @@ impl Engine<'_> {
             });
             let v = Value {
                 local: sum,
-                tree: Tree::Leaf(Spec::replicated(out_rank, n)),
+                tree: out_spec,
             };
             let out = self.reshard(b, &v, &i.shape, &own)?;
             self.set(id, out, own);

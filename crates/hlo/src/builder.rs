@@ -220,8 +220,22 @@ impl<'m> Builder<'m> {
         called: &[CompId],
         target: Option<&Shape>,
     ) -> Result<InstrId> {
+        self.op_named("", opcode, operands, attrs, called, target)
+    }
+
+    /// [`Builder::op`] with a name: `name` made unique with `.N` (the opcode's name when empty),
+    /// for passes whose new instructions follow a naming scheme (`x.remat`, `x.annotation`).
+    pub fn op_named(
+        &mut self,
+        name: &str,
+        opcode: Opcode,
+        operands: &[InstrId],
+        attrs: Attrs,
+        called: &[CompId],
+        target: Option<&Shape>,
+    ) -> Result<InstrId> {
         let shape = self.infer(opcode, operands, &attrs, called, target)?;
-        let mut i = Instruction::new("", opcode, shape)
+        let mut i = Instruction::new(name, opcode, shape)
             .with_operands(operands)
             .with_called(called);
         i.attrs = attrs;

@@ -201,6 +201,8 @@ pub enum MutationError {
     DuplicateName(String),
     #[error("%{0}: parameter number {1} is already taken in computation {2}")]
     DuplicateParameter(String, i64, String),
+    #[error("%{0}: cannot remove the root of computation {1}; set another root first")]
+    RemovesRoot(String, String),
 }
 
 #[derive(Clone, Debug)]
@@ -410,15 +412,18 @@ impl Module {
         self.comp_names.contains(name)
     }
 
-    /// A computation name not yet used in the module, made from `base` with `.N` suffixes.
+    /// A computation name not yet used in the module: `base`, else `base.1`, `base.2`, ...
+    /// The module's one allocator of computation names; it remembers, per `base`, where to
+    /// continue, so making k names from one base costs O(k), not O(k^2).
     pub fn unique_computation_name(&mut self, base: &str) -> String {
-        if !self.comp_names.contains(base) {
+        let Some(next) = self.comp_names.get(base) else {
             return base.to_string();
-        }
-        let mut n = 1;
+        };
+        let mut n = next.max(1);
         loop {
             let candidate = format!("{base}.{n}");
             if !self.comp_names.contains(&candidate) {
+                self.comp_names.set(base, n + 1);
                 return candidate;
             }
             n += 1;
@@ -742,9 +747,11 @@ impl Module {
         Ok(())
     }
 
-    /// Removes an instruction that has no users; its operands lose it as a user and its control
-    /// edges are dropped (predecessors are not rewired; see XLA's `RemoveInstruction`).
+    /// Removes an instruction that has no users and is not its computation's root; its operands
+    /// lose it as a user and its control edges are dropped (predecessors are not rewired; see
+    /// XLA's `RemoveInstruction`).
     pub fn remove_instruction(&mut self, id: InstrId) -> Result<(), MutationError> {
+        self.check_not_root(id)?;
         let i = self.instr(id);
         if !i.users.is_empty() {
             let names: Vec<String> = i
@@ -776,9 +783,6 @@ impl Module {
                 }
             }
         }
-        if c.root == Some(id) {
-            c.root = c.instrs.last().copied();
-        }
         if let Some(s) = self.schedule.as_mut() {
             if let Some(seq) = s.sequences.get_mut(&instr.parent) {
                 seq.retain(|&x| x != id);
@@ -787,8 +791,18 @@ impl Module {
         Ok(())
     }
 
+    /// A root stays until another instruction is made the root: removing it is refused.
+    fn check_not_root(&self, id: InstrId) -> Result<(), MutationError> {
+        let i = self.instr(id);
+        let c = self.comp(i.parent);
+        if c.root == Some(id) {
+            return Err(MutationError::RemovesRoot(i.name.clone(), c.name.clone()));
+        }
+        Ok(())
+    }
+
     /// Removes many unused instructions at once: every user of one of them must be in `ids`
-    /// too. Same effect as [`Module::remove_instruction`] on each in turn (users before their
+    /// too, and none may be a root. Same effect as [`Module::remove_instruction`] on each in turn (users before their
     /// operands), but each computation's instruction list and schedule sequence is filtered
     /// only once, so removing k of n instructions is O(n + k) rather than O(n k).
     pub fn remove_instructions(&mut self, ids: &[InstrId]) -> Result<(), MutationError> {
@@ -797,6 +811,7 @@ impl Module {
             gone[id.index()] = true;
         }
         for &id in ids {
+            self.check_not_root(id)?;
             let i = self.instr(id);
             if i.users.iter().any(|u| !gone[u.index()]) {
                 let names: Vec<String> = i
@@ -845,9 +860,6 @@ impl Module {
         for c in comps {
             let comp = self.comp_mut(c);
             comp.instrs.retain(|x| !gone[x.index()]);
-            if comp.root.is_some_and(|r| gone[r.index()]) {
-                comp.root = comp.instrs.last().copied();
-            }
             if let Some(s) = self.schedule.as_mut() {
                 if let Some(seq) = s.sequences.get_mut(&c) {
                     seq.retain(|x| !gone[x.index()]);
@@ -968,20 +980,7 @@ impl Module {
             ));
         }
         self.replace_all_uses_with(old, new)?;
-        let preds = self.instr(old).control_predecessors.clone();
-        let succs = self.instr(old).control_successors.clone();
-        for p in preds {
-            self.remove_control_dependency(p, old);
-            if p != new {
-                self.add_control_dependency(p, new);
-            }
-        }
-        for s in succs {
-            self.remove_control_dependency(old, s);
-            if s != new {
-                self.add_control_dependency(new, s);
-            }
-        }
+        self.move_control_edges(old, new);
         let (metadata, sharding) = {
             let o = self.instr(old);
             (o.metadata.clone(), o.sharding.clone())
@@ -995,6 +994,28 @@ impl Module {
             self.instr_mut(new).sharding = sharding;
         }
         self.remove_instruction(old)
+    }
+
+    /// Gives `to` the control edges of `from` (its predecessors come before `to`, its
+    /// successors after) and takes them from `from`. An edge between the two is dropped.
+    pub fn move_control_edges(&mut self, from: InstrId, to: InstrId) {
+        if from == to {
+            return;
+        }
+        let preds = self.instr(from).control_predecessors.clone();
+        let succs = self.instr(from).control_successors.clone();
+        for p in preds {
+            self.remove_control_dependency(p, from);
+            if p != to {
+                self.add_control_dependency(p, to);
+            }
+        }
+        for s in succs {
+            self.remove_control_dependency(from, s);
+            if s != to {
+                self.add_control_dependency(to, s);
+            }
+        }
     }
 
     /// A copy of computation `c` named `<name>.<suffix>` (made unique), its instructions named
@@ -1018,28 +1039,8 @@ impl Module {
         let copy = self.add_computation(name)?;
         self.comp_mut(copy).execution_thread = thread;
         let mut map: IndexMap<InstrId, InstrId> = IndexMap::with_capacity(instrs.len());
-        // Stored order is not always def-before-use (a parsed module keeps the text order), so
-        // place each instruction after its operands.
-        let mut order = Vec::with_capacity(instrs.len());
-        let mut placed = std::collections::HashSet::with_capacity(instrs.len());
-        for &start in &instrs {
-            let mut stack = vec![(start, 0usize)];
-            while let Some((id, k)) = stack.pop() {
-                if placed.contains(&id) {
-                    continue;
-                }
-                let ops = &self.instr(id).operands;
-                if let Some(&op) = ops.get(k) {
-                    stack.push((id, k + 1));
-                    if !placed.contains(&op) {
-                        stack.push((op, 0));
-                    }
-                } else {
-                    placed.insert(id);
-                    order.push(id);
-                }
-            }
-        }
+        // Stored order is not always def-before-use (a parsed module keeps the text order).
+        let order = crate::analysis::post_order(self, c);
         for id in order {
             let old = self.instr(id);
             let mut i = old.clone();
@@ -1300,6 +1301,29 @@ mod tests {
         let (copy2, map2) = m.clone_computation(c, "clone").unwrap();
         assert_eq!(m.comp(copy2).name, "body.clone.1");
         assert_eq!(m.instr(map2[&b]).name, "b.clone.1");
+    }
+
+    #[test]
+    fn removing_a_root_is_refused() {
+        let mut m = Module::new("m");
+        let c = m.add_computation("main").unwrap();
+        let p0 = m.add_instruction(c, param(0, "p0")).unwrap();
+        let neg = Instruction::new("neg", Opcode::Negate, Shape::array(F32, &[4]));
+        let n = m.add_instruction(c, neg.with_operands(&[p0])).unwrap();
+        m.set_root(c, n);
+        let err = m.remove_instruction(n).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "%neg: cannot remove the root of computation main; set another root first"
+        );
+        assert!(matches!(
+            m.remove_instructions(&[n]),
+            Err(MutationError::RemovesRoot(..))
+        ));
+        assert_eq!(m.comp(c).root(), Some(n));
+        m.set_root(c, p0);
+        m.remove_instruction(n).unwrap();
+        assert_eq!(m.comp(c).instructions(), &[p0]);
     }
 
     #[test]

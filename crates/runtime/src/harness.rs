@@ -21,8 +21,8 @@ use std::fmt;
 
 use tessera_hlo::attrs::ReplicaGroups;
 use tessera_hlo::{
-    ElementType as HloElementType, Instruction, Layout, Module, Opcode, Shape, Sharding,
-    ShardingKind,
+    BuildError, Builder, ElementType as HloElementType, InstrId, Layout, Module, Opcode, Shape,
+    Sharding, ShardingKind,
 };
 
 use crate::element::{Bf16 as Bf16Bits, F16 as F16Bits};
@@ -263,75 +263,55 @@ pub fn for_plugin(m: &Module) -> Result<Module> {
 /// the combined form, not even from XLA's own proto of it ("LogicalBuffer ... does not have a
 /// layout"), and XLA's optimized modules are full of them (all-reduce combiner).
 pub fn split_tuple_all_reduces(m: &mut Module) -> Result<()> {
-    let mut next_channel = ids_of(m)
-        .iter()
-        .filter_map(|&i| m.instr(i).attrs.channel_id)
-        .max()
-        .unwrap_or(0)
-        + 1;
-    for id in ids_of(m) {
-        let i = m.instr(id);
+    let ids = ids_of(m);
+    let Some(&first) = m.computations().first() else {
+        return Ok(());
+    };
+    // One builder for the whole module: one channel counter.
+    let mut b = Builder::new(m, first);
+    for id in ids {
+        let i = b.module().instr(id);
         if i.opcode != Opcode::AllReduce || i.operands().len() < 2 {
             continue;
         }
-        let (comp, name, operands) = (i.parent, i.name.clone(), i.operands().to_vec());
-        let elements = i.shape.tuple_elements().to_vec();
-        if elements.len() != operands.len() {
-            return Err(module_error(
-                m,
-                format!(
-                    "{name}: {} operands but a result of {} elements",
-                    operands.len(),
-                    elements.len()
-                ),
-            ));
-        }
+        let name = i.name.clone();
         if !i.control_predecessors().is_empty() || !i.control_successors().is_empty() {
             return Err(module_error(
-                m,
+                b.module(),
                 format!("{name}: a multi-operand all-reduce with control edges is not supported"),
             ));
         }
-        let template = i.clone();
-        let root = m.comp(comp).root();
-        let mut parts = Vec::with_capacity(operands.len());
-        for (k, (&op, shape)) in operands.iter().zip(elements).enumerate() {
-            let part_name = m.unique_name(&format!("{name}.{k}"));
-            let mut part = Instruction::new(part_name, Opcode::AllReduce, shape)
-                .with_operands(&[op])
-                .with_called(&template.called);
-            part.attrs = template.attrs.clone();
-            if part.attrs.channel_id.is_some() {
-                part.attrs.channel_id = Some(next_channel);
-                next_channel += 1;
-            }
-            part.metadata = template.metadata.clone();
-            part.frontend_attributes = template.frontend_attributes.clone();
-            parts.push(
-                m.add_instruction(comp, part)
-                    .map_err(|e| module_error(m, e.to_string()))?,
-            );
-        }
-        let tuple_name = m.unique_name(&format!("{name}.tuple"));
-        let tuple = m
-            .add_instruction(
-                comp,
-                Instruction::new(tuple_name, Opcode::Tuple, template.shape.clone())
-                    .with_operands(&parts),
-            )
-            .map_err(|e| module_error(m, e.to_string()))?;
-        m.replace_all_uses_with(id, tuple)
-            .map_err(|e| module_error(m, e.to_string()))?;
-        // Adding instructions moved the root; put it back (or on the tuple if it was this).
-        match root {
-            Some(r) if r == id => m.set_root(comp, tuple),
-            Some(r) => m.set_root(comp, r),
-            None => {}
-        }
-        m.remove_instruction(id)
-            .map_err(|e| module_error(m, e.to_string()))?;
+        let tuple = split_all_reduce(&mut b, id, &name)
+            .map_err(|e| module_error(b.module(), e.to_string()))?;
+        b.module_mut()
+            .replace_instruction(id, tuple)
+            .map_err(|e| module_error(b.module(), e.to_string()))?;
     }
     Ok(())
+}
+
+/// One all-reduce per operand of `id` (fresh channel ids), with the all-reduce's metadata and
+/// attributes, and the tuple of them.
+fn split_all_reduce(
+    b: &mut Builder<'_>,
+    id: InstrId,
+    name: &str,
+) -> std::result::Result<InstrId, BuildError> {
+    let i = b.module().instr(id);
+    let (attrs, called, operands) = (i.attrs.clone(), i.called.clone(), i.operands().to_vec());
+    b.set_computation(i.parent);
+    b.set_origin(Some(id));
+    let mut parts = Vec::with_capacity(operands.len());
+    for (k, &op) in operands.iter().enumerate() {
+        let mut a = attrs.clone();
+        if a.channel_id.is_some() {
+            a.channel_id = Some(b.next_channel_id());
+        }
+        let part = format!("{name}.{k}");
+        parts.push(b.op_named(&part, Opcode::AllReduce, &[op], a, &called, None)?);
+    }
+    let tuple = format!("{name}.tuple");
+    b.op_named(&tuple, Opcode::Tuple, &parts, Default::default(), &[], None)
 }
 
 /// A clone whose entry parameters and root have the default layout (so the plugin takes and
@@ -376,7 +356,7 @@ fn explicit_collectives(m: &mut Module) -> Result<()> {
     Ok(())
 }
 
-fn ids_of(m: &Module) -> Vec<tessera_hlo::InstrId> {
+fn ids_of(m: &Module) -> Vec<InstrId> {
     m.computations()
         .iter()
         .flat_map(|&c| m.comp(c).instructions().to_vec())

@@ -9,7 +9,8 @@
 //!
 //! The per-device facts (which tile a device holds, where that tile starts, the groups of
 //! devices that differ along some tile dimensions) are answered here from the device list; the
-//! sharding algebra on [`Sharding`] itself stays in `tessera_hlo::tiling`.
+//! sharding algebra on [`Sharding`] itself stays in `tessera_hlo` (`sharding_util` transforms
+//! shardings, `tiling` is the tile geometry).
 
 use tessera_hlo::sharding::SubgroupType;
 use tessera_hlo::{Sharding, ShardingKind, TileAssignment};

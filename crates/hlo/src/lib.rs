@@ -7,6 +7,7 @@
 
 pub mod analysis;
 pub mod attrs;
+pub mod builder;
 pub mod fxhash;
 pub mod instruction;
 pub mod literal;
@@ -17,16 +18,19 @@ mod names;
 pub mod opcode;
 pub mod proto;
 pub mod rare;
+pub mod replica_groups;
 pub mod resource;
 pub mod shape;
 pub mod sharding;
 pub mod sharding_util;
+pub mod side_table;
 pub mod text;
 pub mod tiling;
 pub mod types;
 pub mod verify;
 
 pub use attrs::{Attrs, RareAttrs};
+pub use builder::{BuildError, Builder};
 pub use instruction::{CompId, InstrId, Instruction, RareInstrFields};
 pub use literal::{Literal, LiteralData};
 pub use module::{
@@ -36,4 +40,5 @@ pub use module::{
 pub use opcode::Opcode;
 pub use shape::{ArrayShape, Layout, LayoutExtras, Shape};
 pub use sharding::{NamedSharding, Sharding, ShardingKind, TileAssignment};
+pub use side_table::SideTable;
 pub use types::ElementType;

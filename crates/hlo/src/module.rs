@@ -185,7 +185,7 @@ pub struct Schedule {
 }
 
 /// Errors of the mutation API: they point at a caller's mistake, named by instruction.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum MutationError {
     #[error("%{0}: cannot remove an instruction that still has users ({1})")]
     HasUsers(String, String),
@@ -201,6 +201,8 @@ pub enum MutationError {
     DuplicateName(String),
     #[error("%{0}: parameter number {1} is already taken in computation {2}")]
     DuplicateParameter(String, i64, String),
+    #[error("%{0}: cannot remove the root of computation {1}; set another root first")]
+    RemovesRoot(String, String),
 }
 
 #[derive(Clone, Debug)]
@@ -221,6 +223,9 @@ pub struct Module {
     /// Every computation name in use (a separate namespace, as in XLA: a computation and an
     /// instruction may both be called `add`).
     comp_names: NameTable,
+    /// Scalar reduction computations made by [`crate::builder::Builder::reducer`], one per
+    /// element type and operation (checked to be still there before reuse).
+    reducers: Vec<(crate::types::ElementType, Opcode, CompId)>,
 }
 
 impl Module {
@@ -240,7 +245,26 @@ impl Module {
             stack_frames: StackFrameIndex::default(),
             names: OnceLock::new(),
             comp_names: NameTable::default(),
+            reducers: Vec::new(),
         }
+    }
+
+    /// The cached reduction computation for `(ty, op)`, if it is still in the module.
+    pub(crate) fn cached_reducer(
+        &self,
+        ty: crate::types::ElementType,
+        op: Opcode,
+    ) -> Option<CompId> {
+        self.reducers
+            .iter()
+            .find(|r| r.0 == ty && r.1 == op)
+            .map(|r| r.2)
+            .filter(|&c| self.try_comp(c).is_some())
+    }
+
+    pub(crate) fn cache_reducer(&mut self, ty: crate::types::ElementType, op: Opcode, c: CompId) {
+        self.reducers.retain(|r| !(r.0 == ty && r.1 == op));
+        self.reducers.push((ty, op, c));
     }
 
     // ----- lookup -----
@@ -388,15 +412,18 @@ impl Module {
         self.comp_names.contains(name)
     }
 
-    /// A computation name not yet used in the module, made from `base` with `.N` suffixes.
+    /// A computation name not yet used in the module: `base`, else `base.1`, `base.2`, ...
+    /// The module's one allocator of computation names; it remembers, per `base`, where to
+    /// continue, so making k names from one base costs O(k), not O(k^2).
     pub fn unique_computation_name(&mut self, base: &str) -> String {
-        if !self.comp_names.contains(base) {
+        let Some(next) = self.comp_names.get(base) else {
             return base.to_string();
-        }
-        let mut n = 1;
+        };
+        let mut n = next.max(1);
         loop {
             let candidate = format!("{base}.{n}");
             if !self.comp_names.contains(&candidate) {
+                self.comp_names.set(base, n + 1);
                 return candidate;
             }
             n += 1;
@@ -720,9 +747,11 @@ impl Module {
         Ok(())
     }
 
-    /// Removes an instruction that has no users; its operands lose it as a user and its control
-    /// edges are dropped (predecessors are not rewired; see XLA's `RemoveInstruction`).
+    /// Removes an instruction that has no users and is not its computation's root; its operands
+    /// lose it as a user and its control edges are dropped (predecessors are not rewired; see
+    /// XLA's `RemoveInstruction`).
     pub fn remove_instruction(&mut self, id: InstrId) -> Result<(), MutationError> {
+        self.check_not_root(id)?;
         let i = self.instr(id);
         if !i.users.is_empty() {
             let names: Vec<String> = i
@@ -754,9 +783,6 @@ impl Module {
                 }
             }
         }
-        if c.root == Some(id) {
-            c.root = c.instrs.last().copied();
-        }
         if let Some(s) = self.schedule.as_mut() {
             if let Some(seq) = s.sequences.get_mut(&instr.parent) {
                 seq.retain(|&x| x != id);
@@ -765,8 +791,18 @@ impl Module {
         Ok(())
     }
 
+    /// A root stays until another instruction is made the root: removing it is refused.
+    fn check_not_root(&self, id: InstrId) -> Result<(), MutationError> {
+        let i = self.instr(id);
+        let c = self.comp(i.parent);
+        if c.root == Some(id) {
+            return Err(MutationError::RemovesRoot(i.name.clone(), c.name.clone()));
+        }
+        Ok(())
+    }
+
     /// Removes many unused instructions at once: every user of one of them must be in `ids`
-    /// too. Same effect as [`Module::remove_instruction`] on each in turn (users before their
+    /// too, and none may be a root. Same effect as [`Module::remove_instruction`] on each in turn (users before their
     /// operands), but each computation's instruction list and schedule sequence is filtered
     /// only once, so removing k of n instructions is O(n + k) rather than O(n k).
     pub fn remove_instructions(&mut self, ids: &[InstrId]) -> Result<(), MutationError> {
@@ -775,6 +811,7 @@ impl Module {
             gone[id.index()] = true;
         }
         for &id in ids {
+            self.check_not_root(id)?;
             let i = self.instr(id);
             if i.users.iter().any(|u| !gone[u.index()]) {
                 let names: Vec<String> = i
@@ -832,9 +869,6 @@ impl Module {
         for c in comps {
             let comp = self.comp_mut(c);
             comp.instrs.retain(|x| !gone[x.index()]);
-            if comp.root.is_some_and(|r| gone[r.index()]) {
-                comp.root = comp.instrs.last().copied();
-            }
             if let Some(s) = self.schedule.as_mut() {
                 if let Some(seq) = s.sequences.get_mut(&c) {
                     seq.retain(|x| !gone[x.index()]);
@@ -939,6 +973,148 @@ impl Module {
     /// Computations that instruction `id` calls.
     pub fn called_computations(&self, id: InstrId) -> &[CompId] {
         &self.instr(id).called
+    }
+
+    // ----- whole-computation helpers -----
+
+    /// The signature of computation `c` as its instructions give it: parameter shapes by
+    /// number (an empty tuple for a number not added) and the root's shape (an empty tuple
+    /// when there is no root yet).
+    pub fn program_shape(&self, c: CompId) -> ProgramShape {
+        let comp = self.comp(c);
+        ProgramShape {
+            parameters: comp
+                .params
+                .iter()
+                .map(|p| p.map_or(Shape::Tuple(Vec::new()), |p| self.instr(p).shape.clone()))
+                .collect(),
+            result: comp
+                .root
+                .and_then(|r| self.try_instr(r))
+                .map_or(Shape::Tuple(Vec::new()), |r| r.shape.clone()),
+        }
+    }
+
+    /// A channel id no instruction of the module uses: one more than the largest in use (1
+    /// for a module without channels), as XLA's `NextChannelId`.
+    pub fn next_channel_id(&self) -> i64 {
+        self.instrs
+            .iter()
+            .flatten()
+            .filter_map(|i| i.attrs.channel_id)
+            .max()
+            .map_or(1, |c| c.max(0) + 1)
+    }
+
+    /// Replaces `old` by `new` and removes `old`: every use and the root move to `new`, and so
+    /// do `old`'s control edges (its predecessors come before `new`, its successors after).
+    /// `new` keeps its own metadata and sharding; it takes `old`'s when it has none (XLA's
+    /// `ReplaceInstruction`). `new` must not depend on `old` (e.g. `new = copy(old)`): `old`
+    /// would keep a user and cannot be removed.
+    pub fn replace_instruction(&mut self, old: InstrId, new: InstrId) -> Result<(), MutationError> {
+        if old == new {
+            return Ok(());
+        }
+        if self.instr(new).operands.contains(&old) {
+            return Err(MutationError::HasUsers(
+                self.instr(old).name.clone(),
+                format!("%{}", self.instr(new).name),
+            ));
+        }
+        self.replace_all_uses_with(old, new)?;
+        self.move_control_edges(old, new);
+        let (metadata, sharding) = {
+            let o = self.instr(old);
+            (o.metadata.clone(), o.sharding.clone())
+        };
+        let n = self.instr(new);
+        let (needs_metadata, needs_sharding) = (n.metadata.is_none(), n.sharding.is_none());
+        if needs_metadata && metadata.is_some() {
+            self.instr_mut(new).metadata = metadata;
+        }
+        if needs_sharding && sharding.is_some() {
+            self.instr_mut(new).sharding = sharding;
+        }
+        self.remove_instruction(old)
+    }
+
+    /// Gives `to` the control edges of `from` (its predecessors come before `to`, its
+    /// successors after) and takes them from `from`. An edge between the two is dropped.
+    pub fn move_control_edges(&mut self, from: InstrId, to: InstrId) {
+        if from == to {
+            return;
+        }
+        let preds = self.instr(from).control_predecessors.clone();
+        let succs = self.instr(from).control_successors.clone();
+        for p in preds {
+            self.remove_control_dependency(p, from);
+            if p != to {
+                self.add_control_dependency(p, to);
+            }
+        }
+        for s in succs {
+            self.remove_control_dependency(from, s);
+            if s != to {
+                self.add_control_dependency(to, s);
+            }
+        }
+    }
+
+    /// A copy of computation `c` named `<name>.<suffix>` (made unique), its instructions named
+    /// `<name>.<suffix>` too, with the same parameters, root, control edges and schedule
+    /// sequence. Called computations are shared, not copied. Returns the copy and the map from
+    /// each instruction of `c` to its copy, in `c`'s instruction order.
+    pub fn clone_computation(
+        &mut self,
+        c: CompId,
+        suffix: &str,
+    ) -> Result<(CompId, IndexMap<InstrId, InstrId>), MutationError> {
+        let name = self.unique_computation_name(&format!("{}.{suffix}", self.comp(c).name));
+        let (instrs, root, thread) = {
+            let comp = self.comp(c);
+            (
+                comp.instrs.clone(),
+                comp.root,
+                comp.execution_thread.clone(),
+            )
+        };
+        let copy = self.add_computation(name)?;
+        self.comp_mut(copy).execution_thread = thread;
+        let mut map: IndexMap<InstrId, InstrId> = IndexMap::with_capacity(instrs.len());
+        // Stored order is not always def-before-use (a parsed module keeps the text order).
+        let order = crate::analysis::post_order(self, c);
+        for id in order {
+            let old = self.instr(id);
+            let mut i = old.clone();
+            i.operands = old.operands.iter().map(|o| map[o]).collect();
+            let base = format!("{}.{suffix}", old.name);
+            i.name = self.unique_name(&base);
+            let new = self.add_instruction(copy, i)?;
+            map.insert(id, new);
+        }
+        let mut ordered: IndexMap<InstrId, InstrId> = IndexMap::with_capacity(map.len());
+        for id in &instrs {
+            ordered.insert(*id, map[id]);
+        }
+        for (&old, &new) in &ordered {
+            let succs = self.instr(old).control_successors.clone();
+            for s in succs {
+                if let Some(&t) = ordered.get(&s) {
+                    self.add_control_dependency(new, t);
+                }
+            }
+        }
+        self.comp_mut(copy).instrs = ordered.values().copied().collect();
+        if let Some(r) = root {
+            self.set_root(copy, ordered[&r]);
+        }
+        if let Some(s) = self.schedule.as_mut() {
+            if let Some(seq) = s.sequences.get(&c) {
+                let seq = seq.iter().filter_map(|i| ordered.get(i).copied()).collect();
+                s.sequences.insert(copy, seq);
+            }
+        }
+        Ok((copy, ordered))
     }
 }
 
@@ -1081,6 +1257,115 @@ mod tests {
         ));
         assert_eq!(bad.operands(adds[1]), m0.operands(adds[1]));
         assert_eq!(bad.users(neg), m0.users(neg));
+    }
+
+    #[test]
+    fn replace_instruction_moves_uses_root_and_control_edges() {
+        let mut m = Module::new("m");
+        let c = m.add_computation("main").unwrap();
+        let p0 = m.add_instruction(c, param(0, "p0")).unwrap();
+        let neg = |name: &str, op| {
+            Instruction::new(name, Opcode::Negate, Shape::array(F32, &[4])).with_operands(&[op])
+        };
+        let before = m.add_instruction(c, neg("before", p0)).unwrap();
+        let mut o = neg("old", p0);
+        o.sharding = Some(Sharding::replicated());
+        let old = m.add_instruction(c, o).unwrap();
+        let user = m.add_instruction(c, neg("user", old)).unwrap();
+        let after = m.add_instruction(c, neg("after", p0)).unwrap();
+        let new = m.add_instruction(c, neg("new", p0)).unwrap();
+        m.set_root(c, old);
+        m.add_control_dependency(before, old);
+        m.add_control_dependency(old, after);
+        m.add_control_dependency(old, new);
+        m.replace_instruction(old, new).unwrap();
+        assert!(m.try_instr(old).is_none());
+        assert!(!m.is_name_used("old"));
+        assert_eq!(m.operands(user), &[new]);
+        assert_eq!(m.comp(c).root(), Some(new));
+        assert_eq!(m.instr(new).control_predecessors(), &[before]);
+        assert_eq!(m.instr(new).control_successors(), &[after]);
+        assert_eq!(m.instr(before).control_successors(), &[new]);
+        assert_eq!(m.instr(after).control_predecessors(), &[new]);
+        assert_eq!(m.instr(new).sharding, Some(Sharding::replicated()));
+        // A replacement that reads the old value cannot replace it.
+        let copy = m.add_instruction(c, neg("copy", new)).unwrap();
+        assert!(matches!(
+            m.replace_instruction(new, copy),
+            Err(MutationError::HasUsers(..))
+        ));
+        assert_eq!(m.comp(c).root(), Some(new));
+    }
+
+    #[test]
+    fn clone_computation_maps_every_instruction() {
+        let mut m = Module::new("m");
+        let c = m.add_computation("body").unwrap();
+        let p0 = m.add_instruction(c, param(0, "p0")).unwrap();
+        // Stored out of def-use order on purpose: `b` (user of `a`) comes first.
+        let a_shape = Shape::array(F32, &[4]);
+        let a = m
+            .add_instruction(
+                c,
+                Instruction::new("a", Opcode::Negate, a_shape.clone()).with_operands(&[p0]),
+            )
+            .unwrap();
+        let b = m
+            .add_instruction(
+                c,
+                Instruction::new("b", Opcode::Add, a_shape).with_operands(&[a, p0]),
+            )
+            .unwrap();
+        m.set_instruction_order(c, vec![b, p0, a]);
+        m.set_root(c, b);
+        m.add_control_dependency(p0, a);
+        m.schedule = Some(Schedule::default());
+        m.schedule
+            .as_mut()
+            .unwrap()
+            .sequences
+            .insert(c, vec![p0, a, b]);
+        let (copy, map) = m.clone_computation(c, "clone").unwrap();
+        assert_eq!(m.comp(copy).name, "body.clone");
+        assert_eq!(map.keys().copied().collect::<Vec<_>>(), vec![b, p0, a]);
+        assert_eq!(m.instr(map[&b]).name, "b.clone");
+        assert_eq!(m.operands(map[&b]), &[map[&a], map[&p0]]);
+        assert_eq!(m.comp(copy).root(), Some(map[&b]));
+        assert_eq!(m.comp(copy).parameter(0), Some(map[&p0]));
+        assert_eq!(m.instr(map[&a]).control_predecessors(), &[map[&p0]]);
+        assert_eq!(
+            m.schedule.as_ref().unwrap().sequences[&copy],
+            vec![map[&p0], map[&a], map[&b]]
+        );
+        assert_eq!(m.program_shape(copy), m.program_shape(c));
+        // The original is untouched, and a second clone gets fresh names.
+        assert_eq!(m.users(a), &[b]);
+        let (copy2, map2) = m.clone_computation(c, "clone").unwrap();
+        assert_eq!(m.comp(copy2).name, "body.clone.1");
+        assert_eq!(m.instr(map2[&b]).name, "b.clone.1");
+    }
+
+    #[test]
+    fn removing_a_root_is_refused() {
+        let mut m = Module::new("m");
+        let c = m.add_computation("main").unwrap();
+        let p0 = m.add_instruction(c, param(0, "p0")).unwrap();
+        let neg = Instruction::new("neg", Opcode::Negate, Shape::array(F32, &[4]));
+        let n = m.add_instruction(c, neg.with_operands(&[p0])).unwrap();
+        m.set_root(c, n);
+        let err = m.remove_instruction(n).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "%neg: cannot remove the root of computation main; set another root first"
+        );
+        assert!(matches!(
+            m.remove_instructions(&[n]),
+            Err(MutationError::RemovesRoot(..))
+        ));
+        assert_eq!(m.comp(c).root(), Some(n));
+        m.set_root(c, p0);
+        m.remove_instruction(n).unwrap();
+        assert_eq!(m.comp(c).instructions(), &[p0]);
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! The sharding algebra: what a sharding means for a given shape and set of devices.
+//! Tilings: what a sharding means for a given shape and set of devices (the geometry; the
+//! transformations of shardings are in [`crate::sharding_util`], the one sharding algebra).
 //!
 //! A tiled sharding splits an array into a grid of tiles; `tile_assignment` says which device
 //! holds which tile. Trailing tile dimensions may be *subgroup* dimensions
@@ -6,6 +7,11 @@
 //! the same tile (replicated) or their own part of a manual region. Dimensions of the data that
 //! do not divide evenly get `ceil(size / tiles)` per tile, the last tiles padded, as the SPMD
 //! partitioner expects.
+//!
+//! Here: tile assignments (iota and explicit device orders, their reshape, transpose and normal
+//! form), each device's piece of an array (tile shapes, offsets, [`Sharding::device_bounds`]),
+//! groups of devices along tile dimensions, and how the dimensions of a reshape group
+//! ([`reshape_groups`]).
 //!
 //! The functions here never materialise a device list for an iota tile assignment unless the
 //! result needs one (e.g. a transpose that an iota form cannot express).
@@ -585,145 +591,6 @@ impl Sharding {
         }
         Some(groups)
     }
-
-    /// The sharding of `transpose(x, perm)` given x's sharding: data tile dimensions permute,
-    /// subgroup dimensions stay last.
-    pub fn transpose(&self, perm: &[usize]) -> Option<Sharding> {
-        let t = match &self.kind {
-            ShardingKind::Tiled(t) => t,
-            ShardingKind::Tuple(_) => return None,
-            _ => return Some(self.clone()),
-        };
-        if perm.len() != t.data_rank() {
-            return None;
-        }
-        let mut full: Vec<usize> = perm.to_vec();
-        full.extend(t.data_rank()..t.tile_assignment.rank());
-        let mut out = self.clone();
-        if let ShardingKind::Tiled(nt) = &mut out.kind {
-            nt.tile_assignment = t.tile_assignment.transpose(&full);
-        }
-        Some(out)
-    }
-
-    /// Like this sharding but with every data dimension replicated except `keep`: the tiles of
-    /// the other dimensions move into a trailing replicated subgroup.
-    pub fn partially_replicate_except(&self, keep: &[usize]) -> Option<Sharding> {
-        let t = self.as_tiled()?;
-        if t.subgroup_types()
-            .iter()
-            .any(|s| *s != SubgroupType::Replicated)
-        {
-            return None;
-        }
-        let r = t.data_rank();
-        let dims = t.tile_assignment.dims();
-        // Move the dimensions that become replicated next to the existing replication dim.
-        let mut perm: Vec<usize> = (0..r).filter(|d| keep.contains(d)).collect();
-        let dropped: Vec<usize> = (0..r).filter(|d| !keep.contains(d)).collect();
-        let mut new_data: Dims = (0..r)
-            .map(|d| if keep.contains(&d) { dims[d] } else { 1 })
-            .collect();
-        let repl: i64 = dropped.iter().map(|&d| dims[d]).product::<i64>() * t.replication_factor();
-        // Build the permuted assignment: kept dims (in order), then dropped dims, then old
-        // replication dim; then reshape to data dims with 1s plus one replication dim.
-        perm.extend(dropped.iter().copied());
-        perm.extend(r..t.tile_assignment.rank());
-        let moved = t.tile_assignment.transpose(&perm);
-        if repl == 1 {
-            return Some(Sharding::tiled(moved.reshape(&new_data)?, false));
-        }
-        new_data.push(repl);
-        Some(Sharding::tiled(moved.reshape(&new_data)?, true))
-    }
-
-    /// True if every device's piece under `self` lies inside its piece under `coarser` (so
-    /// `self` is at least as fine), for an array of `dims` over device ids `0..num_devices`.
-    pub fn refines(&self, coarser: &Sharding, dims: &[i64], num_devices: i64) -> bool {
-        (0..num_devices).all(|d| {
-            match (self.device_bounds(dims, d), coarser.device_bounds(dims, d)) {
-                (Some((s1, l1)), Some((s2, l2))) => {
-                    (0..dims.len()).all(|i| l1[i] <= s1[i] || (s1[i] >= s2[i] && l1[i] <= l2[i]))
-                }
-                (None, _) => true,
-                (Some(_), None) => false,
-            }
-        })
-    }
-
-    /// Combines two shardings of the same array when they agree: a replicated side gives way
-    /// to the other; two tilings that tile disjoint dimensions with compatible devices merge
-    /// into one that tiles both. `None` when they conflict.
-    pub fn merge(&self, other: &Sharding, dims: &[i64], num_devices: i64) -> Option<Sharding> {
-        if self.is_fully_replicated() {
-            return Some(other.clone());
-        }
-        if other.is_fully_replicated() || self.refines(other, dims, num_devices) {
-            return Some(self.clone());
-        }
-        if other.refines(self, dims, num_devices) {
-            return Some(other.clone());
-        }
-        // Try: tile each dimension by the larger of the two, devices by intersection of pieces.
-        let a = self.tiles_per_dim(dims.len())?;
-        let b = other.tiles_per_dim(dims.len())?;
-        let tiles: Dims = a
-            .iter()
-            .zip(&b)
-            .map(|(&x, &y)| {
-                if x == 1 {
-                    y
-                } else if y == 1 || x == y {
-                    x
-                } else {
-                    0
-                }
-            })
-            .collect();
-        if tiles.contains(&0) {
-            return None;
-        }
-        let n_tiles: i64 = tiles.iter().product();
-        if n_tiles > num_devices || num_devices % n_tiles != 0 {
-            return None;
-        }
-        // Each tile of the merged grid goes to the devices whose pieces under both contain it.
-        let repl = num_devices / n_tiles;
-        let mut devices = vec![-1i64; num_devices as usize];
-        let mut fill: Vec<i64> = vec![0; n_tiles as usize];
-        let ts = tile_shape(dims, &tiles);
-        for d in 0..num_devices {
-            let (s1, l1) = self.device_bounds(dims, d)?;
-            let (s2, l2) = other.device_bounds(dims, d)?;
-            let start: Dims = (0..dims.len()).map(|i| s1[i].max(s2[i])).collect();
-            let limit: Dims = (0..dims.len()).map(|i| l1[i].min(l2[i])).collect();
-            // The intersection must be exactly one merged tile.
-            let idx: Dims = (0..dims.len())
-                .map(|i| if ts[i] == 0 { 0 } else { start[i] / ts[i] })
-                .collect();
-            let (es, el) = tile_bounds(dims, &tiles, &idx);
-            if es != start || el != limit {
-                return None;
-            }
-            let t = ravel(&idx, &tiles) as usize;
-            if fill[t] >= repl {
-                return None;
-            }
-            devices[t * repl as usize + fill[t] as usize] = d;
-            fill[t] += 1;
-        }
-        let mut tdims = tiles.clone();
-        if repl > 1 {
-            tdims.push(repl);
-        }
-        Some(Sharding::tiled(
-            TileAssignment::Explicit {
-                dims: tdims,
-                devices,
-            },
-            repl > 1,
-        ))
-    }
 }
 
 /// How the dimensions of a reshape from `from` to `to` group: each group is (source dims,
@@ -763,64 +630,6 @@ pub fn reshape_groups(from: &[i64], to: &[i64]) -> Option<Vec<(Vec<usize>, Vec<u
         groups.push((gi, gj));
     }
     Some(groups)
-}
-
-impl Sharding {
-    /// The sharding of `reshape(x)` from dimensions `from` to `to`, given x's sharding, when it
-    /// can be kept exactly: within each group of dimensions the tiling must sit on the major
-    /// source dimension and divide the major target dimension (or be moved to a target
-    /// dimension whose size it divides when the group is 1:1). `None` when the sharding cannot
-    /// be kept (the caller falls back, e.g. to replication).
-    pub fn reshape(&self, from: &[i64], to: &[i64]) -> Option<Sharding> {
-        let t = match &self.kind {
-            ShardingKind::Tiled(t) => t,
-            ShardingKind::Tuple(_) => return None,
-            _ => return Some(self.clone()),
-        };
-        if t.data_rank() != from.len() {
-            return None;
-        }
-        let groups = reshape_groups(from, to)?;
-        let src_tiles = t.data_tile_dims();
-        let mut target_tiles: Dims = SmallVec::from_elem(1, to.len());
-        for (gi, gj) in &groups {
-            let sharded: Vec<usize> = gi.iter().copied().filter(|&d| src_tiles[d] > 1).collect();
-            if sharded.is_empty() {
-                continue;
-            }
-            // Only the most major source dim of the group may be sharded, and its tile count
-            // must divide the most major target dim of size > 1 and be an exact split of it.
-            if sharded.len() > 1 || sharded[0] != gi[0] {
-                // Allow a sharded minor dim when every more-major dim of the group is size 1.
-                if sharded.len() > 1
-                    || gi
-                        .iter()
-                        .take_while(|&&d| d != sharded[0])
-                        .any(|&d| from[d] != 1)
-                {
-                    return None;
-                }
-            }
-            let s = sharded[0];
-            let n = src_tiles[s];
-            if from[s] % n != 0 {
-                return None;
-            }
-            let major = gj.iter().copied().find(|&d| to[d] > 1)?;
-            if to[major] % n != 0 {
-                return None;
-            }
-            target_tiles[major] = n;
-        }
-        let mut dims: Dims = target_tiles.clone();
-        dims.extend(t.tile_assignment.dims()[t.data_rank()..].iter().copied());
-        let ta = t.tile_assignment.reshape(&dims)?;
-        let mut out = self.clone();
-        if let ShardingKind::Tiled(nt) = &mut out.kind {
-            nt.tile_assignment = ta;
-        }
-        Some(out)
-    }
 }
 
 #[cfg(test)]
@@ -903,56 +712,6 @@ mod tests {
             s.device_groups(&[0]).unwrap(),
             vec![vec![0, 4], vec![1, 5], vec![2, 6], vec![3, 7]]
         );
-    }
-
-    #[test]
-    fn partial_replication_moves_tiles_to_the_replicated_dim() {
-        let s = Sharding::tiled(TileAssignment::iota(&[2, 4]), false);
-        let p = s.partially_replicate_except(&[0]).unwrap();
-        let t = p.as_tiled().unwrap();
-        assert!(t.replicate_on_last_tile_dim);
-        assert_eq!(t.tile_assignment.dims(), &[2, 1, 4]);
-        assert_eq!(t.tile_assignment.devices(), (0..8).collect::<Vec<_>>());
-        assert_eq!(t.replication_factor(), 4);
-        assert!(s.refines(&p, &[8, 8], 8));
-        assert!(!p.refines(&s, &[8, 8], 8));
-    }
-
-    #[test]
-    fn merge_tilings_of_disjoint_dims() {
-        // a: rows over 2 (replicated over 4); b: columns over 4 (replicated over 2), compatible.
-        let a = Sharding::tiled(iota_t(&[2, 1, 4], &[8], &[]), true);
-        let b = Sharding::tiled(iota_t(&[1, 4, 2], &[2, 4], &[1, 0]), true);
-        let m = a.merge(&b, &[8, 8], 8).unwrap();
-        assert_eq!(m.as_tiled().unwrap().data_tile_dims(), &[2, 4]);
-        assert!(m.refines(&a, &[8, 8], 8) && m.refines(&b, &[8, 8], 8));
-        // Conflicting: rows by 2 in different device orders.
-        let c = Sharding::tiled(
-            TileAssignment::Explicit {
-                dims: SmallVec::from_slice(&[2]),
-                devices: vec![1, 0],
-            },
-            false,
-        );
-        let d = Sharding::tiled(TileAssignment::iota(&[2]), false);
-        assert!(c.merge(&d, &[4], 2).is_none());
-    }
-
-    #[test]
-    fn reshape_keeps_major_dim_sharding() {
-        let s = Sharding::tiled(TileAssignment::iota(&[4, 1]), false);
-        // [8,6] -> [8,2,3]: dim 0 keeps its 4 tiles.
-        let r = s.reshape(&[8, 6], &[8, 2, 3]).unwrap();
-        assert_eq!(r.as_tiled().unwrap().data_tile_dims(), &[4, 1, 1]);
-        // [8,6] -> [48]: sharding of the major dim carries over.
-        let r = s.reshape(&[8, 6], &[48]).unwrap();
-        assert_eq!(r.as_tiled().unwrap().data_tile_dims(), &[4]);
-        // [8,6] sharded on dim 1 -> [48] cannot be kept.
-        let s1 = Sharding::tiled(TileAssignment::iota(&[1, 2]), false);
-        assert!(s1.reshape(&[8, 6], &[48]).is_none());
-        // [6] -> [2,3] with 4 tiles: 4 does not divide 2.
-        let s2 = Sharding::tiled(TileAssignment::iota(&[4]), false);
-        assert!(s2.reshape(&[8], &[2, 4]).is_none());
     }
 
     #[test]
@@ -1065,13 +824,11 @@ mod tests {
             let from = [a * tiles, b, c];
             let to = [a * tiles * b, c];
             let s = Sharding::tiled(TileAssignment::iota(&[tiles, 1, 1]), false);
-            if let Some(r) = s.reshape(&from, &to) {
-                let back = r.reshape(&to, &from).unwrap();
-                for d in 0..tiles {
-                    prop_assert_eq!(back.device_bounds(&from, d), s.device_bounds(&from, d));
-                }
-            } else {
-                prop_assert!(false, "major-dim sharding must survive a merge reshape");
+            let back = s
+                .propagate_through_reshape(&from, &to)
+                .propagate_through_reshape(&to, &from);
+            for d in 0..tiles {
+                prop_assert_eq!(back.device_bounds(&from, d), s.device_bounds(&from, d));
             }
         }
     }

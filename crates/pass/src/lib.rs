@@ -26,13 +26,16 @@ pub use options::{OptionDoc, PassOptions};
 pub use pipeline::{Checker, FixedPoint, PassStats, Pipeline, RunReport};
 pub use registry::{PassInfo, Registry};
 
-use tessera_hlo::{Module, MutationError};
+use tessera_hlo::{BuildError, Module, MutationError};
 
 /// Errors of passes, pipelines and the driver. Each names the pass or the option at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum PassError {
     #[error(transparent)]
     Mutation(#[from] MutationError),
+    /// An instruction the pass built did not fit (shape inference or the module refused it).
+    #[error(transparent)]
+    Build(#[from] BuildError),
     /// A pass found the module in a state it cannot handle.
     #[error("{0}")]
     Failed(String),

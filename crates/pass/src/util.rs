@@ -1,8 +1,7 @@
-//! Helpers shared by passes: cloning computations, removing dead code, ordering computations.
-
+//! Helpers shared by passes: removing dead code, ordering computations.
 use std::collections::{HashMap, HashSet};
 
-use tessera_hlo::analysis::{computation_post_order, post_order};
+use tessera_hlo::analysis::computation_post_order;
 use tessera_hlo::{CompId, InstrId, Module, Opcode};
 
 use crate::Result;
@@ -98,98 +97,6 @@ fn removable_once_unused(module: &Module, id: InstrId, effects: &SideEffects) ->
 /// True for an unused instruction that DCE may delete.
 pub fn is_removable(module: &Module, id: InstrId, effects: &SideEffects) -> bool {
     module.instr(id).users().is_empty() && removable_once_unused(module, id, effects)
-}
-
-/// Computation names in use, for making fresh ones quickly when a pass adds many computations.
-pub struct CompNames {
-    used: HashSet<String>,
-    next: HashMap<String, usize>,
-}
-
-impl CompNames {
-    pub fn new(module: &Module) -> CompNames {
-        CompNames {
-            used: module
-                .computations()
-                .iter()
-                .map(|&c| module.comp(c).name.clone())
-                .collect(),
-            next: HashMap::new(),
-        }
-    }
-
-    /// `base`, or `base.1`, `base.2`, ...: the first name not in use; it is marked used.
-    pub fn fresh(&mut self, base: &str) -> String {
-        let name = if self.used.contains(base) {
-            let n = self.next.entry(base.to_string()).or_insert(1);
-            loop {
-                let candidate = format!("{base}.{n}");
-                *n += 1;
-                if !self.used.contains(&candidate) {
-                    break candidate;
-                }
-            }
-        } else {
-            base.to_string()
-        };
-        self.used.insert(name.clone());
-        name
-    }
-}
-
-/// Clones `comp` into a new computation named `<name>.<suffix>` (made unique). Instructions
-/// are named `<name>.<suffix>` too; called computations are shared, not cloned. Parameters,
-/// root, control edges, the execution thread and the schedule (if any) carry over.
-pub fn clone_computation(
-    module: &mut Module,
-    comp: CompId,
-    suffix: &str,
-    names: &mut CompNames,
-) -> Result<CompId> {
-    let name = module.comp(comp).name.clone();
-    let new_name = names.fresh(&format!("{name}.{suffix}"));
-    let new = module.add_computation(new_name)?;
-    module.comp_mut(new).execution_thread = module.comp(comp).execution_thread.clone();
-    let mut map: HashMap<InstrId, InstrId> = HashMap::new();
-    for id in post_order(module, comp) {
-        let src = module.instr(id);
-        let ops: Vec<InstrId> = src.operands().iter().map(|o| map[o]).collect();
-        let mut copy = src.clone().with_operands(&ops);
-        copy.name = module.unique_name(&format!("{}.{suffix}", src.name));
-        let nid = module.add_instruction(new, copy)?;
-        map.insert(id, nid);
-    }
-    copy_control_edges(module, comp, &map);
-    if let Some(r) = module.comp(comp).root() {
-        module.set_root(new, map[&r]);
-    }
-    // Keep the stored order of the original.
-    let order: Vec<InstrId> = module
-        .comp(comp)
-        .instructions()
-        .iter()
-        .map(|i| map[i])
-        .collect();
-    module.set_instruction_order(new, order);
-    if let Some(s) = module.schedule.as_mut() {
-        if let Some(seq) = s.sequences.get(&comp) {
-            let seq: Vec<InstrId> = seq.iter().filter_map(|i| map.get(i).copied()).collect();
-            s.sequences.insert(new, seq);
-        }
-    }
-    Ok(new)
-}
-
-fn copy_control_edges(module: &mut Module, comp: CompId, map: &HashMap<InstrId, InstrId>) {
-    let mut edges = Vec::new();
-    for &id in module.comp(comp).instructions() {
-        for &s in module.instr(id).control_successors() {
-            edges.push((map[&id], map[&s]));
-        }
-    }
-    for (a, b) in edges {
-        module.add_control_dependency(a, b);
-    }
 }
 
 /// Reorders the stored computations so that every callee comes before its callers (the order

@@ -19,10 +19,10 @@
 
 use std::fmt;
 
-use tessera_hlo::attrs::{MeshReplicaGroups, ReplicaGroups};
+use tessera_hlo::attrs::ReplicaGroups;
 use tessera_hlo::{
-    ElementType as HloElementType, Instruction, Layout, Module, Opcode, Shape, Sharding,
-    ShardingKind, TileAssignment,
+    BuildError, Builder, ElementType as HloElementType, InstrId, Layout, Module, Opcode, Shape,
+    Sharding, ShardingKind,
 };
 
 use crate::element::{Bf16 as Bf16Bits, F16 as F16Bits};
@@ -317,9 +317,10 @@ fn strip(m: &Module) -> Result<Module> {
 }
 
 /// A clone the 0.0.1 CPU plugin compiles: default layouts ([`normalize_layouts`]), explicit
-/// replica groups ([`explicit_replica_groups`]), single-operand all-reduces
-/// ([`split_tuple_all_reduces`]) and tiled shardings ([`tiled_shardings`]). Each rewrite keeps
-/// the module's meaning.
+/// replica groups (the plugin reads only explicit lists: an iota or mesh form written into the
+/// newer proto fields reaches it as "no groups"; see [`ReplicaGroups::groups`]), single-operand
+/// all-reduces ([`split_tuple_all_reduces`]) and tiled shardings ([`tiled_shardings`]). Each
+/// rewrite keeps the module's meaning.
 pub fn for_plugin(m: &Module) -> Result<Module> {
     let mut out = normalize_layouts(m);
     explicit_collectives(&mut out)?;
@@ -351,75 +352,55 @@ pub fn tiled_shardings(m: &mut Module) -> Result<()> {
 /// the combined form, not even from XLA's own proto of it ("LogicalBuffer ... does not have a
 /// layout"), and XLA's optimized modules are full of them (all-reduce combiner).
 pub fn split_tuple_all_reduces(m: &mut Module) -> Result<()> {
-    let mut next_channel = ids_of(m)
-        .iter()
-        .filter_map(|&i| m.instr(i).attrs.channel_id)
-        .max()
-        .unwrap_or(0)
-        + 1;
-    for id in ids_of(m) {
-        let i = m.instr(id);
+    let ids = ids_of(m);
+    let Some(&first) = m.computations().first() else {
+        return Ok(());
+    };
+    // One builder for the whole module: one channel counter.
+    let mut b = Builder::new(m, first);
+    for id in ids {
+        let i = b.module().instr(id);
         if i.opcode != Opcode::AllReduce || i.operands().len() < 2 {
             continue;
         }
-        let (comp, name, operands) = (i.parent, i.name.clone(), i.operands().to_vec());
-        let elements = i.shape.tuple_elements().to_vec();
-        if elements.len() != operands.len() {
-            return Err(module_error(
-                m,
-                format!(
-                    "{name}: {} operands but a result of {} elements",
-                    operands.len(),
-                    elements.len()
-                ),
-            ));
-        }
+        let name = i.name.clone();
         if !i.control_predecessors().is_empty() || !i.control_successors().is_empty() {
             return Err(module_error(
-                m,
+                b.module(),
                 format!("{name}: a multi-operand all-reduce with control edges is not supported"),
             ));
         }
-        let template = i.clone();
-        let root = m.comp(comp).root();
-        let mut parts = Vec::with_capacity(operands.len());
-        for (k, (&op, shape)) in operands.iter().zip(elements).enumerate() {
-            let part_name = m.unique_name(&format!("{name}.{k}"));
-            let mut part = Instruction::new(part_name, Opcode::AllReduce, shape)
-                .with_operands(&[op])
-                .with_called(&template.called);
-            part.attrs = template.attrs.clone();
-            if part.attrs.channel_id.is_some() {
-                part.attrs.channel_id = Some(next_channel);
-                next_channel += 1;
-            }
-            part.metadata = template.metadata.clone();
-            part.frontend_attributes = template.frontend_attributes.clone();
-            parts.push(
-                m.add_instruction(comp, part)
-                    .map_err(|e| module_error(m, e.to_string()))?,
-            );
-        }
-        let tuple_name = m.unique_name(&format!("{name}.tuple"));
-        let tuple = m
-            .add_instruction(
-                comp,
-                Instruction::new(tuple_name, Opcode::Tuple, template.shape.clone())
-                    .with_operands(&parts),
-            )
-            .map_err(|e| module_error(m, e.to_string()))?;
-        m.replace_all_uses_with(id, tuple)
-            .map_err(|e| module_error(m, e.to_string()))?;
-        // Adding instructions moved the root; put it back (or on the tuple if it was this).
-        match root {
-            Some(r) if r == id => m.set_root(comp, tuple),
-            Some(r) => m.set_root(comp, r),
-            None => {}
-        }
-        m.remove_instruction(id)
-            .map_err(|e| module_error(m, e.to_string()))?;
+        let tuple = split_all_reduce(&mut b, id, &name)
+            .map_err(|e| module_error(b.module(), e.to_string()))?;
+        b.module_mut()
+            .replace_instruction(id, tuple)
+            .map_err(|e| module_error(b.module(), e.to_string()))?;
     }
     Ok(())
+}
+
+/// One all-reduce per operand of `id` (fresh channel ids), with the all-reduce's metadata and
+/// attributes, and the tuple of them.
+fn split_all_reduce(
+    b: &mut Builder<'_>,
+    id: InstrId,
+    name: &str,
+) -> std::result::Result<InstrId, BuildError> {
+    let i = b.module().instr(id);
+    let (attrs, called, operands) = (i.attrs.clone(), i.called.clone(), i.operands().to_vec());
+    b.set_computation(i.parent);
+    b.set_origin(Some(id));
+    let mut parts = Vec::with_capacity(operands.len());
+    for (k, &op) in operands.iter().enumerate() {
+        let mut a = attrs.clone();
+        if a.channel_id.is_some() {
+            a.channel_id = Some(b.next_channel_id());
+        }
+        let part = format!("{name}.{k}");
+        parts.push(b.op_named(&part, Opcode::AllReduce, &[op], a, &called, None)?);
+    }
+    let tuple = format!("{name}.tuple");
+    b.op_named(&tuple, Opcode::Tuple, &parts, Default::default(), &[], None)
 }
 
 /// A clone whose entry parameters and root have the default layout (so the plugin takes and
@@ -450,126 +431,13 @@ pub fn normalize_layouts(m: &Module) -> Module {
     out
 }
 
-/// Replica groups as explicit lists of device ids. The plugin (xla-cpu-pjrt 0.0.1) reads only
-/// explicit groups: an iota or mesh form written into the newer proto fields reaches it as
-/// "no groups", which XLA refuses for flattened-id collectives.
-pub fn explicit_replica_groups(g: &ReplicaGroups) -> std::result::Result<Vec<Vec<i64>>, String> {
-    match g {
-        ReplicaGroups::Explicit(groups) => Ok(groups.clone()),
-        ReplicaGroups::Iota {
-            num_groups,
-            group_size,
-            reshape_dims,
-            transpose_perm,
-        } => {
-            let ta = TileAssignment::Iota {
-                dims: [*num_groups, *group_size].into_iter().collect(),
-                reshape_dims: reshape_dims.iter().copied().collect(),
-                transpose_perm: transpose_perm.iter().copied().collect(),
-            };
-            if reshape_dims.iter().product::<i64>() != num_groups * group_size {
-                return Err(format!(
-                    "iota replica groups [{num_groups},{group_size}] over {reshape_dims:?}"
-                ));
-            }
-            let devices = ta.devices();
-            Ok(devices
-                .chunks((*group_size).max(1) as usize)
-                .map(<[i64]>::to_vec)
-                .collect())
-        }
-        ReplicaGroups::Mesh(m) => mesh_groups(m),
-    }
-}
-
-/// `'x'` or `'x':(pre)size`.
-fn group_axis(s: &str) -> std::result::Result<(String, Option<(i64, i64)>), String> {
-    let bad = || format!("cannot read mesh group axis `{s}`");
-    let t = s.trim();
-    let (name, rest) = match t.strip_prefix('\'') {
-        Some(q) => {
-            let end = q.find('\'').ok_or_else(bad)?;
-            (&q[..end], &q[end + 1..])
-        }
-        None => match t.find(':') {
-            Some(i) => (&t[..i], &t[i..]),
-            None => (t, ""),
-        },
-    };
-    if rest.is_empty() {
-        return Ok((name.to_string(), None));
-    }
-    let rest = rest.strip_prefix(":(").ok_or_else(bad)?;
-    let (pre, size) = rest.split_once(')').ok_or_else(bad)?;
-    Ok((
-        name.to_string(),
-        Some((
-            pre.trim().parse().map_err(|_| bad())?,
-            size.trim().parse().map_err(|_| bad())?,
-        )),
-    ))
-}
-
-/// Devices that differ only along the group axes of the mesh, one group per combination of the
-/// other axes (row-major), each ordered row-major over the group axes as listed.
-fn mesh_groups(m: &MeshReplicaGroups) -> std::result::Result<Vec<Vec<i64>>, String> {
-    let parsed: Vec<(String, Option<(i64, i64)>)> = m
-        .group_axes
-        .iter()
-        .map(|a| group_axis(a))
-        .collect::<std::result::Result<_, _>>()?;
-    // Split axes that are named by a sub-axis into (pre, size, rest).
-    let mut fine: Vec<i64> = Vec::new();
-    let mut group_dims: Vec<usize> = vec![usize::MAX; parsed.len()];
-    for (name, size) in &m.axes {
-        let uses: Vec<usize> = (0..parsed.len())
-            .filter(|&i| parsed[i].0 == *name)
-            .collect();
-        match uses.as_slice() {
-            [] => fine.push(*size),
-            [i] => match parsed[*i].1 {
-                None => {
-                    group_dims[*i] = fine.len();
-                    fine.push(*size);
-                }
-                Some((pre, sub)) => {
-                    if pre <= 0 || sub <= 0 || size % (pre * sub) != 0 {
-                        return Err(format!("sub-axis ({pre}){sub} of '{name}'={size}"));
-                    }
-                    fine.push(pre);
-                    group_dims[*i] = fine.len();
-                    fine.push(sub);
-                    fine.push(size / (pre * sub));
-                }
-            },
-            _ => return Err(format!("mesh axis '{name}' is named twice")),
-        }
-    }
-    if let Some(i) = group_dims.iter().position(|&d| d == usize::MAX) {
-        return Err(format!("group axis {} is not a mesh axis", m.group_axes[i]));
-    }
-    let n: i64 = fine.iter().product();
-    let devices: Vec<i64> = match &m.device_ids {
-        Some(ids) if ids.len() as i64 == n => ids.clone(),
-        Some(ids) => return Err(format!("{} device ids for a mesh of {n}", ids.len())),
-        None => (0..n).collect(),
-    };
-    let ta = TileAssignment::Explicit {
-        dims: fine.iter().copied().collect(),
-        devices,
-    };
-    let along: Vec<usize> = group_dims;
-    Sharding::tiled(ta, false)
-        .device_groups(&along)
-        .ok_or_else(|| "mesh groups".to_string())
-}
-
 /// Rewrites every collective's replica groups into the explicit form.
 fn explicit_collectives(m: &mut Module) -> Result<()> {
     for id in ids_of(m) {
         let i = m.instr(id);
         if let Some(g) = i.attrs.replica_groups.as_deref() {
-            let groups = explicit_replica_groups(g)
+            let groups = g
+                .groups()
                 .map_err(|e| module_error(m, format!("{}: replica groups: {e}", i.name)))?;
             m.instr_mut(id).attrs.replica_groups = Some(Box::new(ReplicaGroups::Explicit(groups)));
         }
@@ -577,7 +445,7 @@ fn explicit_collectives(m: &mut Module) -> Result<()> {
     Ok(())
 }
 
-fn ids_of(m: &Module) -> Vec<tessera_hlo::InstrId> {
+fn ids_of(m: &Module) -> Vec<InstrId> {
     m.computations()
         .iter()
         .flat_map(|&c| m.comp(c).instructions().to_vec())
@@ -1397,57 +1265,6 @@ mod tests {
             Tolerance::EXACT
         )
         .is_err());
-    }
-
-    #[test]
-    fn replica_groups_become_explicit() {
-        // [2,4]<=[8]: rows of the iota.
-        let g = ReplicaGroups::Iota {
-            num_groups: 2,
-            group_size: 4,
-            reshape_dims: vec![8],
-            transpose_perm: vec![],
-        };
-        assert_eq!(
-            explicit_replica_groups(&g).unwrap(),
-            vec![vec![0, 1, 2, 3], vec![4, 5, 6, 7]]
-        );
-        // [4,2]<=[2,4]T(1,0): columns.
-        let g = ReplicaGroups::Iota {
-            num_groups: 4,
-            group_size: 2,
-            reshape_dims: vec![2, 4],
-            transpose_perm: vec![1, 0],
-        };
-        assert_eq!(
-            explicit_replica_groups(&g).unwrap(),
-            vec![vec![0, 4], vec![1, 5], vec![2, 6], vec![3, 7]]
-        );
-        // mesh['x'=2,'y'=4] {'y'}: rows; {'x'}: columns; {'y':(2)2}: pairs inside rows.
-        let mesh = |axes: &[&str]| {
-            ReplicaGroups::Mesh(MeshReplicaGroups {
-                axes: vec![("x".into(), 2), ("y".into(), 4)],
-                device_ids: None,
-                group_axes: axes.iter().map(|s| s.to_string()).collect(),
-            })
-        };
-        assert_eq!(
-            explicit_replica_groups(&mesh(&["'y'"])).unwrap(),
-            vec![vec![0, 1, 2, 3], vec![4, 5, 6, 7]]
-        );
-        assert_eq!(
-            explicit_replica_groups(&mesh(&["'x'"])).unwrap(),
-            vec![vec![0, 4], vec![1, 5], vec![2, 6], vec![3, 7]]
-        );
-        assert_eq!(
-            explicit_replica_groups(&mesh(&["'y':(1)2"])).unwrap(),
-            vec![vec![0, 2], vec![1, 3], vec![4, 6], vec![5, 7]]
-        );
-        assert_eq!(
-            explicit_replica_groups(&mesh(&["'x'", "'y'"])).unwrap(),
-            vec![(0..8).collect::<Vec<i64>>()]
-        );
-        assert!(explicit_replica_groups(&mesh(&["'z'"])).is_err());
     }
 
     #[test]

@@ -24,8 +24,8 @@ use tessera_pass::driver::{default_hooks, run_opt, OptSpec};
 use tessera_pass::Registry;
 use tessera_remat::{gen, RematOptions, Rematerialization, SearchKind};
 use tessera_runtime::harness::{
-    compare_arrays, explicit_replica_groups, per_device_options, prepare_partitioned,
-    random_inputs, run_module, run_original,
+    compare_arrays, per_device_options, prepare_partitioned, random_inputs, run_module,
+    run_original,
 };
 use tessera_runtime::{Client, HostArray, Tolerance};
 
@@ -110,7 +110,7 @@ fn devices_needed(m: &Module) -> Option<usize> {
                 continue;
             }
             let groups = ins.attrs.replica_groups.as_deref()?;
-            for g in explicit_replica_groups(groups).ok()? {
+            for g in groups.groups().ok()? {
                 for d in g {
                     n = n.max(d as usize + 1);
                 }

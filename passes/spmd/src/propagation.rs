@@ -525,26 +525,15 @@ fn process_sharding_custom_calls(
                 }
                 continue;
             }
-            let i = module.instr(id);
-            let name = i.name.clone();
-            let mut copy = Instruction::new(name.clone(), Opcode::Copy, i.shape.clone())
-                .with_operands(&[operand]);
-            copy.sharding = Some(sharding.clone());
-            copy.metadata = i.metadata.clone();
-            copy.frontend_attributes = i.frontend_attributes.clone();
-            let preds = i.control_predecessors().to_vec();
-            let succs = i.control_successors().to_vec();
+            // The copy takes the annotation's name, metadata, attributes and control edges.
+            let name = module.instr(id).name.clone();
             let tmp = module.unique_name(&format!("{name}.annotation"));
             module.rename_instruction(id, tmp)?;
-            let new = module.add_instruction(comp, copy)?;
-            for &p in &preds {
-                module.add_control_dependency(p, new);
-                module.remove_control_dependency(p, id);
-            }
-            for &s in &succs {
-                module.add_control_dependency(new, s);
-                module.remove_control_dependency(id, s);
-            }
+            let mut b = tessera_hlo::Builder::new(module, comp);
+            b.set_origin(Some(id));
+            let new = b.op_named(&name, Opcode::Copy, &[operand], Attrs::default(), &[], None)?;
+            module.instr_mut(new).sharding = Some(sharding.clone());
+            module.move_control_edges(id, new);
             module.replace_all_uses_with(id, new)?;
             debug_assert!(module.users(id).is_empty());
             replaced.push((id, new));

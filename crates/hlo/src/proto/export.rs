@@ -9,7 +9,6 @@ use crate::attrs::*;
 use crate::instruction::{CompId, InstrId, Instruction};
 use crate::module::{AliasKind, Module, ProgramShape};
 use crate::opcode::Opcode;
-use crate::shape::Shape;
 
 /// Proto ids of the exported computations and instructions: dense tables indexed by the IR ids
 /// (-1 for an id that is not exported).
@@ -126,22 +125,6 @@ fn def_before_use_order(m: &Module, c: CompId, seen: &mut [bool]) -> Vec<InstrId
     out
 }
 
-/// The entry's program shape as the instructions give it (parameters by number, root shape).
-pub(crate) fn derived_program_shape(m: &Module, c: CompId) -> ProgramShape {
-    let comp = m.comp(c);
-    ProgramShape {
-        parameters: (0..comp.num_parameters())
-            .map(|n| {
-                comp.parameter(n)
-                    .map_or(Shape::Tuple(Vec::new()), |p| m.instr(p).shape.clone())
-            })
-            .collect(),
-        result: comp
-            .root()
-            .map_or(Shape::Tuple(Vec::new()), |r| m.instr(r).shape.clone()),
-    }
-}
-
 pub(crate) fn program_shape_to_proto(
     ps: &ProgramShape,
     names: Vec<String>,
@@ -212,7 +195,7 @@ fn module_to_proto_parts(m: &Module) -> (pb::HloModuleProto, Ids, Vec<Vec<InstrI
                 name: comp.name.clone(),
                 instructions: Vec::with_capacity(io.len()),
                 program_shape: Some(program_shape_to_proto(
-                    &derived_program_shape(m, c),
+                    &m.program_shape(c),
                     parameter_names(m, c),
                 )),
                 id: ids.comp(c).unwrap_or(-1),
@@ -235,7 +218,7 @@ fn module_to_proto_parts(m: &Module) -> (pb::HloModuleProto, Ids, Vec<Vec<InstrI
             .config
             .entry_computation_layout
             .clone()
-            .unwrap_or_else(|| derived_program_shape(m, e));
+            .unwrap_or_else(|| m.program_shape(e));
         p.host_program_shape = Some(program_shape_to_proto(&ps, parameter_names(m, e)));
     }
     let cfg = &m.config;

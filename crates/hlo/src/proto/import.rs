@@ -2,9 +2,7 @@
 
 use std::collections::HashMap;
 
-use super::export::{
-    comparison_direction_name, comparison_type_name, derived_program_shape, fusion_kind_name,
-};
+use super::export::{comparison_direction_name, comparison_type_name, fusion_kind_name};
 use super::messages as pb;
 use super::values::*;
 use super::ProtoError;
@@ -243,7 +241,7 @@ pub(crate) fn module_from_proto(p: &pb::HloModuleProto) -> Result<Module, ProtoE
         let keep = match &p.tessera {
             Some(ext) => !ext.no_entry_computation_layout,
             // An XLA proto: keep the layout only when it says more than the instructions do.
-            None => ps != derived_program_shape(&m, e),
+            None => ps != m.program_shape(e),
         };
         if keep {
             m.config.entry_computation_layout = Some(ps);

@@ -493,19 +493,7 @@ impl<'a> Verifier<'a> {
     }
 
     fn signature(&self, c: CompId) -> ProgramShape {
-        let comp = self.m.comp(c);
-        ProgramShape {
-            parameters: (0..comp.num_parameters())
-                .map(|n| {
-                    comp.parameter(n)
-                        .map_or(Shape::Tuple(vec![]), |p| self.m.instr(p).shape.clone())
-                })
-                .collect(),
-            result: comp
-                .root()
-                .and_then(|r| self.m.try_instr(r))
-                .map_or(Shape::Tuple(vec![]), |r| r.shape.clone()),
-        }
+        self.m.program_shape(c)
     }
 
     /// Infers the shape and compares it with the declared one, by XLA's `CheckShape` rules.
@@ -837,17 +825,13 @@ impl<'a> Verifier<'a> {
         }
     }
 
+    /// The groups as lists; `None` for a mesh (not checked here) or an iota that does not
+    /// describe groups.
     fn explicit_groups(&self, id: InstrId) -> Option<Vec<Vec<i64>>> {
         match self.m.instr(id).attrs.replica_groups.as_deref() {
             None => Some(Vec::new()),
-            Some(ReplicaGroups::Explicit(g)) => Some(g.clone()),
-            Some(ReplicaGroups::Iota {
-                num_groups,
-                group_size,
-                reshape_dims,
-                transpose_perm,
-            }) => iota_groups(*num_groups, *group_size, reshape_dims, transpose_perm),
             Some(ReplicaGroups::Mesh(_)) => None,
+            Some(g) => g.groups().ok(),
         }
     }
 
@@ -1905,62 +1889,6 @@ fn validate_leaf(s: &Sharding, shape: &Shape, num_devices: Option<i64>) -> Resul
     }
 }
 
-/// The groups of an iota replica-group list, or `None` when the description is inconsistent.
-fn iota_groups(
-    num_groups: i64,
-    group_size: i64,
-    reshape_dims: &[i64],
-    perm: &[i64],
-) -> Option<Vec<Vec<i64>>> {
-    let n = num_groups.checked_mul(group_size)?;
-    if n <= 0 || n > 1 << 20 {
-        return None;
-    }
-    let dims: Vec<i64> = if reshape_dims.is_empty() {
-        vec![n]
-    } else {
-        reshape_dims.to_vec()
-    };
-    if dims.iter().product::<i64>() != n {
-        return None;
-    }
-    let perm: Vec<usize> = if perm.is_empty() {
-        (0..dims.len()).collect()
-    } else {
-        if perm.len() != dims.len() || !is_perm(perm) {
-            return None;
-        }
-        perm.iter().map(|&p| p as usize).collect()
-    };
-    // Element k of the transposed array, read row-major, is the device at the permuted index.
-    let tdims: Vec<i64> = perm.iter().map(|&p| dims[p]).collect();
-    let mut strides = vec![1i64; dims.len()];
-    for i in (0..dims.len().saturating_sub(1)).rev() {
-        strides[i] = strides[i + 1] * dims[i + 1];
-    }
-    let mut flat = Vec::with_capacity(n as usize);
-    let mut idx = vec![0i64; tdims.len()];
-    for _ in 0..n {
-        let mut v = 0;
-        for (k, &p) in perm.iter().enumerate() {
-            v += idx[k] * strides[p];
-        }
-        flat.push(v);
-        for k in (0..idx.len()).rev() {
-            idx[k] += 1;
-            if idx[k] < tdims[k] {
-                break;
-            }
-            idx[k] = 0;
-        }
-    }
-    Some(
-        flat.chunks(group_size as usize)
-            .map(|c| c.to_vec())
-            .collect(),
-    )
-}
-
 impl Instruction {
     /// Infers this instruction's shape from `module` (its operands and called computations), with
     /// its own shape as the target. A convenience for passes and tests.
@@ -1973,18 +1901,7 @@ impl Instruction {
         let called: Vec<ProgramShape> = self
             .called
             .iter()
-            .map(|&c| {
-                let comp = module.comp(c);
-                ProgramShape {
-                    parameters: comp
-                        .parameters()
-                        .map(|p| module.instr(p).shape.clone())
-                        .collect(),
-                    result: comp
-                        .root()
-                        .map_or(Shape::Tuple(vec![]), |r| module.instr(r).shape.clone()),
-                }
-            })
+            .map(|&c| module.program_shape(c))
             .collect();
         shape_inference::infer(
             self.opcode,

@@ -18,7 +18,7 @@
 
 use crate::attrs::{
     Attrs, ConvDimensionNumbers, DotDimensionNumbers, FftType, GatherDimensionNumbers,
-    RandomDistribution, ReplicaGroups, ScatterDimensionNumbers, Window,
+    RandomDistribution, ScatterDimensionNumbers, Window,
 };
 use crate::module::ProgramShape;
 use crate::opcode::Opcode;
@@ -2455,24 +2455,10 @@ fn done_from_start(opcode: Opcode, s: &Shape) -> Result<Shape> {
     }
 }
 
-/// Size of a replica group: the explicit group size, else the participant count implied by the
-/// module's replica and partition counts.
+/// Size of a replica group as the replica groups give it (`None` without groups: callers fall
+/// back on the intended result).
 fn group_size(inp: &InferInput<'_>) -> Option<i64> {
-    match inp.attrs.replica_groups.as_deref() {
-        Some(ReplicaGroups::Explicit(g)) if !g.is_empty() => Some(g[0].len() as i64),
-        Some(ReplicaGroups::Iota { group_size, .. }) => Some(*group_size),
-        Some(ReplicaGroups::Mesh(m)) => {
-            let mut n = 1i64;
-            for a in &m.group_axes {
-                let name = a.split(':').next().unwrap_or(a).trim_matches('\'');
-                if let Some((_, sz)) = m.axes.iter().find(|(x, _)| x == name) {
-                    n *= *sz;
-                }
-            }
-            Some(n)
-        }
-        _ => None,
-    }
+    inp.attrs.replica_groups.as_deref()?.group_size()
 }
 
 fn all_gather(ops: &[&Shape], inp: &InferInput<'_>, start: bool) -> Result<Shape> {

@@ -1008,7 +1008,9 @@ fn compare_type_must_fit_operands() {
 #[test]
 fn replica_groups_and_iota_groups() {
     assert_eq!(
-        super::iota_groups(2, 4, &[4, 2], &[1, 0]).unwrap(),
+        ReplicaGroups::iota_transposed(2, 4, &[4, 2], &[1, 0])
+            .groups()
+            .unwrap(),
         vec![vec![0, 2, 4, 6], vec![1, 3, 5, 7]]
     );
     let mut b = B::new();

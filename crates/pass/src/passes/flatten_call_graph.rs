@@ -19,7 +19,7 @@ use tessera_hlo::{InstrId, Module};
 
 use crate::options::NoOptions;
 use crate::registry::RegisteredPass;
-use crate::util::{clone_computation, sort_computations_callees_first, CompNames};
+use crate::util::sort_computations_callees_first;
 use crate::{Pass, Result};
 
 #[derive(Clone, Debug, Default)]
@@ -62,7 +62,6 @@ impl Pass for FlattenCallGraph {
             }
         }
         claimed[entry.index()] = true;
-        let mut names = CompNames::new(module);
         let mut queue = VecDeque::from([entry]);
         while let Some(comp) = queue.pop_front() {
             let sites: Vec<InstrId> = module
@@ -85,7 +84,7 @@ impl Pass for FlattenCallGraph {
                         continue;
                     }
                     let target = if claimed[callee.index()] {
-                        let clone = clone_computation(module, callee, "clone", &mut names)?;
+                        let (clone, _) = module.clone_computation(callee, "clone")?;
                         claimed.resize(module.comp_capacity(), false);
                         module.instr_mut(site).called[k] = clone;
                         self.cloned += 1;

@@ -14,13 +14,11 @@ use tessera_hlo::analysis::call_graph::instruction_call_context;
 use tessera_hlo::analysis::{
     computation_post_order, post_order, shape_size, CallContext, CallGraph, TuplePointsTo,
 };
-use tessera_hlo::{CompId, InstrId, Instruction, Module, Opcode, Shape};
+use tessera_hlo::{Attrs, Builder, CompId, InstrId, Instruction, Module, Opcode, Shape};
 use tessera_pass::options::{parse_bool, parse_int, unknown_key};
 use tessera_pass::passes::Dce;
 use tessera_pass::registry::RegisteredPass;
-use tessera_pass::util::{
-    clone_computation, sort_computations_callees_first, CompNames, SideEffects,
-};
+use tessera_pass::util::{sort_computations_callees_first, SideEffects};
 use tessera_pass::{OptionDoc, Pass, PassError, PassOptions};
 
 use list::{InstructionList, ItemId, NIL};
@@ -36,12 +34,15 @@ pub enum RematError {
     Internal(String),
     #[error(transparent)]
     Mutation(#[from] tessera_hlo::MutationError),
+    #[error(transparent)]
+    Build(#[from] tessera_hlo::BuildError),
 }
 
 impl From<RematError> for PassError {
     fn from(e: RematError) -> PassError {
         match e {
             RematError::Mutation(m) => PassError::Mutation(m),
+            RematError::Build(b) => PassError::Build(b),
             other => PassError::Failed(other.to_string()),
         }
     }
@@ -476,14 +477,7 @@ impl Rematerialization {
         }
         let points_to = TuplePointsTo::new(module);
         let call_graph = CallGraph::new(module);
-        let next_channel_id = module
-            .computations()
-            .iter()
-            .flat_map(|&c| module.comp(c).instructions())
-            .filter_map(|&i| module.instr(i).attrs.channel_id)
-            .max()
-            .unwrap_or(0)
-            + 1;
+        let next_channel_id = module.next_channel_id();
         let root = module
             .comp(entry)
             .root()
@@ -508,7 +502,7 @@ impl Rematerialization {
             max_block: 0,
             over_limit: Vec::new(),
             computations: Vec::new(),
-            comp_names: None,
+            cloned_fusions: false,
             trackers: Vec::new(),
             finished: Vec::new(),
         };
@@ -532,7 +526,7 @@ impl Rematerialization {
             .then(|| module.clone());
         if let Some(limit) = self.options.memory_limit {
             changed = st.rematerialize_computation(module, entry, limit - output_size)?;
-            if st.comp_names.is_some() {
+            if st.cloned_fusions {
                 // Cloned fusion computations go before their callers, as XLA prints them.
                 sort_computations_callees_first(module);
             }
@@ -718,7 +712,8 @@ struct State<'a> {
     over_limit: Vec<OverLimit>,
     computations: Vec<String>,
     /// Set once a fusion computation was cloned.
-    comp_names: Option<CompNames>,
+    /// True once a fusion computation was cloned (computations then need reordering).
+    cloned_fusions: bool,
     /// The trackers `compute_peak_memory` built, reset, by computation; after
     /// `rematerialize_computation`, its final tracker.
     trackers: Vec<Option<Tracker<'a>>>,
@@ -1061,13 +1056,9 @@ impl<'a> State<'a> {
             if clone.opcode == Opcode::Fusion {
                 // A fusion computation belongs to one fusion instruction: the clone gets its
                 // own copy.
-                let names = self
-                    .comp_names
-                    .get_or_insert_with(|| CompNames::new(module));
+                self.cloned_fusions = true;
                 for k in 0..clone.called.len() {
-                    let body = clone.called[k];
-                    clone.called[k] = clone_computation(module, body, "remat", names)
-                        .map_err(|e| RematError::Internal(e.to_string()))?;
+                    clone.called[k] = module.clone_computation(clone.called[k], "remat")?.0;
                 }
             }
             let remat = module.add_instruction(comp, clone)?;
@@ -1112,22 +1103,18 @@ impl<'a> State<'a> {
                         remat_use = match gte_cache.iter().find(|(x, _)| *x == k) {
                             Some(&(_, g)) => g,
                             None => {
-                                let shape = module
-                                    .instr(remat_use)
-                                    .shape
-                                    .subshape(&[k])
-                                    .cloned()
-                                    .ok_or_else(|| {
-                                    RematError::Internal(format!(
-                                        "%{}: no tuple element {k}",
-                                        module.instr(remat_use).name
-                                    ))
-                                })?;
-                                let name = module.unique_name("get-tuple-element.remat");
-                                let mut g = Instruction::new(name, Opcode::GetTupleElement, shape)
-                                    .with_operands(&[remat_use]);
-                                g.attrs.tuple_index = k as i64;
-                                let g = module.add_instruction(comp, g)?;
+                                let index = Attrs {
+                                    tuple_index: k as i64,
+                                    ..Attrs::default()
+                                };
+                                let g = Builder::new(module, comp).op_named(
+                                    "get-tuple-element.remat",
+                                    Opcode::GetTupleElement,
+                                    &[remat_use],
+                                    index,
+                                    &[],
+                                    None,
+                                )?;
                                 indirect.push(t.list.create_item(g));
                                 gte_cache.push((k, g));
                                 g
@@ -1136,11 +1123,16 @@ impl<'a> State<'a> {
                     }
                 }
                 if module.instr(user_operand).shape != module.instr(remat_use).shape {
-                    let name = module.unique_name("bitcast.remat");
+                    // A bitcast's shape is not a function of its operand: say it.
                     let shape = module.instr(user_operand).shape.clone();
-                    let b =
-                        Instruction::new(name, Opcode::Bitcast, shape).with_operands(&[remat_use]);
-                    let b = module.add_instruction(comp, b)?;
+                    let b = Builder::new(module, comp).op_named(
+                        "bitcast.remat",
+                        Opcode::Bitcast,
+                        &[remat_use],
+                        Attrs::default(),
+                        &[],
+                        Some(&shape),
+                    )?;
                     indirect.push(t.list.create_item(b));
                     remat_use = b;
                 }

@@ -3,7 +3,7 @@
 //! split, and malformed batches.
 
 use tessera_embedding::preprocess::PADDING_ID;
-use tessera_embedding::{preprocess, EmbeddingConfig, EmbeddingError, FeatureBatch, Layout};
+use tessera_embedding::{preprocess, EmbeddingConfig, FeatureBatch, Layout};
 
 const EXAMPLE: &str = r#"{
   "tables": [

@@ -1,6 +1,6 @@
 //! `tessera opt`, `tessera stats` and `tessera passes`.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
@@ -50,16 +50,10 @@ pub struct StatsArgs {
     pub file: String,
 }
 
+/// The input file (or stdin) as text; non-UTF-8 bytes are refused with their place.
 fn read_input(file: &str) -> Result<String> {
-    if file == "-" {
-        let mut s = String::new();
-        std::io::stdin()
-            .read_to_string(&mut s)
-            .context("reading stdin")?;
-        Ok(s)
-    } else {
-        std::fs::read_to_string(file).with_context(|| format!("reading {file}"))
-    }
+    let shown = if file == "-" { "<stdin>" } else { file };
+    crate::utf8_text(crate::read_input(file)?, shown)
 }
 
 fn write_output(file: &str, text: &str) -> Result<()> {

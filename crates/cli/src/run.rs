@@ -75,16 +75,19 @@ pub fn parse_text(text: &str) -> std::result::Result<Module, String> {
     tessera_hlo::text::parse_module(text).map_err(|e| e.to_string())
 }
 
-/// Reads a module from HLO text (with `parse`) or from HloModuleProto bytes (`.pb`).
+/// Reads a module from HLO text (with `parse`) or from HloModuleProto bytes (`.pb`), and
+/// verifies it: the plugin is never handed a module our verifier refuses.
 pub fn load_module(path: &Path, parse: ParseFn) -> Result<Module> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    if path.extension().is_some_and(|e| e == "pb") {
-        return tessera_hlo::proto::from_proto_bytes(&bytes)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()));
-    }
-    let text = String::from_utf8(bytes)
-        .map_err(|_| anyhow::anyhow!("{}: not UTF-8 text", path.display()))?;
-    parse(&text).map_err(|e| anyhow::anyhow!("{}:{e}", path.display()))
+    let m = if path.extension().is_some_and(|e| e == "pb") {
+        tessera_hlo::proto::from_proto_bytes(&bytes)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
+    } else {
+        let text = crate::utf8_text(bytes, &path.display().to_string())?;
+        parse(&text).map_err(|e| anyhow::anyhow!("{}:{e}", path.display()))?
+    };
+    crate::check_verifies(&m, &path.display().to_string())?;
+    Ok(m)
 }
 
 fn read_npy(path: &Path, expected: Option<tessera_hlo::ElementType>) -> Result<HostArray> {

@@ -13,7 +13,7 @@ use crate::instruction::{CompId, InstrId, Instruction};
 use crate::metadata::{FileLocation, StackFrame, StackFrameIndex};
 use crate::module::{AliasKind, BufferDonor, InputOutputAlias, Module, ProgramShape, Schedule};
 use crate::opcode::Opcode;
-use crate::shape::Shape;
+use crate::shape::{Shape, MAX_MODULE_BUFFER_BYTES};
 use crate::types::ElementType;
 
 fn err(place: impl Into<String>, message: impl Into<String>) -> ProtoError {
@@ -207,8 +207,9 @@ pub(crate) fn module_from_proto(p: &pb::HloModuleProto) -> Result<Module, ProtoE
     }
 
     let mut instr_of: HashMap<i64, InstrId> = HashMap::new();
+    let mut buffer_bytes = 0i64;
     for c in &p.computations {
-        import_computation(&mut m, c, &comp_of, &mut instr_of)?;
+        import_computation(&mut m, c, &comp_of, &mut instr_of, &mut buffer_bytes)?;
     }
 
     // Entry: by id, else by name, else (old protos) the last computation.
@@ -434,7 +435,91 @@ pub(crate) fn module_from_proto(p: &pb::HloModuleProto) -> Result<Module, ProtoE
                 .collect(),
         };
     }
+    check_text_expressible(&m)?;
     Ok(m)
+}
+
+/// What the text parser guarantees by construction and a proto can break: at least one
+/// computation, names the text can hold, and a call graph without cycles. A module that
+/// passes prints to text that parses again.
+fn check_text_expressible(m: &Module) -> Result<(), ProtoError> {
+    let module_place = format!("module `{}`", m.name.escape_debug());
+    let bad_name = |what: &str, name: &str| {
+        format!(
+            "{what} name `{}` is not a valid name (one or more letters, digits, '_', '.' or '-')",
+            name.escape_debug()
+        )
+    };
+    if !crate::text::is_valid_name(&m.name) {
+        return Err(err("module", bad_name("module", &m.name)));
+    }
+    if m.computations().is_empty() {
+        return Err(err(module_place, "the module has no computations"));
+    }
+    for &c in m.computations() {
+        let comp = m.comp(c);
+        if !crate::text::is_valid_name(&comp.name) {
+            return Err(err("computation", bad_name("computation", &comp.name)));
+        }
+        for &i in comp.instructions() {
+            let name = &m.instr(i).name;
+            if !crate::text::is_valid_name(name) {
+                return Err(err(
+                    format!("computation `{}`", comp.name),
+                    bad_name("instruction", name),
+                ));
+            }
+        }
+    }
+    // Call cycles, depth first without recursion (chains can be thousands deep).
+    let mut state = vec![0u8; m.comp_capacity()]; // 0 new, 1 on the path, 2 done
+    for &root in m.computations() {
+        if state[root.index()] != 0 {
+            continue;
+        }
+        // (computation, its callees not yet visited)
+        let mut stack: Vec<(CompId, Vec<(InstrId, CompId)>)> = vec![(root, callees(m, root))];
+        state[root.index()] = 1;
+        while let Some((c, pending)) = stack.last_mut() {
+            let c = *c;
+            match pending.pop() {
+                Some((by, callee)) => match state[callee.index()] {
+                    0 => {
+                        state[callee.index()] = 1;
+                        stack.push((callee, callees(m, callee)));
+                    }
+                    1 => {
+                        return Err(err(
+                            format!("instruction %{}", m.instr(by).name),
+                            format!(
+                                "calls computation `{}`, which is already being called on this \
+                                 path: the call graph has a cycle",
+                                m.comp(callee).name
+                            ),
+                        ))
+                    }
+                    _ => {}
+                },
+                None => {
+                    state[c.index()] = 2;
+                    stack.pop();
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Every (caller instruction, callee) of a computation, last first.
+fn callees(m: &Module, c: CompId) -> Vec<(InstrId, CompId)> {
+    let mut out: Vec<(InstrId, CompId)> = m
+        .comp(c)
+        .instructions()
+        .iter()
+        .flat_map(|&i| m.instr(i).called.iter().map(move |&cc| (i, cc)))
+        .collect();
+    out.reverse();
+    out
 }
 
 pub(crate) fn program_shape_from_proto(p: &pb::ProgramShapeProto) -> Result<ProgramShape, String> {
@@ -457,6 +542,7 @@ fn import_computation(
     c: &pb::HloComputationProto,
     comp_of: &HashMap<i64, CompId>,
     instr_of: &mut HashMap<i64, InstrId>,
+    buffer_bytes: &mut i64,
 ) -> Result<(), ProtoError> {
     let cid = comp_of[&c.id];
     let cplace = format!("computation `{}` (id {})", c.name, c.id);
@@ -506,6 +592,20 @@ fn import_computation(
             } else {
                 let instr =
                     instruction_from_proto(m, ip, &local, &added, comp_of, c.instructions.len())?;
+                *buffer_bytes = instr
+                    .shape
+                    .checked_total_bytes()
+                    .and_then(|b| b.checked_add(*buffer_bytes))
+                    .filter(|&t| t <= MAX_MODULE_BUFFER_BYTES)
+                    .ok_or_else(|| {
+                        err(
+                            at_instr(ip),
+                            format!(
+                                "the buffers of the module's instructions up to this one take \
+                                 more than {MAX_MODULE_BUFFER_BYTES} bytes (the limit)"
+                            ),
+                        )
+                    })?;
                 let id = m
                     .add_instruction(cid, instr)
                     .map_err(|e| err(at_instr(ip), e.to_string()))?;

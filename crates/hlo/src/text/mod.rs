@@ -108,6 +108,12 @@ pub fn parse_literal(shape: &Shape, text: &str) -> Result<crate::literal::Litera
     Ok(l)
 }
 
+/// True when `name` can stand as a module, computation or instruction name in the text: one
+/// or more letters, digits, `_`, `.` or `-` (what the parser reads as a name).
+pub fn is_valid_name(name: &str) -> bool {
+    !name.is_empty() && name.bytes().all(cursor::is_name_byte)
+}
+
 /// Prints a module in XLA's canonical text form.
 pub fn print_module(module: &Module, options: &PrintOptions) -> String {
     printer::print_module(module, options)

@@ -18,6 +18,11 @@ use crate::sharding::{
 };
 use crate::types::ElementType;
 
+/// The largest literal, in bytes, that the parser builds from `{...}` or from a single value
+/// standing for a whole array (`f32[1000,1000] constant(0)`). Larger ones are refused with
+/// the shape named; a literal written out in full is bounded by the text itself.
+pub const MAX_EXPANDED_LITERAL_BYTES: usize = 1 << 28;
+
 impl<'a> Parser<'a> {
     // ----- shapes -----
 
@@ -109,12 +114,20 @@ impl<'a> Parser<'a> {
         } else {
             None
         };
-        Ok(Shape::Array(ArrayShape {
+        let a = ArrayShape {
             ty,
             dims,
             dynamic,
             layout,
-        }))
+        };
+        if a.checked_byte_size().is_none() {
+            let shown = super::printer::shape_string(&Shape::Array(a));
+            return Err(self.c.error_at(
+                at,
+                format!("shape {shown} has more elements or bytes than an i64 can count"),
+            ));
+        }
+        Ok(Shape::Array(a))
     }
 
     /// Fast path for the dimensions after `[` in their common spelling (`2,8,4096]`: sizes
@@ -406,7 +419,29 @@ impl<'a> Parser<'a> {
             Shape::Array(a) => {
                 let count = a.element_count();
                 let width = a.ty.byte_size();
-                let mut bytes: Vec<u8> = Vec::with_capacity(count.max(0) as usize * width);
+                // The parsed shape's byte size fits in an i64 (checked when it was read).
+                let total = usize::try_from(count)
+                    .unwrap_or(usize::MAX)
+                    .saturating_mul(width);
+                // A literal written out has at most one element per byte of the text left.
+                let room = (self.c.b.len() - self.c.pos).saturating_mul(width);
+                let mut bytes: Vec<u8> = Vec::with_capacity(total.min(room));
+                // `{...}` and a single value stand for the whole array: refuse to build one
+                // past the documented size instead of trying to allocate it.
+                let check_expand = |p: &Self, at: usize| {
+                    if total > MAX_EXPANDED_LITERAL_BYTES {
+                        return Err(p.c.error_at(
+                            at,
+                            format!(
+                                "the literal of {} would take {total} bytes; a literal written \
+                                 as {{...}} or as one value may take at most \
+                                 {MAX_EXPANDED_LITERAL_BYTES} bytes",
+                                super::printer::shape_string(shape)
+                            ),
+                        ));
+                    }
+                    Ok(())
+                };
                 if a.rank() == 0 {
                     // XLA also accepts `{v}` around a scalar.
                     let braced = self.c.eat(b'{')?;
@@ -420,7 +455,8 @@ impl<'a> Parser<'a> {
                     if self.eat_elided_literal()? {
                         // XLA leaves the values unset (whatever the memory held); zeros keep
                         // our output deterministic.
-                        bytes.resize(count as usize * width, 0);
+                        check_expand(self, start)?;
+                        bytes.resize(total, 0);
                     } else if self.c.peek()? != Some(b'{') {
                         // One value without braces (`f32[3,3] constant(1)`): XLA's parser
                         // writes it to the first element and leaves the others zero.
@@ -430,11 +466,12 @@ impl<'a> Parser<'a> {
                                 "a value for an array without elements (write {})",
                             ));
                         }
+                        check_expand(self, start)?;
                         self.literal_element(a.ty, &mut bytes)?;
-                        bytes.resize(count as usize * width, 0);
+                        bytes.resize(total, 0);
                     } else {
                         self.literal_nested(a, 0, &mut bytes)?;
-                        if bytes.len() != count as usize * width {
+                        if bytes.len() != total {
                             return Err(self.c.error_at(
                                 start,
                                 format!(

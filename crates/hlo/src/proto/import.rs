@@ -966,6 +966,22 @@ fn attrs_from_proto(
     a.replica_groups = replica_groups_from_proto(p)?.map(Box::new);
     a.use_global_device_ids = p.use_global_device_ids;
     a.constrain_layout = p.constrain_layout && op != Opcode::CustomCall;
+    if a.constrain_layout
+        && !matches!(
+            op,
+            Opcode::AllGather
+                | Opcode::AllGatherStart
+                | Opcode::AllReduce
+                | Opcode::AllReduceStart
+                | Opcode::ReduceScatter
+                | Opcode::AllToAll
+        )
+    {
+        // The text has no place for it on other opcodes.
+        return Err(format!(
+            "constrain_layout is set on {op}, which cannot carry it"
+        ));
+    }
     if has("source_target_pairs") {
         a.source_target_pairs = Some(
             p.source_target_pairs

@@ -23,6 +23,11 @@ use crate::types::ElementType;
 /// the shape named; a literal written out in full is bounded by the text itself.
 pub const MAX_EXPANDED_LITERAL_BYTES: usize = 1 << 28;
 
+/// The most devices a tile assignment, an iota device list or an iota replica-group list may
+/// stand for (2^20). A few characters (`<=[4294967296]`) could otherwise ask for lists of
+/// billions of device ids.
+pub const MAX_DEVICES: i64 = 1 << 20;
+
 impl<'a> Parser<'a> {
     // ----- shapes -----
 
@@ -1219,10 +1224,11 @@ impl<'a> Parser<'a> {
 
     /// `[2,2]0,1,2,3` or `[2,2]<=[4]` or `[2,2]<=[2,2]T(1,0)`.
     fn tile_assignment(&mut self) -> PResult<TileAssignment> {
+        let at = self.c.pos;
         let dims = self.bracket_dims("the tile assignment dimensions")?;
+        let n = self.device_count(&dims, at)?;
         if self.c.eat_str("<=")? {
             let (reshape_dims, transpose_perm) = self.iota_reshape()?;
-            let n: i64 = dims.iter().product();
             let m: i64 = reshape_dims.iter().product();
             if n != m {
                 return Err(self.c.error_at(
@@ -1244,7 +1250,6 @@ impl<'a> Parser<'a> {
                 break;
             }
         }
-        let n: i64 = dims.iter().product();
         if devices.len() as i64 != n {
             return Err(self.c.error_at(
                 start,
@@ -1258,6 +1263,25 @@ impl<'a> Parser<'a> {
             dims: dims.into_iter().collect(),
             devices,
         })
+    }
+
+    /// The number of devices that dimensions `[a,b,...]` (read at `at`) stand for: every
+    /// dimension at least 1 and the product at most [`MAX_DEVICES`].
+    fn device_count(&self, dims: &[i64], at: usize) -> PResult<i64> {
+        if let Some(d) = dims.iter().find(|&&d| d < 1) {
+            return Err(self
+                .c
+                .error_at(at, format!("device dimensions must be >= 1, found {d}")));
+        }
+        dims.iter()
+            .try_fold(1i64, |n, &d| n.checked_mul(d))
+            .filter(|&n| n <= MAX_DEVICES)
+            .ok_or_else(|| {
+                self.c.error_at(
+                    at,
+                    format!("dimensions {dims:?} stand for more than {MAX_DEVICES} devices"),
+                )
+            })
     }
 
     fn bracket_dims(&mut self, what: &str) -> PResult<Vec<i64>> {
@@ -1279,7 +1303,9 @@ impl<'a> Parser<'a> {
 
     /// `[4]` or `[2,2]T(1,0)` after `<=`.
     fn iota_reshape(&mut self) -> PResult<(Vec<i64>, Vec<i64>)> {
+        let at = self.c.pos;
         let reshape = self.bracket_dims("the iota reshape dimensions")?;
+        self.device_count(&reshape, at)?;
         let mut perm = Vec::new();
         if reshape.len() > 1 {
             if !(self.c.peek()? == Some(b'T') && self.c.byte_at(1) == Some(b'(')) {

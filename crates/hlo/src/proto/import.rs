@@ -443,30 +443,27 @@ pub(crate) fn module_from_proto(p: &pb::HloModuleProto) -> Result<Module, ProtoE
 /// computation, names the text can hold, and a call graph without cycles. A module that
 /// passes prints to text that parses again.
 fn check_text_expressible(m: &Module) -> Result<(), ProtoError> {
+    const BAD_NAME: &str =
+        "not a valid name (the text allows one or more letters, digits, '_', '.' or '-')";
     let module_place = format!("module `{}`", m.name.escape_debug());
-    let bad_name = |what: &str, name: &str| {
-        format!(
-            "{what} name `{}` is not a valid name (one or more letters, digits, '_', '.' or '-')",
-            name.escape_debug()
-        )
-    };
     if !crate::text::is_valid_name(&m.name) {
-        return Err(err("module", bad_name("module", &m.name)));
+        return Err(err(module_place, format!("the module name is {BAD_NAME}")));
     }
     if m.computations().is_empty() {
         return Err(err(module_place, "the module has no computations"));
     }
     for &c in m.computations() {
         let comp = m.comp(c);
+        let place = format!("computation `{}`", comp.name.escape_debug());
         if !crate::text::is_valid_name(&comp.name) {
-            return Err(err("computation", bad_name("computation", &comp.name)));
+            return Err(err(place, format!("the computation name is {BAD_NAME}")));
         }
         for &i in comp.instructions() {
             let name = &m.instr(i).name;
             if !crate::text::is_valid_name(name) {
                 return Err(err(
-                    format!("computation `{}`", comp.name),
-                    bad_name("instruction", name),
+                    format!("{place}: instruction %{}", name.escape_debug()),
+                    format!("the instruction name is {BAD_NAME}"),
                 ));
             }
         }

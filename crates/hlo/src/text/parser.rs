@@ -930,8 +930,9 @@ impl<'a> Parser<'a> {
                     return Err(self.c.error_at(
                         at,
                         format!(
-                            "parameter number {n} is out of range: this text is too short \
-                             to hold more than {n} parameters"
+                            "parameter number {n} is out of range: a text of {} bytes cannot \
+                             hold the parameters below it",
+                            self.c.b.len()
                         ),
                     ));
                 }

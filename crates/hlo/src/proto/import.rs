@@ -725,6 +725,12 @@ fn instruction_from_proto(
     let operand_type = operands.first().map(|&o| m.instr(o).shape.element_type());
     let shape = i.shape.clone();
     attrs_from_proto(&mut i.attrs, opcode, &shape, operand_type, p, comp_size).map_err(e)?;
+    // As the text parser does: an outfeed without its shape sends its operand's.
+    if opcode == Opcode::Outfeed && i.attrs.outfeed_shape.is_none() {
+        if let Some(&o) = operands.first() {
+            i.attrs.outfeed_shape = Some(Box::new(m.instr(o).shape.clone()));
+        }
+    }
     // The import writes every field; keep the rare groups unallocated when they stayed empty.
     i.attrs.rare.shrink();
     i.rare.shrink();

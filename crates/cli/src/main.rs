@@ -184,6 +184,8 @@ fn run(cli: Cli) -> Result<()> {
             let bytes = read_input(&file)?;
             let module = tessera_hlo::proto::from_proto_bytes(&bytes)
                 .with_context(|| format!("{file}: bad HloModuleProto"))?;
+            tessera_hlo::text::check_reparses(&module)
+                .map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
             if !no_verify {
                 check_verifies(&module, &file)?;
             }

@@ -9,12 +9,10 @@ use tessera_pass::driver::{default_hooks, run_opt, OptSpec};
 use tessera_pass::stats::ModuleStats;
 use tessera_pass::Registry;
 
-/// Every pass the binary knows. Crates with more passes register them here.
+/// Every pass the binary knows (the registry the fuzz targets and mutant tests use too).
+/// Crates with more passes register them in `tessera_robust::registry`.
 pub fn registry() -> Registry {
-    let mut r = Registry::with_generic_passes();
-    tessera_spmd::register(&mut r);
-    tessera_remat::register(&mut r);
-    r
+    tessera_robust::registry()
 }
 
 #[derive(Args, Debug)]

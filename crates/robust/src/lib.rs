@@ -19,7 +19,8 @@ use tessera_pass::Registry;
 
 pub mod mutate;
 
-/// Every pass the `tessera` binary knows (the CLI's `opt` uses this registry too).
+/// Every pass the `tessera` binary knows (the CLI's `opt` uses this registry): a crate with
+/// more passes registers them here.
 pub fn registry() -> Registry {
     let mut r = Registry::with_generic_passes();
     tessera_spmd::register(&mut r);

@@ -227,9 +227,13 @@ fn corrupt_protos_are_refused_by_from_proto_and_run() {
         |p: &HloModuleProto, name: &str| p.computations.iter().find(|c| c.name == name).unwrap().id;
     let mut cases: Vec<(&str, HloModuleProto)> = Vec::new();
     cases.push(("empty", HloModuleProto::default()));
-    let mut p = HloModuleProto::default();
-    p.name = "has\0nul".into();
-    cases.push(("module-name-nul", p));
+    cases.push((
+        "module-name-nul",
+        HloModuleProto {
+            name: "has\0nul".into(),
+            ..Default::default()
+        },
+    ));
     let mut p = base.clone();
     instr(&mut p, "main", "c").name = "c\0d".into();
     cases.push(("instruction-name-nul", p));

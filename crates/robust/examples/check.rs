@@ -4,6 +4,7 @@
 //!     cargo run -p tessera-robust --example check -- TARGET FILE...
 //!
 //! TARGET is `parse`, `roundtrip`, `opt`, `proto` or `options`, as in fuzz/fuzz_targets.
+//! `check mutant FILE SEED` prints mutant SEED of FILE as `tests/mutants.rs` makes it.
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -11,6 +12,16 @@ fn main() {
         eprintln!("usage: check TARGET FILE...");
         std::process::exit(2);
     };
+    if target == "mutant" {
+        // `check mutant FILE SEED`: print the mutant test's mutant SEED of FILE.
+        let text = std::fs::read_to_string(&files[0]).expect("FILE");
+        let seed: u64 = files[1].parse().expect("SEED");
+        use std::io::Write;
+        std::io::stdout()
+            .write_all(&tessera_robust::mutate::mutant(&text, seed))
+            .unwrap();
+        return;
+    }
     let mut failed = 0;
     for f in files {
         let data = std::fs::read(f).unwrap_or_else(|e| panic!("{f}: {e}"));

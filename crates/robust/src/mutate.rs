@@ -16,7 +16,7 @@ impl Rng {
         Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
     }
 
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         let mut x = self.0;
         x ^= x >> 12;
         x ^= x << 25;
@@ -27,7 +27,7 @@ impl Rng {
 
     /// A number in `0..n` (`n > 0`).
     pub fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
+        (self.next_u64() % n as u64) as usize
     }
 
     pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
@@ -123,6 +123,14 @@ const REPLICA_GROUPS: &[&str] = &[
 
 const DIMENSION_LISTS: &[&str] = &["{}", "{0}", "{1}", "{0,1}", "{1,0}", "{0,0}", "{5}", "{-1}"];
 
+/// The mutant of `text` numbered `seed`: one or two mutations (what the mutant test runs;
+/// `cargo run -p tessera-robust --example check -- mutant FILE SEED` prints it).
+pub fn mutant(text: &str, seed: u64) -> Vec<u8> {
+    let mut rng = Rng::new(seed);
+    let count = 1 + rng.below(2);
+    mutate(text, &mut rng, count)
+}
+
 /// Applies `count` mutations chosen by `rng` to `text`. The result may not be UTF-8 (a byte
 /// mutation may cut a character); callers that need text use `String::from_utf8_lossy`.
 pub fn mutate(text: &str, rng: &mut Rng, count: usize) -> Vec<u8> {
@@ -155,7 +163,7 @@ pub fn mutate_once(bytes: &[u8], kind: Kind, rng: &mut Rng) -> Vec<u8> {
 fn mutate_bytes(bytes: &[u8], rng: &mut Rng) -> Vec<u8> {
     let mut b = bytes.to_vec();
     if b.is_empty() {
-        return vec![rng.next() as u8];
+        return vec![rng.next_u64() as u8];
     }
     let at = rng.below(b.len());
     match rng.below(5) {
@@ -171,7 +179,7 @@ fn mutate_bytes(bytes: &[u8], rng: &mut Rng) -> Vec<u8> {
             let to = rng.below(b.len());
             b.splice(to..to, piece);
         }
-        _ => b.insert(at, rng.next() as u8),
+        _ => b.insert(at, rng.next_u64() as u8),
     }
     b
 }

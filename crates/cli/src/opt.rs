@@ -97,8 +97,11 @@ pub fn opt(args: &OptArgs) -> Result<()> {
     } else {
         &args.file
     };
-    let out =
-        run_opt(&input, &spec, &registry(), &default_hooks()).with_context(|| name.to_string())?;
+    let out = run_opt(&input, &spec, &registry(), &default_hooks()).map_err(|e| match e {
+        // `f.hlo:3:7: ...`, as the other commands print parse errors.
+        tessera_pass::PassError::Parse(msg) => anyhow::anyhow!("{name}:{msg}"),
+        e => anyhow::Error::new(e).context(name.to_string()),
+    })?;
     write_output(&args.output, &out.text)?;
     if args.timing {
         eprint!("{}", out.report.timing_table());

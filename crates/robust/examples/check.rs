@@ -26,7 +26,8 @@ fn main() {
     for f in files {
         let data = std::fs::read(f).unwrap_or_else(|e| panic!("{f}: {e}"));
         let text = || String::from_utf8_lossy(&data).into_owned();
-        let result = match target.as_str() {
+        // A panic is reported like a broken contract, and the replay goes on.
+        let result = std::panic::catch_unwind(|| match target.as_str() {
             "parse" => tessera_hlo::text::parse_module(&text())
                 .map(|_| ())
                 .or(Ok(())),
@@ -49,7 +50,8 @@ fn main() {
                 eprintln!("unknown target {other}");
                 std::process::exit(2);
             }
-        };
+        })
+        .unwrap_or_else(|_| Err("panicked (message above)".into()));
         if let Err(e) = result {
             failed += 1;
             eprintln!("{f}: {e}");

@@ -4,8 +4,8 @@ CSR buffers jax-tpu-embedding 0.2.0 makes of them, decoded.
 
 Development only (needs the jax oracle venv, never CI):
 
-    /work/venv/bin/python scripts/embedding_oracle.py [--cases 60] [--seed 19] \
-        [-o testdata/embedding/oracle.npz]
+    /work/venv/bin/python scripts/embedding_oracle.py [--cases 60] [--split-cases 16] \
+        [--seed 19] [-o testdata/embedding/oracle.npz]
 
 Per case `cN`:
   cN.config            uint8: the JSON config (docs/embedding.md's schema)
@@ -16,6 +16,7 @@ Per case `cN`:
                        (t * 5000 + row) * 131 + column (f32, NaN padding)
   cN.out.<stack>.max_ids_per_partition / .max_unique_ids_per_partition /
       .required_buffer_sizes / .dropped_id_count   jax-tpu-embedding's statistics
+  cN.num_minibatches   int32: how many minibatches jax-tpu-embedding split the batch into
 The Rust test crates/embedding/tests/oracle.rs preprocesses the same batches and compares.
 
 Cases draw: 1-16 devices (powers of two: jax-tpu-embedding requires a power-of-two SparseCore
@@ -24,6 +25,11 @@ features sharing tables, dense/ragged/sparse input, each combiner, weights on an
 ids (small id ranges), id dropping on and off, minibatching on and off, "tf" and "jax" stacking.
 Limits are set from a first oracle run: equal or above the observed maxima when dropping is off
 (jax-tpu-embedding aborts the process otherwise), below them when it is on.
+
+The last --split-cases cases enable minibatching with limits below the observed maxima, so that
+jax-tpu-embedding really splits the batch into several minibatches of hash buckets (dropping on
+in some). Their oracle runs happen in a forked child: a bucket over a limit without dropping
+aborts the process (LOG(FATAL)), and such draws are replaced.
 """
 
 import argparse
@@ -187,11 +193,14 @@ def decode(rp, eid, sid, g, nd, nsc, minibatching, num_mb):
     return rows[order], gains[order]
 
 
-def make_case(rng, i):
+def make_case(rng, i, split=False):
     nd = int(rng.choice([1, 2, 4, 8, 16], p=[0.2, 0.25, 0.25, 0.2, 0.1]))
     nsc = int(rng.choice([1, 2, 4]))
+    if split:
+        nd = int(rng.choice([1, 2, 4]))
+        nsc = int(rng.choice([1, 2]))
     num_scs = nd * nsc
-    minibatching = bool(rng.random() < 0.2) and num_scs <= 8
+    minibatching = split or (bool(rng.random() < 0.2) and num_scs <= 8)
     n_tables = int(rng.integers(1, 21)) if num_scs <= 16 else int(rng.integers(1, 9))
     stacking = "jax" if rng.random() < 0.5 else "tf"
     kind = str(rng.choice(["dense", "ragged", "sparse"]))
@@ -303,6 +312,32 @@ def make_case(rng, i):
     return case, batch
 
 
+def _isolated_child(conn, case, batch, allow_dropping):
+    feats = build_specs(case, None)
+    out = run_oracle(case, batch, feats, allow_dropping)
+    rp, eid, sid, g, nmb, _ = out
+    arrays = [{k: np.asarray(v) for k, v in x.items()} for x in (rp, eid, sid, g)]
+    conn.send((*arrays, int(nmb), stats_of(out)))
+    conn.close()
+
+
+def run_isolated(case, batch, allow_dropping):
+    """run_oracle in a fresh child process (jax cannot fork): its outputs, or None if it died."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    parent, conn = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_isolated_child, args=(conn, case, batch, allow_dropping))
+    proc.start()
+    conn.close()
+    try:
+        got = parent.recv()
+    except EOFError:
+        got = None
+    proc.join()
+    return got
+
+
 def stats_of(out):
     st = out[5]
     return (
@@ -316,16 +351,20 @@ def stats_of(out):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cases", type=int, default=60)
+    ap.add_argument("--split-cases", type=int, default=16)
     ap.add_argument("--seed", type=int, default=19)
     ap.add_argument("-o", default="testdata/embedding/oracle.npz")
     args = ap.parse_args()
     rng = np.random.default_rng(args.seed)
     arrays = {}
     summary = {"dropping": 0, "minibatching": 0, "dense": 0, "ragged": 0, "sparse": 0, "weights": 0,
-               "tf": 0, "jax": 0, "entries": 0, "dropped": 0}
+               "tf": 0, "jax": 0, "entries": 0, "dropped": 0, "split": 0, "split_dropping": 0,
+               "minibatches": 0}
+    total = args.cases + args.split_cases
     i = 0
-    while i < args.cases:
-        case, batch = make_case(rng, i)
+    while i < total:
+        split = i >= args.cases
+        case, batch = make_case(rng, i, split)
         nd, nsc = case["global_device_count"], case["num_sc_per_device"]
         # First run: limits out of the way, to see the maxima.
         feats = build_specs(case, None)
@@ -335,10 +374,12 @@ def main():
         stack_tables = {}
         for t, s in stack_of.items():
             stack_tables.setdefault(s, []).append(t)
-        dropping = (not case["enable_minibatching"]) and bool(rng.random() < 0.35)
+        dropping = (split or not case["enable_minibatching"]) and bool(rng.random() < 0.35)
         case["allow_id_dropping"] = dropping
 
         def limit(observed):
+            if split and observed > 1 and rng.random() < 0.8:
+                return max(1, int(observed * rng.uniform(0.2, 0.9)))
             if dropping and observed > 1 and rng.random() < 0.7:
                 return max(1, int(observed * rng.uniform(0.3, 0.95)))
             return int(observed + rng.integers(0, 3))
@@ -356,19 +397,31 @@ def main():
         case["default_max_ids_per_partition"] = multi_ids
         case["default_max_unique_ids_per_partition"] = multi_unique
         feats = build_specs(case, None)
-        try:
-            out = run_oracle(case, batch, feats, allow_dropping=dropping)
-        except Exception as e:  # noqa: BLE001
-            print(f"case {i}: oracle refused ({e}); drawing another", file=sys.stderr)
-            continue
-        rp, eid, sid, g, nmb, _ = out
-        if int(nmb) != 1:
-            print(f"case {i}: {nmb} minibatches; drawing another", file=sys.stderr)
-            continue
-        mids, muniq, req, dropped = stats_of(out)
+        if split:
+            got = run_isolated(case, batch, dropping)
+            if got is None:
+                print(f"case {i}: oracle aborted (a bucket over a limit); drawing another", file=sys.stderr)
+                continue
+            rp, eid, sid, g, nmb, (mids, muniq, req, dropped) = got
+            if nmb < 2:
+                print(f"case {i}: no split; drawing another", file=sys.stderr)
+                continue
+        else:
+            try:
+                out = run_oracle(case, batch, feats, allow_dropping=dropping)
+            except Exception as e:  # noqa: BLE001
+                print(f"case {i}: oracle refused ({e}); drawing another", file=sys.stderr)
+                continue
+            rp, eid, sid, g, nmb, _ = out
+            if int(nmb) != 1:
+                print(f"case {i}: {nmb} minibatches; drawing another", file=sys.stderr)
+                continue
+            mids, muniq, req, dropped = stats_of(out)
+        nmb = int(nmb)
         p = f"c{i}"
         cfg = {k: v for k, v in case.items() if not k.startswith("_")}
         arrays[f"{p}.config"] = np.frombuffer(json.dumps(cfg).encode(), dtype=np.uint8)
+        arrays[f"{p}.num_minibatches"] = np.array(nmb, dtype=np.int32)
         for f in case["features"]:
             e = batch[f["name"]]
             n = f"{p}.in.{f['name']}"
@@ -386,7 +439,7 @@ def main():
                 arrays[n + ".values"] = e["values"]
                 arrays[n + ".dense_shape"] = e["dense_shape"]
         for s in rp:
-            rows, gains = decode(rp[s], eid[s], sid[s], g[s], nd, nsc, case["enable_minibatching"], 1)
+            rows, gains = decode(rp[s], eid[s], sid[s], g[s], nd, nsc, case["enable_minibatching"], nmb)
             arrays[f"{p}.out.{s}.entries"] = rows
             arrays[f"{p}.out.{s}.gains"] = gains
             arrays[f"{p}.out.{s}.max_ids_per_partition"] = mids[s].astype(np.int32)
@@ -414,14 +467,17 @@ def main():
             arrays[f"{p}.shard.{s}.sha256"] = np.frombuffer(digest, dtype=np.uint8)
         summary["dropping"] += dropping
         summary["minibatching"] += case["enable_minibatching"]
+        summary["split"] += split
+        summary["split_dropping"] += split and dropping
+        summary["minibatches"] += nmb if split else 0
         summary[case["_kind"]] += 1
         summary["weights"] += case["_weights"]
         summary[case["stacking"]] += 1
         print(f"case {i}: {nd} devices x {nsc} SC, {len(case['tables'])} tables, {len(case['features'])} features, "
               f"{len(rp)} stacks, {case['_kind']}, weights={case['_weights']}, dropping={dropping} "
-              f"(dropped {sum(dropped.values())}), minibatching={case['enable_minibatching']}, {case['stacking']}")
+              f"(dropped {sum(dropped.values())}), minibatching={case['enable_minibatching']} ({nmb}), {case['stacking']}")
         i += 1
-    arrays["cases"] = np.array(args.cases, dtype=np.int32)
+    arrays["cases"] = np.array(total, dtype=np.int32)
     os.makedirs(os.path.dirname(args.o) or ".", exist_ok=True)
     np.savez_compressed(args.o, **arrays)
     print(summary)

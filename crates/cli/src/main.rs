@@ -58,6 +58,10 @@ enum Command {
         file: String,
         #[arg(long)]
         short: bool,
+        /// Print the module even when the verifier refuses it (the structural checks that
+        /// make the text parse again still apply).
+        #[arg(long)]
+        no_verify: bool,
     },
     /// Print a short summary of a module: computations, instructions, parameters, shardings.
     Summary {
@@ -82,7 +86,7 @@ enum Command {
     Embedding(embedding::EmbeddingCommand),
 }
 
-fn read_input(file: &str) -> Result<Vec<u8>> {
+pub(crate) fn read_input(file: &str) -> Result<Vec<u8>> {
     if file == "-" {
         let mut buf = Vec::new();
         std::io::stdin()
@@ -94,12 +98,38 @@ fn read_input(file: &str) -> Result<Vec<u8>> {
     }
 }
 
+/// The input as text; bytes that are not UTF-8 are refused with their line, column and
+/// byte offset (`f.hlo:3:31: byte 52 (0xff) is not UTF-8 text`).
+pub(crate) fn utf8_text(bytes: Vec<u8>, shown: &str) -> Result<String> {
+    String::from_utf8(bytes).map_err(|e| {
+        let b = e.as_bytes();
+        let at = e.utf8_error().valid_up_to();
+        let before = &b[..at];
+        let line = before.iter().filter(|&&c| c == b'\n').count() + 1;
+        let line_start = before
+            .iter()
+            .rposition(|&c| c == b'\n')
+            .map_or(0, |p| p + 1);
+        // Columns count characters, as the parser's do; the line up to `at` is valid UTF-8.
+        let col = String::from_utf8_lossy(&b[line_start..at]).chars().count() + 1;
+        anyhow::anyhow!(
+            "{shown}:{line}:{col}: byte {at} (0x{:02x}) is not UTF-8 text",
+            b[at]
+        )
+    })
+}
+
 /// Reads and parses HLO text; parse errors are prefixed with the file name (`f.hlo:12:7: ...`).
 fn load_text(file: &str) -> Result<Module> {
-    let bytes = read_input(file)?;
-    let text = String::from_utf8(bytes).with_context(|| format!("{file}: not UTF-8 text"))?;
     let shown = if file == "-" { "<stdin>" } else { file };
+    let text = utf8_text(read_input(file)?, shown)?;
     parse_module(&text).map_err(|e| anyhow::anyhow!("{shown}:{e}"))
+}
+
+/// Runs the verifier on a module read from `shown`; the error lists every finding.
+pub(crate) fn check_verifies(module: &Module, shown: &str) -> Result<()> {
+    tessera_hlo::verify::verify(module, &tessera_hlo::verify::VerifyOptions::default())
+        .map_err(|errors| anyhow::anyhow!("{shown}: invalid module\n{errors}"))
 }
 
 fn write_output(output: Option<&Path>, text: &str) -> Result<()> {
@@ -141,26 +171,28 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Verify { file } => {
             let module = load_text(&file)?;
-            match tessera_hlo::verify::verify(
-                &module,
-                &tessera_hlo::verify::VerifyOptions::default(),
-            ) {
-                Ok(()) => {
-                    eprintln!("{file}: ok ({} instructions)", module.instruction_count());
-                    Ok(())
-                }
-                Err(errors) => bail!("{file}: invalid module\n{errors}"),
-            }
+            check_verifies(&module, &file)?;
+            eprintln!("{file}: ok ({} instructions)", module.instruction_count());
+            Ok(())
         }
         Command::ToProto { file, output } => {
             let module = load_text(&file)?;
             let bytes = tessera_hlo::proto::to_proto_bytes(&module);
             fs::write(&output, bytes).with_context(|| format!("writing {}", output.display()))
         }
-        Command::FromProto { file, short } => {
+        Command::FromProto {
+            file,
+            short,
+            no_verify,
+        } => {
             let bytes = read_input(&file)?;
             let module = tessera_hlo::proto::from_proto_bytes(&bytes)
                 .with_context(|| format!("{file}: bad HloModuleProto"))?;
+            tessera_hlo::text::check_reparses(&module)
+                .map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
+            if !no_verify {
+                check_verifies(&module, &file)?;
+            }
             write_output(None, &print_module(&module, &print_options(short)))
         }
         Command::Summary { file } => {
@@ -185,7 +217,18 @@ fn run(cli: Cli) -> Result<()> {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // Usage errors exit 1 like every other error; --help and --version exit 0.
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

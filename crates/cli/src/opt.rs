@@ -1,6 +1,6 @@
 //! `tessera opt`, `tessera stats` and `tessera passes`.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
@@ -9,13 +9,10 @@ use tessera_pass::driver::{default_hooks, run_opt, OptSpec};
 use tessera_pass::stats::ModuleStats;
 use tessera_pass::Registry;
 
-/// Every pass the binary knows. Crates with more passes register them here.
+/// Every pass the binary knows (the registry the fuzz targets and mutant tests use too).
+/// Crates with more passes register them in `tessera_robust::registry`.
 pub fn registry() -> Registry {
-    let mut r = Registry::with_generic_passes();
-    tessera_spmd::register(&mut r);
-    tessera_remat::register(&mut r);
-    tessera_dedup::register(&mut r);
-    r
+    tessera_robust::registry()
 }
 
 #[derive(Args, Debug)]
@@ -51,16 +48,10 @@ pub struct StatsArgs {
     pub file: String,
 }
 
+/// The input file (or stdin) as text; non-UTF-8 bytes are refused with their place.
 fn read_input(file: &str) -> Result<String> {
-    if file == "-" {
-        let mut s = String::new();
-        std::io::stdin()
-            .read_to_string(&mut s)
-            .context("reading stdin")?;
-        Ok(s)
-    } else {
-        std::fs::read_to_string(file).with_context(|| format!("reading {file}"))
-    }
+    let shown = if file == "-" { "<stdin>" } else { file };
+    crate::utf8_text(crate::read_input(file)?, shown)
 }
 
 fn write_output(file: &str, text: &str) -> Result<()> {
@@ -106,8 +97,11 @@ pub fn opt(args: &OptArgs) -> Result<()> {
     } else {
         &args.file
     };
-    let out =
-        run_opt(&input, &spec, &registry(), &default_hooks()).with_context(|| name.to_string())?;
+    let out = run_opt(&input, &spec, &registry(), &default_hooks()).map_err(|e| match e {
+        // `f.hlo:3:7: ...`, as the other commands print parse errors.
+        tessera_pass::PassError::Parse(msg) => anyhow::anyhow!("{name}:{msg}"),
+        e => anyhow::Error::new(e).context(name.to_string()),
+    })?;
     write_output(&args.output, &out.text)?;
     if args.timing {
         eprint!("{}", out.report.timing_table());

@@ -100,16 +100,22 @@ pub fn parse_text(text: &str) -> std::result::Result<Module, String> {
     tessera_hlo::text::parse_module(text).map_err(|e| e.to_string())
 }
 
-/// Reads a module from HLO text (with `parse`) or from HloModuleProto bytes (`.pb`).
+/// Reads a module from HLO text (with `parse`) or from HloModuleProto bytes (`.pb`), and
+/// verifies it: the plugin is never handed a module our verifier refuses.
 pub fn load_module(path: &Path, parse: ParseFn) -> Result<Module> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    if path.extension().is_some_and(|e| e == "pb") {
-        return tessera_hlo::proto::from_proto_bytes(&bytes)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()));
-    }
-    let text = String::from_utf8(bytes)
-        .map_err(|_| anyhow::anyhow!("{}: not UTF-8 text", path.display()))?;
-    parse(&text).map_err(|e| anyhow::anyhow!("{}:{e}", path.display()))
+    let m = if path.extension().is_some_and(|e| e == "pb") {
+        let m = tessera_hlo::proto::from_proto_bytes(&bytes)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        tessera_hlo::text::check_reparses(&m)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        m
+    } else {
+        let text = crate::utf8_text(bytes, &path.display().to_string())?;
+        parse(&text).map_err(|e| anyhow::anyhow!("{}:{e}", path.display()))?
+    };
+    crate::check_verifies(&m, &path.display().to_string())?;
+    Ok(m)
 }
 
 fn read_npy(path: &Path, expected: Option<tessera_hlo::ElementType>) -> Result<HostArray> {
@@ -223,12 +229,68 @@ fn summary(a: &HostArray) -> String {
     )
 }
 
+/// The most CPU devices `run` and `compare` create (the plugin was checked with up to 16;
+/// creating 100,000 hangs).
+pub const MAX_DEVICES: usize = 256;
+
+/// Checks, before any PJRT client exists, that `m` can run on `devices` devices: the count is
+/// one the plugin can create, every sharding fits that many devices when they are used
+/// (`sharded`), and the entry takes and returns only arrays. Errors name the instruction.
+pub fn check_runnable(m: &Module, devices: usize, sharded: bool, shown: &str) -> Result<()> {
+    if devices == 0 || devices > MAX_DEVICES {
+        bail!("--devices {devices}: the CPU plugin runs 1 to {MAX_DEVICES} devices");
+    }
+    if sharded {
+        let options = tessera_hlo::verify::VerifyOptions {
+            num_devices: Some(devices as i64),
+            ..Default::default()
+        };
+        if let Err(errors) = tessera_hlo::verify::verify(m, &options) {
+            bail!("{shown}: the module does not fit --devices {devices}\n{errors}");
+        }
+    }
+    let entry = m.entry().context("the module has no entry computation")?;
+    let comp = m.comp(entry);
+    let not_array = |s: &tessera_hlo::Shape| {
+        let mut bad = None;
+        s.for_each_subshape(|_, sub| {
+            if bad.is_none() && !sub.is_tuple() && sub.as_array().is_none() {
+                bad = Some(tessera_runtime::host::shape_string(sub));
+            }
+        });
+        bad
+    };
+    for p in comp.parameters() {
+        let i = m.instr(p);
+        if let Some(what) = not_array(&i.shape) {
+            bail!(
+                "{shown}: entry parameter %{} holds a {what}: `run` passes only arrays",
+                i.name
+            );
+        }
+    }
+    if let Some(r) = comp.root() {
+        let i = m.instr(r);
+        if let Some(what) = not_array(&i.shape) {
+            bail!(
+                "{shown}: the entry root %{} holds a {what}: `run` returns only arrays",
+                i.name
+            );
+        }
+    }
+    Ok(())
+}
+
 /// `tessera run`: returns the text to print.
 pub fn run(args: &RunArgs, parse: ParseFn) -> Result<String> {
-    if args.devices == 0 {
-        bail!("--devices must be at least 1");
-    }
     let m = load_module(&args.file, parse)?;
+    let shown = args.file.display().to_string();
+    check_runnable(
+        &m,
+        args.devices,
+        args.devices > 1 && !args.per_device,
+        &shown,
+    )?;
     let client = Client::cpu(args.devices.max(1))?;
     let mut text = String::new();
     // Per device outputs (per-device mode) or global outputs.
@@ -321,11 +383,20 @@ pub fn run(args: &RunArgs, parse: ParseFn) -> Result<String> {
 
 /// `tessera compare`: the report text and whether every output matched.
 pub fn compare(args: &CompareArgs, parse: ParseFn) -> Result<(String, bool)> {
-    if args.devices == 0 {
-        bail!("--devices must be at least 1");
-    }
     let original = load_module(&args.original, parse)?;
     let partitioned = load_module(&args.partitioned, parse)?;
+    check_runnable(
+        &original,
+        args.devices,
+        true,
+        &args.original.display().to_string(),
+    )?;
+    check_runnable(
+        &partitioned,
+        args.devices,
+        false,
+        &args.partitioned.display().to_string(),
+    )?;
     let inputs = match &args.inputs {
         Some(dir) => read_inputs(&original, dir)?,
         None => harness::random_inputs(&original, args.seed)?,

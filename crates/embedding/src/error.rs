@@ -23,10 +23,6 @@ pub enum EmbeddingError {
     /// A partition holds more ids than the stack's limit and dropping is off.
     #[error("{0}")]
     Limit(String),
-    /// Minibatching was enabled and the batch needs more than one minibatch: splitting into
-    /// hash buckets is not implemented.
-    #[error("stack '{stack}': the batch needs minibatching (a partition exceeds the limits: {detail}); splitting a batch into minibatches is not implemented")]
-    MinibatchingRequired { stack: String, detail: String },
     /// Reading or writing files (checkpoints, npz).
     #[error("{path}: {message}")]
     Io { path: String, message: String },

@@ -1,7 +1,8 @@
 //! Our CSR buffers, decoded, against jax-tpu-embedding 0.2.0's on the random configurations of
 //! testdata/embedding/oracle.npz (made by scripts/embedding_oracle.py): the same multiset of
 //! (device, core, partition, id, sample), gains within 1e-7 relative, identical statistics and
-//! dropped counts; and the stacked, sharded table values equal those of jax-tpu-embedding's
+//! dropped counts, and the same number of minibatches (the last cases split their batch into
+//! several); and the stacked, sharded table values equal those of jax-tpu-embedding's
 //! `stack_and_shard_tables` (sha256 of the f32 bytes).
 
 use tessera_embedding::npz::batch_from_arrays;
@@ -36,6 +37,7 @@ fn csr_equals_jax_tpu_embedding() {
     let mut entries_checked = 0usize;
     let mut dropped_total = 0u64;
     let mut shards_checked = 0usize;
+    let mut split_cases = 0usize;
     for c in 0..cases {
         let p = format!("c{c}");
         let json = String::from_utf8(arrays[&format!("{p}.config")].data.clone()).unwrap();
@@ -45,6 +47,9 @@ fn csr_equals_jax_tpu_embedding() {
         let batches = batch_from_arrays(&config, &arrays, &format!("{p}.in."), &p)
             .unwrap_or_else(|e| panic!("{p}: {e}"));
         let out = preprocess(&config, &layout, &batches).unwrap_or_else(|e| panic!("{p}: {e}"));
+        let minibatches = i32s(&arrays[&format!("{p}.num_minibatches")])[0];
+        assert_eq!(out.num_minibatches as i32, minibatches, "{p}: minibatches");
+        split_cases += usize::from(minibatches > 1);
 
         // Table t ("table<t>"), row i, column j holds (t * 5000 + i) * 131 + j.
         let values: Vec<Matrix> = config
@@ -133,7 +138,11 @@ fn csr_equals_jax_tpu_embedding() {
             dropped_total += s.stats.dropped_id_count;
         }
     }
+    assert!(
+        split_cases >= 10,
+        "only {split_cases} cases split into minibatches"
+    );
     eprintln!(
-        "{cases} cases, {entries_checked} entries, {dropped_total} dropped ids, {shards_checked} sharded stacks: all equal"
+        "{cases} cases ({split_cases} split into minibatches), {entries_checked} entries, {dropped_total} dropped ids, {shards_checked} sharded stacks: all equal"
     );
 }

@@ -3,7 +3,7 @@
 //! split, and malformed batches.
 
 use tessera_embedding::preprocess::PADDING_ID;
-use tessera_embedding::{preprocess, EmbeddingConfig, EmbeddingError, FeatureBatch, Layout};
+use tessera_embedding::{preprocess, EmbeddingConfig, FeatureBatch, Layout};
 
 const EXAMPLE: &str = r#"{
   "tables": [
@@ -116,7 +116,7 @@ fn limits_fail_or_drop() {
 }
 
 #[test]
-fn minibatching_layout_and_its_limit() {
+fn minibatching_layout_and_split() {
     let (mut c, _, b) = example();
     c.enable_minibatching = true;
     let l = Layout::new(&mut c).unwrap();
@@ -125,18 +125,41 @@ fn minibatching_layout_and_its_limit() {
     assert_eq!(s.row_pointers_size_per_device, 8 * 64);
     assert_eq!(s.coo_buffer_size_per_device, 16 * 64);
     // Pointers are device-global; the same entries as without minibatching.
+    assert_eq!(out.num_minibatches, 1);
     assert_eq!(s.row_pointers[..8], [1, 11, 16, 16, 16, 16, 16, 16]);
-    assert_eq!(out.decode(s).unwrap().len(), 11);
+    let whole = out.decode(s).unwrap();
+    assert_eq!(whole.len(), 11);
+    // Over the limit: the batch is split into minibatches of hash buckets, nothing is lost and
+    // the statistics stay those of the whole batch.
     for t in &mut c.tables {
         t.max_ids_per_partition = 3;
     }
-    c.allow_id_dropping = true;
     let l = Layout::new(&mut c).unwrap();
-    let e = preprocess(&c, &l, &b).unwrap_err();
-    assert!(
-        matches!(e, EmbeddingError::MinibatchingRequired { .. }),
-        "{e}"
-    );
+    let split = preprocess(&c, &l, &b).unwrap();
+    let t = &split.stacks[0];
+    assert!(split.num_minibatches > 1, "{}", split.num_minibatches);
+    assert_eq!(t.stats, s.stats);
+    let key = |e: &tessera_embedding::preprocess::CsrEntry| {
+        (e.device, e.core, e.partition, e.id, e.sample)
+    };
+    let mut got = split.decode(t).unwrap();
+    let mut want = whole.clone();
+    got.sort_by_key(key);
+    want.sort_by_key(key);
+    assert_eq!(got, want);
+    // Per (minibatch, partition) at most 3 ids: every partition's run between two pointers.
+    let per_bucket = 8;
+    let rows = (split.num_minibatches as usize) * per_bucket;
+    let rp = &t.row_pointers[..rows];
+    let mut end = 0;
+    for (k, &e) in rp.iter().enumerate() {
+        if k % per_bucket < 2 {
+            let start = (end as usize).div_ceil(8) * 8;
+            assert!(e as usize <= start + 3, "pointer {k}: {e} after {end}");
+            end = e;
+        }
+    }
+    assert_eq!(split.decode(t).unwrap().len(), 11);
 }
 
 #[test]

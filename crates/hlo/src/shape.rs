@@ -165,6 +165,13 @@ impl Layout {
     }
 }
 
+/// The most bytes the buffers of all instructions of one module may add up to (1 EiB). The
+/// text parser and the proto reader refuse a module past it, naming the instruction where the
+/// sum crosses it. Under this bound every sum of a module's buffer sizes (peak memory, live
+/// sets, a rematerialized copy of every buffer several times over) fits in an `i64`, so memory
+/// accounting needs no overflow checks of its own.
+pub const MAX_MODULE_BUFFER_BYTES: i64 = 1 << 60;
+
 impl ArrayShape {
     pub fn new(ty: ElementType, dims: &[i64]) -> ArrayShape {
         ArrayShape {
@@ -189,21 +196,43 @@ impl ArrayShape {
     }
 
     /// Number of elements (bounds for dynamic dimensions; 0 when a dimension is unbounded).
+    ///
+    /// Saturates at `i64::MAX`: the text parser, the proto reader and the verifier refuse a
+    /// shape whose [`ArrayShape::checked_byte_size`] is `None`, so for a module read from
+    /// input this is exact.
     pub fn element_count(&self) -> i64 {
-        self.dims
-            .iter()
-            .map(|&d| if d == UNBOUNDED_DIM { 0 } else { d })
-            .product()
+        self.checked_element_count().unwrap_or(i64::MAX)
+    }
+
+    /// Number of elements, or `None` when the product does not fit in an `i64` (or a
+    /// dimension is negative).
+    pub fn checked_element_count(&self) -> Option<i64> {
+        self.dims.iter().try_fold(1i64, |n, &d| {
+            let d = if d == UNBOUNDED_DIM { 0 } else { d };
+            if d < 0 {
+                return None;
+            }
+            n.checked_mul(d)
+        })
     }
 
     /// Bytes of a dense buffer of this shape (sub-byte types packed when the layout says so
-    /// through `element_size_in_bits`, otherwise one byte each).
+    /// through `element_size_in_bits`, otherwise one byte each). Saturates at `i64::MAX`, as
+    /// [`ArrayShape::element_count`] does.
     pub fn byte_size(&self) -> i64 {
+        self.checked_byte_size().unwrap_or(i64::MAX)
+    }
+
+    /// Bytes of a dense buffer of this shape, or `None` when the element count or the number
+    /// of bits does not fit in an `i64`. A shape for which this is `None` is refused wherever
+    /// a module is read (text, proto) and by the verifier.
+    pub fn checked_byte_size(&self) -> Option<i64> {
         let bits = match &self.layout {
             Some(l) if l.element_size_in_bits > 0 => l.element_size_in_bits,
             _ => (self.ty.byte_size() * 8) as i64,
         };
-        (self.element_count() * bits + 7) / 8
+        let total = self.checked_element_count()?.checked_mul(bits)?;
+        Some(total / 8 + i64::from(total % 8 != 0))
     }
 
     /// Same type and dimensions (dynamic flags included), layouts ignored.
@@ -322,6 +351,30 @@ impl Shape {
             }
         }
         walk(self, &mut Vec::new(), &mut f);
+    }
+
+    /// True when every array in the shape has an element count and a byte size that fit in
+    /// an `i64` (see [`ArrayShape::checked_byte_size`]).
+    pub fn sizes_fit(&self) -> bool {
+        match self {
+            Shape::Array(a) => a.checked_byte_size().is_some(),
+            Shape::Tuple(e) => e.iter().all(Shape::sizes_fit),
+            Shape::Buffer(inner) => inner.sizes_fit(),
+            Shape::Token | Shape::Opaque => true,
+        }
+    }
+
+    /// Bytes of every buffer of the shape (each array, each tuple's table of 8-byte
+    /// pointers, nested ones too), or `None` when the sum does not fit in an `i64`.
+    pub fn checked_total_bytes(&self) -> Option<i64> {
+        match self {
+            Shape::Array(a) => a.checked_byte_size(),
+            Shape::Tuple(e) => e.iter().try_fold((e.len() as i64).checked_mul(8)?, |t, s| {
+                t.checked_add(s.checked_total_bytes()?)
+            }),
+            Shape::Buffer(inner) => inner.checked_total_bytes(),
+            Shape::Token | Shape::Opaque => Some(0),
+        }
     }
 
     /// Number of leaf (non-tuple) sub-shapes.

@@ -178,6 +178,12 @@ impl Sharding {
                 _ => {}
             }
         }
+        if new_dims.is_empty() {
+            // A one-device tiling of a scalar (what dropping the last dimension of
+            // `{devices=[1]0}` leaves): the text has no spelling for an empty tile
+            // assignment, and one tile is the whole value, so it is replicated.
+            return Sharding::replicated();
+        }
         if data_tiles == 1 && new_types.is_empty() && ta.num_devices() > 1 {
             // Unreachable for valid inputs: all devices must sit somewhere.
             return Sharding::replicated();

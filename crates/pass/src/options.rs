@@ -52,6 +52,27 @@ pub fn parse_bool(value: &str) -> Result<bool, String> {
     }
 }
 
+/// One flag (`true`) or a braced list of them (`{true,false}`): exactly one pair of braces
+/// around a non-empty, comma-separated list; `{true`, `true}`, `{{true}}` and `{}` are refused.
+pub fn parse_bool_list(value: &str) -> Result<Vec<bool>, String> {
+    let bad = |why: &str| {
+        format!("expected true, false or a list {{true,false,...}}, found `{value}` ({why})")
+    };
+    let v = value.trim();
+    let inner = match (v.strip_prefix('{'), v.ends_with('}')) {
+        (Some(rest), true) => &rest[..rest.len() - 1],
+        (None, false) => return Ok(vec![parse_bool(v).map_err(|_| bad("not a flag"))?]),
+        _ => return Err(bad("unbalanced braces")),
+    };
+    if inner.contains(['{', '}']) {
+        return Err(bad("nested braces"));
+    }
+    inner
+        .split(',')
+        .map(|x| parse_bool(x.trim()).map_err(|e| bad(&e)))
+        .collect()
+}
+
 /// A decimal integer, with an optional `K`, `M` or `G` (powers of 1024) suffix for sizes.
 pub fn parse_int(value: &str) -> Result<i64, String> {
     let (digits, mult) = match value.as_bytes().last() {
@@ -88,5 +109,26 @@ mod tests {
         assert_eq!(parse_int("12K"), Ok(12288));
         assert_eq!(parse_int("-3"), Ok(-3));
         assert!(parse_int("x").unwrap_err().contains("found `x`"));
+    }
+
+    #[test]
+    fn bool_lists_are_strict() {
+        assert_eq!(parse_bool_list("true"), Ok(vec![true]));
+        assert_eq!(parse_bool_list("{true}"), Ok(vec![true]));
+        assert_eq!(parse_bool_list("{true, false}"), Ok(vec![true, false]));
+        for bad in [
+            "{true",
+            "true}",
+            "{{true}}",
+            "{}",
+            "{true,}",
+            "",
+            "{true}}",
+            "yes",
+            "{true false}",
+        ] {
+            let e = parse_bool_list(bad).unwrap_err();
+            assert!(e.contains(&format!("found `{bad}`")), "{bad}: {e}");
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! Helpers shared by passes: removing dead code, ordering computations.
 
 use std::collections::{HashMap, HashSet};
+
 use tessera_hlo::analysis::computation_post_order;
 use tessera_hlo::{CompId, InstrId, Module, Opcode};
 

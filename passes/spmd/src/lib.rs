@@ -11,15 +11,18 @@
 
 pub mod dims;
 pub mod gather_scatter;
+pub mod partition;
 pub mod propagation;
 
+pub use partition::{SpmdOptions, SpmdPartitioning, SpmdReport};
 pub use propagation::{
     propagate, PropagationOptions, PropagationReport, ShardingPropagation, Undecided,
 };
 
 use tessera_pass::Registry;
 
-/// Registers this crate's passes: `sharding-propagation`.
+/// Registers this crate's passes: `sharding-propagation` and `spmd-partitioning`.
 pub fn register(r: &mut Registry) {
     r.add::<ShardingPropagation>();
+    r.add::<SpmdPartitioning>();
 }

@@ -17,7 +17,7 @@ use tessera_hlo::attrs::Attrs;
 use tessera_hlo::sharding::ShardingKind;
 use tessera_hlo::sharding_util::{merge_if_compatible, merge_sharding};
 use tessera_hlo::{analysis, CompId, InstrId, Instruction, Module, Opcode, Shape, Sharding};
-use tessera_pass::options::{parse_bool, unknown_key, OptionDoc, PassOptions};
+use tessera_pass::options::{parse_bool, parse_bool_list, unknown_key, OptionDoc, PassOptions};
 use tessera_pass::registry::RegisteredPass;
 use tessera_pass::{Pass, PassError, Result};
 
@@ -67,11 +67,6 @@ impl Default for PropagationOptions {
     }
 }
 
-fn parse_bools(value: &str) -> Result<Vec<bool>, String> {
-    let v = value.trim_matches(|c| c == '{' || c == '}');
-    v.split(',').map(|x| parse_bool(x.trim())).collect()
-}
-
 impl PassOptions for PropagationOptions {
     const DOCS: &'static [OptionDoc] = &[
         OptionDoc {
@@ -110,10 +105,10 @@ impl PassOptions for PropagationOptions {
         match key {
             "is_spmd" => self.is_spmd = parse_bool(value)?,
             "propagate_to_parameters" | "allow_spmd_sharding_propagation_to_parameters" => {
-                self.propagate_to_parameters = parse_bools(value)?
+                self.propagate_to_parameters = parse_bool_list(value)?
             }
             "propagate_to_output" | "allow_spmd_sharding_propagation_to_output" => {
-                self.propagate_to_output = parse_bools(value)?
+                self.propagate_to_output = parse_bool_list(value)?
             }
             "propagate_metadata" => self.propagate_metadata = parse_bool(value)?,
             "replicate_undecided" => self.replicate_undecided = parse_bool(value)?,
@@ -196,6 +191,45 @@ impl Pass for ShardingPropagation {
     }
 }
 
+/// A list of flags (more than one) must have one flag per entry parameter (or per element of
+/// a single tuple parameter) and one per element of a tuple root.
+fn check_flag_counts(module: &Module, entry: CompId, o: &PropagationOptions) -> Result<()> {
+    let comp = module.comp(entry);
+    let num_params = comp.num_parameters();
+    let param_elems = match comp.parameter(0).map(|p| &module.instr(p).shape) {
+        Some(Shape::Tuple(e)) if num_params == 1 => Some(e.len()),
+        _ => None,
+    };
+    let root_elems = comp
+        .root()
+        .map(|r| match &module.instr(r).shape {
+            Shape::Tuple(e) => e.len(),
+            _ => 1,
+        })
+        .unwrap_or(1);
+    let bad = |key: &str, list: &[bool], want: String| PassError::BadOption {
+        option: format!("{}.{key}", ShardingPropagation::NAME),
+        message: format!("{} flags given, but {want}", list.len()),
+    };
+    let p = &o.propagate_to_parameters;
+    if p.len() > 1 && p.len() != num_params && Some(p.len()) != param_elems {
+        let want = match param_elems {
+            Some(e) => format!("the entry has 1 tuple parameter of {e} elements"),
+            None => format!("the entry has {num_params} parameter(s)"),
+        };
+        return Err(bad("propagate_to_parameters", p, want));
+    }
+    let r = &o.propagate_to_output;
+    if r.len() > 1 && r.len() != root_elems {
+        return Err(bad(
+            "propagate_to_output",
+            r,
+            format!("the entry root has {root_elems} element(s)"),
+        ));
+    }
+    Ok(())
+}
+
 /// Runs sharding propagation on `module`; returns whether it changed and the report.
 ///
 /// Named (mesh) shardings take part as their tiled equivalent, as XLA's queries on a named
@@ -219,6 +253,7 @@ fn propagate_tiled(
     let Some(entry) = module.entry() else {
         return Ok((false, PropagationReport::default()));
     };
+    check_flag_counts(module, entry, options)?;
     let mut changed = false;
     let cse = options.cse_prevention_only;
     // A CSE-prevention run restores everything but its own shardings at the end.

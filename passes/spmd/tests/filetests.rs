@@ -22,6 +22,18 @@ fn filetests() {
     assert!(s.failures.is_empty(), "\n{}", s.failures.join("\n\n"));
 }
 
+/// The partitioner's filetests (each is also executed on PJRT by tests/partition_exec.rs).
+#[test]
+fn partitioning_filetests() {
+    let s = run_dirs(&["spmd-partitioning"], &registry());
+    eprintln!(
+        "filetests in testdata/spmd-partitioning: {} passed, {} failed",
+        s.passed.len(),
+        s.failures.len()
+    );
+    assert!(s.failures.is_empty(), "\n{}", s.failures.join("\n\n"));
+}
+
 /// Lists the pending cases that pass now (move them to testdata/spmd). Never fails; run with
 /// `cargo test -p tessera-spmd --test filetests -- --ignored --nocapture` to read the list, or
 /// with `SPMD_PENDING_REPORT=1` to see each failure too. Not part of CI: pending cases check

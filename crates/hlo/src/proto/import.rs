@@ -11,7 +11,7 @@ use crate::instruction::{CompId, InstrId, Instruction};
 use crate::metadata::{FileLocation, StackFrame, StackFrameIndex};
 use crate::module::{AliasKind, BufferDonor, InputOutputAlias, Module, ProgramShape, Schedule};
 use crate::opcode::Opcode;
-use crate::shape::Shape;
+use crate::shape::{Shape, MAX_MODULE_BUFFER_BYTES};
 use crate::types::ElementType;
 
 fn err(place: impl Into<String>, message: impl Into<String>) -> ProtoError {
@@ -205,8 +205,9 @@ pub(crate) fn module_from_proto(p: &pb::HloModuleProto) -> Result<Module, ProtoE
     }
 
     let mut instr_of: HashMap<i64, InstrId> = HashMap::new();
+    let mut buffer_bytes = 0i64;
     for c in &p.computations {
-        import_computation(&mut m, c, &comp_of, &mut instr_of)?;
+        import_computation(&mut m, c, &comp_of, &mut instr_of, &mut buffer_bytes)?;
     }
 
     // Entry: by id, else by name, else (old protos) the last computation.
@@ -432,7 +433,88 @@ pub(crate) fn module_from_proto(p: &pb::HloModuleProto) -> Result<Module, ProtoE
                 .collect(),
         };
     }
+    check_text_expressible(&m)?;
     Ok(m)
+}
+
+/// What the text parser guarantees by construction and a proto can break: at least one
+/// computation, names the text can hold, and a call graph without cycles. A module that
+/// passes prints to text that parses again.
+fn check_text_expressible(m: &Module) -> Result<(), ProtoError> {
+    const BAD_NAME: &str =
+        "not a valid name (the text allows one or more letters, digits, '_', '.' or '-')";
+    let module_place = format!("module `{}`", m.name.escape_debug());
+    if !crate::text::is_valid_name(&m.name) {
+        return Err(err(module_place, format!("the module name is {BAD_NAME}")));
+    }
+    if m.computations().is_empty() {
+        return Err(err(module_place, "the module has no computations"));
+    }
+    for &c in m.computations() {
+        let comp = m.comp(c);
+        let place = format!("computation `{}`", comp.name.escape_debug());
+        if !crate::text::is_valid_name(&comp.name) {
+            return Err(err(place, format!("the computation name is {BAD_NAME}")));
+        }
+        for &i in comp.instructions() {
+            let name = &m.instr(i).name;
+            if !crate::text::is_valid_name(name) {
+                return Err(err(
+                    format!("{place}: instruction %{}", name.escape_debug()),
+                    format!("the instruction name is {BAD_NAME}"),
+                ));
+            }
+        }
+    }
+    // Call cycles, depth first without recursion (chains can be thousands deep).
+    let mut state = vec![0u8; m.comp_capacity()]; // 0 new, 1 on the path, 2 done
+    for &root in m.computations() {
+        if state[root.index()] != 0 {
+            continue;
+        }
+        // (computation, its callees not yet visited)
+        let mut stack: Vec<(CompId, Vec<(InstrId, CompId)>)> = vec![(root, callees(m, root))];
+        state[root.index()] = 1;
+        while let Some((c, pending)) = stack.last_mut() {
+            let c = *c;
+            match pending.pop() {
+                Some((by, callee)) => match state[callee.index()] {
+                    0 => {
+                        state[callee.index()] = 1;
+                        stack.push((callee, callees(m, callee)));
+                    }
+                    1 => {
+                        return Err(err(
+                            format!("instruction %{}", m.instr(by).name),
+                            format!(
+                                "calls computation `{}`, which is already being called on this \
+                                 path: the call graph has a cycle",
+                                m.comp(callee).name
+                            ),
+                        ))
+                    }
+                    _ => {}
+                },
+                None => {
+                    state[c.index()] = 2;
+                    stack.pop();
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Every (caller instruction, callee) of a computation, last first.
+fn callees(m: &Module, c: CompId) -> Vec<(InstrId, CompId)> {
+    let mut out: Vec<(InstrId, CompId)> = m
+        .comp(c)
+        .instructions()
+        .iter()
+        .flat_map(|&i| m.instr(i).called.iter().map(move |&cc| (i, cc)))
+        .collect();
+    out.reverse();
+    out
 }
 
 pub(crate) fn program_shape_from_proto(p: &pb::ProgramShapeProto) -> Result<ProgramShape, String> {
@@ -455,6 +537,7 @@ fn import_computation(
     c: &pb::HloComputationProto,
     comp_of: &HashMap<i64, CompId>,
     instr_of: &mut HashMap<i64, InstrId>,
+    buffer_bytes: &mut i64,
 ) -> Result<(), ProtoError> {
     let cid = comp_of[&c.id];
     let cplace = format!("computation `{}` (id {})", c.name, c.id);
@@ -504,6 +587,20 @@ fn import_computation(
             } else {
                 let instr =
                     instruction_from_proto(m, ip, &local, &added, comp_of, c.instructions.len())?;
+                *buffer_bytes = instr
+                    .shape
+                    .checked_total_bytes()
+                    .and_then(|b| b.checked_add(*buffer_bytes))
+                    .filter(|&t| t <= MAX_MODULE_BUFFER_BYTES)
+                    .ok_or_else(|| {
+                        err(
+                            at_instr(ip),
+                            format!(
+                                "the buffers of the module's instructions up to this one take \
+                                 more than {MAX_MODULE_BUFFER_BYTES} bytes (the limit)"
+                            ),
+                        )
+                    })?;
                 let id = m
                     .add_instruction(cid, instr)
                     .map_err(|e| err(at_instr(ip), e.to_string()))?;
@@ -626,6 +723,12 @@ fn instruction_from_proto(
     let operand_type = operands.first().map(|&o| m.instr(o).shape.element_type());
     let shape = i.shape.clone();
     attrs_from_proto(&mut i.attrs, opcode, &shape, operand_type, p, comp_size).map_err(e)?;
+    // As the text parser does: an outfeed without its shape sends its operand's.
+    if opcode == Opcode::Outfeed && i.attrs.outfeed_shape.is_none() {
+        if let Some(&o) = operands.first() {
+            i.attrs.outfeed_shape = Some(Box::new(m.instr(o).shape.clone()));
+        }
+    }
     // The import writes every field; keep the rare groups unallocated when they stayed empty.
     i.attrs.rare.shrink();
     i.rare.shrink();
@@ -864,6 +967,22 @@ fn attrs_from_proto(
     a.replica_groups = replica_groups_from_proto(p)?.map(Box::new);
     a.use_global_device_ids = p.use_global_device_ids;
     a.constrain_layout = p.constrain_layout && op != Opcode::CustomCall;
+    if a.constrain_layout
+        && !matches!(
+            op,
+            Opcode::AllGather
+                | Opcode::AllGatherStart
+                | Opcode::AllReduce
+                | Opcode::AllReduceStart
+                | Opcode::ReduceScatter
+                | Opcode::AllToAll
+        )
+    {
+        // The text has no place for it on other opcodes.
+        return Err(format!(
+            "constrain_layout is set on {op}, which cannot carry it"
+        ));
+    }
     if has("source_target_pairs") {
         a.source_target_pairs = Some(
             p.source_target_pairs

@@ -27,8 +27,10 @@ pub use messages::{HloModuleProto, HloModuleProtoWithConfig};
 /// Why a proto could not be read.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum ProtoError {
-    #[error("cannot decode the protobuf bytes: {0}")]
-    Decode(#[from] prost::DecodeError),
+    /// The bytes are not a protobuf message of the expected type; `at` is the byte offset of
+    /// the first malformed top-level field when one is found, else prost's field path.
+    #[error("cannot decode the protobuf bytes: {at}: {message}")]
+    Decode { at: String, message: String },
     #[error("{place}: {message}")]
     Invalid { place: String, message: String },
 }
@@ -50,7 +52,7 @@ pub fn to_proto_bytes(m: &Module) -> Vec<u8> {
 
 /// Reads a module from serialized `xla.HloModuleProto` bytes.
 pub fn from_proto_bytes(bytes: &[u8]) -> Result<Module, ProtoError> {
-    module_from_proto(&HloModuleProto::decode(bytes)?)
+    module_from_proto(&HloModuleProto::decode(bytes).map_err(|e| decode_error(bytes, e))?)
 }
 
 /// Converts a module to `xla.HloModuleProtoWithConfig`, which also carries the header settings
@@ -126,7 +128,9 @@ pub fn to_proto_with_config_bytes(m: &Module) -> Vec<u8> {
 
 /// Reads serialized `xla.HloModuleProtoWithConfig` bytes.
 pub fn from_proto_with_config_bytes(bytes: &[u8]) -> Result<Module, ProtoError> {
-    module_from_proto_with_config(&HloModuleProtoWithConfig::decode(bytes)?)
+    module_from_proto_with_config(
+        &HloModuleProtoWithConfig::decode(bytes).map_err(|e| decode_error(bytes, e))?,
+    )
 }
 
 impl Module {
@@ -143,3 +147,67 @@ impl Module {
 
 #[cfg(test)]
 mod tests;
+
+/// A [`ProtoError::Decode`] that says where: the first malformed top-level field of `bytes`
+/// (prost does not report offsets), or prost's path to the field it failed in.
+fn decode_error(bytes: &[u8], e: prost::DecodeError) -> ProtoError {
+    match first_wire_error(bytes) {
+        Some((offset, what)) => ProtoError::Decode {
+            at: format!("byte {offset}"),
+            message: what,
+        },
+        None => ProtoError::Decode {
+            at: "in a nested message".into(),
+            message: e.to_string(),
+        },
+    }
+}
+
+/// Walks the top-level fields of protobuf wire data; the offset of the first field that is
+/// malformed (bad key, wire type, or a length past the end) and what is wrong with it.
+fn first_wire_error(b: &[u8]) -> Option<(usize, String)> {
+    fn varint(b: &[u8], p: &mut usize) -> Option<u64> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let byte = *b.get(*p)?;
+            *p += 1;
+            v |= u64::from(byte & 0x7f) << shift;
+            if byte & 0x80 == 0 {
+                return Some(v);
+            }
+        }
+        None
+    }
+    let mut p = 0;
+    while p < b.len() {
+        let start = p;
+        let Some(key) = varint(b, &mut p) else {
+            return Some((start, "a field key that is not a valid varint".into()));
+        };
+        if key >> 3 == 0 {
+            return Some((start, "field number 0".into()));
+        }
+        let skip = match key & 7 {
+            0 => varint(b, &mut p).map(|_| 0),
+            1 => Some(8),
+            2 => varint(b, &mut p),
+            5 => Some(4),
+            // Groups (3, 4): let prost judge them.
+            3 | 4 => return None,
+            w => return Some((start, format!("invalid wire type {w} (field {})", key >> 3))),
+        };
+        match skip
+            .and_then(|n| usize::try_from(n).ok())
+            .and_then(|n| p.checked_add(n))
+        {
+            Some(end) if end <= b.len() => p = end,
+            _ => {
+                return Some((
+                    start,
+                    format!("field {} runs past the end of the data", key >> 3),
+                ))
+            }
+        }
+    }
+    None
+}

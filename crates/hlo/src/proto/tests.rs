@@ -1097,8 +1097,15 @@ fn malformed_protos_are_refused_by_name() {
     // Garbage bytes: a decode error, not a panic.
     assert!(matches!(
         from_proto_bytes(&[0xff, 0xff, 0xff]),
-        Err(ProtoError::Decode(_))
+        Err(ProtoError::Decode { .. })
     ));
+    // The first malformed top-level field is located.
+    assert_eq!(
+        from_proto_bytes(&[0x08, 0x01, 0x0f])
+            .unwrap_err()
+            .to_string(),
+        "cannot decode the protobuf bytes: byte 2: invalid wire type 7 (field 1)"
+    );
 }
 
 /// XLA's HloModuleProto lists a while's called computations as `[body, condition]`.

@@ -101,7 +101,7 @@ pub(crate) fn shape_from_proto(p: &pb::ShapeProto) -> VResult<Shape> {
             } else {
                 SmallVec::new()
             };
-            Shape::Array(ArrayShape {
+            let a = ArrayShape {
                 ty,
                 dims: p.dimensions.iter().copied().collect(),
                 dynamic,
@@ -111,7 +111,14 @@ pub(crate) fn shape_from_proto(p: &pb::ShapeProto) -> VResult<Shape> {
                     .filter(|l| !l.tessera_default_filled)
                     .map(layout_from_proto)
                     .transpose()?,
-            })
+            };
+            if a.checked_byte_size().is_none() {
+                return Err(format!(
+                    "shape {} has more elements or bytes than an i64 can count",
+                    crate::text::shape_to_string(&Shape::Array(a))
+                ));
+            }
+            Shape::Array(a)
         }
     })
 }

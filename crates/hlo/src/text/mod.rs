@@ -108,6 +108,37 @@ pub fn parse_literal(shape: &Shape, text: &str) -> Result<crate::literal::Litera
     Ok(l)
 }
 
+/// True when `name` can stand as a module, computation or instruction name in the text: one
+/// or more letters, digits, `_`, `.` or `-` (what the parser reads as a name).
+pub fn is_valid_name(name: &str) -> bool {
+    !name.is_empty() && name.bytes().all(cursor::is_name_byte)
+}
+
+/// Checks that `module` prints as text that parses again. A module read from a proto can hold
+/// what the text has no spelling for (an attribute on an opcode that cannot carry it); the
+/// error names the instruction (or the line) and the parser's complaint.
+pub fn check_reparses(module: &Module) -> Result<(), String> {
+    let printed = print_module(module, &PrintOptions::default());
+    let Err(e) = parse_module(&printed) else {
+        return Ok(());
+    };
+    let line = printed.lines().nth(e.line.saturating_sub(1)).unwrap_or("");
+    let name = line
+        .trim_start()
+        .trim_start_matches("ROOT ")
+        .split_once(" = ")
+        .map(|(n, _)| n.trim_start_matches('%'));
+    Err(match name {
+        Some(n) if !n.contains(' ') => {
+            format!("instruction %{n} cannot be written as text: {}", e.message)
+        }
+        _ => format!(
+            "the module cannot be written as text: line {} of its text: {}",
+            e.line, e.message
+        ),
+    })
+}
+
 /// Prints a module in XLA's canonical text form.
 pub fn print_module(module: &Module, options: &PrintOptions) -> String {
     printer::print_module(module, options)

@@ -18,7 +18,7 @@ use crate::module::{
     Schedule,
 };
 use crate::opcode::Opcode;
-use crate::shape::Shape;
+use crate::shape::{Shape, MAX_MODULE_BUFFER_BYTES};
 use crate::types::ElementType;
 use std::collections::BTreeMap;
 
@@ -254,6 +254,9 @@ pub(super) struct Parser<'a> {
     /// of the same element shares one, as in XLA.
     tuple_elements: FxHashMap<(InstrId, i64), InstrId>,
     depth: u32,
+    /// The buffer bytes of the instructions parsed so far (kept under
+    /// [`MAX_MODULE_BUFFER_BYTES`]).
+    buffer_bytes: i64,
 }
 
 /// Called computations gathered from the attributes of one instruction.
@@ -282,6 +285,7 @@ impl<'a> Parser<'a> {
             placed_before: Vec::new(),
             tuple_elements: FxHashMap::default(),
             depth: 0,
+            buffer_bytes: 0,
         }
     }
 
@@ -960,6 +964,19 @@ impl<'a> Parser<'a> {
                 if n < 0 {
                     return Err(self.c.error_at(at, "parameter number must be >= 0"));
                 }
+                // Parameter N needs N+1 parameter instructions in its computation, each longer
+                // than a byte: a larger number cannot be valid, and would size the
+                // computation's parameter table.
+                if n as u64 >= self.c.b.len() as u64 {
+                    return Err(self.c.error_at(
+                        at,
+                        format!(
+                            "parameter number {n} is out of range: a text of {} bytes cannot \
+                             hold the parameters below it",
+                            self.c.b.len()
+                        ),
+                    ));
+                }
                 instr.attrs.parameter_number = n;
                 self.c.expect(b')', "after the parameter number")?;
             }
@@ -1125,6 +1142,20 @@ impl<'a> Parser<'a> {
         if taken {
             instr.name = self.m.unique_name(&instr.name);
         }
+        self.buffer_bytes = instr
+            .shape
+            .checked_total_bytes()
+            .and_then(|b| b.checked_add(self.buffer_bytes))
+            .filter(|&t| t <= MAX_MODULE_BUFFER_BYTES)
+            .ok_or_else(|| {
+                self.c.error_at(
+                    name_at,
+                    format!(
+                        "the buffers of the module's instructions up to this one take more than \
+                         {MAX_MODULE_BUFFER_BYTES} bytes (the limit)"
+                    ),
+                )
+            })?;
         let id = self
             .m
             .add_parsed_instruction(comp, instr)

@@ -18,6 +18,16 @@ use crate::sharding::{
 };
 use crate::types::ElementType;
 
+/// The largest literal, in bytes, that the parser builds from `{...}` or from a single value
+/// standing for a whole array (`f32[1000,1000] constant(0)`). Larger ones are refused with
+/// the shape named; a literal written out in full is bounded by the text itself.
+pub const MAX_EXPANDED_LITERAL_BYTES: usize = 1 << 28;
+
+/// The most devices a tile assignment, an iota device list or an iota replica-group list may
+/// stand for (2^20). A few characters (`<=[4294967296]`) could otherwise ask for lists of
+/// billions of device ids.
+pub const MAX_DEVICES: i64 = 1 << 20;
+
 impl<'a> Parser<'a> {
     // ----- shapes -----
 
@@ -109,12 +119,20 @@ impl<'a> Parser<'a> {
         } else {
             None
         };
-        Ok(Shape::Array(ArrayShape {
+        let a = ArrayShape {
             ty,
             dims,
             dynamic,
             layout,
-        }))
+        };
+        if a.checked_byte_size().is_none() {
+            let shown = super::printer::shape_string(&Shape::Array(a));
+            return Err(self.c.error_at(
+                at,
+                format!("shape {shown} has more elements or bytes than an i64 can count"),
+            ));
+        }
+        Ok(Shape::Array(a))
     }
 
     /// Fast path for the dimensions after `[` in their common spelling (`2,8,4096]`: sizes
@@ -406,7 +424,29 @@ impl<'a> Parser<'a> {
             Shape::Array(a) => {
                 let count = a.element_count();
                 let width = a.ty.byte_size();
-                let mut bytes: Vec<u8> = Vec::with_capacity(count.max(0) as usize * width);
+                // The parsed shape's byte size fits in an i64 (checked when it was read).
+                let total = usize::try_from(count)
+                    .unwrap_or(usize::MAX)
+                    .saturating_mul(width);
+                // A literal written out has at most one element per byte of the text left.
+                let room = (self.c.b.len() - self.c.pos).saturating_mul(width);
+                let mut bytes: Vec<u8> = Vec::with_capacity(total.min(room));
+                // `{...}` and a single value stand for the whole array: refuse to build one
+                // past the documented size instead of trying to allocate it.
+                let check_expand = |p: &Self, at: usize| {
+                    if total > MAX_EXPANDED_LITERAL_BYTES {
+                        return Err(p.c.error_at(
+                            at,
+                            format!(
+                                "the literal of {} would take {total} bytes; a literal written \
+                                 as {{...}} or as one value may take at most \
+                                 {MAX_EXPANDED_LITERAL_BYTES} bytes",
+                                super::printer::shape_string(shape)
+                            ),
+                        ));
+                    }
+                    Ok(())
+                };
                 if a.rank() == 0 {
                     // XLA also accepts `{v}` around a scalar.
                     let braced = self.c.eat(b'{')?;
@@ -420,7 +460,8 @@ impl<'a> Parser<'a> {
                     if self.eat_elided_literal()? {
                         // XLA leaves the values unset (whatever the memory held); zeros keep
                         // our output deterministic.
-                        bytes.resize(count as usize * width, 0);
+                        check_expand(self, start)?;
+                        bytes.resize(total, 0);
                     } else if self.c.peek()? != Some(b'{') {
                         // One value without braces (`f32[3,3] constant(1)`): XLA's parser
                         // writes it to the first element and leaves the others zero.
@@ -430,11 +471,12 @@ impl<'a> Parser<'a> {
                                 "a value for an array without elements (write {})",
                             ));
                         }
+                        check_expand(self, start)?;
                         self.literal_element(a.ty, &mut bytes)?;
-                        bytes.resize(count as usize * width, 0);
+                        bytes.resize(total, 0);
                     } else {
                         self.literal_nested(a, 0, &mut bytes)?;
-                        if bytes.len() != count as usize * width {
+                        if bytes.len() != total {
                             return Err(self.c.error_at(
                                 start,
                                 format!(
@@ -1182,10 +1224,11 @@ impl<'a> Parser<'a> {
 
     /// `[2,2]0,1,2,3` or `[2,2]<=[4]` or `[2,2]<=[2,2]T(1,0)`.
     fn tile_assignment(&mut self) -> PResult<TileAssignment> {
+        let at = self.c.pos;
         let dims = self.bracket_dims("the tile assignment dimensions")?;
+        let n = self.device_count(&dims, at)?;
         if self.c.eat_str("<=")? {
             let (reshape_dims, transpose_perm) = self.iota_reshape()?;
-            let n: i64 = dims.iter().product();
             let m: i64 = reshape_dims.iter().product();
             if n != m {
                 return Err(self.c.error_at(
@@ -1207,7 +1250,6 @@ impl<'a> Parser<'a> {
                 break;
             }
         }
-        let n: i64 = dims.iter().product();
         if devices.len() as i64 != n {
             return Err(self.c.error_at(
                 start,
@@ -1221,6 +1263,25 @@ impl<'a> Parser<'a> {
             dims: dims.into_iter().collect(),
             devices,
         })
+    }
+
+    /// The number of devices that dimensions `[a,b,...]` (read at `at`) stand for: every
+    /// dimension at least 1 and the product at most [`MAX_DEVICES`].
+    fn device_count(&self, dims: &[i64], at: usize) -> PResult<i64> {
+        if let Some(d) = dims.iter().find(|&&d| d < 1) {
+            return Err(self
+                .c
+                .error_at(at, format!("device dimensions must be >= 1, found {d}")));
+        }
+        dims.iter()
+            .try_fold(1i64, |n, &d| n.checked_mul(d))
+            .filter(|&n| n <= MAX_DEVICES)
+            .ok_or_else(|| {
+                self.c.error_at(
+                    at,
+                    format!("dimensions {dims:?} stand for more than {MAX_DEVICES} devices"),
+                )
+            })
     }
 
     fn bracket_dims(&mut self, what: &str) -> PResult<Vec<i64>> {
@@ -1242,7 +1303,9 @@ impl<'a> Parser<'a> {
 
     /// `[4]` or `[2,2]T(1,0)` after `<=`.
     fn iota_reshape(&mut self) -> PResult<(Vec<i64>, Vec<i64>)> {
+        let at = self.c.pos;
         let reshape = self.bracket_dims("the iota reshape dimensions")?;
+        self.device_count(&reshape, at)?;
         let mut perm = Vec::new();
         if reshape.len() > 1 {
             if !(self.c.peek()? == Some(b'T') && self.c.byte_at(1) == Some(b'(')) {

@@ -501,6 +501,16 @@ impl<'a> Verifier<'a> {
         use Opcode::*;
         let m = self.m;
         let ins = m.instr(id);
+        if !ins.shape.sizes_fit() {
+            self.err_instr(
+                id,
+                format!(
+                    "shape {} has more elements or bytes than an i64 can count",
+                    shape_str(&ins.shape)
+                ),
+            );
+            return;
+        }
         if matches!(
             ins.opcode,
             Parameter | CustomCall | Bitcast | Scan | Shuffle
@@ -1816,6 +1826,13 @@ fn validate_leaf(s: &Sharding, shape: &Shape, num_devices: Option<i64>) -> Resul
             let ta = &t.tile_assignment;
             let dims = ta.dims();
             let subgroups = t.last_tile_dims.len() + usize::from(t.replicate_on_last_tile_dim);
+            if dims.is_empty() {
+                return Err(
+                    "the tile assignment has no dimensions (`devices=[]`, which the text cannot \
+                     hold; one tile is written {replicated})"
+                        .into(),
+                );
+            }
             if dims.iter().product::<i64>() == 1 {
                 // XLA turns a one-device tile assignment into a replicated sharding.
                 return Ok(());

@@ -1,0 +1,61 @@
+//! Runs one fuzz target's check on files, without the fuzzer (and without nightly): reproduces
+//! a crash artifact or replays a corpus.
+//!
+//!     cargo run -p tessera-robust --example check -- TARGET FILE...
+//!
+//! TARGET is `parse`, `roundtrip`, `opt`, `proto` or `options`, as in fuzz/fuzz_targets.
+//! `check mutant FILE SEED` prints mutant SEED of FILE as `tests/mutants.rs` makes it.
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some((target, files)) = args.split_first() else {
+        eprintln!("usage: check TARGET FILE...");
+        std::process::exit(2);
+    };
+    if target == "mutant" {
+        // `check mutant FILE SEED`: print the mutant test's mutant SEED of FILE.
+        let text = std::fs::read_to_string(&files[0]).expect("FILE");
+        let seed: u64 = files[1].parse().expect("SEED");
+        use std::io::Write;
+        std::io::stdout()
+            .write_all(&tessera_robust::mutate::mutant(&text, seed))
+            .unwrap();
+        return;
+    }
+    let mut failed = 0;
+    for f in files {
+        let data = std::fs::read(f).unwrap_or_else(|e| panic!("{f}: {e}"));
+        let text = || String::from_utf8_lossy(&data).into_owned();
+        // A panic is reported like a broken contract, and the replay goes on.
+        let result = std::panic::catch_unwind(|| match target.as_str() {
+            "parse" => tessera_hlo::text::parse_module(&text())
+                .map(|_| ())
+                .or(Ok(())),
+            "roundtrip" => tessera_robust::check_text(&text()).map(|_| ()),
+            "opt" => match data.split_first() {
+                Some((&k, rest)) => {
+                    tessera_robust::check_opt(&String::from_utf8_lossy(rest), k as usize)
+                }
+                None => Ok(()),
+            },
+            "proto" => tessera_robust::check_proto(&data),
+            "options" => {
+                let t = text();
+                let mut lines = t.lines();
+                let passes = lines.next().unwrap_or("").to_string();
+                let options: Vec<String> = lines.map(str::to_string).collect();
+                tessera_robust::check_options(&passes, &options)
+            }
+            other => {
+                eprintln!("unknown target {other}");
+                std::process::exit(2);
+            }
+        })
+        .unwrap_or_else(|_| Err("panicked (message above)".into()));
+        if let Err(e) = result {
+            failed += 1;
+            eprintln!("{f}: {e}");
+        }
+    }
+    std::process::exit(i32::from(failed > 0));
+}

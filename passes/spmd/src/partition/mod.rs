@@ -1,0 +1,370 @@
+//! The SPMD partitioner: the `spmd-partitioning` pass (XLA's `SpmdPartitioner`, seed 001).
+//!
+//! A module whose instructions carry shardings goes in; one per-device program with the
+//! collectives that move data between shardings comes out. See docs/spmd-partitioning.md.
+//!
+//! - [`spec`]: a sharding read once per array into the working form (tiles, replication,
+//!   explicit device order).
+//! - [`plan`]: resharding plans, pure functions from a source and target spec to steps.
+//! - `engine`: the pass itself: per-instruction handlers that build the per-device program
+//!   with [`tessera_hlo::Builder`], resharding operands as each op needs them.
+
+mod engine;
+pub mod plan;
+pub mod spec;
+
+use tessera_hlo::{Builder, CompId, InstrId, Module, Opcode};
+use tessera_pass::options::{parse_bool, parse_int, unknown_key, OptionDoc, PassOptions};
+use tessera_pass::registry::RegisteredPass;
+use tessera_pass::{Pass, PassError, Result};
+
+pub use engine::partition;
+
+/// Options of `spmd-partitioning` (`--pass-option spmd-partitioning.KEY=VALUE`): the seed's
+/// `SpmdPartitionerOptions` fields that apply here, plus the device counts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SpmdOptions {
+    /// Number of partitions; 0 (the default) takes the module header's `num_partitions`.
+    pub num_partitions: i64,
+    /// Number of replicas; 0 (the default) takes the module header's `replica_count`.
+    pub num_replicas: i64,
+    /// Convolution halo exchange always on the lhs (XLA's option; read, and used once
+    /// convolutions get their own handler: today they take the default path).
+    pub conv_halo_exchange_always_on_lhs: bool,
+    /// How many of the largest instructions the memory report lists (XLA's
+    /// `report_instruction_count`, default 5).
+    pub report_instruction_count: i64,
+    /// Windowed einsum threshold in MiB (XLA's option, default 256; dots take the simple
+    /// strategies here and do not read it yet).
+    pub threshold_for_windowed_einsum_mib: i64,
+    /// May the entry's parameter and result shapes change (XLA's
+    /// `allow_module_signature_change`)? This partitioner always keeps the signature: every
+    /// entry parameter takes the local shape of its sharding and the root is resharded to its
+    /// own sharding, so the option is accepted and has no effect.
+    pub allow_module_signature_change: bool,
+    /// Print the explanation (`SpmdReport::explain`): memory before and after, every
+    /// collective with the instruction and resharding that made it and its bytes.
+    pub explain: bool,
+}
+
+impl Default for SpmdOptions {
+    fn default() -> Self {
+        SpmdOptions {
+            num_partitions: 0,
+            num_replicas: 0,
+            conv_halo_exchange_always_on_lhs: true,
+            report_instruction_count: 5,
+            threshold_for_windowed_einsum_mib: 256,
+            allow_module_signature_change: false,
+            explain: false,
+        }
+    }
+}
+
+impl PassOptions for SpmdOptions {
+    const DOCS: &'static [OptionDoc] = &[
+        OptionDoc {
+            key: "num_partitions",
+            default: "0",
+            doc: "number of partitions (0: the module header's num_partitions)",
+        },
+        OptionDoc {
+            key: "num_replicas",
+            default: "0",
+            doc: "number of replicas (0: the module header's replica_count)",
+        },
+        OptionDoc {
+            key: "conv_halo_exchange_always_on_lhs",
+            default: "true",
+            doc: "XLA's option; convolutions take the default path for now",
+        },
+        OptionDoc {
+            key: "report_instruction_count",
+            default: "5",
+            doc: "how many of the largest instructions the report lists",
+        },
+        OptionDoc {
+            key: "threshold_for_windowed_einsum_mib",
+            default: "256",
+            doc: "XLA's windowed einsum threshold; dots take the simple strategies for now",
+        },
+        OptionDoc {
+            key: "allow_module_signature_change",
+            default: "false",
+            doc: "XLA's option; the signature is always kept here",
+        },
+        OptionDoc {
+            key: "explain",
+            default: "false",
+            doc: "print memory before/after and every collective with its reason and bytes",
+        },
+    ];
+
+    fn set(&mut self, key: &str, value: &str) -> std::result::Result<(), String> {
+        let count = |v: &str| -> std::result::Result<i64, String> {
+            let n = parse_int(v)?;
+            if n < 0 {
+                return Err(format!("expected a count >= 0, found `{v}`"));
+            }
+            Ok(n)
+        };
+        match key {
+            "num_partitions" => self.num_partitions = count(value)?,
+            "num_replicas" => self.num_replicas = count(value)?,
+            "conv_halo_exchange_always_on_lhs" => {
+                self.conv_halo_exchange_always_on_lhs = parse_bool(value)?
+            }
+            "report_instruction_count" => self.report_instruction_count = count(value)?,
+            "threshold_for_windowed_einsum_mib" => {
+                self.threshold_for_windowed_einsum_mib = count(value)?
+            }
+            "allow_module_signature_change" => {
+                self.allow_module_signature_change = parse_bool(value)?
+            }
+            "explain" => self.explain = parse_bool(value)?,
+            _ => return Err(unknown_key(key, Self::DOCS)),
+        }
+        Ok(())
+    }
+}
+
+/// Builds the collectives the partitioner emits (the seed's `SPMDCollectiveOpsCreator`): a
+/// library user may replace it (e.g. to emit a backend's own collectives). Groups hold
+/// partition ids; every method appends to the builder's current computation.
+pub trait CollectiveOps {
+    fn partition_id(&mut self, b: &mut Builder) -> Result<InstrId>;
+    /// All-reduce within each group with the scalar reduction computation `reducer`.
+    fn all_reduce(
+        &mut self,
+        b: &mut Builder,
+        x: InstrId,
+        reducer: CompId,
+        groups: &[Vec<i64>],
+    ) -> Result<InstrId>;
+    /// All-gather along `dimension`, pieces concatenated in group order.
+    fn all_gather(
+        &mut self,
+        b: &mut Builder,
+        x: InstrId,
+        dimension: i64,
+        groups: &[Vec<i64>],
+    ) -> Result<InstrId>;
+    /// Array all-to-all: split along `dimension`, piece k to the k-th member, concatenated
+    /// along `dimension` in group order.
+    fn all_to_all(
+        &mut self,
+        b: &mut Builder,
+        x: InstrId,
+        dimension: i64,
+        groups: &[Vec<i64>],
+    ) -> Result<InstrId>;
+    /// Collective-permute with `(source, target)` pairs.
+    fn collective_permute(
+        &mut self,
+        b: &mut Builder,
+        x: InstrId,
+        pairs: &[(i64, i64)],
+    ) -> Result<InstrId>;
+}
+
+/// The default collectives: the builder's helpers, channel ids from the builder's one counter
+/// (the module's next free id, then one more each), global device ids.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DefaultCollectives;
+
+fn built<T>(r: std::result::Result<T, tessera_hlo::BuildError>) -> Result<T> {
+    r.map_err(|e| PassError::Failed(e.to_string()))
+}
+
+impl CollectiveOps for DefaultCollectives {
+    fn partition_id(&mut self, b: &mut Builder) -> Result<InstrId> {
+        built(b.partition_id())
+    }
+
+    fn all_reduce(
+        &mut self,
+        b: &mut Builder,
+        x: InstrId,
+        reducer: CompId,
+        groups: &[Vec<i64>],
+    ) -> Result<InstrId> {
+        let a = tessera_hlo::Attrs {
+            channel_id: Some(b.next_channel_id()),
+            replica_groups: Some(Box::new(tessera_hlo::attrs::ReplicaGroups::explicit(
+                groups.to_vec(),
+            ))),
+            use_global_device_ids: true,
+            ..Default::default()
+        };
+        built(b.op(Opcode::AllReduce, &[x], a, &[reducer], None))
+    }
+
+    fn all_gather(
+        &mut self,
+        b: &mut Builder,
+        x: InstrId,
+        dimension: i64,
+        groups: &[Vec<i64>],
+    ) -> Result<InstrId> {
+        built(b.all_gather(
+            x,
+            dimension,
+            tessera_hlo::attrs::ReplicaGroups::explicit(groups.to_vec()),
+        ))
+    }
+
+    fn all_to_all(
+        &mut self,
+        b: &mut Builder,
+        x: InstrId,
+        dimension: i64,
+        groups: &[Vec<i64>],
+    ) -> Result<InstrId> {
+        built(b.all_to_all(
+            x,
+            dimension,
+            tessera_hlo::attrs::ReplicaGroups::explicit(groups.to_vec()),
+        ))
+    }
+
+    fn collective_permute(
+        &mut self,
+        b: &mut Builder,
+        x: InstrId,
+        pairs: &[(i64, i64)],
+    ) -> Result<InstrId> {
+        built(b.collective_permute(x, pairs))
+    }
+}
+
+/// One collective the partitioner emitted: for which original instruction, why, and the
+/// bytes each device receives (ORACLE.md's formulas).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CollectiveNote {
+    pub original: String,
+    pub collective: &'static str,
+    pub reason: String,
+    pub bytes: i64,
+}
+
+/// What the last run did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SpmdReport {
+    pub num_partitions: i64,
+    /// Every collective emitted, in order.
+    pub collectives: Vec<CollectiveNote>,
+    /// Reshards that gathered the whole array although the target was not replicated
+    /// (XLA's "involuntary full rematerialization"): the original instruction and the specs.
+    pub last_resorts: Vec<String>,
+    /// Instructions partitioned by the default handler (operands replicated, computed on
+    /// every device, result resliced).
+    pub defaulted: Vec<String>,
+    /// The entry's largest instructions (name, bytes) before partitioning and after (per
+    /// device), `report_instruction_count` of each (the seed's `SpmdLogger` memory report).
+    pub largest_before: Vec<(String, i64)>,
+    pub largest_after: Vec<(String, i64)>,
+}
+
+impl SpmdReport {
+    /// The report as text: memory before and after, collectives grouped by the instruction
+    /// that caused them, the last-resort reshards and the instructions that took the default.
+    pub fn explain(&self) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "spmd-partitioning on {} partitions",
+            self.num_partitions
+        );
+        let _ = writeln!(out, "largest instructions before (global bytes):");
+        for (n, b) in &self.largest_before {
+            let _ = writeln!(out, "  %{n}: {b}");
+        }
+        let _ = writeln!(out, "largest instructions after (bytes per device):");
+        for (n, b) in &self.largest_after {
+            let _ = writeln!(out, "  %{n}: {b}");
+        }
+        let total: i64 = self.collectives.iter().map(|c| c.bytes).sum();
+        let _ = writeln!(
+            out,
+            "{} collectives, {total} bytes received per device:",
+            self.collectives.len()
+        );
+        for c in &self.collectives {
+            let _ = writeln!(
+                out,
+                "  {} for %{} ({}): {} bytes",
+                c.collective, c.original, c.reason, c.bytes
+            );
+        }
+        let _ = writeln!(out, "{} last-resort reshards:", self.last_resorts.len());
+        for l in &self.last_resorts {
+            let _ = writeln!(out, "  {l}");
+        }
+        let _ = writeln!(
+            out,
+            "{} instructions took the default path{}{}",
+            self.defaulted.len(),
+            if self.defaulted.is_empty() { "" } else { ": " },
+            self.defaulted.join(", ")
+        );
+        out
+    }
+}
+
+#[derive(Default)]
+pub struct SpmdPartitioning {
+    pub options: SpmdOptions,
+    pub report: SpmdReport,
+    /// The collectives creator; `None` uses [`DefaultCollectives`].
+    pub collectives: Option<Box<dyn CollectiveOps>>,
+}
+
+impl std::fmt::Debug for SpmdPartitioning {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SpmdPartitioning")
+            .field("options", &self.options)
+            .field("report", &self.report)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RegisteredPass for SpmdPartitioning {
+    type Options = SpmdOptions;
+    const NAME: &'static str = "spmd-partitioning";
+    const DOC: &'static str =
+        "XLA's SPMD partitioner: one per-device program with collectives from a sharded module";
+    fn with_options(options: SpmdOptions) -> Self {
+        SpmdPartitioning {
+            options,
+            ..Default::default()
+        }
+    }
+}
+
+impl Pass for SpmdPartitioning {
+    fn name(&self) -> &str {
+        Self::NAME
+    }
+
+    fn run(&mut self, module: &mut Module) -> Result<bool> {
+        let mut default = DefaultCollectives;
+        let creator: &mut dyn CollectiveOps = match self.collectives.as_mut() {
+            Some(c) => c.as_mut(),
+            None => &mut default,
+        };
+        let report = partition(module, &self.options, creator)?;
+        if !report.last_resorts.is_empty() {
+            tracing::warn!(
+                "spmd-partitioning: {} reshards gathered the whole array (first: {})",
+                report.last_resorts.len(),
+                report.last_resorts[0]
+            );
+        }
+        if self.options.explain {
+            tracing::warn!("{}", report.explain());
+        }
+        self.report = report;
+        Ok(true)
+    }
+}

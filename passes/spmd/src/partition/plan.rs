@@ -1,0 +1,707 @@
+//! Resharding plans: which collectives take an array from one [`Spec`] to another.
+//!
+//! Planning is pure (no IR): a plan is a list of [`Step`]s, each naming its collective, its
+//! device groups and the tiling it leaves behind, so that it can be tested, costed and
+//! explained without building anything. `reshard.rs` turns a plan into instructions.
+//!
+//! The order in which routes are tried, cheapest first:
+//! 1. nothing, when both specs place the same data on the same devices;
+//! 2. a local slice, when every device's new piece lies inside the piece it holds (from
+//!    replicated, or to a finer tiling: partial-replication changes included);
+//! 3. one collective-permute, when the tiles are the same and only the device order differs;
+//! 4. one all-to-all, when one dimension's split moves to another dimension;
+//! 5. one all-gather over the dimensions whose split differs (grouped, several dimensions in
+//!    one collective), then a local slice or a permute if still needed;
+//! 6. the last resort: gather everything, then slice. Each use is counted in the report.
+
+use super::spec::{ceil_div, Spec, Tiling};
+
+/// One step of a plan. `to` is the tiling after the step.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Every device takes its new piece out of the one it holds: a dynamic-slice of `sizes` at
+    /// `offsets[device]` after padding the high end of each dimension by `pad_high`.
+    Slice {
+        to: Tiling,
+        sizes: Vec<i64>,
+        offsets: Vec<Vec<i64>>,
+        pad_high: Vec<i64>,
+    },
+    /// One all-gather over the data dimensions `dims` in `groups` (each ordered row-major over
+    /// the tile indices along `dims`).
+    AllGather {
+        to: Tiling,
+        dims: Vec<usize>,
+        /// Tiles along each of `dims` before the gather (the product is the group size).
+        tiles: Vec<i64>,
+        groups: Vec<Vec<i64>>,
+    },
+    /// One all-to-all: dimension `split` is cut into `groups[0].len()` parts and dimension
+    /// `concat` gathered.
+    AllToAll {
+        to: Tiling,
+        split: usize,
+        concat: usize,
+        groups: Vec<Vec<i64>>,
+    },
+    /// One collective-permute with `(source, target)` pairs (identity pairs included, so
+    /// every device receives).
+    Permute { to: Tiling, pairs: Vec<(i64, i64)> },
+    /// The value of device `device` sent to every device (an all-reduce of the value masked
+    /// to zero elsewhere).
+    FromMaximal { device: i64, rank: usize, n: i64 },
+}
+
+impl Step {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Step::Slice { .. } => "slice",
+            Step::AllGather { .. } => "all-gather",
+            Step::AllToAll { .. } => "all-to-all",
+            Step::Permute { .. } => "collective-permute",
+            Step::FromMaximal { .. } => "all-reduce",
+        }
+    }
+
+    pub fn to(&self) -> Spec {
+        match self {
+            Step::Slice { to, .. }
+            | Step::AllGather { to, .. }
+            | Step::AllToAll { to, .. }
+            | Step::Permute { to, .. } => Spec::Tiled(to.clone()),
+            Step::FromMaximal { rank, n, .. } => Spec::replicated(*rank, *n),
+        }
+    }
+
+    /// Bytes each device receives (ORACLE.md's formulas), for an array of `dims` whose
+    /// elements take `elem` bytes.
+    pub fn bytes(&self, dims: &[i64], elem: i64) -> i64 {
+        let out = |t: &Tiling| t.shard_dims(dims).iter().product::<i64>() * elem;
+        match self {
+            Step::Slice { .. } => 0,
+            Step::AllGather { to, groups, .. } | Step::AllToAll { to, groups, .. } => {
+                let g = groups.first().map_or(1, |g| g.len() as i64);
+                out(to) * (g - 1) / g
+            }
+            Step::Permute { to, pairs } => {
+                if pairs.iter().all(|(s, t)| s == t) {
+                    0
+                } else {
+                    out(to)
+                }
+            }
+            Step::FromMaximal { n, .. } => {
+                2 * dims.iter().product::<i64>() * elem * (n - 1) / n.max(&1)
+            }
+        }
+    }
+}
+
+/// A resharding plan.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    pub steps: Vec<Step>,
+    /// The plan gathers the whole array although the target is not replicated.
+    pub last_resort: bool,
+}
+
+impl Plan {
+    pub fn bytes(&self, dims: &[i64], elem: i64) -> i64 {
+        self.steps.iter().map(|s| s.bytes(dims, elem)).sum()
+    }
+}
+
+/// Why no plan exists.
+pub type PlanError = String;
+
+/// Plans the move of an array of `dims` from `src` to `dst` on `n` devices.
+pub fn plan(src: &Spec, dst: &Spec, dims: &[i64], n: i64) -> Result<Plan, PlanError> {
+    match (src, dst) {
+        (Spec::Manual, Spec::Manual) => Ok(Plan::default()),
+        (Spec::Manual, _) | (_, Spec::Manual) => Err(format!(
+            "cannot reshard between a manual value and {}",
+            if src == &Spec::Manual {
+                "a non-manual sharding"
+            } else {
+                "a manual sharding"
+            }
+        )),
+        (Spec::Maximal(a), Spec::Maximal(b)) if a == b => Ok(Plan::default()),
+        (Spec::Maximal(d), _) => {
+            let first = Step::FromMaximal {
+                device: *d,
+                rank: dims.len(),
+                n,
+            };
+            let mut p = match dst {
+                Spec::Tiled(t) => plan_tiled(&Tiling::replicated(dims.len(), n), t, dims),
+                // Maximal to another device: the replicated value is on it.
+                _ => Plan::default(),
+            };
+            p.steps.insert(0, first);
+            Ok(p)
+        }
+        (Spec::Tiled(s), Spec::Maximal(_)) => {
+            // Every device computes the whole value; the chosen one keeps it.
+            Ok(plan_tiled(
+                s,
+                &Tiling::replicated(dims.len(), s.num_devices()),
+                dims,
+            ))
+        }
+        (Spec::Tiled(s), Spec::Tiled(t)) => {
+            if s.rank() != dims.len() || t.rank() != dims.len() {
+                return Err(format!(
+                    "tilings of rank {} and {} for an array of rank {}",
+                    s.rank(),
+                    t.rank(),
+                    dims.len()
+                ));
+            }
+            if s.num_devices() != t.num_devices() {
+                return Err(format!(
+                    "tilings over {} and {} devices",
+                    s.num_devices(),
+                    t.num_devices()
+                ));
+            }
+            Ok(plan_tiled(s, t, dims))
+        }
+    }
+}
+
+fn plan_tiled(src: &Tiling, dst: &Tiling, dims: &[i64]) -> Plan {
+    let one = |s: Step| Plan {
+        steps: vec![s],
+        last_resort: false,
+    };
+    if src == dst {
+        return Plan::default();
+    }
+    if let Some(s) = slice_step(src, dst, dims) {
+        return one(s);
+    }
+    let fallback = replicate_then_slice(src, dst, dims);
+    // A permute or all-to-all of padded pieces can move more than gathering the real data.
+    if let Some(s) = permute_step(src, dst).or_else(|| all_to_all_step(src, dst)) {
+        if s.bytes(dims, 1) <= fallback.bytes(dims, 1) {
+            return one(s);
+        }
+    }
+    // Gather the dimensions whose split differs, then finish locally; taken only when it
+    // moves fewer bytes than the last resort (a permute after a partial gather can cost more).
+    let differ: Vec<usize> = (0..dims.len())
+        .filter(|&d| src.tiles[d] > 1 && src.tiles[d] != dst.tiles[d])
+        .collect();
+    if !differ.is_empty() {
+        // Where the target still splits a dimension k times less and the pieces line up,
+        // only groups of k are gathered (XLA's partial-replication all-gather).
+        let factors: Vec<i64> = differ
+            .iter()
+            .map(|&d| {
+                let (s, t) = (src.tiles[d], dst.tiles[d]);
+                if t > 1 && s % t == 0 && ceil_div(dims[d], t) == (s / t) * ceil_div(dims[d], s) {
+                    s / t
+                } else {
+                    s
+                }
+            })
+            .collect();
+        let gathered = partial_gather_step(src, &differ, &factors);
+        let mid = match &gathered {
+            Step::AllGather { to, .. } => to.clone(),
+            _ => unreachable!(),
+        };
+        let mut steps = vec![gathered];
+        if mid != *dst {
+            if let Some(s) = slice_step(&mid, dst, dims).or_else(|| permute_step(&mid, dst)) {
+                steps.push(s);
+            }
+        }
+        if steps.last().map(Step::to).as_ref() == Some(&Spec::Tiled(dst.clone())) {
+            let p = Plan {
+                steps,
+                last_resort: mid.is_replicated() && !dst.is_replicated(),
+            };
+            // Bytes per element do not change the comparison.
+            if p.bytes(dims, 1) <= fallback.bytes(dims, 1) {
+                return p;
+            }
+        }
+    }
+    fallback
+}
+
+/// Everything gathered, then sliced.
+fn replicate_then_slice(src: &Tiling, dst: &Tiling, dims: &[i64]) -> Plan {
+    let all: Vec<usize> = (0..dims.len()).filter(|&d| src.tiles[d] > 1).collect();
+    let mut steps = Vec::new();
+    let mut cur = src.clone();
+    if !all.is_empty() {
+        let g = gather_step(src, &all);
+        cur = match &g {
+            Step::AllGather { to, .. } => to.clone(),
+            _ => unreachable!(),
+        };
+        steps.push(g);
+    }
+    if cur != *dst {
+        steps.push(slice_step(&cur, dst, dims).expect("a replicated value slices to anything"));
+    }
+    Plan {
+        steps,
+        last_resort: !dst.is_replicated(),
+    }
+}
+
+/// A grouped all-gather of `src` along `along`.
+fn gather_step(src: &Tiling, along: &[usize]) -> Step {
+    Step::AllGather {
+        to: src.replicate_dims(along),
+        dims: along.to_vec(),
+        tiles: along.iter().map(|&d| src.tiles[d]).collect(),
+        groups: src.groups(along, false),
+    }
+}
+
+/// An all-gather of groups of `factors[j]` neighbouring pieces along each dimension
+/// `along[j]` (a factor equal to the dimension's tiles gathers it whole): the tile dimension
+/// is viewed as `[tiles / k, k]` and the minor part is gathered.
+fn partial_gather_step(src: &Tiling, along: &[usize], factors: &[i64]) -> Step {
+    if along.iter().zip(factors).all(|(&d, &k)| src.tiles[d] == k) {
+        return gather_step(src, along);
+    }
+    let r = src.rank();
+    let mut tiles = Vec::with_capacity(r + along.len());
+    let mut inner = Vec::new();
+    for d in 0..r {
+        match along.iter().position(|&a| a == d) {
+            Some(j) => {
+                tiles.push(src.tiles[d] / factors[j]);
+                inner.push(tiles.len());
+                tiles.push(factors[j]);
+            }
+            None => tiles.push(src.tiles[d]),
+        }
+    }
+    let expanded = Tiling {
+        tiles,
+        repl: src.repl,
+        devices: src.devices.clone(),
+    };
+    let gathered = expanded.replicate_dims(&inner);
+    // Drop the gathered (now size-1) minor parts; the device list is unchanged by that.
+    let tiles: Vec<i64> = gathered
+        .tiles
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !inner.contains(i))
+        .map(|(_, &t)| t)
+        .collect();
+    Step::AllGather {
+        to: Tiling::new(tiles, gathered.repl, gathered.devices),
+        dims: along.to_vec(),
+        tiles: factors.to_vec(),
+        groups: expanded.groups(&inner, false),
+    }
+}
+
+/// Every device's new piece inside the piece it holds: a local dynamic-slice.
+fn slice_step(src: &Tiling, dst: &Tiling, dims: &[i64]) -> Option<Step> {
+    let n = src.num_devices() as usize;
+    let rank = dims.len();
+    let s_shard = src.shard_dims(dims);
+    let d_shard = dst.shard_dims(dims);
+    let s_start = src.starts(dims);
+    let d_start = dst.starts(dims);
+    let mut offsets = vec![vec![0i64; rank]; n];
+    let mut pad_high = vec![0i64; rank];
+    for dev in 0..n {
+        for i in 0..rank {
+            let real_lo = d_start[dev][i].min(dims[i]);
+            let real_hi = (d_start[dev][i] + d_shard[i]).min(dims[i]);
+            if real_hi <= real_lo {
+                // An empty (all padding) piece: any offset will do.
+                continue;
+            }
+            let held_lo = s_start[dev][i];
+            let held_hi = (held_lo + s_shard[i]).min(dims[i]);
+            if real_lo < held_lo || real_hi > held_hi {
+                return None;
+            }
+            let off = real_lo - held_lo;
+            offsets[dev][i] = off;
+            pad_high[i] = pad_high[i].max(off + d_shard[i] - s_shard[i]);
+        }
+    }
+    Some(Step::Slice {
+        to: dst.clone(),
+        sizes: d_shard,
+        offsets,
+        pad_high,
+    })
+}
+
+/// Same tiles, other devices: each device receives its new piece from a holder of it.
+fn permute_step(src: &Tiling, dst: &Tiling) -> Option<Step> {
+    if src.tiles != dst.tiles || src.repl != dst.repl {
+        return None;
+    }
+    let n = src.num_devices() as usize;
+    let src_idx = src.tile_indices();
+    let dst_idx = dst.tile_indices();
+    // Holders of each tile under src, by tile index.
+    let mut holders: std::collections::BTreeMap<&[i64], Vec<i64>> = Default::default();
+    for (d, idx) in src_idx.iter().enumerate() {
+        holders.entry(idx.as_slice()).or_default().push(d as i64);
+    }
+    let mut used = vec![false; n];
+    let mut source = vec![-1i64; n];
+    // Devices that already hold their new piece keep it.
+    for d in 0..n {
+        if src_idx[d] == dst_idx[d] {
+            source[d] = d as i64;
+            used[d] = true;
+        }
+    }
+    for d in 0..n {
+        if source[d] >= 0 {
+            continue;
+        }
+        let s = holders
+            .get(dst_idx[d].as_slice())?
+            .iter()
+            .copied()
+            .find(|&s| !used[s as usize])?;
+        used[s as usize] = true;
+        source[d] = s;
+    }
+    Some(Step::Permute {
+        to: dst.clone(),
+        pairs: (0..n).map(|d| (source[d], d as i64)).collect(),
+    })
+}
+
+/// One dimension's split moves to another dimension.
+fn all_to_all_step(src: &Tiling, dst: &Tiling) -> Option<Step> {
+    if src.repl != dst.repl {
+        return None;
+    }
+    let r = src.rank();
+    let diff: Vec<usize> = (0..r).filter(|&d| src.tiles[d] != dst.tiles[d]).collect();
+    let [a, b] = diff[..] else { return None };
+    let (concat, split) = if src.tiles[a] > 1 && src.tiles[b] == 1 {
+        (a, b)
+    } else {
+        (b, a)
+    };
+    let k = src.tiles[concat];
+    if k <= 1 || src.tiles[split] != 1 || dst.tiles[concat] != 1 || dst.tiles[split] != k {
+        return None;
+    }
+    let groups = src.groups(&[concat], false);
+    let src_idx = src.tile_indices();
+    let dst_idx = dst.tile_indices();
+    for g in &groups {
+        for (p, &d) in g.iter().enumerate() {
+            let mut want = src_idx[d as usize].clone();
+            want[concat] = 0;
+            want[split] = p as i64;
+            if dst_idx[d as usize] != want {
+                return None;
+            }
+        }
+    }
+    Some(Step::AllToAll {
+        to: dst.clone(),
+        split,
+        concat,
+        groups,
+    })
+}
+
+/// The bytes each device receives when the whole array is gathered and then sliced: the
+/// yardstick every plan must stay under.
+pub fn replicate_then_slice_bytes(src: &Spec, dims: &[i64], elem: i64) -> i64 {
+    match src {
+        Spec::Tiled(t) if !t.is_replicated() => {
+            let all: Vec<usize> = (0..dims.len()).filter(|&d| t.tiles[d] > 1).collect();
+            gather_step(t, &all).bytes(dims, elem)
+        }
+        Spec::Maximal(_) => {
+            let n = 2; // at least
+            2 * dims.iter().product::<i64>() * elem * (n - 1) / n
+        }
+        _ => 0,
+    }
+}
+
+/// The padded extent of dimension `d` once gathered: every piece is `ceil(dims / tiles)`.
+pub fn gathered_extent(t: &Tiling, dims: &[i64], d: usize) -> i64 {
+    ceil_div(dims[d], t.tiles[d]) * t.tiles[d]
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::super::spec::{ravel, unravel};
+    use super::*;
+
+    /// One device's local array: its shape and, per element, the global linear index it holds
+    /// (`None` for padding).
+    #[derive(Clone, Debug)]
+    pub(crate) struct Local {
+        dims: Vec<i64>,
+        vals: Vec<Option<i64>>,
+    }
+
+    impl Local {
+        fn at(&self, idx: &[i64]) -> Option<i64> {
+            if idx.iter().zip(&self.dims).any(|(&i, &d)| i >= d) {
+                return None;
+            }
+            self.vals[ravel(idx, &self.dims) as usize]
+        }
+
+        fn build(dims: Vec<i64>, f: impl Fn(&[i64]) -> Option<i64>) -> Local {
+            let n: i64 = dims.iter().product();
+            let vals = (0..n).map(|l| f(&unravel(l, &dims))).collect();
+            Local { dims, vals }
+        }
+    }
+
+    /// What device `dev` should hold under `spec`.
+    pub(crate) fn expected(spec: &Spec, dims: &[i64], dev: i64) -> Local {
+        let (shard, start) = match spec {
+            Spec::Tiled(t) => (t.shard_dims(dims), t.starts(dims)[dev as usize].clone()),
+            _ => (dims.to_vec(), vec![0; dims.len()]),
+        };
+        Local::build(shard, |idx| {
+            let g: Vec<i64> = idx.iter().zip(&start).map(|(i, s)| i + s).collect();
+            if g.iter().zip(dims).any(|(&x, &d)| x >= d) {
+                None
+            } else {
+                Some(ravel(&g, dims))
+            }
+        })
+    }
+
+    /// Applies one step the way `reshard.rs` emits it.
+    pub(crate) fn apply(step: &Step, locals: &[Local], dims: &[i64]) -> Vec<Local> {
+        let n = locals.len();
+        match step {
+            Step::Slice {
+                sizes,
+                offsets,
+                pad_high,
+                ..
+            } => (0..n)
+                .map(|d| {
+                    let l = &locals[d];
+                    for i in 0..dims.len() {
+                        assert!(offsets[d][i] >= 0);
+                        assert!(offsets[d][i] + sizes[i] <= l.dims[i] + pad_high[i]);
+                    }
+                    Local::build(sizes.clone(), |idx| {
+                        let src: Vec<i64> =
+                            idx.iter().zip(&offsets[d]).map(|(i, o)| i + o).collect();
+                        l.at(&src)
+                    })
+                })
+                .collect(),
+            Step::AllGather {
+                to,
+                dims: along,
+                tiles,
+                groups,
+            } => {
+                let mut out = vec![None; n];
+                for g in groups {
+                    let shard = locals[g[0] as usize].dims.clone();
+                    let gathered = Local::build(to.shard_dims(dims), |idx| {
+                        let mut k_idx = Vec::new();
+                        let mut local = idx.to_vec();
+                        for &a in along {
+                            k_idx.push(idx[a] / shard[a]);
+                            local[a] = idx[a] % shard[a];
+                        }
+                        let k = ravel(&k_idx, tiles);
+                        locals[g[k as usize] as usize].at(&local)
+                    });
+                    for &d in g {
+                        out[d as usize] = Some(gathered.clone());
+                    }
+                }
+                out.into_iter().map(Option::unwrap).collect()
+            }
+            Step::AllToAll {
+                to,
+                split,
+                concat,
+                groups,
+            } => {
+                let mut out = vec![None; n];
+                for g in groups {
+                    let k = g.len() as i64;
+                    let s_concat = locals[g[0] as usize].dims[*concat];
+                    let new_dims = to.shard_dims(dims);
+                    let c = new_dims[*split];
+                    for (p, &d) in g.iter().enumerate() {
+                        out[d as usize] = Some(Local::build(new_dims.clone(), |idx| {
+                            let m = idx[*concat] / s_concat;
+                            if m >= k {
+                                return None;
+                            }
+                            let mut src = idx.to_vec();
+                            src[*concat] = idx[*concat] % s_concat;
+                            src[*split] = p as i64 * c + idx[*split];
+                            locals[g[m as usize] as usize].at(&src)
+                        }));
+                    }
+                }
+                out.into_iter().map(Option::unwrap).collect()
+            }
+            Step::Permute { pairs, .. } => {
+                let mut out: Vec<Option<Local>> = vec![None; n];
+                for &(s, t) in pairs {
+                    assert!(out[t as usize].is_none(), "two sources for {t}");
+                    out[t as usize] = Some(locals[s as usize].clone());
+                }
+                out.into_iter()
+                    .map(|l| l.expect("a device received nothing"))
+                    .collect()
+            }
+            Step::FromMaximal { device, .. } => vec![locals[*device as usize].clone(); n],
+        }
+    }
+
+    /// Runs `plan` on the simulated devices and checks every real element lands right.
+    pub(crate) fn check_plan(src: &Spec, dst: &Spec, dims: &[i64], n: i64) -> Plan {
+        let p = plan(src, dst, dims, n).unwrap();
+        let mut locals: Vec<Local> = (0..n).map(|d| expected(src, dims, d)).collect();
+        for s in &p.steps {
+            locals = apply(s, &locals, dims);
+        }
+        for d in 0..n {
+            if matches!(dst, Spec::Maximal(m) if *m != d) {
+                continue;
+            }
+            let want = expected(dst, dims, d);
+            assert_eq!(
+                want.dims, locals[d as usize].dims,
+                "{src:?} -> {dst:?} on {dims:?}: {p:?}"
+            );
+            for (i, w) in want.vals.iter().enumerate() {
+                if w.is_some() {
+                    assert_eq!(
+                        *w, locals[d as usize].vals[i],
+                        "device {d} element {i}: {src:?} -> {dst:?} on {dims:?}: {p:?}"
+                    );
+                }
+            }
+        }
+        p
+    }
+
+    /// The harness's deterministic generator, drawing below a bound.
+    pub(crate) struct Gen(tessera_runtime::harness::Rng);
+    impl Gen {
+        pub(crate) fn new(seed: u64) -> Gen {
+            Gen(tessera_runtime::harness::Rng::new(seed))
+        }
+        pub(crate) fn next(&mut self, below: u64) -> u64 {
+            self.0.next_u64() % below
+        }
+    }
+
+    /// A random spec of `rank` over `n` devices: a random split of `n` into tiles and
+    /// replication, devices in iota, reversed-mesh or shuffled order; now and then maximal.
+    pub(crate) fn random_spec(g: &mut Gen, rank: usize, n: i64) -> Spec {
+        if g.next(12) == 0 {
+            return Spec::Maximal(g.next(n as u64) as i64);
+        }
+        let mut tiles = vec![1i64; rank];
+        let mut repl = 1;
+        let mut left = n;
+        while left > 1 {
+            let slot = g.next(rank as u64 + 1) as usize;
+            if slot == rank {
+                repl *= 2;
+            } else {
+                tiles[slot] *= 2;
+            }
+            left /= 2;
+        }
+        let mut devices: Vec<i64> = (0..n).collect();
+        match g.next(3) {
+            0 => {}
+            1 => devices.reverse(),
+            _ => {
+                for i in (1..devices.len()).rev() {
+                    let j = g.next(i as u64 + 1) as usize;
+                    devices.swap(i, j);
+                }
+            }
+        }
+        Spec::Tiled(Tiling::new(tiles, repl, devices))
+    }
+
+    #[test]
+    fn plans_move_every_element_where_it_belongs() {
+        let mut g = Gen::new(7);
+        let mut last_resorts = 0;
+        let cases = 3000;
+        for _ in 0..cases {
+            let n = [2i64, 4, 8][g.next(3) as usize];
+            let rank = 1 + g.next(3) as usize;
+            let dims: Vec<i64> = (0..rank).map(|_| 1 + g.next(9) as i64).collect();
+            let src = random_spec(&mut g, rank, n);
+            let dst = random_spec(&mut g, rank, n);
+            let p = check_plan(&src, &dst, &dims, n);
+            if p.last_resort {
+                last_resorts += 1;
+            }
+            let replicate_then_slice = replicate_then_slice_bytes(&src, &dims, 4);
+            if !matches!(src, Spec::Maximal(_)) {
+                assert!(
+                    p.bytes(&dims, 4) <= replicate_then_slice,
+                    "{src:?} -> {dst:?} on {dims:?}: {p:?}"
+                );
+            }
+        }
+        assert!(last_resorts < cases / 2, "{last_resorts} last resorts");
+    }
+
+    #[test]
+    fn routes_are_the_expected_collectives() {
+        let t = |tiles: &[i64], repl: i64, devices: &[i64]| {
+            Spec::Tiled(Tiling::new(tiles.to_vec(), repl, devices.to_vec()))
+        };
+        let iota = |tiles: &[i64], repl: i64| {
+            let n = tiles.iter().product::<i64>() * repl;
+            t(tiles, repl, &(0..n).collect::<Vec<_>>())
+        };
+        let names = |p: &Plan| p.steps.iter().map(Step::name).collect::<Vec<_>>();
+        // Replicated to tiled: a slice.
+        let p = check_plan(&iota(&[1, 1], 4), &iota(&[2, 2], 1), &[5, 6], 4);
+        assert_eq!(names(&p), ["slice"]);
+        // Tiled on both dims to replicated: one all-gather.
+        let p = check_plan(&iota(&[2, 2], 1), &iota(&[1, 1], 4), &[5, 7], 4);
+        assert_eq!(names(&p), ["all-gather"]);
+        // Moving the split from dim 0 to dim 1: one all-to-all.
+        let p = check_plan(&iota(&[4, 1], 1), &iota(&[1, 4], 1), &[8, 6], 4);
+        assert_eq!(names(&p), ["all-to-all"]);
+        // Same tiles, other order: one permute.
+        let p = check_plan(&iota(&[4], 1), &t(&[4], 1, &[1, 0, 3, 2]), &[8], 4);
+        assert_eq!(names(&p), ["collective-permute"]);
+        // Partial replication to finer tiling: a slice.
+        let p = check_plan(&iota(&[2, 1], 2), &iota(&[2, 2], 1), &[4, 4], 4);
+        assert_eq!(names(&p), ["slice"]);
+        // Finer to coarser: a grouped all-gather.
+        let p = check_plan(&iota(&[2, 2], 1), &iota(&[2, 1], 2), &[4, 4], 4);
+        assert_eq!(names(&p), ["all-gather"]);
+        assert!(!p.last_resort);
+        // Maximal to tiled.
+        let p = check_plan(&Spec::Maximal(2), &iota(&[2], 2), &[3], 4);
+        assert_eq!(names(&p), ["all-reduce", "slice"]);
+    }
+}

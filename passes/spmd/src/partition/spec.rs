@@ -1,0 +1,439 @@
+//! The partitioner's working form of an array's sharding.
+//!
+//! [`Spec`] reads a [`Sharding`] once, for one array rank and device count, into the form every
+//! resharding decision needs: tiles per data dimension, one replication factor (all replicated
+//! subgroup dimensions folded together), and the explicit device list, in row-major order over
+//! `tiles ++ [repl]`. Within a replication group the devices are sorted, so two specs that place
+//! the same data on the same devices compare equal however the sharding was spelled (iota or
+//! explicit, one replicated subgroup dimension or several, `{replicated}` or a one-tile tiling).
+//!
+//! The per-device facts (which tile a device holds, where that tile starts, the groups of
+//! devices that differ along some tile dimensions) are answered here from the device list; the
+//! sharding algebra on [`Sharding`] itself stays in `tessera_hlo` (`sharding_util` transforms
+//! shardings, `tiling` is the tile geometry).
+
+use tessera_hlo::sharding::SubgroupType;
+use tessera_hlo::{Sharding, ShardingKind, TileAssignment};
+
+/// How one array value lies on the devices.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Spec {
+    /// Tiled, partially replicated or fully replicated over all `n` devices.
+    Tiled(Tiling),
+    /// The whole value on one device; the others hold a value of the same shape that nobody reads.
+    Maximal(i64),
+    /// Every device holds its own value of the local shape (a manual region).
+    Manual,
+}
+
+/// A tiling over all devices: `tiles[i]` pieces along data dimension `i`, each piece held by
+/// `repl` devices.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Tiling {
+    pub tiles: Vec<i64>,
+    pub repl: i64,
+    /// Row-major over `tiles ++ [repl]`; each replication group (a run of `repl`) sorted.
+    pub devices: Vec<i64>,
+}
+
+/// Why a sharding cannot be read for an array.
+pub type SpecError = String;
+
+impl Tiling {
+    /// Every device holds the whole array.
+    pub fn replicated(rank: usize, n: i64) -> Tiling {
+        Tiling {
+            tiles: vec![1; rank],
+            repl: n,
+            devices: (0..n).collect(),
+        }
+    }
+
+    /// Builds a tiling from its parts, sorting each replication group.
+    pub fn new(tiles: Vec<i64>, repl: i64, mut devices: Vec<i64>) -> Tiling {
+        if repl > 1 {
+            for g in devices.chunks_mut(repl as usize) {
+                g.sort_unstable();
+            }
+        }
+        Tiling {
+            tiles,
+            repl,
+            devices,
+        }
+    }
+
+    pub fn rank(&self) -> usize {
+        self.tiles.len()
+    }
+
+    pub fn num_devices(&self) -> i64 {
+        self.devices.len() as i64
+    }
+
+    pub fn num_tiles(&self) -> i64 {
+        self.tiles.iter().product()
+    }
+
+    pub fn is_replicated(&self) -> bool {
+        self.tiles.iter().all(|&t| t == 1)
+    }
+
+    /// `pos[d]`: the row-major position of device `d` in [`Tiling::devices`].
+    pub fn positions(&self) -> Vec<usize> {
+        let mut pos = vec![usize::MAX; self.devices.len()];
+        for (p, &d) in self.devices.iter().enumerate() {
+            pos[d as usize] = p;
+        }
+        pos
+    }
+
+    /// The tile index (one entry per data dimension) held at row-major position `pos`.
+    pub fn tile_index_at(&self, pos: usize) -> Vec<i64> {
+        let mut rest = pos as i64 / self.repl;
+        let mut idx = vec![0; self.tiles.len()];
+        for i in (0..self.tiles.len()).rev() {
+            idx[i] = rest % self.tiles[i];
+            rest /= self.tiles[i];
+        }
+        idx
+    }
+
+    /// Tile index of every device, by device id.
+    pub fn tile_indices(&self) -> Vec<Vec<i64>> {
+        let mut out = vec![Vec::new(); self.devices.len()];
+        for (p, &d) in self.devices.iter().enumerate() {
+            out[d as usize] = self.tile_index_at(p);
+        }
+        out
+    }
+
+    /// The padded shape of one piece of an array of `dims`: `ceil(dims[i] / tiles[i])`.
+    pub fn shard_dims(&self, dims: &[i64]) -> Vec<i64> {
+        dims.iter()
+            .zip(&self.tiles)
+            .map(|(&d, &t)| ceil_div(d, t))
+            .collect()
+    }
+
+    /// Where the piece of each device starts in the global array (unclamped: a padded tile at
+    /// the end may start at or past the end), by device id.
+    pub fn starts(&self, dims: &[i64]) -> Vec<Vec<i64>> {
+        let shard = self.shard_dims(dims);
+        self.tile_indices()
+            .into_iter()
+            .map(|idx| idx.iter().zip(&shard).map(|(i, s)| i * s).collect())
+            .collect()
+    }
+
+    /// Groups of devices that differ only in their tile index along the data dimensions
+    /// `along` (and, if `with_repl`, in their place in the replication group), each ordered by
+    /// row-major position along `along`; the groups are ordered by the other dimensions.
+    /// With `with_repl` false, each group is taken at one replication position (so a group
+    /// holds one device per tile), and there are `repl` times as many groups.
+    pub fn groups(&self, along: &[usize], with_repl: bool) -> Vec<Vec<i64>> {
+        let r = self.tiles.len();
+        let mut dims: Vec<i64> = self.tiles.clone();
+        dims.push(self.repl);
+        let mut inner: Vec<usize> = along.to_vec();
+        if with_repl {
+            inner.push(r);
+        }
+        let outer: Vec<usize> = (0..=r).filter(|d| !inner.contains(d)).collect();
+        let outer_dims: Vec<i64> = outer.iter().map(|&d| dims[d]).collect();
+        let inner_dims: Vec<i64> = inner.iter().map(|&d| dims[d]).collect();
+        let n_outer: i64 = outer_dims.iter().product();
+        let n_inner: i64 = inner_dims.iter().product();
+        let mut groups = Vec::with_capacity(n_outer as usize);
+        let mut idx = vec![0i64; r + 1];
+        for g in 0..n_outer {
+            let o = unravel(g, &outer_dims);
+            for (k, &d) in outer.iter().enumerate() {
+                idx[d] = o[k];
+            }
+            let mut group = Vec::with_capacity(n_inner as usize);
+            for k in 0..n_inner {
+                let i = unravel(k, &inner_dims);
+                for (j, &d) in inner.iter().enumerate() {
+                    idx[d] = i[j];
+                }
+                group.push(self.devices[ravel(&idx, &dims) as usize]);
+            }
+            groups.push(group);
+        }
+        groups
+    }
+
+    /// The same tiling with the data dimensions `dims` no longer split: their tiles join the
+    /// replication groups (what a grouped all-gather along them produces).
+    pub fn replicate_dims(&self, dims: &[usize]) -> Tiling {
+        let r = self.tiles.len();
+        let dropped: Vec<usize> = (0..r).filter(|d| dims.contains(d)).collect();
+        let mut tiles = self.tiles.clone();
+        let mut extra = 1;
+        for &d in &dropped {
+            extra *= tiles[d];
+            tiles[d] = 1;
+        }
+        let repl = self.repl * extra;
+        let mut new_dims = tiles.clone();
+        new_dims.push(repl);
+        let mut devices = vec![0; self.devices.len()];
+        for (p, &dev) in self.devices.iter().enumerate() {
+            let old = self.tile_index_at(p);
+            let j = p as i64 % self.repl;
+            let mut rep = 0;
+            for &d in &dropped {
+                rep = rep * self.tiles[d] + old[d];
+            }
+            rep = rep * self.repl + j;
+            let mut idx: Vec<i64> = old
+                .iter()
+                .enumerate()
+                .map(|(i, &x)| if dropped.contains(&i) { 0 } else { x })
+                .collect();
+            idx.push(rep);
+            devices[ravel(&idx, &new_dims) as usize] = dev;
+        }
+        Tiling::new(tiles, repl, devices)
+    }
+
+    /// The tiling of another array whose dimension `i` is this array's dimension `map[i]`
+    /// (`None`: a dimension of its own, not split). This array's dimensions that no entry
+    /// names stop being split first (their tiles join the replication groups).
+    pub fn project(&self, map: &[Option<usize>]) -> Tiling {
+        let r = self.tiles.len();
+        let unnamed: Vec<usize> = (0..r).filter(|d| !map.contains(&Some(*d))).collect();
+        let base = if unnamed.iter().any(|&d| self.tiles[d] > 1) {
+            self.replicate_dims(&unnamed)
+        } else {
+            self.clone()
+        };
+        let tiles: Vec<i64> = map.iter().map(|m| m.map_or(1, |d| base.tiles[d])).collect();
+        let mut old_dims = base.tiles.clone();
+        old_dims.push(base.repl);
+        let mut new_dims = tiles.clone();
+        new_dims.push(base.repl);
+        let total = base.devices.len() as i64;
+        let mut devices = vec![0; base.devices.len()];
+        for l in 0..total {
+            let idx = unravel(l, &new_dims);
+            let mut old = vec![0i64; r + 1];
+            for (i, m) in map.iter().enumerate() {
+                if let Some(d) = m {
+                    old[*d] = idx[i];
+                }
+            }
+            old[r] = idx[map.len()];
+            devices[l as usize] = base.devices[ravel(&old, &old_dims) as usize];
+        }
+        Tiling::new(tiles, base.repl, devices)
+    }
+
+    /// As a [`Sharding`]: iota when the devices are `0..n` in order, explicit otherwise.
+    pub fn to_sharding(&self) -> Sharding {
+        if self.is_replicated() {
+            return Sharding::replicated();
+        }
+        let mut dims: Vec<i64> = self.tiles.clone();
+        let replicate_last = self.repl > 1;
+        if replicate_last {
+            dims.push(self.repl);
+        }
+        let iota = self.devices.iter().enumerate().all(|(i, &d)| i as i64 == d);
+        let ta = if iota {
+            TileAssignment::iota(&dims)
+        } else {
+            TileAssignment::Explicit {
+                dims: dims.iter().copied().collect(),
+                devices: self.devices.clone(),
+            }
+            .canonical()
+        };
+        Sharding::tiled(ta, replicate_last)
+    }
+}
+
+impl Spec {
+    pub fn replicated(rank: usize, n: i64) -> Spec {
+        Spec::Tiled(Tiling::replicated(rank, n))
+    }
+
+    /// Reads `s` for an array of rank `rank` on `n` devices.
+    pub fn from_sharding(s: &Sharding, rank: usize, n: i64) -> Result<Spec, SpecError> {
+        match &s.kind {
+            ShardingKind::Replicated | ShardingKind::Unknown => Ok(Spec::replicated(rank, n)),
+            ShardingKind::Manual => Ok(Spec::Manual),
+            ShardingKind::Maximal(d) => {
+                if *d < 0 || *d >= n {
+                    return Err(format!("maximal device {d} is not one of the {n} devices"));
+                }
+                Ok(Spec::Maximal(*d))
+            }
+            ShardingKind::Named(named) => {
+                let t = named.to_tiled(Some(rank))?;
+                Spec::from_sharding(&t, rank, n)
+            }
+            ShardingKind::Tuple(_) => Err("a tuple sharding on an array".to_string()),
+            ShardingKind::Unreduced => {
+                Err("an {unreduced} sharding (partial sums) is not supported".to_string())
+            }
+            ShardingKind::Tiled(t) => {
+                if t.data_rank() != rank {
+                    return Err(format!(
+                        "a tiling of {} data dimensions on an array of rank {rank}",
+                        t.data_rank()
+                    ));
+                }
+                let types = t.subgroup_types();
+                if types.iter().any(|&ty| ty != SubgroupType::Replicated) {
+                    return Err(format!(
+                        "subgroup types {types:?}: only replicated subgroups are read here"
+                    ));
+                }
+                let ta = &t.tile_assignment;
+                if ta.num_devices() != n {
+                    return Err(format!(
+                        "the tile assignment has {} devices, the module {n}",
+                        ta.num_devices()
+                    ));
+                }
+                let devices = ta.devices();
+                let mut seen = vec![false; n as usize];
+                for &d in &devices {
+                    if d < 0 || d >= n || std::mem::replace(&mut seen[d as usize], true) {
+                        return Err(format!(
+                            "device {d} is out of range or listed twice in the tile assignment"
+                        ));
+                    }
+                }
+                let tiles = t.data_tile_dims().to_vec();
+                let repl = t.replication_factor();
+                Ok(Spec::Tiled(Tiling::new(tiles, repl, devices)))
+            }
+        }
+    }
+
+    pub fn to_sharding(&self) -> Sharding {
+        match self {
+            Spec::Tiled(t) => t.to_sharding(),
+            Spec::Maximal(d) => Sharding::maximal(*d),
+            Spec::Manual => Sharding::manual(),
+        }
+    }
+
+    pub fn as_tiling(&self) -> Option<&Tiling> {
+        match self {
+            Spec::Tiled(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    /// The shape each device holds of an array of `dims`.
+    pub fn shard_dims(&self, dims: &[i64]) -> Vec<i64> {
+        match self {
+            Spec::Tiled(t) => t.shard_dims(dims),
+            Spec::Maximal(_) | Spec::Manual => dims.to_vec(),
+        }
+    }
+}
+
+pub fn ceil_div(a: i64, b: i64) -> i64 {
+    if b <= 1 {
+        a
+    } else {
+        (a + b - 1) / b
+    }
+}
+
+pub(crate) fn unravel(mut linear: i64, dims: &[i64]) -> Vec<i64> {
+    let mut idx = vec![0; dims.len()];
+    for i in (0..dims.len()).rev() {
+        if dims[i] > 0 {
+            idx[i] = linear % dims[i];
+            linear /= dims[i];
+        }
+    }
+    idx
+}
+
+pub(crate) fn ravel(idx: &[i64], dims: &[i64]) -> i64 {
+    let mut l = 0;
+    for (i, d) in idx.iter().zip(dims) {
+        l = l * d + i;
+    }
+    l
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessera_hlo::text::parse_sharding;
+
+    fn spec(text: &str, rank: usize, n: i64) -> Spec {
+        let s = parse_sharding(text).unwrap();
+        Spec::from_sharding(&s, rank, n).unwrap()
+    }
+
+    #[test]
+    fn spellings_of_the_same_placement_are_equal() {
+        assert_eq!(
+            spec("{devices=[2,1,2]<=[4] last_tile_dim_replicate}", 2, 4),
+            spec("{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}", 2, 4)
+        );
+        assert_eq!(
+            spec("{devices=[2,1,2]1,0,3,2 last_tile_dim_replicate}", 2, 4),
+            spec("{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}", 2, 4)
+        );
+        assert_eq!(
+            spec("{replicated}", 2, 4),
+            spec("{devices=[1,1,4]<=[4] last_tile_dim_replicate}", 2, 4)
+        );
+        assert_eq!(
+            spec("{devices=[2,2]<=[2,2]T(1,0)}", 2, 4),
+            spec("{devices=[2,2]0,2,1,3}", 2, 4)
+        );
+        assert_ne!(
+            spec("{devices=[2,2]<=[4]}", 2, 4),
+            spec("{devices=[2,2]0,2,1,3}", 2, 4)
+        );
+    }
+
+    #[test]
+    fn bad_shardings_are_refused() {
+        let s = parse_sharding("{devices=[2,2]<=[4]}").unwrap();
+        assert!(Spec::from_sharding(&s, 3, 4)
+            .unwrap_err()
+            .contains("rank 3"));
+        assert!(Spec::from_sharding(&s, 2, 8)
+            .unwrap_err()
+            .contains("4 devices"));
+        let s = parse_sharding("{maximal device=9}").unwrap();
+        assert!(Spec::from_sharding(&s, 2, 8).is_err());
+    }
+
+    #[test]
+    fn groups_and_replicate_dims() {
+        let Spec::Tiled(t) = spec("{devices=[2,2]0,2,1,3}", 2, 4) else {
+            panic!()
+        };
+        // Along dim 0: devices that share the dim-1 index.
+        assert_eq!(t.groups(&[0], false), vec![vec![0, 1], vec![2, 3]]);
+        assert_eq!(t.groups(&[1], false), vec![vec![0, 2], vec![1, 3]]);
+        assert_eq!(t.groups(&[0, 1], false), vec![vec![0, 2, 1, 3]]);
+        let r = t.replicate_dims(&[1]);
+        assert_eq!(r.tiles, vec![2, 1]);
+        assert_eq!(r.repl, 2);
+        assert_eq!(r.devices, vec![0, 2, 1, 3]);
+        assert_eq!(
+            Spec::Tiled(r),
+            spec("{devices=[2,1,2]0,2,1,3 last_tile_dim_replicate}", 2, 4)
+        );
+        assert_eq!(
+            t.starts(&[5, 4]),
+            vec![vec![0, 0], vec![3, 0], vec![0, 2], vec![3, 2]]
+        );
+        let back = Spec::from_sharding(&t.to_sharding(), 2, 4).unwrap();
+        assert_eq!(back, Spec::Tiled(t));
+    }
+}

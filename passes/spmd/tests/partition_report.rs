@@ -1,0 +1,90 @@
+//! The partitioner's report, its options and its errors on bad input.
+
+use tessera_hlo::text::parse_module;
+use tessera_pass::options::PassOptions;
+use tessera_pass::Pass;
+use tessera_spmd::{SpmdOptions, SpmdPartitioning};
+
+fn run(text: &str) -> Result<SpmdPartitioning, String> {
+    let mut m = parse_module(text).map_err(|e| e.to_string())?;
+    let mut p = SpmdPartitioning::default();
+    p.run(&mut m).map_err(|e| e.to_string())?;
+    Ok(p)
+}
+
+#[test]
+fn report_names_each_collective_with_its_cause_and_bytes() {
+    let p = run(r#"HloModule m, num_partitions=4
+ENTRY %main (p: f32[8,8]) -> f32[8,8] {
+  %p = f32[8,8] parameter(0), sharding={devices=[2,2]<=[4]}
+  ROOT %c = f32[8,8] copy(%p), sharding={devices=[2,1,2]<=[4] last_tile_dim_replicate}
+}"#)
+    .unwrap();
+    let r = &p.report;
+    assert_eq!(r.collectives.len(), 1);
+    let c = &r.collectives[0];
+    assert_eq!((c.collective, c.original.as_str()), ("all-gather", "c"));
+    // The output piece is f32[4,8] (128 bytes); half of it arrives from the other device.
+    assert_eq!(c.bytes, 64);
+    assert!(r.last_resorts.is_empty());
+    let text = r.explain();
+    assert!(text.contains("all-gather for %c"), "{text}");
+    assert!(text.contains("%p: 256"), "{text}");
+    assert!(text.contains("%p: 64"), "{text}");
+}
+
+#[test]
+fn last_resorts_are_reported() {
+    let p = run(r#"HloModule m, num_partitions=4
+ENTRY %main (p: s32[8,6]) -> s32[8,6] {
+  %p = s32[8,6] parameter(0), sharding={devices=[2,2]3,0,2,1}
+  ROOT %c = s32[8,6] copy(%p), sharding={devices=[1,4]1,3,0,2}
+}"#)
+    .unwrap();
+    assert_eq!(p.report.last_resorts.len(), 1, "{:?}", p.report);
+    assert!(p.report.last_resorts[0].starts_with("%c:"));
+}
+
+#[test]
+fn options_are_checked() {
+    let pairs = |k: &str, v: &str| vec![(k.to_string(), v.to_string())];
+    let o = SpmdOptions::from_pairs("spmd-partitioning", &pairs("num_partitions", "8")).unwrap();
+    assert_eq!(o.num_partitions, 8);
+    let e = SpmdOptions::from_pairs("spmd-partitioning", &pairs("num_partitions", "-2"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("num_partitions=-2"), "{e}");
+    let e = SpmdOptions::from_pairs("spmd-partitioning", &pairs("bogus", "1"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("known:"), "{e}");
+}
+
+#[test]
+fn bad_shardings_are_errors_that_name_the_instruction() {
+    // A tiling of rank 3 on a rank-2 array.
+    let e = run(r#"HloModule m, num_partitions=4
+ENTRY %main (p: f32[8,8]) -> f32[8,8] {
+  %p = f32[8,8] parameter(0), sharding={devices=[2,2]<=[4]}
+  ROOT %c = f32[8,8] copy(%p), sharding={devices=[2,1,2]<=[4]}
+}"#)
+    .unwrap_err();
+    assert!(e.contains("%c") && e.contains("rank 2"), "{e}");
+    // A tiling over 8 devices in a 4-partition module.
+    let e = run(r#"HloModule m, num_partitions=4
+ENTRY %main (p: f32[8,8]) -> f32[8,8] {
+  ROOT %p = f32[8,8] parameter(0), sharding={devices=[4,2]<=[8]}
+}"#)
+    .unwrap_err();
+    assert!(e.contains("%p") && e.contains("8 devices"), "{e}");
+    // Partition id outside a manual region.
+    let e = run(r#"HloModule m, num_partitions=2
+ENTRY %main () -> u32[] {
+  ROOT %id = u32[] partition-id(), sharding={replicated}
+}"#)
+    .unwrap_err();
+    assert!(e.contains("%id") && e.contains("manual"), "{e}");
+    // No partitions.
+    let e = run("HloModule m, num_partitions=0\nENTRY %main () -> f32[] {\n  ROOT %c = f32[] constant(1)\n}").unwrap_err();
+    assert!(e.contains("num_partitions"), "{e}");
+}

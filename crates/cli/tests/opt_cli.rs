@@ -129,3 +129,32 @@ fn stats_and_passes() {
         assert!(s.lines().any(|l| l.starts_with(p)), "{p} missing:\n{s}");
     }
 }
+
+#[test]
+fn a_failing_pass_is_reported_once() {
+    use std::io::Write;
+    // A `Sharding` custom-call without a sharding: sharding-propagation refuses it.
+    let input = "HloModule m\nENTRY e {\n  p = f32[4]{0} parameter(0)\n  ROOT s = f32[4]{0} custom-call(p), custom_call_target=\"Sharding\"\n}\n";
+    let mut child = tessera()
+        .args(["opt", "-", "--passes", "sharding-propagation"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8(out.stderr).unwrap();
+    let message = "%s: a Sharding custom-call must carry a sharding";
+    assert!(
+        err.contains("pass `sharding-propagation` failed: "),
+        "{err}"
+    );
+    assert_eq!(err.matches(message).count(), 1, "{err}");
+}

@@ -39,12 +39,10 @@ pub enum PassError {
     /// A pass found the module in a state it cannot handle.
     #[error("{0}")]
     Failed(String),
-    #[error("pass `{pass}` failed: {source}")]
-    InPass {
-        pass: String,
-        #[source]
-        source: Box<PassError>,
-    },
+    /// The inner error is part of the message and deliberately not a `source()`: a chain
+    /// printer (anyhow's `{:#}`) would otherwise print it twice.
+    #[error("pass `{pass}` failed: {error}")]
+    InPass { pass: String, error: Box<PassError> },
     #[error("invariant checker `{checker}` failed {when}: {message}")]
     Invariant {
         checker: String,

@@ -95,7 +95,7 @@ fn run_named(p: &mut dyn Pass, module: &mut Module) -> Result<bool> {
         e @ PassError::InPass { .. } => e,
         e => PassError::InPass {
             pass: p.name().to_string(),
-            source: Box::new(e),
+            error: Box::new(e),
         },
     })
 }

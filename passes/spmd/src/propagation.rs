@@ -1370,11 +1370,13 @@ impl<'m> Propagator<'m> {
     }
 
     /// Levels at which inferring `id` from its operands follows the same rules: 0; and 1-3,
-    /// except that a broadcast takes its operand's sharding only at level 3.
+    /// except for a broadcast, whose every level is its own class: at level 1 it is not
+    /// inferred at all (`can_propagate_at`), at 2 it takes only a manual sharding, at 3 its
+    /// operand's too.
     fn fwd_class(&self, id: InstrId, level: u8) -> u8 {
         match level {
             0 => 0,
-            3 if self.m.instr(id).opcode == Opcode::Broadcast => 3,
+            _ if self.m.instr(id).opcode == Opcode::Broadcast => level,
             _ => 1,
         }
     }

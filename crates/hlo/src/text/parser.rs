@@ -1045,7 +1045,14 @@ impl<'a> Parser<'a> {
             }
             _ => None,
         };
-        while self.c.eat(b',')? {
+        // In a nested instruction a comma may instead separate the next operand of the
+        // enclosing one (`add(f32[2] negate(f32[2] %p), f32[2] %p)`): only `, name=` starts
+        // an attribute there, as in XLA, whose lexer reads `name=` as one token.
+        while if text_name.is_none() {
+            self.comma_then_attribute()?
+        } else {
+            self.c.eat(b',')?
+        } {
             self.c.skip_ws()?;
             let at = self.c.pos;
             let key = self.attr_name()?;
@@ -1259,6 +1266,23 @@ impl<'a> Parser<'a> {
                 _ => Ok(()),
             },
         }
+    }
+
+    /// Consumes `,` when `name =` follows it, else nothing: the comma after a nested
+    /// instruction starts its attributes only then.
+    fn comma_then_attribute(&mut self) -> PResult<bool> {
+        let start = self.c.pos;
+        if !self.c.eat(b',')? {
+            return Ok(false);
+        }
+        let after = self.c.pos;
+        let word = self.c.peek_word()?;
+        let is_attr = !word.is_empty() && {
+            self.c.pos += word.len();
+            self.c.peek()? == Some(b'=')
+        };
+        self.c.pos = if is_attr { after } else { start };
+        Ok(is_attr)
     }
 
     fn parse_operand(&mut self) -> PResult<InstrId> {

@@ -297,6 +297,21 @@ fn short_form_nested_and_inline() {
 }
 
 #[test]
+fn nested_instruction_before_another_operand() {
+    // The comma after a nested instruction separates operands unless `name=` follows it; XLA
+    // reads this module the same way.
+    let text = "HloModule m\nENTRY e {\n  %p = f32[2]{0} parameter(0)\n  ROOT %a = f32[2]{0} add(f32[2]{0} negate(f32[2]{0} %p), f32[2]{0} %p)\n}\n";
+    let (_, printed) = roundtrip(text);
+    assert_eq!(
+        line_of(&printed, "a"),
+        "ROOT %a = f32[2]{0} add(f32[2]{0} %negate.anon, f32[2]{0} %p)"
+    );
+    // After a nested instruction, `, name=` is still read as its attribute.
+    let e = err("HloModule m\nENTRY e {\n  %p = f32[2]{0} parameter(0)\n  ROOT %a = f32[2]{0} negate(f32[2]{0} negate(f32[2]{0} %p), nope=1)\n}\n");
+    assert!(e.to_string().contains("nope"), "{e}");
+}
+
+#[test]
 fn duplicate_names_across_computations_are_renamed() {
     let text = "HloModule m\nadd {\n  x = f32[] parameter(0)\n  ROOT add = f32[] add(x, x)\n}\nENTRY add.1 {\n  x = f32[] parameter(0)\n  ROOT add = f32[] call(x), to_apply=add\n}\n";
     let (m, _) = roundtrip(text);

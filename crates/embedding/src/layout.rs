@@ -188,7 +188,7 @@ impl Layout {
             let name = match config.stacking {
                 StackingMode::Jax if config.use_short_stack_names && joined.len() > 50 => {
                     let cut: String = joined.chars().take(50).collect();
-                    format!("{cut}...{}", &crate::sha256::hex(joined.as_bytes())[..12])
+                    format!("{cut}...{}", &sha256_hex(joined.as_bytes())[..12])
                 }
                 _ => joined,
             };
@@ -333,4 +333,29 @@ fn split_by_activation_memory(
         out.extend(split);
     }
     out
+}
+
+/// The lowercase hex SHA-256 of `data` (jax-tpu-embedding's short stack names end in its first
+/// 12 digits).
+fn sha256_hex(data: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(data)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+#[cfg(test)]
+mod sha256_tests {
+    #[test]
+    fn known_digests() {
+        assert_eq!(
+            super::sha256_hex(b""),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+        assert_eq!(
+            super::sha256_hex(b"abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
+            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"
+        );
+    }
 }

@@ -15,7 +15,6 @@ pub mod error;
 pub mod layout;
 pub mod npz;
 pub mod preprocess;
-pub mod sha256;
 pub mod shard;
 
 pub use config::{

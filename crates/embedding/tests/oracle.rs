@@ -5,8 +5,8 @@
 //! several); and the stacked, sharded table values equal those of jax-tpu-embedding's
 //! `stack_and_shard_tables` (sha256 of the f32 bytes).
 
+use sha2::{Digest, Sha256};
 use tessera_embedding::npz::batch_from_arrays;
-use tessera_embedding::sha256;
 use tessera_embedding::shard::{stack_and_shard, Matrix};
 use tessera_embedding::{preprocess, EmbeddingConfig, Layout};
 use tessera_runtime::{npz, HostArray};
@@ -73,7 +73,7 @@ fn csr_equals_jax_tpu_embedding() {
             let bytes: Vec<u8> = m.data.iter().flat_map(|x| x.to_le_bytes()).collect();
             let want = &arrays[&format!("{p}.shard.{}.sha256", s.name)].data;
             assert_eq!(
-                &sha256::digest(&bytes)[..],
+                &Sha256::digest(&bytes)[..],
                 &want[..],
                 "{p}: sharded stack {}",
                 s.name

@@ -1,0 +1,235 @@
+//! Element-wise and shape ops: element-wise, broadcast, transpose, reshape, slice, iota.
+
+use super::*;
+
+impl Engine<'_> {
+    pub(super) fn elementwise(&mut self, b: &mut Builder, id: InstrId, own: Tree) -> Result<()> {
+        let n = self.n;
+        let i = b.module().instr(id).clone();
+        let Tree::Leaf(spec) = &own else {
+            return self.default(b, id, own);
+        };
+        let mut ops = Vec::with_capacity(i.operands().len());
+        for k in 0..i.operands().len() {
+            let shape = self.global(b.module(), i.operands()[k]);
+            let target = if shape.rank() == i.shape.rank() {
+                own.clone()
+            } else {
+                Tree::Leaf(Spec::replicated(shape.rank(), n))
+            };
+            ops.push(self.operand(b, id, k, &target)?);
+        }
+        let _ = spec;
+        let out = self.clone_with(b, &i, &ops, local_shape(&i.shape, &own))?;
+        self.set(id, out, own);
+        Ok(())
+    }
+
+    pub(super) fn broadcast(&mut self, b: &mut Builder, id: InstrId, own: Tree) -> Result<()> {
+        let i = b.module().instr(id).clone();
+        let Tree::Leaf(Spec::Tiled(t)) = &own else {
+            return self.default(b, id, own);
+        };
+        let map: Vec<Option<usize>> = i
+            .attrs
+            .dimensions
+            .clone()
+            .unwrap_or_default()
+            .iter()
+            .map(|&d| Some(d as usize))
+            .collect();
+        let target = Tree::Leaf(Spec::Tiled(t.project(&map)));
+        let x = self.operand(b, id, 0, &target)?;
+        let out = self.clone_with(b, &i, &[x], local_shape(&i.shape, &own))?;
+        self.set(id, out, own);
+        Ok(())
+    }
+
+    pub(super) fn transpose(&mut self, b: &mut Builder, id: InstrId, own: Tree) -> Result<()> {
+        let i = b.module().instr(id).clone();
+        let Tree::Leaf(Spec::Tiled(t)) = &own else {
+            return self.default(b, id, own);
+        };
+        let perm = i.attrs.dimensions.clone().unwrap_or_default();
+        // Operand dimension perm[k] is output dimension k.
+        let mut map = vec![None; perm.len()];
+        for (k, &p) in perm.iter().enumerate() {
+            map[p as usize] = Some(k);
+        }
+        let target = Tree::Leaf(Spec::Tiled(t.project(&map)));
+        let x = self.operand(b, id, 0, &target)?;
+        let out = self.clone_with(b, &i, &[x], local_shape(&i.shape, &own))?;
+        self.set(id, out, own);
+        Ok(())
+    }
+
+    /// A reshape is local when, in each group of dimensions it merges or splits, only the
+    /// most major dimension is split, evenly on both sides; otherwise the default.
+    pub(super) fn reshape(&mut self, b: &mut Builder, id: InstrId, own: Tree) -> Result<()> {
+        let i = b.module().instr(id).clone();
+        let Tree::Leaf(Spec::Tiled(t)) = &own else {
+            return self.default(b, id, own);
+        };
+        let op_shape = self.global(b.module(), i.operands()[0]);
+        let (from, to) = (op_shape.dims().to_vec(), i.shape.dims().to_vec());
+        let Some(op_tiles) = reshape_operand_tiles(&from, &to, &t.tiles) else {
+            return self.default(b, id, own);
+        };
+        let target = Tree::Leaf(Spec::Tiled(Tiling::new(
+            op_tiles,
+            t.repl,
+            t.devices.clone(),
+        )));
+        let x = self.operand(b, id, 0, &target)?;
+        let out = self.clone_with(b, &i, &[x], local_shape(&i.shape, &own))?;
+        self.set(id, out, own);
+        Ok(())
+    }
+
+    /// A slice is local when every split dimension keeps its start at 0, stride 1 and the
+    /// same piece size (only the padded end is cut); unsplit dimensions slice locally.
+    pub(super) fn slice(&mut self, b: &mut Builder, id: InstrId, own: Tree) -> Result<()> {
+        let i = b.module().instr(id).clone();
+        let Tree::Leaf(Spec::Tiled(t)) = &own else {
+            return self.default(b, id, own);
+        };
+        let Some(sl) = i.attrs.slice.clone() else {
+            return self.default(b, id, own);
+        };
+        let in_dims = self.global(b.module(), i.operands()[0]).dims().to_vec();
+        let out_dims = i.shape.dims().to_vec();
+        let out_shard = t.shard_dims(&out_dims);
+        let in_shard = t.shard_dims(&in_dims);
+        let local = (0..out_dims.len()).all(|d| {
+            t.tiles[d] == 1
+                || (sl[d].start == 0 && sl[d].stride == 1 && in_shard[d] == out_shard[d])
+        });
+        if !local {
+            return self.default(b, id, own);
+        }
+        let x = self.operand(b, id, 0, &own)?;
+        let starts: Vec<i64> = (0..out_dims.len())
+            .map(|d| if t.tiles[d] == 1 { sl[d].start } else { 0 })
+            .collect();
+        let limits: Vec<i64> = (0..out_dims.len())
+            .map(|d| {
+                if t.tiles[d] == 1 {
+                    sl[d].limit
+                } else {
+                    out_shard[d]
+                }
+            })
+            .collect();
+        let strides: Vec<i64> = (0..out_dims.len())
+            .map(|d| if t.tiles[d] == 1 { sl[d].stride } else { 1 })
+            .collect();
+        let out = if (0..out_dims.len())
+            .all(|d| starts[d] == 0 && strides[d] == 1 && limits[d] == in_shard[d])
+        {
+            x
+        } else {
+            let c = built(b.slice(x, &starts, &limits, &strides))?;
+            self.renames.push((c, i.name.clone()));
+            c
+        };
+        self.set(id, out, own);
+        Ok(())
+    }
+
+    /// A local iota plus the offset of the device's piece along the iota dimension.
+    pub(super) fn iota(&mut self, b: &mut Builder, id: InstrId, own: Tree) -> Result<()> {
+        let i = b.module().instr(id).clone();
+        let Tree::Leaf(Spec::Tiled(t)) = &own else {
+            return self.default(b, id, own);
+        };
+        let d = i.attrs.iota_dimension as usize;
+        let ty = i.shape.element_type();
+        if !(ty.is_float() || (ty.is_integral() && ty != ElementType::Pred)) || d >= t.rank() {
+            return self.default(b, id, own);
+        }
+        let local = local_shape(&i.shape, &own);
+        let out = self.clone_with(b, &i, &[], local.clone())?;
+        let out = if t.tiles[d] > 1 {
+            let starts: Vec<i64> = t.starts(i.shape.dims()).iter().map(|s| s[d]).collect();
+            let off = self.table(b, &starts)?;
+            let off = if ty == ElementType::S32 {
+                off
+            } else {
+                built(b.convert(off, ty))?
+            };
+            let offs = broadcast_scalar(b, off, local.dims())?;
+            built(b.binary(Opcode::Add, out, offs))?
+        } else {
+            out
+        };
+        self.set(id, out, own);
+        Ok(())
+    }
+}
+
+/// The operand tiles for a reshape from `from` to `to` whose output is tiled by `tiles`, when
+/// the reshape stays local (see [`Engine::reshape`]).
+fn reshape_operand_tiles(from: &[i64], to: &[i64], tiles: &[i64]) -> Option<Vec<i64>> {
+    if tiles.iter().all(|&t| t == 1) {
+        return Some(vec![1; from.len()]);
+    }
+    let groups = tessera_hlo::tiling::reshape_groups(from, to)?;
+    let mut out = vec![1; from.len()];
+    let mut covered = vec![false; to.len()];
+    for (ins, outs) in &groups {
+        for &o in outs {
+            covered[o] = true;
+        }
+        // The first non-trivial dimension on each side is the major one.
+        let Some(&o0) = outs.iter().find(|&&o| to[o] > 1) else {
+            if outs.iter().any(|&o| tiles[o] > 1) {
+                return None;
+            }
+            continue;
+        };
+        if outs.iter().any(|&o| o != o0 && tiles[o] > 1) {
+            return None;
+        }
+        let t = tiles[o0];
+        if t == 1 {
+            continue;
+        }
+        let i0 = *ins.iter().find(|&&i| from[i] > 1)?;
+        if to[o0] % t != 0 || from[i0] % t != 0 {
+            return None;
+        }
+        out[i0] = t;
+    }
+    if (0..to.len()).any(|o| !covered[o] && tiles[o] > 1) {
+        return None;
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reshape_tiles_follow_the_major_dimension() {
+        assert_eq!(
+            reshape_operand_tiles(&[8, 6], &[48], &[4]),
+            Some(vec![4, 1])
+        );
+        assert_eq!(
+            reshape_operand_tiles(&[48], &[8, 6], &[4, 1]),
+            Some(vec![4])
+        );
+        assert_eq!(reshape_operand_tiles(&[48], &[8, 6], &[1, 2]), None);
+        assert_eq!(reshape_operand_tiles(&[6, 4], &[6, 2, 2], &[2, 1, 2]), None);
+        assert_eq!(
+            reshape_operand_tiles(&[6, 4], &[6, 2, 2], &[2, 2, 1]),
+            Some(vec![2, 2])
+        );
+        assert_eq!(
+            reshape_operand_tiles(&[10], &[2, 5], &[2, 1]),
+            Some(vec![2])
+        );
+        assert_eq!(reshape_operand_tiles(&[10], &[5, 2], &[2, 1]), None);
+    }
+}

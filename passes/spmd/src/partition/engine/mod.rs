@@ -683,56 +683,7 @@ impl Engine<'_> {
                 concat,
                 groups,
                 ..
-            } => {
-                let (split, concat) = (*split, *concat);
-                let k = groups[0].len() as i64;
-                let mut local: Vec<i64> = b.module().instr(x).shape.dims().to_vec();
-                let c = super::spec::ceil_div(local[split], k);
-                let mut x = x;
-                if c * k != local[split] {
-                    let zero = built(b.scalar(ty, 0.0))?;
-                    let mut pads = vec![PaddingDim::default(); rank];
-                    pads[split].high = c * k - local[split];
-                    x = built(b.pad(x, zero, &pads))?;
-                    local[split] = c * k;
-                }
-                // [.., k*c (split), ..] -> [.., k, c, ..] -> k to the front.
-                let mut expanded = Vec::with_capacity(rank + 1);
-                for (d, &l) in local.iter().enumerate() {
-                    if d == split {
-                        expanded.push(k);
-                        expanded.push(c);
-                    } else {
-                        expanded.push(l);
-                    }
-                }
-                let r = built(b.reshape(x, &expanded))?;
-                let mut to_front = vec![split as i64];
-                to_front.extend((0..=rank as i64).filter(|&d| d != split as i64));
-                let t = built(b.transpose(r, &to_front))?;
-                let a = self.creator.all_to_all(b, t, 0, groups)?;
-                // Axis 0 now says which member sent the piece: put it before `concat`.
-                // The dimensions after the front axis.
-                let rest: Vec<i64> = local
-                    .iter()
-                    .enumerate()
-                    .map(|(d, &l)| if d == split { c } else { l })
-                    .collect();
-                let mut perm = Vec::with_capacity(rank + 1);
-                let mut merged = Vec::with_capacity(rank);
-                for (d, &l) in rest.iter().enumerate() {
-                    if d == concat {
-                        perm.push(0);
-                        merged.push(k * l);
-                    } else {
-                        merged.push(l);
-                    }
-                    perm.push(d as i64 + 1);
-                }
-                let t = built(b.transpose(a, &perm))?;
-                let m = built(b.reshape(t, &merged))?;
-                self.trim(b, m, dims, &[concat])
-            }
+            } => self.emit_all_to_all(b, x, split, concat, groups, dims, ty),
             Step::Permute { pairs, .. } => self.creator.collective_permute(b, x, pairs),
             Step::FromMaximal { device, n, .. } => {
                 let pid = self.partition_id(b)?;

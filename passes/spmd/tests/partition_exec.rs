@@ -2,13 +2,17 @@
 //! `num_partitions` PJRT CPU devices must compute what the original computes on one device
 //! (random inputs; exact for integers, the dtype's tolerance otherwise; replicated outputs
 //! must agree across devices). A file with a manual region is compared with its `.reference`
-//! sibling instead. `FILETEST=substring` runs only matching files.
+//! sibling instead. The RUN line's `--pass-option spmd-partitioning.KEY=VALUE` options are
+//! applied. A file with a `// NOEXEC: reason` line (infeed and outfeed: the PJRT C API has
+//! no host-transfer calls to feed them) is partitioned and verified but not run.
+//! `FILETEST=substring` runs only matching files.
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use tessera_hlo::text::parse_module;
 use tessera_hlo::verify::{verify, VerifyOptions};
+use tessera_pass::options::PassOptions;
 use tessera_pass::Pass;
 use tessera_runtime::harness::{self, check_equivalence, CompareOptions};
 use tessera_runtime::Client;
@@ -44,6 +48,7 @@ fn every_filetest_runs_equal_on_devices() {
     names.sort();
     let mut failures = Vec::new();
     let mut executed = 0;
+    let mut not_run = 0;
     for path in &names {
         let name = path.file_name().unwrap().to_string_lossy().to_string();
         let text = std::fs::read_to_string(path).unwrap();
@@ -51,6 +56,11 @@ fn every_filetest_runs_equal_on_devices() {
         let n = original.config.num_partitions as usize;
         let mut part = original.clone();
         let mut pass = SpmdPartitioning::default();
+        for (key, value) in run_line_options(&text) {
+            pass.options
+                .set(&key, &value)
+                .unwrap_or_else(|e| panic!("{name}: option {key}={value}: {e}"));
+        }
         if let Err(e) = pass.run(&mut part) {
             let dump = if std::env::var("SPMD_DUMP").is_ok() {
                 tessera_hlo::text::print_module(&part, &Default::default())
@@ -69,16 +79,26 @@ fn every_filetest_runs_equal_on_devices() {
             failures.push(format!("{name}: the output does not verify: {e}\n{dump}"));
             continue;
         }
+        if let Some(reason) = text.lines().find_map(|l| l.strip_prefix("// NOEXEC:")) {
+            eprintln!("{name}: partitioned and verified, not run:{reason}");
+            not_run += 1;
+            continue;
+        }
         let inputs = harness::random_inputs(&original, 1).unwrap();
         // A manual region is an N-device program that cannot run on one device: such a file
         // has a sibling `.reference`, the same computation written for one device.
         let reference = path.with_extension("reference");
-        let original = if reference.exists() {
+        let mut original = if reference.exists() {
             let t = std::fs::read_to_string(&reference).unwrap();
             parse_module(&t).unwrap_or_else(|e| panic!("{}: {e}", reference.display()))
         } else {
             original
         };
+        // With the signature kept, every device takes and returns whole arrays: the harness
+        // must feed and read the partitioned module as replicated.
+        if !pass.options.allow_module_signature_change {
+            replicate_entry_boundary(&mut original);
+        }
         match check_equivalence(
             client(),
             &original,
@@ -93,8 +113,41 @@ fn every_filetest_runs_equal_on_devices() {
         }
     }
     eprintln!(
-        "testdata/spmd-partitioning: {executed} of {} executed and equal",
+        "testdata/spmd-partitioning: {executed} of {} executed and equal, {not_run} not run \
+         (NOEXEC)",
         names.len()
     );
     assert!(failures.is_empty(), "\n{}", failures.join("\n\n"));
+}
+
+/// The `spmd-partitioning.KEY=VALUE` pass options of a file's RUN lines.
+fn run_line_options(text: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for line in text.lines().filter(|l| l.starts_with("// RUN:")) {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        for w in words.windows(2) {
+            if w[0] != "--pass-option" {
+                continue;
+            }
+            if let Some((k, v)) = w[1]
+                .strip_prefix("spmd-partitioning.")
+                .and_then(|kv| kv.split_once('='))
+            {
+                out.push((k.to_string(), v.to_string()));
+            }
+        }
+    }
+    out
+}
+
+/// Drops the shardings of `m`'s entry parameters and root, so that the harness feeds and
+/// assembles them as replicated (whole arrays on every device).
+fn replicate_entry_boundary(m: &mut tessera_hlo::Module) {
+    let entry = m.entry().expect("an entry computation");
+    let comp = m.comp(entry);
+    let mut ids: Vec<_> = comp.parameters().collect();
+    ids.extend(comp.root());
+    for id in ids {
+        m.instr_mut(id).sharding = None;
+    }
 }

@@ -38,9 +38,12 @@ pub struct SpmdOptions {
     /// strategies here and do not read it yet).
     pub threshold_for_windowed_einsum_mib: i64,
     /// May the entry's parameter and result shapes change (XLA's
-    /// `allow_module_signature_change`)? This partitioner always keeps the signature: every
-    /// entry parameter takes the local shape of its sharding and the root is resharded to its
-    /// own sharding, so the option is accepted and has no effect.
+    /// `allow_module_signature_change`)? When true (the default here, and what every XLA
+    /// pipeline that partitions whole programs sets: the CPU and GPU compilers' partitioner,
+    /// TPU, XLA's own tests), each entry parameter takes the local shape of its sharding and
+    /// the root returns the piece of its sharding. When false, the signature is kept: every
+    /// device takes each parameter whole, slices out what it needs, and returns the whole
+    /// (replicated) result.
     pub allow_module_signature_change: bool,
     /// Print the explanation (`SpmdReport::explain`): memory before and after, every
     /// collective with the instruction and resharding that made it and its bytes.
@@ -55,7 +58,7 @@ impl Default for SpmdOptions {
             conv_halo_exchange_always_on_lhs: true,
             report_instruction_count: 5,
             threshold_for_windowed_einsum_mib: 256,
-            allow_module_signature_change: false,
+            allow_module_signature_change: true,
             explain: false,
         }
     }
@@ -90,8 +93,8 @@ impl PassOptions for SpmdOptions {
         },
         OptionDoc {
             key: "allow_module_signature_change",
-            default: "false",
-            doc: "XLA's option; the signature is always kept here",
+            default: "true",
+            doc: "entry parameters and result take per-device shapes (false: each device takes and returns whole arrays)",
         },
         OptionDoc {
             key: "explain",

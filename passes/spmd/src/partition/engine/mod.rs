@@ -29,6 +29,7 @@ use super::{CollectiveNote, CollectiveOps, SpmdOptions, SpmdReport};
 mod control;
 mod custom_call;
 mod dot;
+mod feeds;
 mod reduce;
 mod shape_ops;
 
@@ -213,19 +214,34 @@ pub fn partition(
         .ok_or_else(|| fail("spmd-partitioning: the module has no entry computation"))?;
     module.config.num_partitions = n;
     module.schedule = None;
+    // With the signature kept, every device takes the whole of each entry parameter and
+    // returns the whole result: the entry's boundary is replicated, whatever its shardings
+    // say (they are still read, so a bad one is still an error).
+    let keep_signature = !options.allow_module_signature_change;
     let comp = module.comp(entry);
     let mut param_trees = Vec::new();
     for p in 0..comp.num_parameters() {
         let id = comp
             .parameter(p)
             .ok_or_else(|| fail(format!("entry parameter {p} is missing")))?;
-        param_trees.push(tree_of(module, id, n)?);
+        let own = tree_of(module, id, n)?;
+        param_trees.push(if keep_signature {
+            replicated_tree(&module.instr(id).shape, n)
+        } else {
+            own
+        });
     }
     let root = comp
         .root()
         .ok_or_else(|| fail("spmd-partitioning: the entry computation has no root"))?;
-    let root_tree = tree_of(module, root, n)?;
-    let root_sharding = module.instr(root).sharding.clone();
+    let own_root = tree_of(module, root, n)?;
+    let (root_tree, root_sharding) = if keep_signature {
+        let t = replicated_tree(&module.instr(root).shape, n);
+        let s = tree_to_sharding(&t);
+        (t, Some(s))
+    } else {
+        (own_root, module.instr(root).sharding.clone())
+    };
     let k = options.report_instruction_count as usize;
     let largest_before = largest(module, entry, k);
     let mut engine = Engine {
@@ -246,6 +262,13 @@ pub fn partition(
     {
         let mut b = Builder::new(module, entry);
         engine.computation(&mut b, entry, &param_trees, &root_tree)?;
+    }
+    if keep_signature {
+        // Every device now takes each parameter whole.
+        let params: Vec<InstrId> = module.comp(entry).parameters().collect();
+        for p in params {
+            module.instr_mut(p).sharding = Some(Sharding::replicated());
+        }
     }
     let new_root = module.comp(entry).root().expect("set above");
     if module.instr(new_root).opcode != Opcode::Parameter {
@@ -439,6 +462,9 @@ impl Engine<'_> {
             Opcode::CustomCall => self.custom_call(b, id, own),
             Opcode::Iota => self.iota(b, id, own),
             Opcode::Slice => self.slice(b, id, own),
+            Opcode::Infeed => self.infeed(b, id, own),
+            Opcode::Outfeed => self.outfeed(b, id, own),
+            Opcode::AllReduce => self.cross_replica_all_reduce(b, id, own),
             Opcode::PartitionId => Err(fail(format!(
                 "%{}: partition-id outside a manual region has no single meaning once \
                  partitioned (XLA refuses it too); use it inside a manual region",
@@ -841,9 +867,25 @@ impl Engine<'_> {
         Ok(())
     }
 
-    /// Inside a manual region: every device runs the instruction on its own values.
+    /// Inside a manual region: every device runs the instruction on its own values. The
+    /// bodies of manual control flow are per-device programs too: they are walked with
+    /// manual parameters and root (so their shardings are consumed like everyone else's).
     fn manual(&mut self, b: &mut Builder, id: InstrId, own: Tree) -> Result<()> {
         let i = b.module().instr(id).clone();
+        if matches!(i.opcode, Opcode::While | Opcode::Conditional | Opcode::Call) {
+            for &c in &i.called {
+                let comp = b.module().comp(c);
+                let params: Vec<Tree> = comp
+                    .parameters()
+                    .map(|p| manual_tree(&b.module().instr(p).shape))
+                    .collect();
+                let root = comp.root().map_or(Tree::Tuple(Vec::new()), |r| {
+                    manual_tree(&b.module().instr(r).shape)
+                });
+                self.computation(b, c, &params, &root)?;
+            }
+            b.set_origin(Some(id));
+        }
         let mut ops = Vec::with_capacity(i.operands().len());
         for k in 0..i.operands().len() {
             let shape = self.global(b.module(), i.operands()[k]);

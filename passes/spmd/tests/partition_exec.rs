@@ -5,6 +5,8 @@
 //! sibling instead. The RUN line's `--pass-option spmd-partitioning.KEY=VALUE` options are
 //! applied. A file with a `// NOEXEC: reason` line (infeed and outfeed: the PJRT C API has
 //! no host-transfer calls to feed them) is partitioned and verified but not run.
+//! A module with `replica_count=R` runs as R replicas: the original on R devices, the
+//! partitioned module on R*N devices (replica-major), each replica with its own random inputs.
 //! `FILETEST=substring` runs only matching files.
 
 use std::path::PathBuf;
@@ -84,6 +86,14 @@ fn every_filetest_runs_equal_on_devices() {
             not_run += 1;
             continue;
         }
+        let replicas = original.config.replica_count.max(1) as usize;
+        if replicas > 1 {
+            match check_with_replicas(client(), &original, &part, replicas, n) {
+                Ok(()) => executed += 1,
+                Err(e) => failures.push(format!("{name}: {e}")),
+            }
+            continue;
+        }
         let inputs = harness::random_inputs(&original, 1).unwrap();
         // A manual region is an N-device program that cannot run on one device: such a file
         // has a sibling `.reference`, the same computation written for one device.
@@ -150,4 +160,75 @@ fn replicate_entry_boundary(m: &mut tessera_hlo::Module) {
     for id in ids {
         m.instr_mut(id).sharding = None;
     }
+}
+
+/// `original` as `replicas` replicas on one device each, `part` as `replicas` copies of its
+/// `partitions`-device program; replica k gets inputs of seed k+1; each replica's assembled
+/// array output must equal the original's replica k.
+fn check_with_replicas(
+    client: &Client,
+    original: &tessera_hlo::Module,
+    part: &tessera_hlo::Module,
+    replicas: usize,
+    partitions: usize,
+) -> Result<(), String> {
+    use tessera_runtime::{CompileOptions, HostArray, Tolerance};
+    let e = |x: tessera_runtime::Error| x.to_string();
+    let inputs: Vec<Vec<tessera_runtime::HostValue>> = (0..replicas)
+        .map(|k| harness::random_inputs(original, 1 + k as u64).map_err(e))
+        .collect::<Result<_, _>>()?;
+    let arrays = |v: &[tessera_runtime::HostValue]| -> Result<Vec<HostArray>, String> {
+        v.iter()
+            .map(|x| {
+                x.as_array()
+                    .cloned()
+                    .ok_or("tuple parameters are not supported".into())
+            })
+            .collect()
+    };
+    let mut orig = harness::prepare_original(original).map_err(e)?;
+    orig.config.replica_count = replicas as i64;
+    let args: Vec<Vec<HostArray>> = inputs.iter().map(|v| arrays(v)).collect::<Result<_, _>>()?;
+    let expected = harness::run_module(client, &orig, &CompileOptions::replicated(replicas), &args)
+        .map_err(e)?;
+    let mut prep = harness::prepare_partitioned(part, partitions).map_err(e)?;
+    prep.config.replica_count = replicas as i64;
+    let shapes = harness::entry_parameter_shapes(original).map_err(e)?;
+    let shardings = harness::entry_parameter_shardings(original).map_err(e)?;
+    let mut dev_args: Vec<Vec<HostArray>> = vec![Vec::new(); replicas * partitions];
+    for (r, values) in inputs.iter().enumerate() {
+        for (k, v) in values.iter().enumerate() {
+            let pieces = tessera_runtime::split(v, &shapes[k], &shardings[k], partitions)
+                .map_err(|x| x.to_string())?;
+            for (d, piece) in pieces.into_iter().enumerate() {
+                dev_args[r * partitions + d].extend(arrays(&[piece])?);
+            }
+        }
+    }
+    let mut options = harness::per_device_options(partitions);
+    options.num_replicas = replicas;
+    let outs = harness::run_module(client, &prep, &options, &dev_args).map_err(e)?;
+    let (root_shape, root_sharding) = harness::root_shape_and_sharding(original).map_err(e)?;
+    if root_shape.is_tuple() {
+        return Err("a tuple root is not supported with several replicas".into());
+    }
+    for r in 0..replicas {
+        let pieces: Vec<tessera_runtime::HostValue> = outs[r * partitions..(r + 1) * partitions]
+            .iter()
+            .map(|o| tessera_runtime::HostValue::Array(o[0].clone()))
+            .collect();
+        let a = tessera_runtime::assemble(&pieces, &root_shape, &root_sharding)
+            .map_err(|x| x.to_string())?;
+        if let Some(m) = a.mismatches.first() {
+            return Err(format!("replica {r}: partitions disagree: {m}"));
+        }
+        let got = a.value.as_array().ok_or("an array output")?;
+        let want = &expected[r][0];
+        let report =
+            harness::compare_arrays(0, want, got, Tolerance::for_type(want.ty)).map_err(e)?;
+        if !report.passed() {
+            return Err(format!("replica {r}: {report}"));
+        }
+    }
+    Ok(())
 }

@@ -204,15 +204,13 @@ pub fn partition(
             "spmd-partitioning: num_partitions must be at least 1, found {n}"
         )));
     }
-    if replicas > 1 {
-        return Err(fail(format!(
-            "spmd-partitioning: {replicas} replicas: only num_replicas = 1 is supported yet"
-        )));
-    }
+    let replicas = replicas.max(1);
+    creator.set_device_counts(n, replicas);
     let entry = module
         .entry()
         .ok_or_else(|| fail("spmd-partitioning: the module has no entry computation"))?;
     module.config.num_partitions = n;
+    module.config.replica_count = replicas;
     module.schedule = None;
     // With the signature kept, every device takes the whole of each entry parameter and
     // returns the whole result: the entry's boundary is replicated, whatever its shardings

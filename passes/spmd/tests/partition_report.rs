@@ -91,7 +91,8 @@ ENTRY %main () -> u32[] {
 
 #[test]
 fn unsupported_partitioned_forms_are_errors_that_name_the_instruction() {
-    // A partially manual region (XLA SubgroupManualReduce's input).
+    // A partially manual entry parameter (XLA SubgroupManualReduce's input): such a value
+    // only exists inside a region entered through SPMDFullToShardShape.
     let e = run(r#"HloModule m, num_partitions=4
 ENTRY %main (p: f32[2,2]) -> f32[2,2] {
   %p = f32[2,2] parameter(0), sharding={devices=[2,1,2]0,2,1,3 last_tile_dims={manual}}
@@ -99,6 +100,22 @@ ENTRY %main (p: f32[2,2]) -> f32[2,2] {
 }"#)
     .unwrap_err();
     assert!(e.contains("%p") && e.contains("partially manual"), "{e}");
+    // XLA SubgroupIllegalManualAllReduce: inside a partially manual region an all-reduce over
+    // devices of one manual subgroup ({0,2} hold different pieces of group 0's value).
+    let e = run(r#"HloModule m, num_partitions=4
+%sum (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %add = f32[] add(%a, %b)
+}
+ENTRY %main (p: f32[4,2]) -> f32[4,2] {
+  %p = f32[4,2] parameter(0), sharding={devices=[2,2]<=[4]}
+  %m = f32[4,1] custom-call(%p), custom_call_target="SPMDFullToShardShape", sharding={devices=[2,1,2]<=[4] last_tile_dims={manual}}
+  %ar = f32[4,1] all-reduce(%m), channel_id=1, replica_groups={{0,2},{1,3}}, use_global_device_ids=true, to_apply=%sum, sharding={devices=[2,1,2]<=[4] last_tile_dims={manual}}
+  ROOT %f = f32[4,2] custom-call(%ar), custom_call_target="SPMDShardToFullShape", sharding={devices=[2,2]<=[4]}
+}"#)
+    .unwrap_err();
+    assert!(e.contains("%ar") && e.contains("same piece"), "{e}");
     // An infeed whose pieces differ in size (XLA UnevenTiledInfeed): each device would need
     // its own infeed shape.
     let e = run(r#"HloModule m, num_partitions=2

@@ -287,10 +287,11 @@ impl Spec {
                 }
                 let types = t.subgroup_types();
                 if types.contains(&SubgroupType::Manual) {
-                    return Err("a partially manual sharding (last_tile_dims={manual}): \
-                         partially manual regions are not supported yet; make the region fully \
-                         manual ({manual})"
-                        .to_string());
+                    return Err(
+                        "a partially manual sharding (last_tile_dims={manual}) is read \
+                         only inside a region entered through SPMDFullToShardShape"
+                            .to_string(),
+                    );
                 }
                 if types.iter().any(|&ty| ty != SubgroupType::Replicated) {
                     return Err(format!(

@@ -30,6 +30,7 @@ mod control;
 mod custom_call;
 mod dot;
 mod feeds;
+mod partial_manual;
 mod reduce;
 mod shape_ops;
 
@@ -181,6 +182,9 @@ struct Engine<'c> {
     /// Copies of original instructions and the names they take back.
     renames: Vec<(InstrId, String)>,
     report: SpmdReport,
+    /// Inside a partially manual region: the real devices of each manual group, by local
+    /// device id (`n` is then the group size); see `partial_manual`.
+    view: Option<partial_manual::Groups>,
 }
 
 /// Partitions `module` for `options`' device counts; the collectives come from `creator`.
@@ -252,6 +256,7 @@ pub fn partition(
         done: HashSet::new(),
         globals: HashMap::new(),
         renames: Vec::new(),
+        view: None,
         report: SpmdReport {
             num_partitions: n,
             ..Default::default()
@@ -430,8 +435,25 @@ impl Engine<'_> {
     fn instruction(&mut self, b: &mut Builder, id: InstrId, params: &[Tree]) -> Result<()> {
         let n = self.n;
         let i = b.module().instr(id);
-        let opcode = i.opcode;
+        if i.opcode != Opcode::Parameter {
+            if let Some((own, groups)) = partial_manual::tree(b.module(), id, n)? {
+                if is_manual_boundary(i) {
+                    return self.enter_partial_manual(b, id, own);
+                }
+                return self.in_view(b, id, own, groups, params);
+            }
+        }
         let own = tree_of(b.module(), id, n)?;
+        self.dispatch(b, id, own, params)
+    }
+
+    /// Partitions `id` whose sharding reads as `own` on `self.n` devices.
+    fn dispatch(&mut self, b: &mut Builder, id: InstrId, own: Tree, params: &[Tree]) -> Result<()> {
+        let i = b.module().instr(id);
+        let opcode = i.opcode;
+        if self.view.is_some() && opcode == Opcode::AllReduce && i.attrs.channel_id.is_some() {
+            return self.manual_collective_in_view(b, id, own);
+        }
         if opcode == Opcode::Parameter {
             let k = i.attrs.parameter_number as usize;
             let tree = params.get(k).cloned().unwrap_or_else(|| own.clone());
@@ -536,6 +558,16 @@ impl Engine<'_> {
         dims: &[i64],
         ty: ElementType,
     ) -> Result<InstrId> {
+        // Inside a partially manual region, a value replicated on all devices is replicated
+        // within each manual group too.
+        let widened;
+        let src = match src {
+            Spec::Tiled(t) if t.is_replicated() && t.num_devices() != self.n => {
+                widened = Spec::replicated(dims.len(), self.n);
+                &widened
+            }
+            _ => src,
+        };
         // A replicated value is every device's own value of a manual region (and back, for a
         // value every device computed alike).
         if let (Spec::Tiled(t), Spec::Manual) = (src, dst) {
@@ -588,6 +620,7 @@ impl Engine<'_> {
 
     /// A scalar s32 that is `values[partition id]` on each device.
     fn table(&mut self, b: &mut Builder, values: &[i64]) -> Result<InstrId> {
+        let values = &self.real_table(values)[..];
         let uniform = values.iter().all(|&v| v == values[0]);
         let key = (
             b.computation(),
@@ -674,14 +707,16 @@ impl Engine<'_> {
             } => {
                 let local: Vec<i64> = b.module().instr(x).shape.dims().to_vec();
                 let gathered = if along.len() == 1 {
-                    self.creator.all_gather(b, x, along[0] as i64, groups)?
+                    let groups = self.real_groups(groups);
+                    self.creator.all_gather(b, x, along[0] as i64, &groups)?
                 } else {
                     // One collective for several dimensions: gather along a new leading
                     // dimension, then move each gathered tile axis next to its dimension.
                     let mut lead = vec![1];
                     lead.extend_from_slice(&local);
                     let r = built(b.reshape(x, &lead))?;
-                    let g = self.creator.all_gather(b, r, 0, groups)?;
+                    let groups = self.real_groups(groups);
+                    let g = self.creator.all_gather(b, r, 0, &groups)?;
                     let mut split: Vec<i64> = tiles.clone();
                     split.extend_from_slice(&local);
                     let g = built(b.reshape(g, &split))?;
@@ -734,7 +769,8 @@ impl Engine<'_> {
                 let mut to_front = vec![split as i64];
                 to_front.extend((0..=rank as i64).filter(|&d| d != split as i64));
                 let t = built(b.transpose(r, &to_front))?;
-                let a = self.creator.all_to_all(b, t, 0, groups)?;
+                let groups = self.real_groups(groups);
+                let a = self.creator.all_to_all(b, t, 0, &groups)?;
                 // Axis 0 now says which member sent the piece: put it before `concat`.
                 // The dimensions after the front axis.
                 let rest: Vec<i64> = local
@@ -757,7 +793,14 @@ impl Engine<'_> {
                 let m = built(b.reshape(t, &merged))?;
                 self.trim(b, m, dims, &[concat])
             }
-            Step::Permute { pairs, .. } => self.creator.collective_permute(b, x, pairs),
+            Step::Permute { pairs, .. } => {
+                let pairs = self.real_pairs(pairs);
+                self.creator.collective_permute(b, x, &pairs)
+            }
+            Step::FromMaximal { .. } if self.view.is_some() => Err(fail(format!(
+                "%{}: a value on one device inside a partially manual region",
+                self.origin_name(b)
+            ))),
             Step::FromMaximal { device, n, .. } => {
                 let pid = self.partition_id(b)?;
                 let d = built(b.scalar(ElementType::U32, *device as f64))?;

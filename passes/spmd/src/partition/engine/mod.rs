@@ -454,6 +454,23 @@ impl Engine<'_> {
         if self.view.is_some() && opcode == Opcode::AllReduce && i.attrs.channel_id.is_some() {
             return self.manual_collective_in_view(b, id, own);
         }
+        if self.view.is_some()
+            && matches!(
+                opcode,
+                Opcode::AllGather
+                    | Opcode::AllToAll
+                    | Opcode::CollectivePermute
+                    | Opcode::ReduceScatter
+                    | Opcode::PartitionId
+            )
+        {
+            return Err(fail(format!(
+                "%{}: {} inside a partially manual region is not supported yet (an all-reduce \
+                 across the manual subgroups is)",
+                i.name,
+                opcode.name()
+            )));
+        }
         if opcode == Opcode::Parameter {
             let k = i.attrs.parameter_number as usize;
             let tree = params.get(k).cloned().unwrap_or_else(|| own.clone());

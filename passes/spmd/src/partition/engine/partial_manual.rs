@@ -183,6 +183,8 @@ impl Engine<'_> {
     pub(super) fn real_table(&self, values: &[i64]) -> Vec<i64> {
         match &self.view {
             None => values.to_vec(),
+            // A table already laid out by real partition id stays as it is.
+            Some(v) if v.first().is_none_or(|g| g.len() != values.len()) => values.to_vec(),
             Some(v) => {
                 let n: usize = v.iter().map(Vec::len).sum();
                 let mut out = vec![0; n];

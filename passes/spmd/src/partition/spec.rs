@@ -299,6 +299,13 @@ impl Spec {
                     ));
                 }
                 let types = t.subgroup_types();
+                if types.contains(&SubgroupType::Manual) {
+                    return Err(
+                        "a partially manual sharding (last_tile_dims={manual}) is read \
+                         only inside a region entered through SPMDFullToShardShape"
+                            .to_string(),
+                    );
+                }
                 if types.iter().any(|&ty| ty != SubgroupType::Replicated) {
                     return Err(format!(
                         "subgroup types {types:?}: only replicated subgroups are read here"

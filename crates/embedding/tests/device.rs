@@ -365,6 +365,10 @@ enum Form {
     Dense,
     Ragged,
     Sparse,
+    /// The dense batch's ids, handed over as ragged rows (the same batch).
+    SameRagged,
+    /// The dense batch's ids, handed over as sparse COO (the same batch).
+    SameSparse,
 }
 
 /// Batches for every feature: ids (with repeats), weights; rows of `Form::Dense` have a fixed
@@ -389,14 +393,24 @@ fn batches(config: &EmbeddingConfig, seed: u64, form: Form) -> Vec<FeatureBatch>
                 })
                 .collect();
             let weights: Vec<f32> = (0..rows * k).map(|_| 0.5 + rng.unit()).collect();
+            let coo: Vec<(i64, i64)> = (0..rows * k)
+                .map(|i| ((i / k) as i64, (i % k) as i64))
+                .collect();
             match form {
                 Form::Dense => FeatureBatch::dense(rows, k, ids, Some(weights)),
+                Form::SameRagged => {
+                    FeatureBatch::ragged(ids, (0..=rows).map(|r| r * k).collect(), Some(weights))
+                }
+                Form::SameSparse => {
+                    FeatureBatch::sparse_coo(rows, &coo, &ids, Some(&weights)).unwrap()
+                }
                 Form::Ragged | Form::Sparse => {
                     // Keep ids with a deterministic pattern; every row keeps at least one.
                     let mut values = Vec::new();
                     let mut w = Vec::new();
                     let mut splits = vec![0];
                     let mut coo = Vec::new();
+                    #[allow(clippy::needless_range_loop)]
                     for r in 0..rows {
                         for j in 0..k {
                             if j == 0 || (r + j) % 3 != 0 {
@@ -562,5 +576,122 @@ fn lookups_and_ten_steps_equal_the_float64_reference_on_1_2_4_8_devices() {
             }
         }
         println!("{devices} devices: largest relative error {worst:.2e}");
+    }
+}
+
+/// Runs 3 steps (lookup, then update; step 1 without a gradient for feature f1) and returns the
+/// activations of every step and the final checkpoint.
+fn run(client: &Client, knobs: Knobs, form: Form) -> (Vec<Vec<Matrix>>, Checkpoint, u32) {
+    let variants = [1, 4, 7, 3];
+    let (config, layout) = setup(knobs, &variants);
+    let ckpt = initial(&config, 11);
+    let mut dev = DeviceEmbedding::new(client.clone(), config.clone(), layout, &ckpt).unwrap();
+    let mut acts = Vec::new();
+    let mut minibatches = 1;
+    for step in 0..3u64 {
+        let b = batches(&config, 300 + step, form);
+        let prepared = dev.prepare(&b).unwrap();
+        minibatches = minibatches.max(prepared.num_minibatches);
+        acts.push(dev.lookup(&prepared).unwrap());
+        let mut grads: Vec<Option<Matrix>> = gradients(&config, 400 + step)
+            .into_iter()
+            .map(Some)
+            .collect();
+        if step == 1 {
+            grads[1] = None;
+        }
+        let warnings = dev.apply_gradients(&prepared, &grads).unwrap();
+        if step == 1 {
+            assert_eq!(warnings, vec![no_gradient_warning("f1")]);
+        }
+    }
+    (acts, dev.checkpoint().unwrap(), minibatches)
+}
+
+fn same(what: &str, a: &[f32], b: &[f32]) {
+    assert_eq!(a.len(), b.len(), "{what}: length");
+    for (i, (&x, &y)) in a.iter().zip(b).enumerate() {
+        let err = (x as f64 - y as f64).abs();
+        assert!(
+            err <= 1e-6 || err <= 1e-6 * (y as f64).abs(),
+            "{what}[{i}]: {x} against {y}"
+        );
+    }
+}
+
+#[test]
+fn same_numbers_under_stacking_devices_cores_minibatching_and_input_forms() {
+    let client = client();
+    let base = Knobs {
+        devices: 1,
+        nsc: 1,
+        stacked: true,
+        minibatching: false,
+    };
+    let (want_acts, want, _) = run(&client, base, Form::Dense);
+    let cases = [
+        (
+            Knobs {
+                stacked: false,
+                ..base
+            },
+            Form::Dense,
+        ),
+        (Knobs { devices: 2, ..base }, Form::Dense),
+        (
+            Knobs {
+                devices: 4,
+                stacked: false,
+                ..base
+            },
+            Form::Dense,
+        ),
+        (Knobs { devices: 8, ..base }, Form::Dense),
+        (
+            Knobs {
+                devices: 2,
+                nsc: 2,
+                ..base
+            },
+            Form::Dense,
+        ),
+        (
+            Knobs {
+                devices: 2,
+                nsc: 4,
+                ..base
+            },
+            Form::SameRagged,
+        ),
+        (
+            Knobs {
+                devices: 4,
+                nsc: 2,
+                minibatching: true,
+                ..base
+            },
+            Form::Dense,
+        ),
+        (Knobs { devices: 2, ..base }, Form::SameRagged),
+        (Knobs { devices: 4, ..base }, Form::SameSparse),
+    ];
+    for (knobs, form) in cases {
+        let (acts, got, minibatches) = run(&client, knobs, form);
+        let what = format!("{knobs:?} {form:?}");
+        if knobs.minibatching {
+            assert!(minibatches > 1, "{what}: minibatching was not forced");
+        }
+        for (s, (a, b)) in acts.iter().zip(&want_acts).enumerate() {
+            for (f, (x, y)) in a.iter().zip(b).enumerate() {
+                same(&format!("{what}: step {s} feature {f}"), &x.data, &y.data);
+            }
+        }
+        for (t, (x, y)) in got.tables.iter().zip(&want.tables).enumerate() {
+            same(&format!("{what}: table {t}"), &x.data, &y.data);
+            for (k, (p, q)) in got.slots[t].iter().zip(&want.slots[t]).enumerate() {
+                same(&format!("{what}: table {t} slot {k}"), &p.data, &q.data);
+            }
+        }
+        println!("{what}: equal ({minibatches} minibatches)");
     }
 }

@@ -31,6 +31,7 @@ use crate::config::{EmbeddingConfig, Optimizer, QuantizationConfig};
 use crate::error::{EmbeddingError, Result};
 use crate::layout::Layout;
 use crate::preprocess::{preprocess, FeatureBatch};
+pub use crate::shard::load_tables;
 use crate::shard::{shard_checkpoint, unshard_checkpoint, Checkpoint, Matrix};
 
 pub use exchange::{pack, Exchange};

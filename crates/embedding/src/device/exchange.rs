@@ -13,10 +13,13 @@ use crate::error::{EmbeddingError, Result};
 use crate::layout::Layout;
 use crate::preprocess::CsrEntry;
 
+/// The smallest exchange capacity: small batches share one compiled program.
+pub const MIN_CAPACITY: usize = 256;
+
 /// One stack's exchange buffers for every device (each flattened `[devices, capacity]`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Exchange {
-    /// Slots per (source, destination) pair: a power of two, at least 8.
+    /// Slots per (source, destination) pair: a power of two, at least [`MIN_CAPACITY`].
     pub capacity: usize,
     pub rows: Vec<Vec<i32>>,
     pub samples: Vec<Vec<i32>>,
@@ -79,4 +82,40 @@ pub fn pack(layout: &Layout, stack: usize, entries: &[CsrEntry]) -> Result<Excha
         ex.gains[src][at] = e.gain;
     }
     Ok(ex)
+}
+
+impl Exchange {
+    /// The same entries in `capacity` slots per pair (at least the current capacity), so that a
+    /// program compiled for a larger capacity can run them.
+    pub fn widened(&self, capacity: usize) -> Exchange {
+        let k = self.capacity;
+        if capacity <= k {
+            return self.clone();
+        }
+        let n = self.rows.len();
+        let widen = |v: &Vec<i32>| -> Vec<i32> {
+            let mut out = vec![-1; n * capacity];
+            for d in 0..n {
+                out[d * capacity..d * capacity + k].copy_from_slice(&v[d * k..(d + 1) * k]);
+            }
+            out
+        };
+        Exchange {
+            capacity,
+            rows: self.rows.iter().map(widen).collect(),
+            samples: self.samples.iter().map(widen).collect(),
+            gains: self
+                .gains
+                .iter()
+                .map(|v| {
+                    let mut out = vec![0.0; n * capacity];
+                    for d in 0..n {
+                        out[d * capacity..d * capacity + k].copy_from_slice(&v[d * k..(d + 1) * k]);
+                    }
+                    out
+                })
+                .collect(),
+            entries: self.entries,
+        }
+    }
 }

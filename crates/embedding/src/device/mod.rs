@@ -19,8 +19,6 @@
 pub mod exchange;
 pub mod program;
 
-use std::collections::HashMap;
-
 use tessera_hlo::Module;
 use tessera_runtime::harness::{per_device_options, prepare_partitioned};
 use tessera_runtime::{
@@ -35,7 +33,7 @@ pub use crate::shard::load_tables;
 use crate::shard::{shard_checkpoint, unshard_checkpoint, Checkpoint, Matrix};
 
 pub use exchange::{pack, Exchange};
-pub use program::{lookup_module, update_module, FeatureSlot, StackShape};
+pub use program::{lookup_module, update_module, update_parameter_count, FeatureSlot, StackShape};
 
 fn device_err(at: impl Into<String>, e: impl std::fmt::Display) -> EmbeddingError {
     EmbeddingError::Device {
@@ -77,8 +75,6 @@ struct StackState {
     /// `[slot][device]`.
     slots: Vec<Vec<BufferHandle>>,
     row_dim: Vec<BufferHandle>,
-    lookup: HashMap<usize, ExecutableHandle>,
-    update: HashMap<usize, ExecutableHandle>,
 }
 
 /// Tables and slots resident on `global_device_count` PJRT devices, with lookup and update.
@@ -87,6 +83,9 @@ pub struct DeviceEmbedding {
     config: EmbeddingConfig,
     layout: Layout,
     stacks: Vec<StackState>,
+    /// Compiled programs by the exchange capacity of each stack.
+    lookup_programs: Vec<(Vec<usize>, ExecutableHandle)>,
+    update_programs: Vec<(Vec<usize>, ExecutableHandle)>,
 }
 
 impl DeviceEmbedding {
@@ -120,8 +119,6 @@ impl DeviceEmbedding {
                 table: Vec::new(),
                 slots: vec![Vec::new(); num_slots],
                 row_dim: Vec::new(),
-                lookup: HashMap::new(),
-                update: HashMap::new(),
             };
             for d in 0..n {
                 st.table
@@ -142,6 +139,8 @@ impl DeviceEmbedding {
             config,
             layout,
             stacks,
+            lookup_programs: Vec::new(),
+            update_programs: Vec::new(),
         })
     }
 
@@ -153,7 +152,7 @@ impl DeviceEmbedding {
         &self.layout
     }
 
-    /// Programs compiled so far (one lookup and one update per stack and exchange capacity).
+    /// Programs compiled so far (a lookup and an update per set of exchange capacities).
     pub fn compilations(&self) -> u64 {
         self.rt.compilations()
     }
@@ -250,11 +249,87 @@ impl DeviceEmbedding {
         }
     }
 
+    /// The batch's exchanges at the capacities of a compiled program that holds them all (the
+    /// smallest such), or at their own capacities and no program yet.
+    fn fit(
+        compiled: &[(Vec<usize>, ExecutableHandle)],
+        batch: &PreparedBatch,
+    ) -> (Vec<Exchange>, Option<ExecutableHandle>) {
+        let need: Vec<usize> = batch.exchanges.iter().map(|e| e.capacity).collect();
+        let best = compiled
+            .iter()
+            .filter(|(k, _)| k.iter().zip(&need).all(|(a, b)| a >= b))
+            .min_by_key(|(k, _)| k.iter().sum::<usize>());
+        match best {
+            Some((k, exe)) => (
+                batch
+                    .exchanges
+                    .iter()
+                    .zip(k)
+                    .map(|(e, &c)| e.widened(c))
+                    .collect(),
+                Some(*exe),
+            ),
+            // A new program holds every capacity seen so far as well, so that batches keep
+            // fitting it.
+            None => (
+                batch
+                    .exchanges
+                    .iter()
+                    .enumerate()
+                    .map(|(i, e)| {
+                        let seen = compiled.iter().map(|(k, _)| k[i]).max().unwrap_or(0);
+                        e.widened(seen)
+                    })
+                    .collect(),
+                None,
+            ),
+        }
+    }
+
     /// Looks up the activations of a prepared batch: one `[sample_count, dim]` matrix per
-    /// feature of the configuration, in its order.
+    /// feature of the configuration, in its order. One program runs every stack.
     pub fn lookup(&mut self, batch: &PreparedBatch) -> Result<Vec<Matrix>> {
         self.check_batch(batch)?;
         let n = self.layout.global_device_count as usize;
+        let (exs, exe) = Self::fit(&self.lookup_programs, batch);
+        let exe = match exe {
+            Some(e) => e,
+            None => {
+                let stacks: Vec<_> = exs
+                    .iter()
+                    .enumerate()
+                    .map(|(si, ex)| {
+                        (
+                            self.stack_shape(si, ex.capacity),
+                            self.stacks[si].quantization,
+                        )
+                    })
+                    .collect();
+                let m = lookup_module(&stacks).map_err(|e| device_err("lookup program", e))?;
+                let e = self.compile(&m, &[])?;
+                self.lookup_programs
+                    .push((exs.iter().map(|x| x.capacity).collect(), e));
+                e
+            }
+        };
+        let mut uploaded = Vec::new();
+        let mut args: Vec<Vec<BufferHandle>> = vec![Vec::new(); n];
+        for (si, ex) in exs.iter().enumerate() {
+            let bufs = self.upload_exchange(si, ex)?;
+            for (d, list) in args.iter_mut().enumerate() {
+                list.push(self.stacks[si].table[d]);
+                list.extend(bufs[d]);
+            }
+            uploaded.extend(bufs.into_iter().flatten());
+        }
+        let config = ExecuteConfig {
+            explode_tuple: true,
+            ..Default::default()
+        };
+        let res = self.rt.execute(exe, &args, config);
+        self.release(uploaded);
+        let res = res.map_err(|e| device_err("lookup", e))?;
         let mut out: Vec<Matrix> = self
             .config
             .features
@@ -264,48 +339,20 @@ impl DeviceEmbedding {
                 Matrix::new(f.sample_count() as usize, dim, 0.0)
             })
             .collect();
-        for si in 0..self.stacks.len() {
-            let ex = &batch.exchanges[si];
-            let name = self.layout.stacks[si].name.clone();
-            let exe = match self.stacks[si].lookup.get(&ex.capacity) {
-                Some(&e) => e,
-                None => {
-                    let shape = self.stack_shape(si, ex.capacity);
-                    let m = lookup_module(&shape, self.stacks[si].quantization.as_ref())
-                        .map_err(|e| device_err(format!("stack '{name}'"), e))?;
-                    let e = self.compile(&m, &[])?;
-                    self.stacks[si].lookup.insert(ex.capacity, e);
-                    e
-                }
-            };
-            let bufs = self.upload_exchange(si, ex)?;
-            let args: Vec<Vec<BufferHandle>> = (0..n)
-                .map(|d| {
-                    let mut a = vec![self.stacks[si].table[d]];
-                    a.extend(bufs[d]);
-                    a
-                })
-                .collect();
-            let config = ExecuteConfig {
-                explode_tuple: true,
-                ..Default::default()
-            };
-            let res = self.rt.execute(exe, &args, config);
-            self.release(bufs.iter().flatten().copied());
-            let res = res.map_err(|e| device_err(format!("lookup of stack '{name}'"), e))?;
-            let features = self.stack_features(si);
-            for (d, outs) in res.iter().enumerate() {
-                for (j, &f) in features.iter().enumerate() {
-                    let vals: Vec<f32> = self
-                        .rt
-                        .download(outs[j])
-                        .map_err(|e| device_err(format!("lookup of stack '{name}'"), e))?;
-                    let m = &mut out[f];
-                    let per_device = m.data.len() / n;
-                    m.data[d * per_device..(d + 1) * per_device].copy_from_slice(&vals);
-                }
-                self.release(outs.iter().copied());
+        let order: Vec<usize> = (0..self.stacks.len())
+            .flat_map(|si| self.stack_features(si))
+            .collect();
+        for (d, outs) in res.iter().enumerate() {
+            for (j, &f) in order.iter().enumerate() {
+                let vals: Vec<f32> = self
+                    .rt
+                    .download(outs[j])
+                    .map_err(|e| device_err("lookup", e))?;
+                let m = &mut out[f];
+                let per_device = m.data.len() / n;
+                m.data[d * per_device..(d + 1) * per_device].copy_from_slice(&vals);
             }
+            self.release(outs.iter().copied());
         }
         Ok(out)
     }
@@ -326,7 +373,8 @@ impl DeviceEmbedding {
 
     /// Applies one step of each table's optimizer with the activation gradients `gradients`
     /// (one per feature, `[sample_count, dim]`; `None`: a zero gradient and the seed's warning).
-    /// Returns the warnings.
+    /// Returns the warnings. One program updates every stack; the old table and slot buffers
+    /// are donated to the new values.
     pub fn apply_gradients(
         &mut self,
         batch: &PreparedBatch,
@@ -364,35 +412,44 @@ impl DeviceEmbedding {
             }
         }
         let n = self.layout.global_device_count as usize;
-        for si in 0..self.stacks.len() {
-            let ex = &batch.exchanges[si];
-            let name = self.layout.stacks[si].name.clone();
-            let at = || format!("update of stack '{name}'");
-            let num_slots = self.stacks[si].slots.len();
-            let exe = match self.stacks[si].update.get(&ex.capacity) {
-                Some(&e) => e,
-                None => {
-                    let shape = self.stack_shape(si, ex.capacity);
-                    let m = update_module(&shape, &self.stacks[si].optimizer)
-                        .map_err(|e| device_err(at(), e))?;
-                    let aliases: Vec<(usize, usize)> = (0..=num_slots).map(|i| (i, i)).collect();
-                    let e = self.compile(&m, &aliases)?;
-                    self.stacks[si].update.insert(ex.capacity, e);
-                    e
+        let (exs, exe) = Self::fit(&self.update_programs, batch);
+        let exe = match exe {
+            Some(e) => e,
+            None => {
+                let stacks: Vec<_> = exs
+                    .iter()
+                    .enumerate()
+                    .map(|(si, ex)| (self.stack_shape(si, ex.capacity), self.stacks[si].optimizer))
+                    .collect();
+                let m = update_module(&stacks).map_err(|e| device_err("update program", e))?;
+                let mut aliases = Vec::new();
+                let (mut p, mut o) = (0, 0);
+                for (shape, opt) in &stacks {
+                    for i in 0..=opt.slots().len() {
+                        aliases.push((o + i, p + i));
+                    }
+                    o += 1 + opt.slots().len();
+                    p += update_parameter_count(shape, opt);
                 }
-            };
+                let e = self.compile(&m, &aliases)?;
+                self.update_programs
+                    .push((exs.iter().map(|x| x.capacity).collect(), e));
+                e
+            }
+        };
+        let mut args: Vec<Vec<BufferHandle>> = vec![Vec::new(); n];
+        for (si, ex) in exs.iter().enumerate() {
             let bufs = self.upload_exchange(si, ex)?;
             let features = self.stack_features(si);
-            let mut args = Vec::new();
-            for d in 0..n {
+            for (d, a) in args.iter_mut().enumerate() {
                 let st = &self.stacks[si];
-                let mut a = vec![st.table[d]];
+                a.push(st.table[d]);
                 a.extend(st.slots.iter().map(|s| s[d]));
                 a.extend(bufs[d]);
                 // The row dims stay resident: the run releases one reference of each input.
                 self.rt
                     .retain(st.row_dim[d])
-                    .map_err(|e| device_err(at(), e))?;
+                    .map_err(|e| device_err("update", e))?;
                 a.push(st.row_dim[d]);
                 for &f in &features {
                     let fc = &self.config.features[f];
@@ -405,26 +462,28 @@ impl DeviceEmbedding {
                     let h = self
                         .rt
                         .upload(d, &part, &[rows as i64, dim as i64])
-                        .map_err(|e| device_err(at(), e))?;
+                        .map_err(|e| device_err("update", e))?;
                     a.push(h);
                 }
-                args.push(a);
             }
-            let config = ExecuteConfig {
-                explode_tuple: true,
-                release_inputs: true,
-                ..Default::default()
-            };
-            let res = self
-                .rt
-                .execute(exe, &args, config)
-                .map_err(|e| device_err(at(), e))?;
-            let st = &mut self.stacks[si];
-            for (d, outs) in res.into_iter().enumerate() {
-                st.table[d] = outs[0];
-                for k in 0..num_slots {
-                    st.slots[k][d] = outs[1 + k];
+        }
+        let config = ExecuteConfig {
+            explode_tuple: true,
+            release_inputs: true,
+            ..Default::default()
+        };
+        let res = self
+            .rt
+            .execute(exe, &args, config)
+            .map_err(|e| device_err("update", e))?;
+        for (d, outs) in res.into_iter().enumerate() {
+            let mut o = 0;
+            for st in &mut self.stacks {
+                st.table[d] = outs[o];
+                for k in 0..st.slots.len() {
+                    st.slots[k][d] = outs[o + 1 + k];
                 }
+                o += 1 + st.slots.len();
             }
         }
         Ok(warnings)

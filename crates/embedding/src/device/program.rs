@@ -170,47 +170,64 @@ fn quantize(e: &mut Emit<'_>, x: InstrId, q: &QuantizationConfig, dims: &[i64]) 
     e.bin(Opcode::Add, back, lo)
 }
 
-/// The lookup program. Parameters: 0 the device's part of the stack `f32[rows, dim]`, 1 the row
-/// ids sent to each device `s32[devices, capacity]`, 2 their gains `f32[devices, capacity]`,
-/// 3 their (device-local) samples `s32[devices, capacity]`. Result: one `f32[nsc * count, dim_f]`
-/// per feature (the device's samples of it, core after core).
-pub fn lookup_module(s: &StackShape, quantization: Option<&QuantizationConfig>) -> R<Module> {
-    let mut m = Module::new("embedding_lookup");
+/// Emits one stack's lookup from parameter `p` on; returns its per-feature outputs.
+fn lookup_stack(
+    e: &mut Emit<'_>,
+    s: &StackShape,
+    quantization: Option<&QuantizationConfig>,
+    p: i64,
+) -> R<Vec<InstrId>> {
     let (n, k, d) = (s.devices, s.capacity, s.dim);
     let slots = s.slots();
+    let table = e.b.parameter(p, f32s(&[s.rows, d]), "table")?;
+    let rows =
+        e.b.parameter(p + 1, Shape::array(S32, &[n, k]), "send_rows")?;
+    let gains = e.b.parameter(p + 2, f32s(&[n, k]), "send_gains")?;
+    let samples =
+        e.b.parameter(p + 3, Shape::array(S32, &[n, k]), "send_samples")?;
+    let recv_rows = e.exchange(rows)?;
+    let recv_gains = e.exchange(gains)?;
+    let flat_rows = e.b.reshape(recv_rows, &[slots])?;
+    let flat_gains = e.b.reshape(recv_gains, &[slots])?;
+    let mut looked = e.gather_rows(table, flat_rows, d)?;
+    if let Some(q) = quantization {
+        looked = quantize(e, looked, q, &[slots, d])?;
+    }
+    let g = e.b.broadcast(flat_gains, &[slots, d], &[0])?;
+    let scaled = e.bin(Opcode::Multiply, looked, g)?;
+    let scaled = e.mask_rows(flat_rows, scaled, slots, d)?;
+    let scaled = e.b.reshape(scaled, &[n, k, d])?;
+    let back = e.exchange(scaled)?;
+    let back = e.b.reshape(back, &[slots, d])?;
+    let flat_samples = e.b.reshape(samples, &[slots])?;
+    let act = e.scatter_add(&[s.samples(), d], flat_samples, back)?;
+    let act = e.b.reshape(act, &[s.nsc, s.samples_per_core, d])?;
+    let mut outs = Vec::new();
+    for f in &s.features {
+        let part = e.b.slice(
+            act,
+            &[0, f.start, 0],
+            &[s.nsc, f.start + f.count, f.dim],
+            &[1, 1, 1],
+        )?;
+        outs.push(e.b.reshape(part, &[s.nsc * f.count, f.dim])?);
+    }
+    Ok(outs)
+}
+
+/// The lookup program of all stacks. Per stack, four parameters: the device's part of the
+/// stack `f32[rows, dim]`, the row ids sent to each device `s32[devices, capacity]`, their gains
+/// `f32[devices, capacity]` and their (device-local) samples `s32[devices, capacity]`. Result:
+/// per stack, one `f32[nsc * count, dim_f]` per feature (the device's samples of it, core
+/// after core).
+pub fn lookup_module(stacks: &[(StackShape, Option<QuantizationConfig>)]) -> R<Module> {
+    let mut m = Module::new("embedding_lookup");
+    let devices = stacks.first().map_or(1, |s| s.0.devices);
     {
-        let mut e = Emit::new(&mut m, n)?;
-        let table = e.b.parameter(0, f32s(&[s.rows, d]), "table")?;
-        let rows = e.b.parameter(1, Shape::array(S32, &[n, k]), "send_rows")?;
-        let gains = e.b.parameter(2, f32s(&[n, k]), "send_gains")?;
-        let samples =
-            e.b.parameter(3, Shape::array(S32, &[n, k]), "send_samples")?;
-        let recv_rows = e.exchange(rows)?;
-        let recv_gains = e.exchange(gains)?;
-        let flat_rows = e.b.reshape(recv_rows, &[slots])?;
-        let flat_gains = e.b.reshape(recv_gains, &[slots])?;
-        let mut looked = e.gather_rows(table, flat_rows, d)?;
-        if let Some(q) = quantization {
-            looked = quantize(&mut e, looked, q, &[slots, d])?;
-        }
-        let g = e.b.broadcast(flat_gains, &[slots, d], &[0])?;
-        let scaled = e.bin(Opcode::Multiply, looked, g)?;
-        let scaled = e.mask_rows(flat_rows, scaled, slots, d)?;
-        let scaled = e.b.reshape(scaled, &[n, k, d])?;
-        let back = e.exchange(scaled)?;
-        let back = e.b.reshape(back, &[slots, d])?;
-        let flat_samples = e.b.reshape(samples, &[slots])?;
-        let act = e.scatter_add(&[s.samples(), d], flat_samples, back)?;
-        let act = e.b.reshape(act, &[s.nsc, s.samples_per_core, d])?;
+        let mut e = Emit::new(&mut m, devices)?;
         let mut outs = Vec::new();
-        for f in &s.features {
-            let part = e.b.slice(
-                act,
-                &[0, f.start, 0],
-                &[s.nsc, f.start + f.count, f.dim],
-                &[1, 1, 1],
-            )?;
-            outs.push(e.b.reshape(part, &[s.nsc * f.count, f.dim])?);
+        for (i, (s, q)) in stacks.iter().enumerate() {
+            outs.extend(lookup_stack(&mut e, s, q.as_ref(), 4 * i as i64)?);
         }
         let root = e.b.tuple(&outs)?;
         let entry = e.b.computation();
@@ -219,95 +236,117 @@ pub fn lookup_module(s: &StackShape, quantization: Option<&QuantizationConfig>) 
     Ok(m)
 }
 
-/// The update program. Parameters: 0 the device's part of the stack, 1.. its slots (the
-/// optimizer's order), then the exchange buffers as in [`lookup_module`] (rows, gains,
-/// samples), then `s32[rows]` the real dim of each row (0 for padding rows), then one activation
-/// gradient `f32[nsc * count, dim_f]` per feature. Result: the tuple (table, slots...), meant to
-/// alias parameters 0.. .
-pub fn update_module(s: &StackShape, optimizer: &Optimizer) -> R<Module> {
-    let mut m = Module::new("embedding_update");
+/// Parameters one stack's update takes.
+pub fn update_parameter_count(s: &StackShape, optimizer: &Optimizer) -> usize {
+    1 + optimizer.slots().len() + 4 + s.features.len()
+}
+
+/// Emits one stack's update from parameter `p` on; returns the new (table, slots...).
+fn update_stack(
+    e: &mut Emit<'_>,
+    s: &StackShape,
+    optimizer: &Optimizer,
+    p: i64,
+) -> R<Vec<InstrId>> {
     let (n, k, d, r) = (s.devices, s.capacity, s.dim, s.rows);
     let slots = s.slots();
     let num_slots = optimizer.slots().len();
-    {
-        let mut e = Emit::new(&mut m, n)?;
-        let table = e.b.parameter(0, f32s(&[r, d]), "table")?;
-        let mut slot_vals = Vec::new();
-        for (i, (name, _)) in optimizer.slots().iter().enumerate() {
-            slot_vals.push(e.b.parameter(1 + i as i64, f32s(&[r, d]), name)?);
-        }
-        let p = 1 + num_slots as i64;
-        let rows = e.b.parameter(p, Shape::array(S32, &[n, k]), "send_rows")?;
-        let gains = e.b.parameter(p + 1, f32s(&[n, k]), "send_gains")?;
-        let samples =
-            e.b.parameter(p + 2, Shape::array(S32, &[n, k]), "send_samples")?;
-        let row_dim = e.b.parameter(p + 3, Shape::array(S32, &[r]), "row_dim")?;
-        // The stacked activation gradients [samples, dim].
-        let mut parts = Vec::new();
-        for (i, f) in s.features.iter().enumerate() {
-            let g = e.b.parameter(
-                p + 4 + i as i64,
-                f32s(&[s.nsc * f.count, f.dim]),
-                "activation_gradient",
-            )?;
-            let g = e.b.reshape(g, &[s.nsc, f.count, f.dim])?;
-            let g = if f.dim < d {
-                let zero = e.b.scalar(F32, 0.0)?;
-                let pad = |high| PaddingDim {
-                    low: 0,
-                    high,
-                    interior: 0,
-                };
-                e.b.pad(g, zero, &[pad(0), pad(0), pad(d - f.dim)])?
-            } else {
-                g
+    let table = e.b.parameter(p, f32s(&[r, d]), "table")?;
+    let mut slot_vals = Vec::new();
+    for (i, (name, _)) in optimizer.slots().iter().enumerate() {
+        slot_vals.push(e.b.parameter(p + 1 + i as i64, f32s(&[r, d]), name)?);
+    }
+    let p = p + 1 + num_slots as i64;
+    let rows = e.b.parameter(p, Shape::array(S32, &[n, k]), "send_rows")?;
+    let gains = e.b.parameter(p + 1, f32s(&[n, k]), "send_gains")?;
+    let samples =
+        e.b.parameter(p + 2, Shape::array(S32, &[n, k]), "send_samples")?;
+    let row_dim = e.b.parameter(p + 3, Shape::array(S32, &[r]), "row_dim")?;
+    // The stacked activation gradients [samples, dim].
+    let mut parts = Vec::new();
+    for (i, f) in s.features.iter().enumerate() {
+        let g = e.b.parameter(
+            p + 4 + i as i64,
+            f32s(&[s.nsc * f.count, f.dim]),
+            "activation_gradient",
+        )?;
+        let g = e.b.reshape(g, &[s.nsc, f.count, f.dim])?;
+        let g = if f.dim < d {
+            let zero = e.b.scalar(F32, 0.0)?;
+            let pad = |high| PaddingDim {
+                low: 0,
+                high,
+                interior: 0,
             };
-            parts.push(g);
+            e.b.pad(g, zero, &[pad(0), pad(0), pad(d - f.dim)])?
+        } else {
+            g
+        };
+        parts.push(g);
+    }
+    let stacked = if parts.len() == 1 {
+        parts[0]
+    } else {
+        e.b.concatenate(&parts, 1)?
+    };
+    let stacked = e.b.reshape(stacked, &[s.samples(), d])?;
+    // Per entry: the sample's gradient times the gain, sent to the row's owner.
+    let flat_samples = e.b.reshape(samples, &[slots])?;
+    let flat_gains = e.b.reshape(gains, &[slots])?;
+    let picked = e.gather_rows(stacked, flat_samples, d)?;
+    let g = e.b.broadcast(flat_gains, &[slots, d], &[0])?;
+    let scaled = e.bin(Opcode::Multiply, picked, g)?;
+    let scaled = e.mask_rows(flat_samples, scaled, slots, d)?;
+    let scaled = e.b.reshape(scaled, &[n, k, d])?;
+    let recv = e.exchange(scaled)?;
+    let recv = e.b.reshape(recv, &[slots, d])?;
+    let recv_rows = e.exchange(rows)?;
+    let flat_rows = e.b.reshape(recv_rows, &[slots])?;
+    let grad = e.scatter_add(&[r, d], flat_rows, recv)?;
+    // Rows touched by at least one entry; columns inside the row's table.
+    let ones = e.splat(F32, 1.0, &[slots])?;
+    let count = e.scatter_add(&[r], flat_rows, ones)?;
+    let zero_r = e.splat(F32, 0.0, &[r])?;
+    let touched = e.b.compare(count, zero_r, ComparisonDirection::Gt)?;
+    let touched = e.b.broadcast(touched, &[r, d], &[0])?;
+    let col = e.b.iota(Shape::array(S32, &[r, d]), 1)?;
+    let limit = e.b.broadcast(row_dim, &[r, d], &[0])?;
+    let live = e.b.compare(col, limit, ComparisonDirection::Lt)?;
+    let lazy = !matches!(
+        optimizer,
+        Optimizer::Adam {
+            lazy_adam: false,
+            ..
         }
-        let stacked = if parts.len() == 1 {
-            parts[0]
-        } else {
-            e.b.concatenate(&parts, 1)?
-        };
-        let stacked = e.b.reshape(stacked, &[s.samples(), d])?;
-        // Per entry: the sample's gradient times the gain, sent to the row's owner.
-        let flat_samples = e.b.reshape(samples, &[slots])?;
-        let flat_gains = e.b.reshape(gains, &[slots])?;
-        let picked = e.gather_rows(stacked, flat_samples, d)?;
-        let g = e.b.broadcast(flat_gains, &[slots, d], &[0])?;
-        let scaled = e.bin(Opcode::Multiply, picked, g)?;
-        let scaled = e.mask_rows(flat_samples, scaled, slots, d)?;
-        let scaled = e.b.reshape(scaled, &[n, k, d])?;
-        let recv = e.exchange(scaled)?;
-        let recv = e.b.reshape(recv, &[slots, d])?;
-        let recv_rows = e.exchange(rows)?;
-        let flat_rows = e.b.reshape(recv_rows, &[slots])?;
-        let grad = e.scatter_add(&[r, d], flat_rows, recv)?;
-        // Rows touched by at least one entry; columns inside the row's table.
-        let ones = e.splat(F32, 1.0, &[slots])?;
-        let count = e.scatter_add(&[r], flat_rows, ones)?;
-        let zero_r = e.splat(F32, 0.0, &[r])?;
-        let touched = e.b.compare(count, zero_r, ComparisonDirection::Gt)?;
-        let touched = e.b.broadcast(touched, &[r, d], &[0])?;
-        let col = e.b.iota(Shape::array(S32, &[r, d]), 1)?;
-        let limit = e.b.broadcast(row_dim, &[r, d], &[0])?;
-        let live = e.b.compare(col, limit, ComparisonDirection::Lt)?;
-        let lazy = !matches!(
-            optimizer,
-            Optimizer::Adam {
-                lazy_adam: false,
-                ..
-            }
-        );
-        let mask = if lazy {
-            e.bin(Opcode::And, touched, live)?
-        } else {
-            live
-        };
-        let new = apply_optimizer(&mut e, optimizer, grad, table, &slot_vals, &[r, d])?;
+    );
+    let mask = if lazy {
+        e.bin(Opcode::And, touched, live)?
+    } else {
+        live
+    };
+    let new = apply_optimizer(e, optimizer, grad, table, &slot_vals, &[r, d])?;
+    let mut outs = Vec::new();
+    for (new_v, old_v) in new.iter().zip(std::iter::once(&table).chain(&slot_vals)) {
+        outs.push(e.b.select(mask, *new_v, *old_v)?);
+    }
+    Ok(outs)
+}
+
+/// The update program of all stacks. Per stack ([`update_parameter_count`] parameters): the
+/// device's part of the stack, its slots (the optimizer's order), the exchange buffers as in
+/// [`lookup_module`] (rows, gains, samples), `s32[rows]` the real dim of each row (0 for
+/// padding rows), and one activation gradient `f32[nsc * count, dim_f]` per feature. Result:
+/// per stack (table, slots...), meant to alias the stack's first parameters.
+pub fn update_module(stacks: &[(StackShape, Optimizer)]) -> R<Module> {
+    let mut m = Module::new("embedding_update");
+    let devices = stacks.first().map_or(1, |s| s.0.devices);
+    {
+        let mut e = Emit::new(&mut m, devices)?;
         let mut outs = Vec::new();
-        for (new_v, old_v) in new.iter().zip(std::iter::once(&table).chain(&slot_vals)) {
-            outs.push(e.b.select(mask, *new_v, *old_v)?);
+        let mut p = 0;
+        for (s, o) in stacks {
+            outs.extend(update_stack(&mut e, s, o, p)?);
+            p += update_parameter_count(s, o) as i64;
         }
         let root = e.b.tuple(&outs)?;
         let entry = e.b.computation();

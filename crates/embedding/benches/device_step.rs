@@ -23,7 +23,13 @@ const TABLES: usize = 20;
 const BATCH: usize = 4096;
 const IDS: usize = 4;
 
-fn setup() -> (EmbeddingConfig, Layout, Checkpoint, Vec<FeatureBatch>, Vec<Option<Matrix>>) {
+fn setup() -> (
+    EmbeddingConfig,
+    Layout,
+    Checkpoint,
+    Vec<FeatureBatch>,
+    Vec<Option<Matrix>>,
+) {
     let devices: u32 = std::env::var("TESSERA_EMBEDDING_STEP_DEVICES")
         .ok()
         .and_then(|v| v.parse().ok())

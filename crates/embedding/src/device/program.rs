@@ -111,14 +111,14 @@ impl<'m> Emit<'m> {
     fn gather_rows(&mut self, table: InstrId, rows: InstrId, dim: i64) -> R<InstrId> {
         let mut a = Attrs::default();
         a.gather_dims = Some(Box::new(GatherDimensionNumbers {
-            offset_dims: vec![1],
+            offset_dims: if dim == 0 { vec![] } else { vec![1] },
             collapsed_slice_dims: vec![0],
             start_index_map: vec![0],
             index_vector_dim: 1,
             operand_batching_dims: vec![],
             start_indices_batching_dims: vec![],
         }));
-        a.gather_slice_sizes = Some(vec![1, dim]);
+        a.gather_slice_sizes = Some(if dim == 0 { vec![1] } else { vec![1, dim] });
         self.b.op(Opcode::Gather, &[table, rows], a, &[], None)
     }
 
@@ -139,6 +139,61 @@ impl<'m> Emit<'m> {
         }));
         self.b
             .op(Opcode::Scatter, &[zeros, indices, updates], a, &[add], None)
+    }
+
+    /// `operand` with row `indices[i]` replaced by `updates[i]`; out-of-range indices (-1) are
+    /// skipped. Rows named twice must get equal updates (the order is unspecified).
+    fn scatter_rows(&mut self, operand: InstrId, indices: InstrId, updates: InstrId) -> R<InstrId> {
+        let keep_new = self.keep_new()?;
+        let mut a = Attrs::default();
+        a.scatter_dims = Some(Box::new(ScatterDimensionNumbers {
+            update_window_dims: vec![1],
+            inserted_window_dims: vec![0],
+            scatter_dims_to_operand_dims: vec![0],
+            index_vector_dim: 1,
+            input_batching_dims: vec![],
+            scatter_indices_batching_dims: vec![],
+        }));
+        self.b.op(
+            Opcode::Scatter,
+            &[operand, indices, updates],
+            a,
+            &[keep_new],
+            None,
+        )
+    }
+
+    /// The scatter combiner `(old, new) -> new`, made once per module.
+    fn keep_new(&mut self) -> R<tessera_hlo::CompId> {
+        let m = self.b.module_mut();
+        if let Some(c) = m
+            .computations()
+            .iter()
+            .copied()
+            .find(|&c| m.comp(c).name == "keep_new")
+        {
+            return Ok(c);
+        }
+        let wrap = |source| BuildError::Mutation {
+            context: "the scatter combiner keep_new".into(),
+            source,
+        };
+        let c = m.add_computation("keep_new").map_err(wrap)?;
+        let scalar = Shape::scalar(F32);
+        let mut params = Vec::new();
+        for (n, side) in ["old", "new"].iter().enumerate() {
+            let name = m.unique_name(&format!("keep_new.{side}"));
+            let mut p = tessera_hlo::Instruction::new(name, Opcode::Parameter, scalar.clone());
+            p.attrs.parameter_number = n as i64;
+            params.push(m.add_instruction(c, p).map_err(wrap)?);
+        }
+        m.set_root(c, params[1]);
+        // Callees come before their callers in the stored order (the plugin needs it).
+        let mut order = m.computations().to_vec();
+        order.retain(|&x| x != c);
+        order.insert(0, c);
+        m.set_computation_order(order);
+        Ok(c)
     }
 
     /// `select(index >= 0, x, 0)` per row of a `[n, dim]` array.
@@ -303,15 +358,6 @@ fn update_stack(
     let recv_rows = e.exchange(rows)?;
     let flat_rows = e.b.reshape(recv_rows, &[slots])?;
     let grad = e.scatter_add(&[r, d], flat_rows, recv)?;
-    // Rows touched by at least one entry; columns inside the row's table.
-    let ones = e.splat(F32, 1.0, &[slots])?;
-    let count = e.scatter_add(&[r], flat_rows, ones)?;
-    let zero_r = e.splat(F32, 0.0, &[r])?;
-    let touched = e.b.compare(count, zero_r, ComparisonDirection::Gt)?;
-    let touched = e.b.broadcast(touched, &[r, d], &[0])?;
-    let col = e.b.iota(Shape::array(S32, &[r, d]), 1)?;
-    let limit = e.b.broadcast(row_dim, &[r, d], &[0])?;
-    let live = e.b.compare(col, limit, ComparisonDirection::Lt)?;
     let lazy = !matches!(
         optimizer,
         Optimizer::Adam {
@@ -319,15 +365,41 @@ fn update_stack(
             ..
         }
     );
-    let mask = if lazy {
-        e.bin(Opcode::And, touched, live)?
-    } else {
-        live
-    };
-    let new = apply_optimizer(e, optimizer, grad, table, &slot_vals, &[r, d])?;
+    if !lazy {
+        // Non-lazy Adam moves every live row, touched or not: elementwise over the whole part.
+        let col = e.b.iota(Shape::array(S32, &[r, d]), 1)?;
+        let limit = e.b.broadcast(row_dim, &[r, d], &[0])?;
+        let live = e.b.compare(col, limit, ComparisonDirection::Lt)?;
+        let new = apply_optimizer(e, optimizer, grad, table, &slot_vals, &[r, d])?;
+        let mut outs = Vec::new();
+        for (new_v, old_v) in new.iter().zip(std::iter::once(&table).chain(&slot_vals)) {
+            outs.push(e.b.select(live, *new_v, *old_v)?);
+        }
+        return Ok(outs);
+    }
+    // Lazy optimizers touch only the rows of the received entries: per entry, gather the row's
+    // summed gradient, weights and slots, update them, and scatter the rows back (an entry of
+    // a row that several entries name writes the same values). Columns past the row's table,
+    // and the -1 slots, keep their old values.
+    let g_e = e.gather_rows(grad, flat_rows, d)?;
+    let w_e = e.gather_rows(table, flat_rows, d)?;
+    let mut s_e = Vec::new();
+    for &sv in &slot_vals {
+        s_e.push(e.gather_rows(sv, flat_rows, d)?);
+    }
+    let dim_e = e.gather_rows(row_dim, flat_rows, 0)?;
+    let col = e.b.iota(Shape::array(S32, &[slots, d]), 1)?;
+    let limit = e.b.broadcast(dim_e, &[slots, d], &[0])?;
+    let live = e.b.compare(col, limit, ComparisonDirection::Lt)?;
+    let new = apply_optimizer(e, optimizer, g_e, w_e, &s_e, &[slots, d])?;
     let mut outs = Vec::new();
-    for (new_v, old_v) in new.iter().zip(std::iter::once(&table).chain(&slot_vals)) {
-        outs.push(e.b.select(mask, *new_v, *old_v)?);
+    for ((new_v, old_e), old) in new
+        .iter()
+        .zip(std::iter::once(&w_e).chain(&s_e))
+        .zip(std::iter::once(&table).chain(&slot_vals))
+    {
+        let kept = e.b.select(live, *new_v, *old_e)?;
+        outs.push(e.scatter_rows(*old, flat_rows, kept)?);
     }
     Ok(outs)
 }

@@ -143,6 +143,32 @@ fn bench(c: &mut Criterion) {
         t.update_bytes,
         t.lookup_bytes + t.update_bytes
     );
+    // The profile: where a lookup and an update spend their time (5 runs each, medians).
+    let mut phases = Vec::new();
+    for _ in 0..5 {
+        dev.lookup(&prepared).unwrap();
+        let l = dev.lookup_timings;
+        dev.apply_gradients(&prepared, &grads).unwrap();
+        phases.push((l, dev.update_timings));
+    }
+    let median = |f: &dyn Fn(
+        &(
+            tessera_embedding::device::Timings,
+            tessera_embedding::device::Timings,
+        ),
+    ) -> Duration| {
+        let mut v: Vec<Duration> = phases.iter().map(f).collect();
+        v.sort();
+        v[v.len() / 2]
+    };
+    println!(
+        "lookup: upload {:?}, execute {:?}, download {:?}; update: upload {:?}, execute {:?}",
+        median(&|p| p.0.upload),
+        median(&|p| p.0.execute),
+        median(&|p| p.0.download),
+        median(&|p| p.1.upload),
+        median(&|p| p.1.execute)
+    );
     let mut g = c.benchmark_group("embedding_step");
     g.sample_size(10)
         .warm_up_time(Duration::from_secs(1))

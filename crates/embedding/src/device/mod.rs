@@ -67,6 +67,17 @@ pub struct Traffic {
     pub update_bytes: u64,
 }
 
+/// Where the last [`DeviceEmbedding::lookup`] or [`DeviceEmbedding::apply_gradients`] spent its
+/// time (wall clock): compiling (first use of a capacity only), uploading the exchange buffers
+/// and gradients, running the program, downloading the activations.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Timings {
+    pub compile: std::time::Duration,
+    pub upload: std::time::Duration,
+    pub execute: std::time::Duration,
+    pub download: std::time::Duration,
+}
+
 struct StackState {
     optimizer: Optimizer,
     quantization: Option<QuantizationConfig>,
@@ -86,6 +97,9 @@ pub struct DeviceEmbedding {
     /// Compiled programs by the exchange capacity of each stack.
     lookup_programs: Vec<(Vec<usize>, ExecutableHandle)>,
     update_programs: Vec<(Vec<usize>, ExecutableHandle)>,
+    /// Of the last lookup and the last update.
+    pub lookup_timings: Timings,
+    pub update_timings: Timings,
 }
 
 impl DeviceEmbedding {
@@ -141,6 +155,8 @@ impl DeviceEmbedding {
             stacks,
             lookup_programs: Vec::new(),
             update_programs: Vec::new(),
+            lookup_timings: Timings::default(),
+            update_timings: Timings::default(),
         })
     }
 
@@ -292,6 +308,8 @@ impl DeviceEmbedding {
     pub fn lookup(&mut self, batch: &PreparedBatch) -> Result<Vec<Matrix>> {
         self.check_batch(batch)?;
         let n = self.layout.global_device_count as usize;
+        let mut timings = Timings::default();
+        let clock = std::time::Instant::now();
         let (exs, exe) = Self::fit(&self.lookup_programs, batch);
         let exe = match exe {
             Some(e) => e,
@@ -313,6 +331,8 @@ impl DeviceEmbedding {
                 e
             }
         };
+        timings.compile = clock.elapsed();
+        let clock = std::time::Instant::now();
         let mut uploaded = Vec::new();
         let mut args: Vec<Vec<BufferHandle>> = vec![Vec::new(); n];
         for (si, ex) in exs.iter().enumerate() {
@@ -327,7 +347,11 @@ impl DeviceEmbedding {
             explode_tuple: true,
             ..Default::default()
         };
+        timings.upload = clock.elapsed();
+        let clock = std::time::Instant::now();
         let res = self.rt.execute(exe, &args, config);
+        timings.execute = clock.elapsed();
+        let clock = std::time::Instant::now();
         self.release(uploaded);
         let res = res.map_err(|e| device_err("lookup", e))?;
         let mut out: Vec<Matrix> = self
@@ -354,6 +378,8 @@ impl DeviceEmbedding {
             }
             self.release(outs.iter().copied());
         }
+        timings.download = clock.elapsed();
+        self.lookup_timings = timings;
         Ok(out)
     }
 
@@ -412,6 +438,8 @@ impl DeviceEmbedding {
             }
         }
         let n = self.layout.global_device_count as usize;
+        let mut timings = Timings::default();
+        let clock = std::time::Instant::now();
         let (exs, exe) = Self::fit(&self.update_programs, batch);
         let exe = match exe {
             Some(e) => e,
@@ -437,6 +465,8 @@ impl DeviceEmbedding {
                 e
             }
         };
+        timings.compile = clock.elapsed();
+        let clock = std::time::Instant::now();
         let mut args: Vec<Vec<BufferHandle>> = vec![Vec::new(); n];
         for (si, ex) in exs.iter().enumerate() {
             let bufs = self.upload_exchange(si, ex)?;
@@ -472,10 +502,14 @@ impl DeviceEmbedding {
             release_inputs: true,
             ..Default::default()
         };
+        timings.upload = clock.elapsed();
+        let clock = std::time::Instant::now();
         let res = self
             .rt
             .execute(exe, &args, config)
             .map_err(|e| device_err("update", e))?;
+        timings.execute = clock.elapsed();
+        self.update_timings = timings;
         for (d, outs) in res.into_iter().enumerate() {
             let mut o = 0;
             for st in &mut self.stacks {

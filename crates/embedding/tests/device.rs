@@ -151,8 +151,8 @@ impl RefModel {
                     ..
                 }
             );
-            for id in 0..v {
-                if lazy && !touched[id] {
+            for (id, &hit) in touched.iter().enumerate() {
+                if lazy && !hit {
                     continue;
                 }
                 for c in 0..d {

@@ -67,6 +67,27 @@ fn f32s(dims: &[i64]) -> Shape {
     Shape::array(F32, dims)
 }
 
+/// Attributes with the fields `set` sets, the rest default.
+fn attrs(set: impl FnOnce(&mut Attrs)) -> Attrs {
+    let mut a = Attrs::default();
+    set(&mut a);
+    a
+}
+
+/// A scatter of rows (indices `[n]`, one per update row) with these update window dims.
+fn scatter_attrs(update_window_dims: Vec<i64>) -> Attrs {
+    attrs(|a| {
+        a.scatter_dims = Some(Box::new(ScatterDimensionNumbers {
+            update_window_dims,
+            inserted_window_dims: vec![0],
+            scatter_dims_to_operand_dims: vec![0],
+            index_vector_dim: 1,
+            input_batching_dims: vec![],
+            scatter_indices_batching_dims: vec![],
+        }))
+    })
+}
+
 /// Small helpers over the builder for the shapes these programs use.
 struct Emit<'m> {
     b: Builder<'m>,
@@ -109,16 +130,17 @@ impl<'m> Emit<'m> {
     /// `table[rows]` for a vector of row indices (out-of-range indices clamp, as XLA's gather
     /// does; callers mask them).
     fn gather_rows(&mut self, table: InstrId, rows: InstrId, dim: i64) -> R<InstrId> {
-        let mut a = Attrs::default();
-        a.gather_dims = Some(Box::new(GatherDimensionNumbers {
-            offset_dims: if dim == 0 { vec![] } else { vec![1] },
-            collapsed_slice_dims: vec![0],
-            start_index_map: vec![0],
-            index_vector_dim: 1,
-            operand_batching_dims: vec![],
-            start_indices_batching_dims: vec![],
-        }));
-        a.gather_slice_sizes = Some(if dim == 0 { vec![1] } else { vec![1, dim] });
+        let a = attrs(|a| {
+            a.gather_dims = Some(Box::new(GatherDimensionNumbers {
+                offset_dims: if dim == 0 { vec![] } else { vec![1] },
+                collapsed_slice_dims: vec![0],
+                start_index_map: vec![0],
+                index_vector_dim: 1,
+                operand_batching_dims: vec![],
+                start_indices_batching_dims: vec![],
+            }));
+            a.gather_slice_sizes = Some(if dim == 0 { vec![1] } else { vec![1, dim] });
+        });
         self.b.op(Opcode::Gather, &[table, rows], a, &[], None)
     }
 
@@ -127,16 +149,8 @@ impl<'m> Emit<'m> {
     fn scatter_add(&mut self, out_dims: &[i64], indices: InstrId, updates: InstrId) -> R<InstrId> {
         let zeros = self.splat(F32, 0.0, out_dims)?;
         let add = self.b.reducer(F32, Opcode::Add)?;
-        let mut a = Attrs::default();
         let window: Vec<i64> = (1..out_dims.len() as i64).collect();
-        a.scatter_dims = Some(Box::new(ScatterDimensionNumbers {
-            update_window_dims: window,
-            inserted_window_dims: vec![0],
-            scatter_dims_to_operand_dims: vec![0],
-            index_vector_dim: 1,
-            input_batching_dims: vec![],
-            scatter_indices_batching_dims: vec![],
-        }));
+        let a = scatter_attrs(window);
         self.b
             .op(Opcode::Scatter, &[zeros, indices, updates], a, &[add], None)
     }
@@ -145,15 +159,7 @@ impl<'m> Emit<'m> {
     /// skipped. Rows named twice must get equal updates (the order is unspecified).
     fn scatter_rows(&mut self, operand: InstrId, indices: InstrId, updates: InstrId) -> R<InstrId> {
         let keep_new = self.keep_new()?;
-        let mut a = Attrs::default();
-        a.scatter_dims = Some(Box::new(ScatterDimensionNumbers {
-            update_window_dims: vec![1],
-            inserted_window_dims: vec![0],
-            scatter_dims_to_operand_dims: vec![0],
-            index_vector_dim: 1,
-            input_batching_dims: vec![],
-            scatter_indices_batching_dims: vec![],
-        }));
+        let a = scatter_attrs(vec![1]);
         self.b.op(
             Opcode::Scatter,
             &[operand, indices, updates],

@@ -423,7 +423,11 @@ impl DeviceEmbedding {
             let dim = self.config.tables[fc.table].embedding_dim as usize;
             match g {
                 None => warnings.push(no_gradient_warning(&fc.name)),
-                Some(m) if m.rows != fc.sample_count() as usize || m.cols != dim => {
+                Some(m)
+                    if m.rows != fc.sample_count() as usize
+                        || m.cols != dim
+                        || m.data.len() != m.rows * m.cols =>
+                {
                     return Err(EmbeddingError::Shape {
                         at: format!("gradient of feature '{}'", fc.name),
                         message: format!(

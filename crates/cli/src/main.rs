@@ -81,7 +81,8 @@ enum Command {
     Run(run::RunArgs),
     /// Run an original module on 1 device and its partitioned form on N; compare the outputs.
     Compare(run::CompareArgs),
-    /// TPU embeddings: table layout and input preprocessing into SparseCore CSR buffers.
+    /// TPU embeddings: table layout, input preprocessing into SparseCore CSR buffers, lookups and
+    /// optimizer steps on PJRT CPU devices.
     #[command(subcommand)]
     Embedding(embedding::EmbeddingCommand),
 }

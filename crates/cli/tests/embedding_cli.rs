@@ -138,3 +138,128 @@ fn layout_and_errors() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+fn write_f32(path: &std::path::Path, dims: &[i64], data: &[f32]) {
+    let a = tessera_runtime::HostArray::new(
+        tessera_hlo::ElementType::F32,
+        dims.to_vec(),
+        data.iter().flat_map(|x| x.to_le_bytes()).collect(),
+    )
+    .unwrap();
+    std::fs::write(path, tessera_runtime::npy::write(&a)).unwrap();
+}
+
+fn read_f32(path: &std::path::Path) -> Vec<f32> {
+    let a = tessera_runtime::npy::read(&std::fs::read(path).unwrap(), None).unwrap();
+    a.data
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect()
+}
+
+/// `lookup` and `step` on the worked example: activations summed by hand, and two Adagrad
+/// steps of a gradient given for `fa` only (`fb` gets the seed's warning and a zero gradient;
+/// the accumulator files do not exist before and start at 0.1).
+#[test]
+fn lookup_and_step_on_the_worked_example() {
+    let dir = std::env::temp_dir().join(format!("tessera-embedding-dev-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let a: Vec<f32> = (0..20).map(|i| i as f32 * 0.25 - 1.0).collect();
+    let b: Vec<f32> = (0..9).map(|i| 1.0 + i as f32).collect();
+    write_f32(&dir.join("a.npy"), &[5, 4], &a);
+    write_f32(&dir.join("b.npy"), &[3, 3], &b);
+    let tables = dir.to_string_lossy().into_owned();
+    let act = dir.join("act.npz");
+    let (ok, stdout, stderr) = tessera(&[
+        "embedding",
+        "lookup",
+        "--config",
+        &example("config.json"),
+        "--input",
+        &example("batch.npz"),
+        "--tables",
+        &tables,
+        "--devices",
+        "2",
+        "-o",
+        &act.to_string_lossy(),
+    ]);
+    assert!(ok, "{stdout}{stderr}");
+    let arrays = npz::read(&std::fs::read(&act).unwrap()).unwrap();
+    let got = |name: &str| -> Vec<f32> {
+        arrays[name]
+            .data
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect()
+    };
+    let row = |t: &[f32], d: usize, i: usize| t[i * d..(i + 1) * d].to_vec();
+    let add = |x: Vec<f32>, y: Vec<f32>| x.iter().zip(&y).map(|(p, q)| p + q).collect::<Vec<_>>();
+    // fa = [[0, 3], [1, 1], [4, 2], [3, 3]], fb = [[2], [], [0, 1, 2], [1]].
+    let want_fa = [
+        add(row(&a, 4, 0), row(&a, 4, 3)),
+        add(row(&a, 4, 1), row(&a, 4, 1)),
+        add(row(&a, 4, 4), row(&a, 4, 2)),
+        add(row(&a, 4, 3), row(&a, 4, 3)),
+    ]
+    .concat();
+    let want_fb = [
+        row(&b, 3, 2),
+        vec![0.0; 3],
+        add(add(row(&b, 3, 0), row(&b, 3, 1)), row(&b, 3, 2)),
+        row(&b, 3, 1),
+    ]
+    .concat();
+    assert_eq!(arrays["fa"].dims, vec![4, 4]);
+    assert_eq!(got("fa"), want_fa);
+    assert_eq!(got("fb"), want_fb);
+
+    let ones = tessera_runtime::HostArray::new(
+        tessera_hlo::ElementType::F32,
+        vec![4, 4],
+        [1f32; 16].iter().flat_map(|x| x.to_le_bytes()).collect(),
+    )
+    .unwrap();
+    let grads = dir.join("grad.npz");
+    std::fs::write(&grads, npz::write([("fa", &ones)])).unwrap();
+    let (ok, stdout, stderr) = tessera(&[
+        "embedding",
+        "step",
+        "--config",
+        &example("config.json"),
+        "--input",
+        &example("batch.npz"),
+        "--gradients",
+        &grads.to_string_lossy(),
+        "--tables",
+        &tables,
+        "--devices",
+        "2",
+        "--steps",
+        "2",
+    ]);
+    assert!(ok, "{stdout}{stderr}");
+    assert!(
+        stdout.contains("warning: No gradient passed for feature fb, sending zero gradient."),
+        "{stdout}"
+    );
+    // Per-row gradient sums of table a: id 0: 1, id 1: 2, id 2: 1, id 3: 3, id 4: 1.
+    let g = [1.0f64, 2.0, 1.0, 3.0, 1.0];
+    let new_a = read_f32(&dir.join("a.npy"));
+    let acc_a = read_f32(&dir.join("a.accumulators.npy"));
+    for i in 0..5 {
+        let acc1 = 0.1 + g[i] * g[i];
+        let acc2 = acc1 + g[i] * g[i];
+        for c in 0..4 {
+            let w = a[i * 4 + c] as f64 - 0.1 * g[i] / acc1.sqrt() - 0.1 * g[i] / acc2.sqrt();
+            assert!((new_a[i * 4 + c] as f64 - w).abs() < 1e-6, "a[{i},{c}]");
+            assert!(
+                (acc_a[i * 4 + c] as f64 - acc2).abs() < 1e-5,
+                "acc a[{i},{c}]"
+            );
+        }
+    }
+    assert_eq!(read_f32(&dir.join("b.npy")), b);
+    assert_eq!(read_f32(&dir.join("b.accumulators.npy")), vec![0.1f32; 9]);
+    std::fs::remove_dir_all(&dir).ok();
+}

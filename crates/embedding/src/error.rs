@@ -26,6 +26,9 @@ pub enum EmbeddingError {
     /// Reading or writing files (checkpoints, npz).
     #[error("{path}: {message}")]
     Io { path: String, message: String },
+    /// Building, compiling or running a device program, or moving values to and from devices.
+    #[error("{at}: {message}")]
+    Device { at: String, message: String },
 }
 
 pub type Result<T> = std::result::Result<T, EmbeddingError>;

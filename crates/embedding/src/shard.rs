@@ -202,9 +202,25 @@ pub fn save_checkpoint(config: &EmbeddingConfig, ckpt: &Checkpoint, dir: &Path) 
 
 /// Reads what [`save_checkpoint`] wrote, checking every shape against `config`.
 pub fn load_checkpoint(config: &EmbeddingConfig, dir: &Path) -> Result<Checkpoint> {
-    let read = |name: String, rows: u32, cols: u32| -> Result<Matrix> {
+    read_checkpoint(config, dir, false)
+}
+
+/// [`load_checkpoint`], except that a slot file that does not exist starts at the slot's
+/// initial value (table files are required).
+pub fn load_tables(config: &EmbeddingConfig, dir: &Path) -> Result<Checkpoint> {
+    read_checkpoint(config, dir, true)
+}
+
+fn read_checkpoint(config: &EmbeddingConfig, dir: &Path, init_missing: bool) -> Result<Checkpoint> {
+    let read = |name: String, rows: u32, cols: u32, init: Option<f32>| -> Result<Matrix> {
         let p = dir.join(name);
-        let bytes = std::fs::read(&p).map_err(|e| io_err(&p, e))?;
+        let bytes = match (std::fs::read(&p), init) {
+            (Ok(b), _) => b,
+            (Err(e), Some(v)) if init_missing && e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(Matrix::new(rows as usize, cols as usize, v));
+            }
+            (Err(e), _) => return Err(io_err(&p, e)),
+        };
         let a = npy::read(&bytes, Some(ElementType::F32)).map_err(|e| io_err(&p, e))?;
         if a.ty != ElementType::F32 || a.dims != [rows as i64, cols as i64] {
             return Err(EmbeddingError::Shape {
@@ -231,13 +247,15 @@ pub fn load_checkpoint(config: &EmbeddingConfig, dir: &Path) -> Result<Checkpoin
             file_name(&tc.name, None),
             tc.vocabulary_size,
             tc.embedding_dim,
+            None,
         )?);
         let mut slots = Vec::new();
-        for (slot, _) in tc.optimizer.slots() {
+        for (slot, init) in tc.optimizer.slots() {
             slots.push(read(
                 file_name(&tc.name, Some(slot)),
                 tc.vocabulary_size,
                 tc.embedding_dim,
+                Some(init),
             )?);
         }
         ckpt.slots.push(slots);

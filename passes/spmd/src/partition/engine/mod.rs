@@ -31,6 +31,7 @@ mod custom_call;
 mod dot;
 mod reduce;
 mod shape_ops;
+mod window;
 
 /// The sharding of a value of any shape: one spec per array leaf.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -439,6 +440,12 @@ impl Engine<'_> {
             Opcode::CustomCall => self.custom_call(b, id, own),
             Opcode::Iota => self.iota(b, id, own),
             Opcode::Slice => self.slice(b, id, own),
+            Opcode::ReduceWindow => self.reduce_window(b, id, own),
+            Opcode::Pad => self.pad(b, id, own),
+            Opcode::Concatenate => self.concatenate(b, id, own),
+            Opcode::Reverse => self.reverse(b, id, own),
+            Opcode::DynamicSlice => self.dynamic_slice(b, id, own),
+            Opcode::DynamicUpdateSlice => self.dynamic_update_slice(b, id, own),
             Opcode::PartitionId => Err(fail(format!(
                 "%{}: partition-id outside a manual region has no single meaning once \
                  partitioned (XLA refuses it too); use it inside a manual region",

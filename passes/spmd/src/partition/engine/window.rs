@@ -18,18 +18,17 @@ use super::*;
 /// One dimension of a windowed input, in global coordinates along it. The tile with index `k`
 /// holds `[k*shard + shift, (k+1)*shard + shift)` (`shift <= 0`; positions outside
 /// `[0, size)` hold garbage), and its output piece `[k*out_shard, (k+1)*out_shard)` (only
-/// positions below `out_size` are real) reads `[lo0 + k*step, ..)`: `stride` apart per output
+/// positions below `out_size` are real) reads `[lo[k], ..)`: `stride` apart per output
 /// position, `span` wide for each. With `whole`, every device holds the whole dimension
 /// (`shard == size`, `shift == 0`) and nothing moves.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Windowed {
     pub whole: bool,
     pub size: i64,
     pub tiles: i64,
     pub shard: i64,
     pub shift: i64,
-    pub lo0: i64,
-    pub step: i64,
+    pub lo: Vec<i64>,
     pub out_shard: i64,
     pub out_size: i64,
     pub stride: i64,
@@ -78,7 +77,7 @@ impl Windowed {
     }
 
     fn lo(&self, k: i64) -> i64 {
-        self.lo0 + k * self.step
+        self.lo[k as usize]
     }
 
     fn start(&self, k: i64) -> i64 {
@@ -205,6 +204,11 @@ impl Windowed {
     }
 }
 
+/// `lo0 + k*step` for each of `tiles` tiles.
+pub(crate) fn linear(tiles: i64, lo0: i64, step: i64) -> Vec<i64> {
+    (0..tiles).map(|k| lo0 + k * step).collect()
+}
+
 fn ceil_div_pos(a: i64, b: i64) -> i64 {
     if a <= 0 {
         0
@@ -321,7 +325,7 @@ fn number_bytes(ty: ElementType, e: Extreme) -> Option<Vec<u8>> {
 impl Engine<'_> {
     /// `x` is the local array whose dimension `d` is the tile described by `w` (the devices'
     /// tile indices from `t`). Returns the local array whose dimension `d` is the device's
-    /// window (`w.plan().width` long, starting at global `lo0 + k*step`), positions outside
+    /// window (`w.plan().width` long, starting at global `lo[k]` for tile index k), positions outside
     /// `[0, size)` replaced by the scalar `fill` when one is given.
     pub(super) fn windowed_piece(
         &mut self,
@@ -422,13 +426,84 @@ impl Engine<'_> {
             built(b.dynamic_slice(ext, &starts, &sizes))?
         };
         if let (Some(fill), true) = (fill, plan.reaches_out || w.size % tiles.max(1) != 0) {
-            let los: Vec<i64> = index.iter().map(|&k| w.lo0 + k * w.step).collect();
+            let los: Vec<i64> = index.iter().map(|&k| w.lo[k as usize]).collect();
             let valid = self.in_range(b, piece, d, &los, 0, w.size)?;
             let dims: Vec<i64> = b.module().instr(piece).shape.dims().to_vec();
             let fills = broadcast_scalar(b, fill, &dims)?;
             piece = built(b.select(valid, piece, fills))?;
         }
         Ok(piece)
+    }
+
+    /// [`Engine::windowed_piece`] for a dimension read in base-dilated coordinates (element
+    /// `e` at position `e*bd`, the holes between and everything outside the array holding
+    /// `fill`): each device fetches the elements its window `[lo[k], lo[k] + width)` covers
+    /// (halo exchange of real elements only), dilates them locally and slices its window out.
+    /// `x`'s dimension `d` holds `shard` elements per tile of an array of `size` (or all of it,
+    /// `whole`); the output has `out_size` positions, `out_shard` per tile.
+    #[allow(clippy::too_many_arguments)]
+    fn dilated_piece(
+        &mut self,
+        b: &mut Builder,
+        x: InstrId,
+        t: &Tiling,
+        d: usize,
+        elements: (i64, i64, bool),
+        bd: i64,
+        lo: &[i64],
+        width: i64,
+        out: (i64, i64),
+        fill: InstrId,
+    ) -> Result<InstrId> {
+        let (size, shard, whole) = elements;
+        let (out_shard, out_size) = out;
+        let tiles = t.tiles[d];
+        // The first element at or after each window's start, and the holes before it.
+        let first: Vec<i64> = lo.iter().map(|&l| -((-l).div_euclid(bd))).collect();
+        let lead: Vec<i64> = lo.iter().zip(&first).map(|(&l, &a)| a * bd - l).collect();
+        let count = lead
+            .iter()
+            .map(|&r| ceil_div((width - r).max(1), bd))
+            .max()
+            .unwrap_or(1);
+        let w = Windowed {
+            whole,
+            size,
+            tiles,
+            shard,
+            shift: 0,
+            lo: first,
+            out_shard: 1,
+            out_size: ceil_div(out_size, out_shard).min(tiles),
+            stride: 1,
+            span: count,
+        };
+        let piece = self.windowed_piece(b, x, t, d, &w, Some(fill))?;
+        let rank = b.module().instr(piece).shape.rank();
+        let mut pads = vec![PaddingDim::default(); rank];
+        pads[d] = PaddingDim {
+            low: bd - 1,
+            high: bd - 1,
+            interior: bd - 1,
+        };
+        let dilated = built(b.pad(piece, fill, &pads))?;
+        let index: Vec<i64> = t.tile_indices().iter().map(|ix| ix[d]).collect();
+        let offsets: Vec<i64> = index.iter().map(|&k| bd - 1 - lead[k as usize]).collect();
+        if offsets.iter().all(|&o| o == offsets[0]) {
+            return slice_dim(b, dilated, d, offsets[0], offsets[0] + width);
+        }
+        let dims: Vec<i64> = b.module().instr(dilated).shape.dims().to_vec();
+        let mut starts = Vec::with_capacity(rank);
+        for k in 0..rank {
+            starts.push(if k == d {
+                self.table(b, &offsets)?
+            } else {
+                self.table(b, &[0])?
+            });
+        }
+        let mut sizes = dims;
+        sizes[d] = width;
+        built(b.dynamic_slice(dilated, &starts, &sizes))
     }
 
     /// A pred array of `x`'s local shape: is `base[device] + position along d` in `[lo, hi)`?
@@ -461,6 +536,16 @@ impl Engine<'_> {
         self.operand(b, id, k, &Tree::Leaf(Spec::replicated(0, n)))
     }
 
+    /// `out` takes `name` once the original is gone, when it is a new instruction of its own
+    /// (not a parameter or another value passed through).
+    fn name_result(&mut self, b: &Builder, out: InstrId, name: &str) {
+        let reused = b.module().instr(out).opcode == Opcode::Parameter
+            || self.values.values().any(|v| v.local == out);
+        if !reused {
+            self.renames.push((out, name.to_string()));
+        }
+    }
+
     /// Operand `k` of `id`, a windowed op whose output is tiled by `t`: the dimensions of
     /// `windowed` that the operand already holds whole (not split) stay whole, as every device
     /// can take its windows from them without moving anything; the rest takes `t`'s tiling.
@@ -468,12 +553,10 @@ impl Engine<'_> {
     fn windowed_operand(
         &mut self,
         b: &mut Builder,
-        id: InstrId,
-        k: usize,
+        op: InstrId,
         t: &Tiling,
         windowed: &[usize],
     ) -> Result<(InstrId, Vec<bool>)> {
-        let op = b.module().instr(id).operands()[k];
         let v = self.value(b.module(), op)?;
         let whole: Vec<usize> = match &v.tree {
             Tree::Leaf(Spec::Tiled(s)) if s.rank() == t.rank() => windowed
@@ -488,7 +571,8 @@ impl Engine<'_> {
         } else {
             t.replicate_dims(&whole)
         };
-        let x = self.operand(b, id, k, &Tree::Leaf(Spec::Tiled(target)))?;
+        let base = self.global(b.module(), op);
+        let x = self.reshard(b, &v, &base, &Tree::Leaf(Spec::Tiled(target)))?;
         let mut flags = vec![false; t.rank()];
         for d in whole {
             flags[d] = true;
@@ -524,46 +608,41 @@ impl Engine<'_> {
         if !split.is_empty() && !init_is_identity(b.module(), &i) {
             return self.default(b, id, own);
         }
-        let (mut x, whole) = self.windowed_operand(b, id, 0, &t, &split)?;
+        let (mut x, whole) = self.windowed_operand(b, i.operands()[0], &t, &split)?;
         let init = self.scalar_operand(b, id, 1)?;
         let mut local_win = (*win).clone();
         for &d in &split {
             let wd = win.dims[d];
             let tiles = t.tiles[d];
-            let (mut size, mut shard) = (in_dims[d], ceil_div(in_dims[d], tiles));
-            if whole[d] {
-                shard = size;
-            }
-            if wd.base_dilation > 1 {
-                // Dilate locally: tile k of the dilated array (holes hold init) is the
-                // dilation of tile k, with its trailing holes.
-                let bd = wd.base_dilation;
-                let rank = t.rank();
-                let mut pads = vec![PaddingDim::default(); rank];
-                pads[d] = PaddingDim {
-                    low: 0,
-                    high: bd - 1,
-                    interior: bd - 1,
-                };
-                x = built(b.pad(x, init, &pads))?;
-                size *= bd;
-                shard *= bd;
-            }
-            let out_shard = ceil_div(out_dims[d], tiles);
-            let w = Windowed {
-                whole: whole[d],
-                size,
-                tiles,
-                shard,
-                shift: 0,
-                lo0: -wd.padding_low,
-                step: out_shard * wd.stride,
-                out_shard,
-                out_size: out_dims[d],
-                stride: wd.stride,
-                span: (wd.size - 1) * wd.window_dilation + 1,
+            let size = in_dims[d];
+            let shard = if whole[d] {
+                size
+            } else {
+                ceil_div(size, tiles)
             };
-            x = self.windowed_piece(b, x, &t, d, &w, Some(init))?;
+            let out_shard = ceil_div(out_dims[d], tiles);
+            let span = (wd.size - 1) * wd.window_dilation + 1;
+            let lo = linear(tiles, -wd.padding_low, out_shard * wd.stride);
+            x = if wd.base_dilation > 1 {
+                let width = (out_shard - 1) * wd.stride + span;
+                let (elements, out) = ((size, shard, whole[d]), (out_shard, out_dims[d]));
+                let bd = wd.base_dilation;
+                self.dilated_piece(b, x, &t, d, elements, bd, &lo, width, out, init)?
+            } else {
+                let w = Windowed {
+                    whole: whole[d],
+                    size,
+                    tiles,
+                    shard,
+                    shift: 0,
+                    lo,
+                    out_shard,
+                    out_size: out_dims[d],
+                    stride: wd.stride,
+                    span,
+                };
+                self.windowed_piece(b, x, &t, d, &w, Some(init))?
+            };
             local_win.dims[d] = WindowDim {
                 padding_low: 0,
                 padding_high: 0,
@@ -595,56 +674,119 @@ impl Engine<'_> {
         if padding.len() != t.rank() || in_dims.contains(&0) || out_dims.contains(&0) {
             return self.default(b, id, own);
         }
+        let out = self.padded(b, i.operands()[0], i.operands()[1], &padding, &out_dims, &t)?;
+        self.name_result(b, out, &i.name);
+        self.set(id, out, own);
+        Ok(())
+    }
+
+    /// The local piece of `pad(x, v)` with `padding` (output `out_dims`, tiled by `t`).
+    fn padded(
+        &mut self,
+        b: &mut Builder,
+        x_op: InstrId,
+        v_op: InstrId,
+        padding: &[PaddingDim],
+        out_dims: &[i64],
+        t: &Tiling,
+    ) -> Result<InstrId> {
+        let n = self.n;
+        let in_dims = self.global(b.module(), x_op).dims().to_vec();
         let split: Vec<usize> = (0..t.rank())
             .filter(|&d| t.tiles[d] > 1 && padding[d] != PaddingDim::default())
             .collect();
-        let (mut x, whole) = self.windowed_operand(b, id, 0, &t, &split)?;
-        let v = self.scalar_operand(b, id, 1)?;
-        let mut local = padding.clone();
+        let (mut x, whole) = self.windowed_operand(b, x_op, t, &split)?;
+        let vv = self.value(b.module(), v_op)?;
+        let v = self.reshard(
+            b,
+            &vv,
+            &Shape::scalar(b.module().instr(x).shape.element_type()),
+            &Tree::Leaf(Spec::replicated(0, n)),
+        )?;
+        let mut local = padding.to_vec();
         for &d in &split {
             let p = padding[d];
             local[d] = PaddingDim::default();
             let tiles = t.tiles[d];
-            let (mut size, mut shard) = (in_dims[d], ceil_div(in_dims[d], tiles));
-            if whole[d] {
-                shard = size;
-            }
-            if p.interior > 0 {
-                let mut pads = vec![PaddingDim::default(); t.rank()];
-                pads[d] = PaddingDim {
-                    low: 0,
-                    high: p.interior,
-                    interior: p.interior,
-                };
-                x = built(b.pad(x, v, &pads))?;
-                size *= p.interior + 1;
-                shard *= p.interior + 1;
-            }
-            let out_shard = ceil_div(out_dims[d], tiles);
-            let w = Windowed {
-                whole: whole[d],
-                size,
-                tiles,
-                shard,
-                shift: 0,
-                lo0: -p.low,
-                step: out_shard,
-                out_shard,
-                out_size: out_dims[d],
-                stride: 1,
-                span: 1,
+            let size = in_dims[d];
+            let shard = if whole[d] {
+                size
+            } else {
+                ceil_div(size, tiles)
             };
-            x = self.windowed_piece(b, x, &t, d, &w, Some(v))?;
+            let out_shard = ceil_div(out_dims[d], tiles);
+            let lo = linear(tiles, -p.low, out_shard);
+            x = if p.interior > 0 {
+                let (elements, out) = ((size, shard, whole[d]), (out_shard, out_dims[d]));
+                let bd = p.interior + 1;
+                self.dilated_piece(b, x, t, d, elements, bd, &lo, out_shard, out, v)?
+            } else {
+                let w = Windowed {
+                    whole: whole[d],
+                    size,
+                    tiles,
+                    shard,
+                    shift: 0,
+                    lo,
+                    out_shard,
+                    out_size: out_dims[d],
+                    stride: 1,
+                    span: 1,
+                };
+                self.windowed_piece(b, x, t, d, &w, Some(v))?
+            };
         }
-        let out = if local.iter().any(|p| *p != PaddingDim::default()) {
-            let mut c = i.clone();
-            c.attrs.padding = Some(local);
-            self.clone_with(b, &c, &[x, v], local_shape(&i.shape, &own))?
-        } else {
-            x
-        };
-        self.set(id, out, own);
-        Ok(())
+        if local.iter().any(|p| *p != PaddingDim::default()) {
+            x = built(b.pad(x, v, &local))?;
+        }
+        Ok(x)
+    }
+
+    /// XLA's pad-then-slice shift: a unit-stride slice of a pad (through copies that keep the
+    /// slice's tiling) is one pad of the pad's operand with the combined padding, so the data
+    /// moves once. `None` when `slice` does not have that form.
+    fn slice_of_pad(
+        &self,
+        m: &Module,
+        slice: &Instruction,
+        own: &Tree,
+    ) -> Option<(InstrId, InstrId, Vec<PaddingDim>)> {
+        let sl = slice.attrs.slice.as_ref()?;
+        if sl.iter().any(|s| s.stride != 1) {
+            return None;
+        }
+        let mut cur = slice.operands()[0];
+        loop {
+            let c = m.instr(cur);
+            if tree_of(m, cur, self.n).ok().as_ref() != Some(own) {
+                return None;
+            }
+            match c.opcode {
+                Opcode::Copy => cur = c.operands()[0],
+                Opcode::Pad => break,
+                _ => return None,
+            }
+        }
+        let pad = m.instr(cur);
+        let padding = pad.attrs.padding.as_ref()?;
+        let padded = pad.shape.dims();
+        if padding.len() != sl.len()
+            || padded.len() != sl.len()
+            || padding.iter().any(|p| p.interior != 0)
+        {
+            return None;
+        }
+        let combined = padding
+            .iter()
+            .zip(sl)
+            .zip(padded)
+            .map(|((p, s), &full)| PaddingDim {
+                low: p.low - s.start,
+                high: p.high - (full - s.limit),
+                interior: 0,
+            })
+            .collect();
+        Some((pad.operands()[0], pad.operands()[1], combined))
     }
 
     /// A slice that is not local (see `Engine::slice`): along each split dimension each device
@@ -663,9 +805,17 @@ impl Engine<'_> {
         if sl.len() != t.rank() || in_dims.contains(&0) || out_dims.contains(&0) {
             return self.default(b, id, own);
         }
+        if let Some((x_op, v_op, padding)) = self.slice_of_pad(b.module(), &i, &own) {
+            if !self.global(b.module(), x_op).dims().contains(&0) {
+                let out = self.padded(b, x_op, v_op, &padding, &out_dims, &t)?;
+                self.name_result(b, out, &i.name);
+                self.set(id, out, own);
+                return Ok(());
+            }
+        }
         let rank = t.rank();
         let split: Vec<usize> = (0..rank).filter(|&d| t.tiles[d] > 1).collect();
-        let (mut x, whole) = self.windowed_operand(b, id, 0, &t, &split)?;
+        let (mut x, whole) = self.windowed_operand(b, i.operands()[0], &t, &split)?;
         let (mut starts, mut limits, mut strides) = (vec![0; rank], vec![0; rank], vec![1; rank]);
         for d in 0..rank {
             strides[d] = sl[d].stride;
@@ -686,8 +836,7 @@ impl Engine<'_> {
                     ceil_div(in_dims[d], tiles)
                 },
                 shift: 0,
-                lo0: sl[d].start,
-                step: out_shard * sl[d].stride,
+                lo: linear(tiles, sl[d].start, out_shard * sl[d].stride),
                 out_shard,
                 out_size: out_dims[d],
                 stride: sl[d].stride,
@@ -727,7 +876,7 @@ impl Engine<'_> {
         let mut ops = Vec::with_capacity(i.operands().len());
         let mut wholes = Vec::with_capacity(i.operands().len());
         for k in 0..i.operands().len() {
-            let (x, whole) = self.windowed_operand(b, id, k, &t, &[dim])?;
+            let (x, whole) = self.windowed_operand(b, i.operands()[k], &t, &[dim])?;
             ops.push(x);
             wholes.push(whole[dim]);
         }
@@ -758,8 +907,7 @@ impl Engine<'_> {
                     ceil_div(size, tiles)
                 },
                 shift: 0,
-                lo0: -offset,
-                step: out_shard,
+                lo: linear(tiles, -offset, out_shard),
                 out_shard,
                 out_size,
                 stride: 1,
@@ -778,7 +926,7 @@ impl Engine<'_> {
         let Some(out) = acc else {
             return self.default(b, id, own);
         };
-        self.renames.push((out, i.name.clone()));
+        self.name_result(b, out, &i.name);
         self.set(id, out, own);
         Ok(())
     }
@@ -834,8 +982,7 @@ impl Engine<'_> {
                     tiles,
                     shard,
                     shift,
-                    lo0: 0,
-                    step: shard,
+                    lo: linear(tiles, 0, shard),
                     out_shard: shard,
                     out_size: dims[d],
                     stride: 1,
@@ -996,7 +1143,7 @@ impl Engine<'_> {
             });
         }
         let out = built(b.select(mask.expect("a partial dimension"), piece, x))?;
-        self.renames.push((out, i.name.clone()));
+        self.name_result(b, out, &i.name);
         self.set(id, out, own);
         Ok(())
     }
@@ -1143,8 +1290,7 @@ mod tests {
                 tiles,
                 shard,
                 shift,
-                lo0: -low,
-                step: out_shard * stride,
+                lo: linear(tiles, -low, out_shard * stride),
                 out_shard,
                 out_size,
                 stride,
@@ -1174,8 +1320,7 @@ mod tests {
             tiles: 4,
             shard: 4,
             shift: 0,
-            lo0: -1,
-            step: 4,
+            lo: linear(4, -1, 4),
             out_shard: 4,
             out_size: 16,
             stride: 1,
@@ -1211,8 +1356,7 @@ mod tests {
             tiles: 4,
             shard: 2,
             shift: 0,
-            lo0: -3,
-            step: 2,
+            lo: linear(4, -3, 2),
             out_shard: 2,
             out_size: 8,
             stride: 1,
@@ -1229,8 +1373,7 @@ mod tests {
             tiles: 4,
             shard: 1,
             shift: 0,
-            lo0: 3,
-            step: 1,
+            lo: linear(4, 3, 1),
             out_shard: 1,
             out_size: 1,
             stride: 1,

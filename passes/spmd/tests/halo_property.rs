@@ -1,8 +1,8 @@
 //! The halo-exchange property test: random windowed ops (reduce-window with random windows,
 //! strides, paddings, base and window dilations; pad with low, high, interior and negative
 //! padding; strided slices; reverse; concatenate; dynamic-slice and dynamic-update-slice with
-//! run-time starts) on random, often uneven, shapes, with random operand and result
-//! shardings on 2, 4 and 8 devices. Many cases go into one module, which is partitioned and
+//! run-time starts; select-and-scatter with GE and LE selects) on random, often uneven,
+//! shapes, with random operand and result shardings on 2, 4 and 8 devices. Many cases go into one module, which is partitioned and
 //! executed on PJRT against the original on one device; every case must be equal (s32, so
 //! exactly).
 //!
@@ -106,7 +106,48 @@ fn case(g: &mut Gen, k: usize, first: usize, n: i64) -> Option<Case> {
     let mut params = vec![(shape(&dims), sharding(g, rank, n))];
     let out_sharding = sharding(g, rank, n);
     let name = format!("%c{k}");
-    let (body, out_dims, what) = match g.below(7) {
+    let (body, out_dims, what) = match g.below(8) {
+        7 => {
+            // select-and-scatter (no dilation: XLA has none for it)
+            let (mut size, mut stride, mut pad) = (vec![], vec![], vec![]);
+            let mut src = vec![];
+            for &d in &dims {
+                let s = g.range(1, 4);
+                let st = g.range(1, 4);
+                let (lo, hi) = (g.range(0, 3), g.range(0, 3));
+                let padded = d + lo + hi;
+                if padded < s {
+                    return None;
+                }
+                let windows = (padded - s) / st + 1;
+                // Windows wholly in the padding take the default path (see window.rs).
+                if lo >= s || (windows - 1) * st - lo >= d {
+                    return None;
+                }
+                src.push(windows);
+                size.push(s.to_string());
+                stride.push(st.to_string());
+                pad.push(format!("{lo}_{hi}"));
+            }
+            params.push((shape(&src), sharding(g, rank, n)));
+            let sel = if g.below(2) == 0 { "ge" } else { "le" };
+            let window = format!(
+                "size={} stride={} pad={}",
+                size.join("x"),
+                stride.join("x"),
+                pad.join("x")
+            );
+            let body = format!(
+                "  %i{k} = s32[] constant(3)\n  {name} = {} select-and-scatter({p}, %p{}, %i{k}), window={{{window}}}, select=%{sel}, scatter=%add, sharding={out_sharding}\n",
+                shape(&dims),
+                first + 1
+            );
+            (
+                body,
+                dims.clone(),
+                format!("select-and-scatter {window} {sel}"),
+            )
+        }
         0 | 1 => {
             // reduce-window
             let (mut size, mut stride, mut pad, mut bd, mut wd) =
@@ -266,7 +307,7 @@ fn case(g: &mut Gen, k: usize, first: usize, n: i64) -> Option<Case> {
     })
 }
 
-const REDUCERS: &str = "%add (a: s32[], b: s32[]) -> s32[] {\n  %a = s32[] parameter(0)\n  %b = s32[] parameter(1)\n  ROOT %r = s32[] add(%a, %b)\n}\n\n%max (x: s32[], y: s32[]) -> s32[] {\n  %x = s32[] parameter(0)\n  %y = s32[] parameter(1)\n  ROOT %m = s32[] maximum(%x, %y)\n}\n\n";
+const REDUCERS: &str = "%add (a: s32[], b: s32[]) -> s32[] {\n  %a = s32[] parameter(0)\n  %b = s32[] parameter(1)\n  ROOT %r = s32[] add(%a, %b)\n}\n\n%max (x: s32[], y: s32[]) -> s32[] {\n  %x = s32[] parameter(0)\n  %y = s32[] parameter(1)\n  ROOT %m = s32[] maximum(%x, %y)\n}\n\n%ge (g0: s32[], g1: s32[]) -> pred[] {\n  %g0 = s32[] parameter(0)\n  %g1 = s32[] parameter(1)\n  ROOT %c = pred[] compare(%g0, %g1), direction=GE\n}\n\n%le (l0: s32[], l1: s32[]) -> pred[] {\n  %l0 = s32[] parameter(0)\n  %l1 = s32[] parameter(1)\n  ROOT %c = pred[] compare(%l0, %l1), direction=LE\n}\n\n";
 
 fn module_text(n: i64, cases: &[Case]) -> String {
     let mut params = Vec::new();

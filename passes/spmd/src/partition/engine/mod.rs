@@ -446,6 +446,7 @@ impl Engine<'_> {
             Opcode::Reverse => self.reverse(b, id, own),
             Opcode::DynamicSlice => self.dynamic_slice(b, id, own),
             Opcode::DynamicUpdateSlice => self.dynamic_update_slice(b, id, own),
+            Opcode::SelectAndScatter => self.select_and_scatter(b, id, own),
             Opcode::PartitionId => Err(fail(format!(
                 "%{}: partition-id outside a manual region has no single meaning once \
                  partitioned (XLA refuses it too); use it inside a manual region",

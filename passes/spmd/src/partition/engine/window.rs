@@ -266,6 +266,37 @@ fn init_is_identity(m: &Module, i: &Instruction) -> bool {
     want.is_some_and(|w| w == bytes)
 }
 
+/// For a select-and-scatter: the value its select never prefers (the lowest for a `GE`/`GT`
+/// select of the first parameter over the second, the highest for `LE`/`LT`), when the select
+/// is such a compare and the scatter adds; `None` otherwise.
+fn select_loser(m: &Module, i: &Instruction) -> Option<Extreme> {
+    let (select, scatter) = (*i.called.first()?, *i.called.get(1)?);
+    let two = |comp: CompId| -> Option<(InstrId, InstrId, InstrId)> {
+        let c = m.comp(comp);
+        let (p0, p1) = (c.parameter(0)?, c.parameter(1)?);
+        (c.num_parameters() == 2).then_some((c.root()?, p0, p1))
+    };
+    let (root, p0, p1) = two(scatter)?;
+    let r = m.instr(root);
+    if r.opcode != Opcode::Add
+        || r.operands().len() != 2
+        || !r.operands().contains(&p0)
+        || !r.operands().contains(&p1)
+    {
+        return None;
+    }
+    let (root, p0, p1) = two(select)?;
+    let r = m.instr(root);
+    if r.opcode != Opcode::Compare || r.operands() != [p0, p1] {
+        return None;
+    }
+    match r.attrs.comparison.as_ref()?.direction {
+        ComparisonDirection::Ge | ComparisonDirection::Gt => Some(Extreme::Lowest),
+        ComparisonDirection::Le | ComparisonDirection::Lt => Some(Extreme::Highest),
+        _ => None,
+    }
+}
+
 #[derive(Clone, Copy)]
 enum Extreme {
     One,
@@ -653,6 +684,181 @@ impl Engine<'_> {
         let mut c = i.clone();
         c.attrs.window = Some(Box::new(local_win));
         let out = self.clone_with(b, &c, &[x, init], local_shape(&i.shape, &own))?;
+        self.set(id, out, own);
+        Ok(())
+    }
+
+    /// Select-and-scatter: the output (the operand's shape) keeps its tiling. Along each split
+    /// dimension with a real window, each device takes the windows that touch its output piece:
+    /// their source values (zero for windows outside the source) and the operand they read
+    /// (positions outside the array hold a value the select never prefers), runs them locally
+    /// without padding, and keeps its own piece of the result (init elsewhere). Windows that
+    /// straddle two pieces run on both devices; each keeps only what lands in its own piece.
+    /// Only for a compare select and an add scatter, without dilation and without windows that
+    /// lie wholly in the padding; otherwise the default.
+    pub(super) fn select_and_scatter(
+        &mut self,
+        b: &mut Builder,
+        id: InstrId,
+        own: Tree,
+    ) -> Result<()> {
+        let n = self.n;
+        let i = b.module().instr(id).clone();
+        let Tree::Leaf(Spec::Tiled(t)) = &own else {
+            return self.default(b, id, own);
+        };
+        let t = t.clone();
+        let Some(win) = i.attrs.window.clone() else {
+            return self.default(b, id, own);
+        };
+        let in_dims = self.global(b.module(), i.operands()[0]).dims().to_vec();
+        let src_dims = self.global(b.module(), i.operands()[1]).dims().to_vec();
+        let rank = t.rank();
+        if i.operands().len() != 3
+            || !i.shape.is_array()
+            || win.dims.len() != rank
+            || in_dims.len() != rank
+            || src_dims.len() != rank
+            || in_dims.contains(&0)
+            || src_dims.contains(&0)
+        {
+            return self.default(b, id, own);
+        }
+        let split: Vec<usize> = (0..rank)
+            .filter(|&d| t.tiles[d] > 1 && !trivial(&win.dims[d]))
+            .collect();
+        let loser = select_loser(b.module(), &i);
+        let dilated = split
+            .iter()
+            .any(|&d| win.dims[d].base_dilation != 1 || win.dims[d].window_dilation != 1);
+        // A window wholly inside the padding: the plugin's result for those differs from
+        // the local windows' (they scatter nothing here); not understood yet, so the default.
+        let padding_only = split.iter().any(|&d| {
+            let wd = win.dims[d];
+            wd.padding_low >= wd.size
+                || (src_dims[d] - 1) * wd.stride - wd.padding_low >= in_dims[d]
+        });
+        if !split.is_empty() && (loser.is_none() || dilated || padding_only) {
+            return self.default(b, id, own);
+        }
+        let ty = i.shape.element_type();
+        let loser_value = match loser {
+            Some(e) => match number_bytes(ty, e) {
+                Some(bytes) => {
+                    let lit = Literal::from_bytes(Shape::scalar(ty), bytes).expect("one element");
+                    Some(built(b.constant(lit))?)
+                }
+                None => return self.default(b, id, own),
+            },
+            None => None,
+        };
+        let mut x = self.operand(b, id, 0, &own)?;
+        let mut src = self.operand(b, id, 1, &own)?;
+        let init = self.operand(b, id, 2, &Tree::Leaf(Spec::replicated(0, n)))?;
+        let zero = built(b.scalar(ty, 0.0))?;
+        let mut local_win = (*win).clone();
+        // Per split dimension: where each tile's operand piece starts, and its width.
+        let mut cut: Vec<(usize, Vec<i64>, i64, i64, i64)> = Vec::new();
+        for &d in &split {
+            let wd = win.dims[d];
+            let tiles = t.tiles[d];
+            let (size, shard) = (in_dims[d], ceil_div(in_dims[d], tiles));
+            let (w, st, pl) = (wd.size, wd.stride, wd.padding_low);
+            // Windows j touching [k*shard, (k+1)*shard): j*st - pl < (k+1)*shard and
+            // j*st - pl + w > k*shard.
+            let first: Vec<i64> = (0..tiles)
+                .map(|k| (k * shard + pl - w).div_euclid(st) + 1)
+                .collect();
+            let last: Vec<i64> = (0..tiles)
+                .map(|k| -((-((k + 1) * shard + pl)).div_euclid(st)) - 1)
+                .collect();
+            let count = first
+                .iter()
+                .zip(&last)
+                .map(|(f, l)| l - f + 1)
+                .max()
+                .unwrap_or(1)
+                .max(1);
+            let real = ceil_div(size, shard).min(tiles);
+            let ws = Windowed {
+                whole: false,
+                size: src_dims[d],
+                tiles,
+                shard: ceil_div(src_dims[d], tiles),
+                shift: 0,
+                lo: first.clone(),
+                out_shard: 1,
+                out_size: real,
+                stride: 1,
+                span: count,
+            };
+            src = self.windowed_piece(b, src, &t, d, &ws, Some(zero))?;
+            let lo: Vec<i64> = first.iter().map(|&j| j * st - pl).collect();
+            let width = (count - 1) * st + w;
+            let wx = Windowed {
+                whole: false,
+                size,
+                tiles,
+                shard,
+                shift: 0,
+                lo: lo.clone(),
+                out_shard: 1,
+                out_size: real,
+                stride: 1,
+                span: width,
+            };
+            x = self.windowed_piece(b, x, &t, d, &wx, loser_value)?;
+            local_win.dims[d] = WindowDim {
+                padding_low: 0,
+                padding_high: 0,
+                ..wd
+            };
+            // Padding (init) around the local result so that every tile's piece
+            // [k*shard, (k+1)*shard) lies inside it.
+            let low = (0..tiles)
+                .map(|k| lo[k as usize] - k * shard)
+                .max()
+                .unwrap_or(0)
+                .max(0);
+            let high = (0..tiles)
+                .map(|k| (k + 1) * shard - lo[k as usize] - width)
+                .max()
+                .unwrap_or(0)
+                .max(0);
+            cut.push((d, lo, shard, low, high));
+        }
+        let mut c = i.clone();
+        c.attrs.window = Some(Box::new(local_win));
+        let shape = b.module().instr(x).shape.clone();
+        let mut out = self.clone_with(b, &c, &[x, src, init], shape)?;
+        if !cut.is_empty() {
+            let mut pads = vec![PaddingDim::default(); rank];
+            for (d, _, _, low, high) in &cut {
+                pads[*d] = PaddingDim {
+                    low: *low,
+                    high: *high,
+                    interior: 0,
+                };
+            }
+            let padded = built(b.pad(out, init, &pads))?;
+            let index = t.tile_indices();
+            let mut starts = Vec::with_capacity(rank);
+            let mut sizes: Vec<i64> = b.module().instr(padded).shape.dims().to_vec();
+            for d in 0..rank {
+                match cut.iter().find(|c| c.0 == d) {
+                    Some((_, lo, shard, low, _)) => {
+                        let offs: Vec<i64> = index
+                            .iter()
+                            .map(|ix| ix[d] * shard - lo[ix[d] as usize] + low)
+                            .collect();
+                        starts.push(self.table(b, &offs)?);
+                        sizes[d] = *shard;
+                    }
+                    None => starts.push(self.table(b, &[0])?),
+                }
+            }
+            out = built(b.dynamic_slice(padded, &starts, &sizes))?;
+        }
         self.set(id, out, own);
         Ok(())
     }

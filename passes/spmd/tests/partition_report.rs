@@ -88,3 +88,88 @@ ENTRY %main () -> u32[] {
     let e = run("HloModule m, num_partitions=0\nENTRY %main () -> f32[] {\n  ROOT %c = f32[] constant(1)\n}").unwrap_err();
     assert!(e.contains("num_partitions"), "{e}");
 }
+
+#[test]
+fn unsupported_partitioned_forms_are_errors_that_name_the_instruction() {
+    // A partially manual entry parameter (XLA SubgroupManualReduce's input): such a value
+    // only exists inside a region entered through SPMDFullToShardShape.
+    let e = run(r#"HloModule m, num_partitions=4
+ENTRY %main (p: f32[2,2]) -> f32[2,2] {
+  %p = f32[2,2] parameter(0), sharding={devices=[2,1,2]0,2,1,3 last_tile_dims={manual}}
+  ROOT %c = f32[2,2] copy(%p), sharding={devices=[2,1,2]0,2,1,3 last_tile_dims={manual}}
+}"#)
+    .unwrap_err();
+    assert!(e.contains("%p") && e.contains("partially manual"), "{e}");
+    // XLA SubgroupIllegalManualAllReduce: inside a partially manual region an all-reduce over
+    // devices of one manual subgroup ({0,2} hold different pieces of group 0's value).
+    let e = run(r#"HloModule m, num_partitions=4
+%sum (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %add = f32[] add(%a, %b)
+}
+ENTRY %main (p: f32[4,2]) -> f32[4,2] {
+  %p = f32[4,2] parameter(0), sharding={devices=[2,2]<=[4]}
+  %m = f32[4,1] custom-call(%p), custom_call_target="SPMDFullToShardShape", sharding={devices=[2,1,2]<=[4] last_tile_dims={manual}}
+  %ar = f32[4,1] all-reduce(%m), channel_id=1, replica_groups={{0,2},{1,3}}, use_global_device_ids=true, to_apply=%sum, sharding={devices=[2,1,2]<=[4] last_tile_dims={manual}}
+  ROOT %f = f32[4,2] custom-call(%ar), custom_call_target="SPMDShardToFullShape", sharding={devices=[2,2]<=[4]}
+}"#)
+    .unwrap_err();
+    assert!(e.contains("%ar") && e.contains("same piece"), "{e}");
+    // An infeed whose pieces differ in size (XLA UnevenTiledInfeed): each device would need
+    // its own infeed shape.
+    let e = run(r#"HloModule m, num_partitions=2
+ENTRY %main () -> f32[9,2] {
+  %t = token[] after-all()
+  %in = (f32[9,2], token[]) infeed(%t), sharding={{devices=[2,1]<=[2]}, {maximal device=0}}
+  ROOT %d = f32[9,2] get-tuple-element(%in), index=0, sharding={devices=[2,1]<=[2]}
+}"#)
+    .unwrap_err();
+    assert!(e.contains("%in") && e.contains("evenly"), "{e}");
+    // An outfeed from one device (XLA OutfeedSingleDevice): not built here.
+    let e = run(r#"HloModule m, num_partitions=2
+ENTRY %main (p: f32[8]) -> token[] {
+  %t = token[] after-all()
+  %p = f32[8] parameter(0), sharding={maximal device=0}
+  ROOT %o = token[] outfeed(%p, %t), sharding={maximal device=0}
+}"#)
+    .unwrap_err();
+    assert!(e.contains("%o") && e.contains("maximal"), "{e}");
+}
+
+#[test]
+fn replicas_and_signature_options_are_read() {
+    let pairs = |k: &str, v: &str| vec![(k.to_string(), v.to_string())];
+    let o = SpmdOptions::from_pairs("spmd-partitioning", &pairs("num_replicas", "2")).unwrap();
+    assert_eq!(o.num_replicas, 2);
+    assert!(SpmdOptions::default().allow_module_signature_change);
+    let text = r#"HloModule m, num_partitions=2
+ENTRY %main (p: f32[8,2]) -> f32[8,2] {
+  %p = f32[8,2] parameter(0), sharding={devices=[2,1]<=[2]}
+  ROOT %n = f32[8,2] negate(%p), sharding={devices=[2,1]<=[2]}
+}"#;
+    // Signature kept: whole parameter and result, replicated at the boundary.
+    let mut m = parse_module(text).unwrap();
+    let mut p = SpmdPartitioning::default();
+    p.options.allow_module_signature_change = false;
+    p.options.num_replicas = 2;
+    p.run(&mut m).unwrap();
+    let e = m.entry().unwrap();
+    let ps = m.program_shape(e);
+    assert_eq!(ps.parameters[0].dims(), &[8, 2]);
+    assert_eq!(ps.result.dims(), &[8, 2]);
+    assert_eq!(m.config.replica_count, 2);
+    // Every emitted group is repeated per replica: the all-gather of the result spans
+    // devices {0,1} and {2,3}.
+    let printed = tessera_hlo::text::print_module(&m, &Default::default());
+    assert!(
+        printed.contains("replica_groups={{0,1},{2,3}}"),
+        "{printed}"
+    );
+    // Signature changed (the default): the pieces.
+    let mut m = parse_module(text).unwrap();
+    SpmdPartitioning::default().run(&mut m).unwrap();
+    let ps = m.program_shape(m.entry().unwrap());
+    assert_eq!(ps.parameters[0].dims(), &[4, 2]);
+    assert_eq!(ps.result.dims(), &[4, 2]);
+}

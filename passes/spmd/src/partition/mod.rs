@@ -38,9 +38,12 @@ pub struct SpmdOptions {
     /// strategies here and do not read it yet).
     pub threshold_for_windowed_einsum_mib: i64,
     /// May the entry's parameter and result shapes change (XLA's
-    /// `allow_module_signature_change`)? This partitioner always keeps the signature: every
-    /// entry parameter takes the local shape of its sharding and the root is resharded to its
-    /// own sharding, so the option is accepted and has no effect.
+    /// `allow_module_signature_change`)? When true (the default here, and what every XLA
+    /// pipeline that partitions whole programs sets: the CPU and GPU compilers' partitioner,
+    /// TPU, XLA's own tests), each entry parameter takes the local shape of its sharding and
+    /// the root returns the piece of its sharding. When false, the signature is kept: every
+    /// device takes each parameter whole, slices out what it needs, and returns the whole
+    /// (replicated) result.
     pub allow_module_signature_change: bool,
     /// Print the explanation (`SpmdReport::explain`): memory before and after, every
     /// collective with the instruction and resharding that made it and its bytes.
@@ -55,7 +58,7 @@ impl Default for SpmdOptions {
             conv_halo_exchange_always_on_lhs: true,
             report_instruction_count: 5,
             threshold_for_windowed_einsum_mib: 256,
-            allow_module_signature_change: false,
+            allow_module_signature_change: true,
             explain: false,
         }
     }
@@ -90,8 +93,8 @@ impl PassOptions for SpmdOptions {
         },
         OptionDoc {
             key: "allow_module_signature_change",
-            default: "false",
-            doc: "XLA's option; the signature is always kept here",
+            default: "true",
+            doc: "entry parameters and result take per-device shapes (false: each device takes and returns whole arrays)",
         },
         OptionDoc {
             key: "explain",
@@ -132,6 +135,13 @@ impl PassOptions for SpmdOptions {
 /// library user may replace it (e.g. to emit a backend's own collectives). Groups hold
 /// partition ids; every method appends to the builder's current computation.
 pub trait CollectiveOps {
+    /// Told once, before anything is built: the module runs `num_replicas` copies of the
+    /// `num_partitions`-device program (XLA's flattened device id of partition `p` in replica
+    /// `r` is `r * num_partitions + p`). Groups passed to the other methods hold partition
+    /// ids and mean "within each replica".
+    fn set_device_counts(&mut self, num_partitions: i64, num_replicas: i64) {
+        let _ = (num_partitions, num_replicas);
+    }
     fn partition_id(&mut self, b: &mut Builder) -> Result<InstrId>;
     /// All-reduce within each group with the scalar reduction computation `reducer`.
     fn all_reduce(
@@ -168,15 +178,42 @@ pub trait CollectiveOps {
 }
 
 /// The default collectives: the builder's helpers, channel ids from the builder's one counter
-/// (the module's next free id, then one more each), global device ids.
+/// (the module's next free id, then one more each), global device ids: with several replicas
+/// each group of partition ids is repeated for every replica (XLA does the same for
+/// num_replicas > 1); all-to-all and collective-permute name partition ids (cross-partition
+/// mode), which already means "within each replica".
 #[derive(Clone, Copy, Debug, Default)]
-pub struct DefaultCollectives;
+pub struct DefaultCollectives {
+    num_partitions: i64,
+    num_replicas: i64,
+}
+
+impl DefaultCollectives {
+    /// `groups` of partition ids as groups of flattened device ids, one copy per replica.
+    fn global(&self, groups: &[Vec<i64>]) -> Vec<Vec<i64>> {
+        if self.num_replicas <= 1 {
+            return groups.to_vec();
+        }
+        (0..self.num_replicas)
+            .flat_map(|r| {
+                groups
+                    .iter()
+                    .map(move |g| g.iter().map(|&d| r * self.num_partitions + d).collect())
+            })
+            .collect()
+    }
+}
 
 fn built<T>(r: std::result::Result<T, tessera_hlo::BuildError>) -> Result<T> {
     r.map_err(|e| PassError::Failed(e.to_string()))
 }
 
 impl CollectiveOps for DefaultCollectives {
+    fn set_device_counts(&mut self, num_partitions: i64, num_replicas: i64) {
+        self.num_partitions = num_partitions;
+        self.num_replicas = num_replicas;
+    }
+
     fn partition_id(&mut self, b: &mut Builder) -> Result<InstrId> {
         built(b.partition_id())
     }
@@ -191,7 +228,7 @@ impl CollectiveOps for DefaultCollectives {
         let a = tessera_hlo::Attrs {
             channel_id: Some(b.next_channel_id()),
             replica_groups: Some(Box::new(tessera_hlo::attrs::ReplicaGroups::explicit(
-                groups.to_vec(),
+                self.global(groups),
             ))),
             use_global_device_ids: true,
             ..Default::default()
@@ -209,7 +246,7 @@ impl CollectiveOps for DefaultCollectives {
         built(b.all_gather(
             x,
             dimension,
-            tessera_hlo::attrs::ReplicaGroups::explicit(groups.to_vec()),
+            tessera_hlo::attrs::ReplicaGroups::explicit(self.global(groups)),
         ))
     }
 
@@ -348,7 +385,7 @@ impl Pass for SpmdPartitioning {
     }
 
     fn run(&mut self, module: &mut Module) -> Result<bool> {
-        let mut default = DefaultCollectives;
+        let mut default = DefaultCollectives::default();
         let creator: &mut dyn CollectiveOps = match self.collectives.as_mut() {
             Some(c) => c.as_mut(),
             None => &mut default,

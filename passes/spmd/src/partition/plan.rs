@@ -14,7 +14,7 @@
 //!    one collective), then a local slice or a permute if still needed;
 //! 6. the last resort: gather everything, then slice. Each use is counted in the report.
 
-use super::spec::{ceil_div, Spec, Tiling};
+use super::spec::{ceil_div, unravel, Spec, Tiling};
 
 /// One step of a plan. `to` is the tiling after the step.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -36,12 +36,16 @@ pub enum Step {
         tiles: Vec<i64>,
         groups: Vec<Vec<i64>>,
     },
-    /// One all-to-all: dimension `split` is cut into `groups[0].len()` parts and dimension
-    /// `concat` gathered.
+    /// One all-to-all over `groups`, for several dimensions at once: each `(d, g)` in `split`
+    /// cuts dimension `d`'s piece into `g` more pieces, each `(d, f)` in `concat` gathers `f`
+    /// neighbouring pieces of dimension `d` (the minor part of its split moves). The products
+    /// of the `g`s and of the `f`s are the group size; a member's place in its group is its
+    /// row-major index over the `concat` minor parts, and the sub-piece it keeps is the one at
+    /// that same index over the `split` parts.
     AllToAll {
         to: Tiling,
-        split: usize,
-        concat: usize,
+        split: Vec<(usize, i64)>,
+        concat: Vec<(usize, i64)>,
         groups: Vec<Vec<i64>>,
     },
     /// One collective-permute with `(source, target)` pairs (identity pairs included, so
@@ -183,11 +187,17 @@ fn plan_tiled(src: &Tiling, dst: &Tiling, dims: &[i64]) -> Plan {
     }
     let fallback = replicate_then_slice(src, dst, dims);
     // A permute or all-to-all of padded pieces can move more than gathering the real data.
-    if let Some(s) = permute_step(src, dst).or_else(|| all_to_all_step(src, dst)) {
+    if let Some(s) = permute_step(src, dst).or_else(|| all_to_all_step(src, dst, dims)) {
         if s.bytes(dims, 1) <= fallback.bytes(dims, 1) {
             return one(s);
         }
     }
+    // An all-to-all into another device order, then a permute: kept if the gathers below
+    // do no better.
+    // (Compared at 840 bytes per element, which every group size up to 8 divides, so that
+    // the formulas' rounding does not decide.)
+    let a2a = all_to_all_then_permute(src, dst, dims)
+        .filter(|p| p.bytes(dims, 840) <= fallback.bytes(dims, 840));
     // Gather the dimensions whose split differs, then finish locally; taken only when it
     // moves fewer bytes than the last resort (a permute after a partial gather can cost more).
     let differ: Vec<usize> = (0..dims.len())
@@ -224,12 +234,16 @@ fn plan_tiled(src: &Tiling, dst: &Tiling, dims: &[i64]) -> Plan {
                 last_resort: mid.is_replicated() && !dst.is_replicated(),
             };
             // Bytes per element do not change the comparison.
-            if p.bytes(dims, 1) <= fallback.bytes(dims, 1) {
+            if p.bytes(dims, 1) <= fallback.bytes(dims, 1)
+                && a2a
+                    .as_ref()
+                    .is_none_or(|a| p.bytes(dims, 840) < a.bytes(dims, 840))
+            {
                 return p;
             }
         }
     }
-    fallback
+    a2a.unwrap_or(fallback)
 }
 
 /// Everything gathered, then sliced.
@@ -382,41 +396,114 @@ fn permute_step(src: &Tiling, dst: &Tiling) -> Option<Step> {
     })
 }
 
-/// One dimension's split moves to another dimension.
-fn all_to_all_step(src: &Tiling, dst: &Tiling) -> Option<Step> {
-    if src.repl != dst.repl {
+/// Splits move between dimensions in one all-to-all: every dimension either keeps its split,
+/// gives up a minor factor of it (`src = dst * f`), or gains one (`dst = src * g`), the `f`s
+/// and `g`s multiplying to the same group size. One dimension's split moving to an unsplit one
+/// is the simplest case; `[1,4,1,2] -> [1,8,1,1]` (the 2-way split of the last dimension moves
+/// under the first's) or `[2,2,1] -> [1,1,4]` (two dimensions into one) are others. Taken only
+/// where the pieces line up (no halo), and where the devices end up in `dst`'s order: the
+/// caller may follow with a permute for another order (`all_to_all_then_permute`).
+fn all_to_all_step(src: &Tiling, dst: &Tiling, dims: &[i64]) -> Option<Step> {
+    let (step, to) = all_to_all_parts(src, dst, dims)?;
+    (to == *dst).then_some(step)
+}
+
+/// The all-to-all that gives `src` the tile counts of `dst`, and the tiling it leaves (its
+/// device order follows from `src`'s).
+fn all_to_all_parts(src: &Tiling, dst: &Tiling, dims: &[i64]) -> Option<(Step, Tiling)> {
+    if src.repl != dst.repl || src.rank() != dst.rank() {
         return None;
     }
     let r = src.rank();
-    let diff: Vec<usize> = (0..r).filter(|&d| src.tiles[d] != dst.tiles[d]).collect();
-    let [a, b] = diff[..] else { return None };
-    let (concat, split) = if src.tiles[a] > 1 && src.tiles[b] == 1 {
-        (a, b)
-    } else {
-        (b, a)
-    };
-    let k = src.tiles[concat];
-    if k <= 1 || src.tiles[split] != 1 || dst.tiles[concat] != 1 || dst.tiles[split] != k {
-        return None;
-    }
-    let groups = src.groups(&[concat], false);
-    let src_idx = src.tile_indices();
-    let dst_idx = dst.tile_indices();
-    for g in &groups {
-        for (p, &d) in g.iter().enumerate() {
-            let mut want = src_idx[d as usize].clone();
-            want[concat] = 0;
-            want[split] = p as i64;
-            if dst_idx[d as usize] != want {
+    let mut split = Vec::new();
+    let mut concat = Vec::new();
+    for (d, &n) in dims.iter().enumerate() {
+        let (s, t) = (src.tiles[d], dst.tiles[d]);
+        if s == t {
+            continue;
+        }
+        let (cs, ct) = (ceil_div(n, s), ceil_div(n, t));
+        if t > s && t % s == 0 {
+            let g = t / s;
+            // The cut pieces must be the target's pieces: from an unsplit dimension any cut
+            // lines up (padding only at the end); otherwise the piece must be g whole ones.
+            if s > 1 && cs != g * ct {
                 return None;
             }
+            split.push((d, g));
+        } else if s > t && s % t == 0 {
+            let f = s / t;
+            if ct != f * cs && t > 1 {
+                return None;
+            }
+            concat.push((d, f));
+        } else {
+            return None;
         }
     }
-    Some(Step::AllToAll {
-        to: dst.clone(),
-        split,
-        concat,
-        groups,
+    let g: i64 = split.iter().map(|&(_, g)| g).product();
+    let f: i64 = concat.iter().map(|&(_, f)| f).product();
+    if split.is_empty() || concat.is_empty() || g != f {
+        return None;
+    }
+    // The source tile dimensions with each concat dimension viewed as [major, minor].
+    let mut tiles = Vec::with_capacity(r + concat.len());
+    let mut inner = Vec::new();
+    for d in 0..r {
+        match concat.iter().find(|&&(c, _)| c == d) {
+            Some(&(_, f)) => {
+                tiles.push(src.tiles[d] / f);
+                inner.push(tiles.len());
+                tiles.push(f);
+            }
+            None => tiles.push(src.tiles[d]),
+        }
+    }
+    let expanded = Tiling {
+        tiles,
+        repl: src.repl,
+        devices: src.devices.clone(),
+    };
+    let groups = expanded.groups(&inner, false);
+    // Where every device ends up: the member at place p keeps sub-piece p of the split dims.
+    let src_idx = src.tile_indices();
+    let g_dims: Vec<i64> = split.iter().map(|&(_, g)| g).collect();
+    let mut new_idx = vec![Vec::new(); src.devices.len()];
+    for grp in &groups {
+        for (p, &dev) in grp.iter().enumerate() {
+            let q = unravel(p as i64, &g_dims);
+            let mut idx = src_idx[dev as usize].clone();
+            for (j, &(d, g)) in split.iter().enumerate() {
+                idx[d] = idx[d] * g + q[j];
+            }
+            for &(d, f) in &concat {
+                idx[d] /= f;
+            }
+            new_idx[dev as usize] = idx;
+        }
+    }
+    let to = Tiling::from_tile_indices(dst.tiles.clone(), src.repl, &new_idx);
+    Some((
+        Step::AllToAll {
+            to: to.clone(),
+            split,
+            concat,
+            groups,
+        },
+        to,
+    ))
+}
+
+/// An all-to-all to `dst`'s tile counts, then a collective-permute into `dst`'s device order.
+fn all_to_all_then_permute(src: &Tiling, dst: &Tiling, dims: &[i64]) -> Option<Plan> {
+    let (a2a, mid) = all_to_all_parts(src, dst, dims)?;
+    let mut steps = vec![a2a];
+    if mid != *dst {
+        steps.push(permute_step(&mid, dst)?);
+    }
+    Some(Plan {
+        steps,
+        last_resort: false,
     })
 }
 
@@ -540,21 +627,28 @@ pub(crate) mod tests {
                 groups,
             } => {
                 let mut out = vec![None; n];
+                let new_dims = to.shard_dims(dims);
+                let f_dims: Vec<i64> = concat.iter().map(|&(_, f)| f).collect();
+                let g_dims: Vec<i64> = split.iter().map(|&(_, g)| g).collect();
                 for g in groups {
-                    let k = g.len() as i64;
-                    let s_concat = locals[g[0] as usize].dims[*concat];
-                    let new_dims = to.shard_dims(dims);
-                    let c = new_dims[*split];
+                    let held = locals[g[0] as usize].dims.clone();
                     for (p, &d) in g.iter().enumerate() {
+                        let q = unravel(p as i64, &g_dims);
                         out[d as usize] = Some(Local::build(new_dims.clone(), |idx| {
-                            let m = idx[*concat] / s_concat;
-                            if m >= k {
+                            // The sender: its place over the concat minor parts.
+                            let m: Vec<i64> =
+                                concat.iter().map(|&(c, _)| idx[c] / held[c]).collect();
+                            if m.iter().zip(&f_dims).any(|(&m, &f)| m >= f) {
                                 return None;
                             }
                             let mut src = idx.to_vec();
-                            src[*concat] = idx[*concat] % s_concat;
-                            src[*split] = p as i64 * c + idx[*split];
-                            locals[g[m as usize] as usize].at(&src)
+                            for &(c, _) in concat.iter() {
+                                src[c] = idx[c] % held[c];
+                            }
+                            for (j, &(sd, _)) in split.iter().enumerate() {
+                                src[sd] = q[j] * new_dims[sd] + idx[sd];
+                            }
+                            locals[g[ravel(&m, &f_dims) as usize] as usize].at(&src)
                         }));
                     }
                 }

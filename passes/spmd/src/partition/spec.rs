@@ -63,6 +63,19 @@ impl Tiling {
         }
     }
 
+    /// The tiling in which device `d` holds the tile `idx[d]` (one entry per device id; each
+    /// tile held by `repl` devices).
+    pub fn from_tile_indices(tiles: Vec<i64>, repl: i64, idx: &[Vec<i64>]) -> Tiling {
+        let mut devices = vec![-1; idx.len()];
+        let mut seen = vec![0i64; tiles.iter().product::<i64>() as usize];
+        for (d, i) in idx.iter().enumerate() {
+            let t = ravel(i, &tiles) as usize;
+            devices[t * repl as usize + seen[t] as usize] = d as i64;
+            seen[t] += 1;
+        }
+        Tiling::new(tiles, repl, devices)
+    }
+
     pub fn rank(&self) -> usize {
         self.tiles.len()
     }
@@ -286,6 +299,13 @@ impl Spec {
                     ));
                 }
                 let types = t.subgroup_types();
+                if types.contains(&SubgroupType::Manual) {
+                    return Err(
+                        "a partially manual sharding (last_tile_dims={manual}) is read \
+                         only inside a region entered through SPMDFullToShardShape"
+                            .to_string(),
+                    );
+                }
                 if types.iter().any(|&ty| ty != SubgroupType::Replicated) {
                     return Err(format!(
                         "subgroup types {types:?}: only replicated subgroups are read here"

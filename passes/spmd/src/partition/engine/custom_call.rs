@@ -35,6 +35,24 @@ impl Engine<'_> {
                 self.set(id, x, manual);
                 Ok(())
             }
+            "SPMDShardToFullShape" if self.holds_group_value(b, i.operands()[0]) => {
+                // Leaving a partially manual region: each device's piece of its group's value
+                // is its piece of the full value.
+                let x = self.value(b.module(), i.operands()[0])?.local;
+                let want = local_shape(&i.shape, &own);
+                let have = b.module().instr(x).shape.clone();
+                if !have.same_dimensions(&want) {
+                    return Err(fail(format!(
+                        "%{}: the manual subgroup's piece {} is not the piece {} of the result's \
+                         sharding",
+                        i.name,
+                        tessera_hlo::text::shape_to_string(&have),
+                        tessera_hlo::text::shape_to_string(&want)
+                    )));
+                }
+                self.set(id, x, own);
+                Ok(())
+            }
             "SPMDShardToFullShape" => {
                 let x = self.operand(
                     b,
@@ -57,5 +75,47 @@ impl Engine<'_> {
             }
             _ => self.default(b, id, own),
         }
+    }
+
+    /// Does `op`'s value live in a partially manual region (a tiling over fewer devices than
+    /// the module has)?
+    fn holds_group_value(&self, b: &Builder, op: InstrId) -> bool {
+        fn small(t: &Tree, n: i64) -> bool {
+            match t {
+                Tree::Leaf(Spec::Tiled(t)) => t.num_devices() != n,
+                Tree::Leaf(_) => false,
+                Tree::Tuple(e) => e.iter().any(|x| small(x, n)),
+            }
+        }
+        self.values.get(&op).is_some_and(|v| small(&v.tree, self.n))
+            || b.module().try_instr(op).is_none()
+    }
+
+    /// `SPMDFullToShardShape` into a partially manual region: the operand, resharded to its
+    /// own sharding, already holds on each device that device's piece of its manual group's
+    /// value (the shapes must agree).
+    pub(super) fn enter_partial_manual(
+        &mut self,
+        b: &mut Builder,
+        id: InstrId,
+        own: Tree,
+    ) -> Result<()> {
+        let n = self.n;
+        let i = b.module().instr(id).clone();
+        let op = i.operands()[0];
+        let op_tree = tree_of(b.module(), op, n)?;
+        let x = self.operand(b, id, 0, &op_tree)?;
+        let have = b.module().instr(x).shape.clone();
+        let want = local_shape(&i.shape, &own);
+        if !have.same_dimensions(&want) {
+            return Err(fail(format!(
+                "%{}: the operand's piece {} is not the piece {} of the partially manual result",
+                i.name,
+                tessera_hlo::text::shape_to_string(&have),
+                tessera_hlo::text::shape_to_string(&want)
+            )));
+        }
+        self.set(id, x, own);
+        Ok(())
     }
 }

@@ -106,7 +106,8 @@ impl Engine<'_> {
             let groups = s.groups(&split, false);
             let out_ty = i.shape.element_type();
             let reducer = built(b.reducer(out_ty, Opcode::Add))?;
-            let sum = self.creator.all_reduce(b, d, reducer, &groups)?;
+            let real = self.real_groups(&groups);
+            let sum = self.creator.all_reduce(b, d, reducer, &real)?;
             let g = groups[0].len() as i64;
             let out_bytes = b
                 .module()

@@ -29,6 +29,8 @@ use super::{CollectiveNote, CollectiveOps, SpmdOptions, SpmdReport};
 mod control;
 mod custom_call;
 mod dot;
+mod feeds;
+mod partial_manual;
 mod reduce;
 mod shape_ops;
 mod window;
@@ -181,6 +183,9 @@ struct Engine<'c> {
     /// Copies of original instructions and the names they take back.
     renames: Vec<(InstrId, String)>,
     report: SpmdReport,
+    /// Inside a partially manual region: the real devices of each manual group, by local
+    /// device id (`n` is then the group size); see `partial_manual`.
+    view: Option<partial_manual::Groups>,
 }
 
 /// Partitions `module` for `options`' device counts; the collectives come from `creator`.
@@ -204,29 +209,42 @@ pub fn partition(
             "spmd-partitioning: num_partitions must be at least 1, found {n}"
         )));
     }
-    if replicas > 1 {
-        return Err(fail(format!(
-            "spmd-partitioning: {replicas} replicas: only num_replicas = 1 is supported yet"
-        )));
-    }
+    let replicas = replicas.max(1);
+    creator.set_device_counts(n, replicas);
     let entry = module
         .entry()
         .ok_or_else(|| fail("spmd-partitioning: the module has no entry computation"))?;
     module.config.num_partitions = n;
+    module.config.replica_count = replicas;
     module.schedule = None;
+    // With the signature kept, every device takes the whole of each entry parameter and
+    // returns the whole result: the entry's boundary is replicated, whatever its shardings
+    // say (they are still read, so a bad one is still an error).
+    let keep_signature = !options.allow_module_signature_change;
     let comp = module.comp(entry);
     let mut param_trees = Vec::new();
     for p in 0..comp.num_parameters() {
         let id = comp
             .parameter(p)
             .ok_or_else(|| fail(format!("entry parameter {p} is missing")))?;
-        param_trees.push(tree_of(module, id, n)?);
+        let own = tree_of(module, id, n)?;
+        param_trees.push(if keep_signature {
+            replicated_tree(&module.instr(id).shape, n)
+        } else {
+            own
+        });
     }
     let root = comp
         .root()
         .ok_or_else(|| fail("spmd-partitioning: the entry computation has no root"))?;
-    let root_tree = tree_of(module, root, n)?;
-    let root_sharding = module.instr(root).sharding.clone();
+    let own_root = tree_of(module, root, n)?;
+    let (root_tree, root_sharding) = if keep_signature {
+        let t = replicated_tree(&module.instr(root).shape, n);
+        let s = tree_to_sharding(&t);
+        (t, Some(s))
+    } else {
+        (own_root, module.instr(root).sharding.clone())
+    };
     let k = options.report_instruction_count as usize;
     let largest_before = largest(module, entry, k);
     let mut engine = Engine {
@@ -239,6 +257,7 @@ pub fn partition(
         done: HashSet::new(),
         globals: HashMap::new(),
         renames: Vec::new(),
+        view: None,
         report: SpmdReport {
             num_partitions: n,
             ..Default::default()
@@ -247,6 +266,13 @@ pub fn partition(
     {
         let mut b = Builder::new(module, entry);
         engine.computation(&mut b, entry, &param_trees, &root_tree)?;
+    }
+    if keep_signature {
+        // Every device now takes each parameter whole.
+        let params: Vec<InstrId> = module.comp(entry).parameters().collect();
+        for p in params {
+            module.instr_mut(p).sharding = Some(Sharding::replicated());
+        }
     }
     let new_root = module.comp(entry).root().expect("set above");
     if module.instr(new_root).opcode != Opcode::Parameter {
@@ -410,8 +436,42 @@ impl Engine<'_> {
     fn instruction(&mut self, b: &mut Builder, id: InstrId, params: &[Tree]) -> Result<()> {
         let n = self.n;
         let i = b.module().instr(id);
-        let opcode = i.opcode;
+        if i.opcode != Opcode::Parameter {
+            if let Some((own, groups)) = partial_manual::tree(b.module(), id, n)? {
+                if is_manual_boundary(i) {
+                    return self.enter_partial_manual(b, id, own);
+                }
+                return self.in_view(b, id, own, groups, params);
+            }
+        }
         let own = tree_of(b.module(), id, n)?;
+        self.dispatch(b, id, own, params)
+    }
+
+    /// Partitions `id` whose sharding reads as `own` on `self.n` devices.
+    fn dispatch(&mut self, b: &mut Builder, id: InstrId, own: Tree, params: &[Tree]) -> Result<()> {
+        let i = b.module().instr(id);
+        let opcode = i.opcode;
+        if self.view.is_some() && opcode == Opcode::AllReduce && i.attrs.channel_id.is_some() {
+            return self.manual_collective_in_view(b, id, own);
+        }
+        if self.view.is_some()
+            && matches!(
+                opcode,
+                Opcode::AllGather
+                    | Opcode::AllToAll
+                    | Opcode::CollectivePermute
+                    | Opcode::ReduceScatter
+                    | Opcode::PartitionId
+            )
+        {
+            return Err(fail(format!(
+                "%{}: {} inside a partially manual region is not supported yet (an all-reduce \
+                 across the manual subgroups is)",
+                i.name,
+                opcode.name()
+            )));
+        }
         if opcode == Opcode::Parameter {
             let k = i.attrs.parameter_number as usize;
             let tree = params.get(k).cloned().unwrap_or_else(|| own.clone());
@@ -447,6 +507,9 @@ impl Engine<'_> {
             Opcode::DynamicSlice => self.dynamic_slice(b, id, own),
             Opcode::DynamicUpdateSlice => self.dynamic_update_slice(b, id, own),
             Opcode::SelectAndScatter => self.select_and_scatter(b, id, own),
+            Opcode::Infeed => self.infeed(b, id, own),
+            Opcode::Outfeed => self.outfeed(b, id, own),
+            Opcode::AllReduce => self.cross_replica_all_reduce(b, id, own),
             Opcode::PartitionId => Err(fail(format!(
                 "%{}: partition-id outside a manual region has no single meaning once \
                  partitioned (XLA refuses it too); use it inside a manual region",
@@ -520,6 +583,16 @@ impl Engine<'_> {
         dims: &[i64],
         ty: ElementType,
     ) -> Result<InstrId> {
+        // Inside a partially manual region, a value replicated on all devices is replicated
+        // within each manual group too.
+        let widened;
+        let src = match src {
+            Spec::Tiled(t) if t.is_replicated() && t.num_devices() != self.n => {
+                widened = Spec::replicated(dims.len(), self.n);
+                &widened
+            }
+            _ => src,
+        };
         // A replicated value is every device's own value of a manual region (and back, for a
         // value every device computed alike).
         if let (Spec::Tiled(t), Spec::Manual) = (src, dst) {
@@ -572,6 +645,7 @@ impl Engine<'_> {
 
     /// A scalar s32 that is `values[partition id]` on each device.
     fn table(&mut self, b: &mut Builder, values: &[i64]) -> Result<InstrId> {
+        let values = &self.real_table(values)[..];
         let uniform = values.iter().all(|&v| v == values[0]);
         let key = (
             b.computation(),
@@ -658,14 +732,16 @@ impl Engine<'_> {
             } => {
                 let local: Vec<i64> = b.module().instr(x).shape.dims().to_vec();
                 let gathered = if along.len() == 1 {
-                    self.creator.all_gather(b, x, along[0] as i64, groups)?
+                    let groups = self.real_groups(groups);
+                    self.creator.all_gather(b, x, along[0] as i64, &groups)?
                 } else {
                     // One collective for several dimensions: gather along a new leading
                     // dimension, then move each gathered tile axis next to its dimension.
                     let mut lead = vec![1];
                     lead.extend_from_slice(&local);
                     let r = built(b.reshape(x, &lead))?;
-                    let g = self.creator.all_gather(b, r, 0, groups)?;
+                    let groups = self.real_groups(groups);
+                    let g = self.creator.all_gather(b, r, 0, &groups)?;
                     let mut split: Vec<i64> = tiles.clone();
                     split.extend_from_slice(&local);
                     let g = built(b.reshape(g, &split))?;
@@ -691,57 +767,15 @@ impl Engine<'_> {
                 concat,
                 groups,
                 ..
-            } => {
-                let (split, concat) = (*split, *concat);
-                let k = groups[0].len() as i64;
-                let mut local: Vec<i64> = b.module().instr(x).shape.dims().to_vec();
-                let c = super::spec::ceil_div(local[split], k);
-                let mut x = x;
-                if c * k != local[split] {
-                    let zero = built(b.scalar(ty, 0.0))?;
-                    let mut pads = vec![PaddingDim::default(); rank];
-                    pads[split].high = c * k - local[split];
-                    x = built(b.pad(x, zero, &pads))?;
-                    local[split] = c * k;
-                }
-                // [.., k*c (split), ..] -> [.., k, c, ..] -> k to the front.
-                let mut expanded = Vec::with_capacity(rank + 1);
-                for (d, &l) in local.iter().enumerate() {
-                    if d == split {
-                        expanded.push(k);
-                        expanded.push(c);
-                    } else {
-                        expanded.push(l);
-                    }
-                }
-                let r = built(b.reshape(x, &expanded))?;
-                let mut to_front = vec![split as i64];
-                to_front.extend((0..=rank as i64).filter(|&d| d != split as i64));
-                let t = built(b.transpose(r, &to_front))?;
-                let a = self.creator.all_to_all(b, t, 0, groups)?;
-                // Axis 0 now says which member sent the piece: put it before `concat`.
-                // The dimensions after the front axis.
-                let rest: Vec<i64> = local
-                    .iter()
-                    .enumerate()
-                    .map(|(d, &l)| if d == split { c } else { l })
-                    .collect();
-                let mut perm = Vec::with_capacity(rank + 1);
-                let mut merged = Vec::with_capacity(rank);
-                for (d, &l) in rest.iter().enumerate() {
-                    if d == concat {
-                        perm.push(0);
-                        merged.push(k * l);
-                    } else {
-                        merged.push(l);
-                    }
-                    perm.push(d as i64 + 1);
-                }
-                let t = built(b.transpose(a, &perm))?;
-                let m = built(b.reshape(t, &merged))?;
-                self.trim(b, m, dims, &[concat])
+            } => self.emit_all_to_all(b, x, split, concat, groups, dims, ty),
+            Step::Permute { pairs, .. } => {
+                let pairs = self.real_pairs(pairs);
+                self.creator.collective_permute(b, x, &pairs)
             }
-            Step::Permute { pairs, .. } => self.creator.collective_permute(b, x, pairs),
+            Step::FromMaximal { .. } if self.view.is_some() => Err(fail(format!(
+                "%{}: a value on one device inside a partially manual region",
+                self.origin_name(b)
+            ))),
             Step::FromMaximal { device, n, .. } => {
                 let pid = self.partition_id(b)?;
                 let d = built(b.scalar(ElementType::U32, *device as f64))?;
@@ -849,9 +883,25 @@ impl Engine<'_> {
         Ok(())
     }
 
-    /// Inside a manual region: every device runs the instruction on its own values.
+    /// Inside a manual region: every device runs the instruction on its own values. The
+    /// bodies of manual control flow are per-device programs too: they are walked with
+    /// manual parameters and root (so their shardings are consumed like everyone else's).
     fn manual(&mut self, b: &mut Builder, id: InstrId, own: Tree) -> Result<()> {
         let i = b.module().instr(id).clone();
+        if matches!(i.opcode, Opcode::While | Opcode::Conditional | Opcode::Call) {
+            for &c in &i.called {
+                let comp = b.module().comp(c);
+                let params: Vec<Tree> = comp
+                    .parameters()
+                    .map(|p| manual_tree(&b.module().instr(p).shape))
+                    .collect();
+                let root = comp.root().map_or(Tree::Tuple(Vec::new()), |r| {
+                    manual_tree(&b.module().instr(r).shape)
+                });
+                self.computation(b, c, &params, &root)?;
+            }
+            b.set_origin(Some(id));
+        }
         let mut ops = Vec::with_capacity(i.operands().len());
         for k in 0..i.operands().len() {
             let shape = self.global(b.module(), i.operands()[k]);

@@ -3,21 +3,28 @@
 use super::*;
 
 impl Engine<'_> {
-    /// Local reduce of the piece (padding set to the init value), then an all-reduce over the
-    /// devices that split a reduced dimension.
+    /// Every input is brought to the first input's tiling and reduced locally (padding set to
+    /// each input's init value); over split reduced dimensions the partial results are then
+    /// combined among the devices that split them: one array by an all-reduce with the
+    /// reduce's own computation; several (argmax and the like), which an all-reduce cannot
+    /// combine with a tuple reducer, by giving each a trailing dimension, all-gathering along
+    /// it and reducing once more over it (XLA builds the same gather as an all-reduce of
+    /// dynamic-update-slices). The result is then resharded to the reduce's sharding.
     pub(super) fn reduce(&mut self, b: &mut Builder, id: InstrId, own: Tree) -> Result<()> {
         let n = self.n;
         let i = b.module().instr(id).clone();
-        if i.operands().len() != 2 || !i.shape.is_array() {
+        let k = i.operands().len() / 2;
+        let outs: Vec<Shape> = match &i.shape {
+            Shape::Tuple(e) => e.clone(),
+            s => vec![s.clone()],
+        };
+        if k == 0 || i.operands().len() != 2 * k || outs.len() != k {
             return self.default(b, id, own);
         }
-        let op = i.operands()[0];
-        let op_shape = self.global(b.module(), op);
-        let v = self.value(b.module(), op)?;
-        let Tree::Leaf(Spec::Tiled(s)) = &v.tree else {
+        let first = i.operands()[0];
+        let Tree::Leaf(Spec::Tiled(s)) = self.value(b.module(), first)?.tree else {
             return self.default(b, id, own);
         };
-        let s = s.clone();
         let reducer = i
             .to_apply()
             .ok_or_else(|| fail(format!("%{}: no to_apply", i.name)))?;
@@ -29,24 +36,41 @@ impl Engine<'_> {
             .iter()
             .map(|&d| d as usize)
             .collect();
-        let init = self.operand(b, id, 1, &Tree::Leaf(Spec::replicated(0, n)))?;
-        let dims = op_shape.dims().to_vec();
-        let x = self.mask_padding(b, v.local, &dims, &s, &reduced, init)?;
-        let local_shape_out = {
-            let keep: Vec<i64> = s
-                .shard_dims(&dims)
-                .iter()
-                .enumerate()
-                .filter(|(d, _)| !reduced.contains(d))
-                .map(|(_, &x)| x)
-                .collect();
-            let mut sh = i.shape.clone();
-            if let Some(a) = sh.as_array_mut() {
-                a.dims = keep.into_iter().collect();
-            }
-            sh
+        let dims = self.global(b.module(), first).dims().to_vec();
+        let scalar = Tree::Leaf(Spec::replicated(0, n));
+        let mut inits = Vec::with_capacity(k);
+        for j in 0..k {
+            inits.push(self.operand(b, id, k + j, &scalar)?);
+        }
+        let mut ops = Vec::with_capacity(2 * k);
+        for (j, &init) in inits.iter().enumerate() {
+            let x = self.operand(b, id, j, &Tree::Leaf(Spec::Tiled(s.clone())))?;
+            ops.push(self.mask_padding(b, x, &dims, &s, &reduced, init)?);
+        }
+        ops.extend_from_slice(&inits);
+        let kept_local: Vec<i64> = s
+            .shard_dims(&dims)
+            .iter()
+            .enumerate()
+            .filter(|(d, _)| !reduced.contains(d))
+            .map(|(_, &x)| x)
+            .collect();
+        let local_outs: Vec<Shape> = outs
+            .iter()
+            .map(|o| {
+                let mut o = o.clone();
+                if let Some(a) = o.as_array_mut() {
+                    a.dims = kept_local.iter().copied().collect();
+                }
+                o
+            })
+            .collect();
+        let local_shape = if i.shape.is_tuple() {
+            Shape::tuple(local_outs.clone())
+        } else {
+            local_outs[0].clone()
         };
-        let mut r = self.clone_with(b, &i, &[x, init], local_shape_out)?;
+        let mut r = self.clone_with(b, &i, &ops, local_shape.clone())?;
         let split: Vec<usize> = reduced
             .iter()
             .copied()
@@ -54,36 +78,70 @@ impl Engine<'_> {
             .collect();
         if !split.is_empty() {
             let groups = s.groups(&split, false);
-            let before = self.report.collectives.len();
-            r = self.creator.all_reduce(b, r, reducer, &groups)?;
-            let out_bytes = b
-                .module()
-                .instr(r)
-                .shape
-                .as_array()
-                .map_or(0, |a| a.byte_size());
             let g = groups[0].len() as i64;
-            self.report.collectives.insert(
-                before,
-                CollectiveNote {
-                    original: i.name.clone(),
-                    collective: "all-reduce",
-                    reason: "partial results of a reduce over split dimensions".to_string(),
-                    bytes: 2 * out_bytes * (g - 1) / g,
-                },
-            );
+            if !i.shape.is_tuple() {
+                let groups = self.real_groups(&groups);
+                r = self.creator.all_reduce(b, r, reducer, &groups)?;
+                let bytes = 2 * array_bytes(b, r) * (g - 1) / g;
+                self.note(&i.name, "all-reduce", "a reduce", bytes);
+            } else {
+                let last = kept_local.len() as i64;
+                let mut with_one = kept_local.clone();
+                with_one.push(1);
+                let mut gathered = Vec::with_capacity(2 * k);
+                for j in 0..k {
+                    let e = built(b.get_tuple_element(r, j as i64))?;
+                    let e = built(b.reshape(e, &with_one))?;
+                    let real = self.real_groups(&groups);
+                    let a = self.creator.all_gather(b, e, last, &real)?;
+                    let bytes = array_bytes(b, a) * (g - 1) / g;
+                    self.note(&i.name, "all-gather", "a variadic reduce", bytes);
+                    gathered.push(a);
+                }
+                gathered.extend_from_slice(&inits);
+                let mut attrs = i.attrs.clone();
+                attrs.dimensions = Some(vec![last]);
+                r = built(b.op(
+                    Opcode::Reduce,
+                    &gathered,
+                    attrs,
+                    &[reducer],
+                    Some(&local_shape),
+                ))?;
+            }
         }
         let kept: Vec<Option<usize>> = (0..dims.len())
             .filter(|d| !reduced.contains(d))
             .map(Some)
             .collect();
-        let partial = Tree::Leaf(Spec::Tiled(s.replicate_dims(&split).project(&kept)));
-        let v = Value {
-            local: r,
-            tree: partial,
+        let leaf = Tree::Leaf(Spec::Tiled(s.replicate_dims(&split).project(&kept)));
+        let tree = if i.shape.is_tuple() {
+            Tree::Tuple(vec![leaf; k])
+        } else {
+            leaf
         };
+        let v = Value { local: r, tree };
         let out = self.reshard(b, &v, &i.shape, &own)?;
         self.set(id, out, own);
         Ok(())
     }
+
+    /// Records a collective a reduce emitted for its partial results.
+    fn note(&mut self, original: &str, collective: &'static str, what: &str, bytes: i64) {
+        self.report.collectives.push(CollectiveNote {
+            original: original.to_string(),
+            collective,
+            reason: format!("partial results of {what} over split dimensions"),
+            bytes,
+        });
+    }
+}
+
+/// The bytes of array instruction `x` (0 for anything else).
+fn array_bytes(b: &Builder, x: InstrId) -> i64 {
+    b.module()
+        .instr(x)
+        .shape
+        .as_array()
+        .map_or(0, |a| a.byte_size())
 }

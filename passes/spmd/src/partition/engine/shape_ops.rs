@@ -165,6 +165,91 @@ impl Engine<'_> {
         self.set(id, out, own);
         Ok(())
     }
+
+    /// Emits a [`Step::AllToAll`]: the split dimensions' pieces (padded to a multiple) are cut
+    /// into a leading axis of the group size, the all-to-all exchanges along it, and the
+    /// received axis (which member sent each piece) is unfolded in front of the concat
+    /// dimensions and merged into them.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn emit_all_to_all(
+        &mut self,
+        b: &mut Builder,
+        x: InstrId,
+        split: &[(usize, i64)],
+        concat: &[(usize, i64)],
+        groups: &[Vec<i64>],
+        dims: &[i64],
+        ty: ElementType,
+    ) -> Result<InstrId> {
+        let rank = dims.len();
+        let mut local: Vec<i64> = b.module().instr(x).shape.dims().to_vec();
+        let mut x = x;
+        let mut pads = vec![PaddingDim::default(); rank];
+        for &(d, g) in split {
+            let c = crate::partition::spec::ceil_div(local[d], g);
+            pads[d].high = c * g - local[d];
+            local[d] = c * g;
+        }
+        if pads.iter().any(|p| p.high > 0) {
+            let zero = built(b.scalar(ty, 0.0))?;
+            x = built(b.pad(x, zero, &pads))?;
+        }
+        // [.., g*c, ..] -> [.., g, c, ..]; the g axes to the front, merged into one.
+        let mut expanded = Vec::with_capacity(rank + split.len());
+        let mut g_axes = Vec::new();
+        let mut rest_axes = Vec::new();
+        let mut rest = Vec::with_capacity(rank);
+        for (d, &l) in local.iter().enumerate() {
+            match split.iter().find(|&&(s, _)| s == d) {
+                Some(&(_, g)) => {
+                    g_axes.push(expanded.len() as i64);
+                    expanded.push(g);
+                    rest_axes.push(expanded.len() as i64);
+                    expanded.push(l / g);
+                    rest.push(l / g);
+                }
+                None => {
+                    rest_axes.push(expanded.len() as i64);
+                    expanded.push(l);
+                    rest.push(l);
+                }
+            }
+        }
+        let group: i64 = split.iter().map(|&(_, g)| g).product();
+        let mut x = built(b.reshape(x, &expanded))?;
+        let mut perm = g_axes.clone();
+        perm.extend(&rest_axes);
+        if perm.iter().enumerate().any(|(i, &p)| i as i64 != p) {
+            x = built(b.transpose(x, &perm))?;
+        }
+        let mut front = vec![group];
+        front.extend(&rest);
+        let x = built(b.reshape(x, &front))?;
+        let groups = self.real_groups(groups);
+        let a = self.creator.all_to_all(b, x, 0, &groups)?;
+        // Axis 0 is the sender's place over the concat minor parts: unfold it and put each
+        // part before its dimension.
+        let mut unfolded: Vec<i64> = concat.iter().map(|&(_, f)| f).collect();
+        unfolded.extend(&rest);
+        let a = built(b.reshape(a, &unfolded))?;
+        let k = concat.len();
+        let mut perm = Vec::with_capacity(rank + k);
+        let mut merged = Vec::with_capacity(rank);
+        for (d, &l) in rest.iter().enumerate() {
+            match concat.iter().position(|&(c, _)| c == d) {
+                Some(j) => {
+                    perm.push(j as i64);
+                    merged.push(concat[j].1 * l);
+                }
+                None => merged.push(l),
+            }
+            perm.push((k + d) as i64);
+        }
+        let t = built(b.transpose(a, &perm))?;
+        let m = built(b.reshape(t, &merged))?;
+        let along: Vec<usize> = concat.iter().map(|&(c, _)| c).collect();
+        self.trim(b, m, dims, &along)
+    }
 }
 
 /// The operand tiles for a reshape from `from` to `to` whose output is tiled by `tiles`, when

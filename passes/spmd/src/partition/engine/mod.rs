@@ -33,6 +33,7 @@ mod feeds;
 mod partial_manual;
 mod reduce;
 mod shape_ops;
+mod window;
 
 /// The sharding of a value of any shape: one spec per array leaf.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -499,6 +500,13 @@ impl Engine<'_> {
             Opcode::CustomCall => self.custom_call(b, id, own),
             Opcode::Iota => self.iota(b, id, own),
             Opcode::Slice => self.slice(b, id, own),
+            Opcode::ReduceWindow => self.reduce_window(b, id, own),
+            Opcode::Pad => self.pad(b, id, own),
+            Opcode::Concatenate => self.concatenate(b, id, own),
+            Opcode::Reverse => self.reverse(b, id, own),
+            Opcode::DynamicSlice => self.dynamic_slice(b, id, own),
+            Opcode::DynamicUpdateSlice => self.dynamic_update_slice(b, id, own),
+            Opcode::SelectAndScatter => self.select_and_scatter(b, id, own),
             Opcode::Infeed => self.infeed(b, id, own),
             Opcode::Outfeed => self.outfeed(b, id, own),
             Opcode::AllReduce => self.cross_replica_all_reduce(b, id, own),

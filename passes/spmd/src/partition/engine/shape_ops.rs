@@ -105,7 +105,7 @@ impl Engine<'_> {
                 || (sl[d].start == 0 && sl[d].stride == 1 && in_shard[d] == out_shard[d])
         });
         if !local {
-            return self.default(b, id, own);
+            return self.windowed_slice(b, id, own);
         }
         let x = self.operand(b, id, 0, &own)?;
         let starts: Vec<i64> = (0..out_dims.len())

@@ -1,0 +1,406 @@
+//! The halo-exchange property test: random windowed ops (reduce-window with random windows,
+//! strides, paddings, base and window dilations; pad with low, high, interior and negative
+//! padding; strided slices; reverse; concatenate; dynamic-slice and dynamic-update-slice with
+//! run-time starts; select-and-scatter with GE and LE selects) on random, often uneven,
+//! shapes, with random operand and result shardings on 2, 4 and 8 devices. Many cases go into one module, which is partitioned and
+//! executed on PJRT against the original on one device; every case must be equal (s32, so
+//! exactly).
+//!
+//! `HALO_CASES=N` changes the number of cases (default 600, about a minute here;
+//! `HALO_CASES=3000` gives the count).
+
+use std::sync::OnceLock;
+
+use tessera_hlo::text::parse_module;
+use tessera_pass::Pass;
+use tessera_runtime::harness::{self, check_equivalence, CompareOptions};
+use tessera_runtime::Client;
+use tessera_spmd::SpmdPartitioning;
+
+fn client() -> &'static Client {
+    static CLIENT: OnceLock<Client> = OnceLock::new();
+    CLIENT.get_or_init(|| {
+        Client::cpu(8).unwrap_or_else(|e| panic!("cannot create the PJRT CPU client: {e}"))
+    })
+}
+
+struct Gen(harness::Rng);
+impl Gen {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0.next_u64() % n
+    }
+    /// In `[lo, hi]`.
+    fn range(&mut self, lo: i64, hi: i64) -> i64 {
+        lo + self.below((hi - lo + 1) as u64) as i64
+    }
+}
+
+/// A random sharding of a rank-`rank` array on `n` devices: the devices split over the
+/// dimensions (the first dimension favoured) and replication, in iota or shuffled order;
+/// now and then replicated.
+fn sharding(g: &mut Gen, rank: usize, n: i64) -> String {
+    if g.below(8) == 0 {
+        return "{replicated}".to_string();
+    }
+    let mut tiles = vec![1i64; rank];
+    let mut repl = 1;
+    let mut left = n;
+    while left > 1 {
+        let slot = g.below(rank as u64 + 2) as usize;
+        if slot > rank {
+            tiles[0] *= 2;
+        } else if slot == rank {
+            repl *= 2;
+        } else {
+            tiles[slot] *= 2;
+        }
+        left /= 2;
+    }
+    let mut dims: Vec<String> = tiles.iter().map(i64::to_string).collect();
+    if repl > 1 {
+        dims.push(repl.to_string());
+    }
+    let suffix = if repl > 1 {
+        " last_tile_dim_replicate"
+    } else {
+        ""
+    };
+    let devices = if g.below(3) == 0 {
+        let mut d: Vec<i64> = (0..n).collect();
+        for i in (1..d.len()).rev() {
+            let j = g.below(i as u64 + 1) as usize;
+            d.swap(i, j);
+        }
+        d.iter().map(i64::to_string).collect::<Vec<_>>().join(",")
+    } else {
+        format!("<=[{n}]")
+    };
+    format!("{{devices=[{}]{devices}{suffix}}}", dims.join(","))
+}
+
+fn shape(dims: &[i64]) -> String {
+    let d: Vec<String> = dims.iter().map(i64::to_string).collect();
+    format!("s32[{}]", d.join(","))
+}
+
+/// One case: parameters (shape, sharding), the instructions, and the result.
+struct Case {
+    params: Vec<(String, String)>,
+    body: String,
+    result: String,
+    result_shape: String,
+    result_sharding: String,
+    what: String,
+}
+
+fn random_dims(g: &mut Gen) -> Vec<i64> {
+    let rank = 1 + g.below(2) as usize;
+    (0..rank).map(|_| g.range(1, 19)).collect()
+}
+
+/// A random case named `c{k}`, its parameters numbered from `first`.
+fn case(g: &mut Gen, k: usize, first: usize, n: i64) -> Option<Case> {
+    let dims = random_dims(g);
+    let rank = dims.len();
+    let p = format!("%p{first}");
+    let mut params = vec![(shape(&dims), sharding(g, rank, n))];
+    let out_sharding = sharding(g, rank, n);
+    let name = format!("%c{k}");
+    let (body, out_dims, what) = match g.below(8) {
+        7 => {
+            // select-and-scatter (no dilation: XLA has none for it)
+            let (mut size, mut stride, mut pad) = (vec![], vec![], vec![]);
+            let mut src = vec![];
+            for &d in &dims {
+                let s = g.range(1, 4);
+                let st = g.range(1, 4);
+                let (lo, hi) = (g.range(0, 3), g.range(0, 3));
+                let padded = d + lo + hi;
+                if padded < s {
+                    return None;
+                }
+                let windows = (padded - s) / st + 1;
+                // Windows wholly in the padding take the default path (see window.rs).
+                if lo >= s || (windows - 1) * st - lo >= d {
+                    return None;
+                }
+                src.push(windows);
+                size.push(s.to_string());
+                stride.push(st.to_string());
+                pad.push(format!("{lo}_{hi}"));
+            }
+            params.push((shape(&src), sharding(g, rank, n)));
+            let sel = if g.below(2) == 0 { "ge" } else { "le" };
+            let window = format!(
+                "size={} stride={} pad={}",
+                size.join("x"),
+                stride.join("x"),
+                pad.join("x")
+            );
+            let body = format!(
+                "  %i{k} = s32[] constant(3)\n  {name} = {} select-and-scatter({p}, %p{}, %i{k}), window={{{window}}}, select=%{sel}, scatter=%add, sharding={out_sharding}\n",
+                shape(&dims),
+                first + 1
+            );
+            (
+                body,
+                dims.clone(),
+                format!("select-and-scatter {window} {sel}"),
+            )
+        }
+        0 | 1 => {
+            // reduce-window
+            let (mut size, mut stride, mut pad, mut bd, mut wd) =
+                (vec![], vec![], vec![], vec![], vec![]);
+            let mut out = vec![];
+            for &d in &dims {
+                let s = g.range(1, 5);
+                let st = g.range(1, 4);
+                let (lo, hi) = (g.range(0, 4), g.range(0, 4));
+                let b = if g.below(4) == 0 { g.range(2, 3) } else { 1 };
+                let w = if g.below(4) == 0 { g.range(2, 3) } else { 1 };
+                let padded = (d - 1) * b + 1 + lo + hi;
+                let span = (s - 1) * w + 1;
+                if padded < span {
+                    return None;
+                }
+                out.push((padded - span) / st + 1);
+                size.push(s.to_string());
+                stride.push(st.to_string());
+                pad.push(format!("{lo}_{hi}"));
+                bd.push(b.to_string());
+                wd.push(w.to_string());
+            }
+            let (red, init) = if g.below(2) == 0 {
+                ("add", "0")
+            } else {
+                ("max", "-2147483648")
+            };
+            let window = format!(
+                "size={} stride={} pad={} lhs_dilate={} rhs_dilate={}",
+                size.join("x"),
+                stride.join("x"),
+                pad.join("x"),
+                bd.join("x"),
+                wd.join("x")
+            );
+            let body = format!(
+                "  %i{k} = s32[] constant({init})\n  {name} = {} reduce-window({p}, %i{k}), window={{{window}}}, to_apply=%{red}, sharding={out_sharding}\n",
+                shape(&out)
+            );
+            (body, out, format!("reduce-window {window} {red}"))
+        }
+        2 => {
+            let mut pads = vec![];
+            let mut out = vec![];
+            for &d in &dims {
+                let (lo, hi, int) = (g.range(-3, 5), g.range(-3, 5), g.range(0, 2));
+                let o = lo + hi + d + (d - 1) * int;
+                if o <= 0 {
+                    return None;
+                }
+                out.push(o);
+                pads.push(format!("{lo}_{hi}_{int}"));
+            }
+            let body = format!(
+                "  %v{k} = s32[] constant(-7)\n  {name} = {} pad({p}, %v{k}), padding={}, sharding={out_sharding}\n",
+                shape(&out),
+                pads.join("x")
+            );
+            (body, out, format!("pad {}", pads.join("x")))
+        }
+        3 => {
+            let mut sl = vec![];
+            let mut out = vec![];
+            for &d in &dims {
+                let start = g.range(0, d - 1);
+                let limit = g.range(start + 1, d);
+                let stride = g.range(1, 3);
+                out.push((limit - start + stride - 1) / stride);
+                sl.push(format!("[{start}:{limit}:{stride}]"));
+            }
+            let body = format!(
+                "  {name} = {} slice({p}), slice={{{}}}, sharding={out_sharding}\n",
+                shape(&out),
+                sl.join(", ")
+            );
+            (body, out, format!("slice {}", sl.join(",")))
+        }
+        4 => {
+            let r: Vec<String> = (0..rank)
+                .filter(|_| g.below(2) == 0)
+                .map(|d| d.to_string())
+                .collect();
+            let r = if r.is_empty() {
+                vec!["0".to_string()]
+            } else {
+                r
+            };
+            let body = format!(
+                "  {name} = {} reverse({p}), dimensions={{{}}}, sharding={out_sharding}\n",
+                shape(&dims),
+                r.join(",")
+            );
+            (body, dims.clone(), format!("reverse {}", r.join(",")))
+        }
+        5 => {
+            let along = g.below(rank as u64) as usize;
+            let mut out = dims.clone();
+            let mut ops = vec![p.clone()];
+            for j in 1..=g.range(1, 2) as usize {
+                let mut d2 = dims.clone();
+                d2[along] = g.range(1, 9);
+                out[along] += d2[along];
+                params.push((shape(&d2), sharding(g, rank, n)));
+                ops.push(format!("%p{}", first + j));
+            }
+            let body = format!(
+                "  {name} = {} concatenate({}), dimensions={{{along}}}, sharding={out_sharding}\n",
+                shape(&out),
+                ops.join(", ")
+            );
+            (body, out, format!("concatenate along {along}"))
+        }
+        _ => {
+            let sizes: Vec<i64> = dims.iter().map(|&d| g.range(1, d)).collect();
+            let mut idx = vec![];
+            for _ in 0..rank {
+                params.push(("s32[]".to_string(), "{replicated}".to_string()));
+                idx.push(format!("%p{}", first + params.len() - 1));
+            }
+            if g.below(2) == 0 {
+                let body = format!(
+                    "  {name} = {} dynamic-slice({p}, {}), dynamic_slice_sizes={{{}}}, sharding={out_sharding}\n",
+                    shape(&sizes),
+                    idx.join(", "),
+                    sizes.iter().map(i64::to_string).collect::<Vec<_>>().join(",")
+                );
+                (body, sizes, "dynamic-slice".to_string())
+            } else {
+                params.push((shape(&sizes), sharding(g, rank, n)));
+                let u = format!("%p{}", first + params.len() - 1);
+                let body = format!(
+                    "  {name} = {} dynamic-update-slice({p}, {u}, {}), sharding={out_sharding}\n",
+                    shape(&dims),
+                    idx.join(", ")
+                );
+                (body, dims.clone(), "dynamic-update-slice".to_string())
+            }
+        }
+    };
+    let mut text = String::new();
+    for (j, (s, sh)) in params.iter().enumerate() {
+        text += &format!(
+            "  %p{} = {s} parameter({}), sharding={sh}\n",
+            first + j,
+            first + j
+        );
+    }
+    text += &body;
+    Some(Case {
+        what: format!("{what} of {:?} {} -> {out_sharding}", dims, params[0].1),
+        params,
+        body: text,
+        result: name,
+        result_shape: shape(&out_dims),
+        result_sharding: out_sharding,
+    })
+}
+
+const REDUCERS: &str = "%add (a: s32[], b: s32[]) -> s32[] {\n  %a = s32[] parameter(0)\n  %b = s32[] parameter(1)\n  ROOT %r = s32[] add(%a, %b)\n}\n\n%max (x: s32[], y: s32[]) -> s32[] {\n  %x = s32[] parameter(0)\n  %y = s32[] parameter(1)\n  ROOT %m = s32[] maximum(%x, %y)\n}\n\n%ge (g0: s32[], g1: s32[]) -> pred[] {\n  %g0 = s32[] parameter(0)\n  %g1 = s32[] parameter(1)\n  ROOT %c = pred[] compare(%g0, %g1), direction=GE\n}\n\n%le (l0: s32[], l1: s32[]) -> pred[] {\n  %l0 = s32[] parameter(0)\n  %l1 = s32[] parameter(1)\n  ROOT %c = pred[] compare(%l0, %l1), direction=LE\n}\n\n";
+
+fn module_text(n: i64, cases: &[Case]) -> String {
+    let mut params = Vec::new();
+    let mut body = String::new();
+    for c in cases {
+        for (s, _) in &c.params {
+            params.push(format!("p{}: {s}", params.len()));
+        }
+        body += &c.body;
+    }
+    let shapes: Vec<&str> = cases.iter().map(|c| c.result_shape.as_str()).collect();
+    let outs: Vec<String> = cases
+        .iter()
+        .map(|c| format!("{} {}", c.result_shape, c.result))
+        .collect();
+    let shardings: Vec<&str> = cases.iter().map(|c| c.result_sharding.as_str()).collect();
+    format!(
+        "HloModule halo_cases, num_partitions={n}\n\n{REDUCERS}ENTRY %main ({}) -> ({}) {{\n{body}  ROOT %t = ({}) tuple({}), sharding={{{}}}\n}}\n",
+        params.join(", "),
+        shapes.join(", "),
+        shapes.join(", "),
+        outs.join(", "),
+        shardings.join(", ")
+    )
+}
+
+#[test]
+fn random_windowed_ops_run_equal() {
+    let total: usize = std::env::var("HALO_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(600);
+    let per_module = 250;
+    let mut g = Gen(harness::Rng::new(15));
+    let mut done = 0;
+    let mut halos = 0;
+    let mut defaulted = 0;
+    let mut round = 0;
+    while done < total {
+        let n = [2i64, 4, 8][round % 3];
+        round += 1;
+        let want = per_module.min(total - done);
+        let mut cases = Vec::with_capacity(want);
+        let mut first = 0;
+        while cases.len() < want {
+            if let Some(c) = case(&mut g, cases.len(), first, n) {
+                first += c.params.len();
+                cases.push(c);
+            }
+        }
+        let text = module_text(n, &cases);
+        let original = parse_module(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let mut part = original.clone();
+        let mut pass = SpmdPartitioning::default();
+        pass.run(&mut part)
+            .unwrap_or_else(|e| panic!("{e}\n{text}"));
+        halos += pass
+            .report
+            .collectives
+            .iter()
+            .filter(|c| c.reason.starts_with("halo"))
+            .count();
+        // The cases are named c<k>; their scalar constants take the default path (free).
+        defaulted += pass
+            .report
+            .defaulted
+            .iter()
+            .filter(|d| d.starts_with('c'))
+            .count();
+        let inputs = harness::random_inputs(&original, round as u64).unwrap();
+        let report = check_equivalence(
+            client(),
+            &original,
+            &part,
+            n as usize,
+            &inputs,
+            CompareOptions::default(),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        if !report.passed() {
+            let bad: Vec<String> = report
+                .outputs
+                .iter()
+                .filter(|o| !o.passed())
+                .map(|o| format!("c{} {} on {n} devices: {o}", o.index, cases[o.index].what))
+                .collect();
+            panic!("{} cases differ:\n{}", bad.len(), bad.join("\n"));
+        }
+        done += want;
+    }
+    eprintln!(
+        "{done} windowed cases executed and equal; {halos} halo collectives; {defaulted} took the default path"
+    );
+    assert!(halos > done / 10, "too few halo exchanges: {halos}");
+    assert_eq!(defaulted, 0, "windowed ops took the default path");
+}

@@ -14,7 +14,11 @@
 //!    one collective), then a local slice or a permute if still needed;
 //! 6. the last resort: gather everything, then slice. Each use is counted in the report.
 
-use super::spec::{ceil_div, Spec, Tiling};
+use std::cell::RefCell;
+
+use hashbrown::HashTable;
+
+use super::spec::{ceil_div, fx, Entry, Groups, Memo, Spec, Tiling};
 
 /// One step of a plan. `to` is the tiling after the step.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -34,7 +38,7 @@ pub enum Step {
         dims: Vec<usize>,
         /// Tiles along each of `dims` before the gather (the product is the group size).
         tiles: Vec<i64>,
-        groups: Vec<Vec<i64>>,
+        groups: Groups,
     },
     /// One all-to-all: dimension `split` is cut into `groups[0].len()` parts and dimension
     /// `concat` gathered.
@@ -42,7 +46,7 @@ pub enum Step {
         to: Tiling,
         split: usize,
         concat: usize,
-        groups: Vec<Vec<i64>>,
+        groups: Groups,
     },
     /// One collective-permute with `(source, target)` pairs (identity pairs included, so
     /// every device receives).
@@ -116,6 +120,37 @@ pub type PlanError = String;
 
 /// Plans the move of an array of `dims` from `src` to `dst` on `n` devices.
 pub fn plan(src: &Spec, dst: &Spec, dims: &[i64], n: i64) -> Result<Plan, PlanError> {
+    type Key = (Spec, Spec, Vec<i64>, i64);
+    thread_local! {
+        // Plans are pure: a module reshards the same few pairs of specs on the same shapes
+        // again and again, and a plan costs walks over every device (see `spec::Memo`).
+        static PLANS: RefCell<HashTable<Entry<Key, Plan>>> = RefCell::new(HashTable::new());
+    }
+    let key = (src, dst, dims, n);
+    let h = fx(&key);
+    let known = PLANS.with(|p| {
+        p.borrow()
+            .find(h, |e| {
+                (&e.key.0, &e.key.1, e.key.2.as_slice(), e.key.3) == key
+            })
+            .map(|e| e.value.clone())
+    });
+    if let Some(p) = known {
+        return Ok(p);
+    }
+    let p = plan_uncached(src, dst, dims, n)?;
+    PLANS.with(|t| {
+        Memo::insert(
+            &mut t.borrow_mut(),
+            h,
+            (src.clone(), dst.clone(), dims.to_vec(), n),
+            p.clone(),
+        )
+    });
+    Ok(p)
+}
+
+fn plan_uncached(src: &Spec, dst: &Spec, dims: &[i64], n: i64) -> Result<Plan, PlanError> {
     match (src, dst) {
         (Spec::Manual, Spec::Manual) => Ok(Plan::default()),
         (Spec::Manual, _) | (_, Spec::Manual) => Err(format!(
@@ -402,7 +437,7 @@ fn all_to_all_step(src: &Tiling, dst: &Tiling) -> Option<Step> {
     let groups = src.groups(&[concat], false);
     let src_idx = src.tile_indices();
     let dst_idx = dst.tile_indices();
-    for g in &groups {
+    for g in groups.iter() {
         for (p, &d) in g.iter().enumerate() {
             let mut want = src_idx[d as usize].clone();
             want[concat] = 0;

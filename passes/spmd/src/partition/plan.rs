@@ -15,6 +15,7 @@
 //! 6. the last resort: gather everything, then slice. Each use is counted in the report.
 
 use std::cell::RefCell;
+use std::sync::Arc;
 
 use hashbrown::HashTable;
 
@@ -118,13 +119,14 @@ impl Plan {
 /// Why no plan exists.
 pub type PlanError = String;
 
-/// Plans the move of an array of `dims` from `src` to `dst` on `n` devices.
-pub fn plan(src: &Spec, dst: &Spec, dims: &[i64], n: i64) -> Result<Plan, PlanError> {
+/// Plans the move of an array of `dims` from `src` to `dst` on `n` devices. Shared: a plan
+/// holds per-device offsets and groups, and the same few are asked for again and again.
+pub fn plan(src: &Spec, dst: &Spec, dims: &[i64], n: i64) -> Result<Arc<Plan>, PlanError> {
     type Key = (Spec, Spec, Vec<i64>, i64);
     thread_local! {
         // Plans are pure: a module reshards the same few pairs of specs on the same shapes
         // again and again, and a plan costs walks over every device (see `spec::Memo`).
-        static PLANS: RefCell<HashTable<Entry<Key, Plan>>> = RefCell::new(HashTable::new());
+        static PLANS: RefCell<HashTable<Entry<Key, Arc<Plan>>>> = RefCell::new(HashTable::new());
     }
     let key = (src, dst, dims, n);
     let h = fx(&key);
@@ -138,7 +140,7 @@ pub fn plan(src: &Spec, dst: &Spec, dims: &[i64], n: i64) -> Result<Plan, PlanEr
     if let Some(p) = known {
         return Ok(p);
     }
-    let p = plan_uncached(src, dst, dims, n)?;
+    let p = Arc::new(plan_uncached(src, dst, dims, n)?);
     PLANS.with(|t| {
         Memo::insert(
             &mut t.borrow_mut(),
@@ -610,7 +612,7 @@ pub(crate) mod tests {
     }
 
     /// Runs `plan` on the simulated devices and checks every real element lands right.
-    pub(crate) fn check_plan(src: &Spec, dst: &Spec, dims: &[i64], n: i64) -> Plan {
+    pub(crate) fn check_plan(src: &Spec, dst: &Spec, dims: &[i64], n: i64) -> Arc<Plan> {
         let p = plan(src, dst, dims, n).unwrap();
         let mut locals: Vec<Local> = (0..n).map(|d| expected(src, dims, d)).collect();
         for s in &p.steps {

@@ -1131,6 +1131,23 @@ impl Module {
     }
 }
 
+/// Appends `n` in decimal (what `format!("{n}")` writes, without the formatting machinery:
+/// [`Module::unique_name`] writes one per candidate name).
+fn push_decimal(out: &mut String, n: u32) {
+    let mut digits = [0u8; 10];
+    let mut k = digits.len();
+    let mut v = n;
+    loop {
+        k -= 1;
+        digits[k] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    out.extend(digits[k..].iter().map(|&d| d as char));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1407,21 +1424,4 @@ mod tests {
         assert_eq!(m.schedule.as_ref().unwrap().sequences[&c], vec![p0, d]);
         assert!(!m.is_name_used("a"));
     }
-}
-
-/// Appends `n` in decimal (what `format!("{n}")` writes, without the formatting machinery:
-/// [`Module::unique_name`] writes one per candidate name).
-fn push_decimal(out: &mut String, n: u32) {
-    let mut digits = [0u8; 10];
-    let mut k = digits.len();
-    let mut v = n;
-    loop {
-        k -= 1;
-        digits[k] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    out.extend(digits[k..].iter().map(|&d| d as char));
 }

@@ -236,7 +236,6 @@ fn xla_dumps_partition_and_run_equal_beside_xla() {
             } else {
                 Reference::SingleDevice
             },
-            ..Default::default()
         };
         let r = pass
             .run(&mut part)

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use hashbrown::HashTable;
 
-use super::spec::{ceil_div, fx, Entry, Groups, Memo, Spec, Tiling};
+use super::spec::{ceil_div, fx, Groups, Memo, MemoTable, Spec, Tiling};
 
 /// One step of a plan. `to` is the tiling after the step.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -126,7 +126,7 @@ pub fn plan(src: &Spec, dst: &Spec, dims: &[i64], n: i64) -> Result<Arc<Plan>, P
     thread_local! {
         // Plans are pure: a module reshards the same few pairs of specs on the same shapes
         // again and again, and a plan costs walks over every device (see `spec::Memo`).
-        static PLANS: RefCell<HashTable<Entry<Key, Arc<Plan>>>> = RefCell::new(HashTable::new());
+        static PLANS: RefCell<MemoTable<Key, Arc<Plan>>> = const { RefCell::new(HashTable::new()) };
     }
     let key = (src, dst, dims, n);
     let h = fx(&key);
@@ -552,7 +552,7 @@ pub(crate) mod tests {
                 groups,
             } => {
                 let mut out = vec![None; n];
-                for g in groups {
+                for g in groups.iter() {
                     let shard = locals[g[0] as usize].dims.clone();
                     let gathered = Local::build(to.shard_dims(dims), |idx| {
                         let mut k_idx = Vec::new();
@@ -577,7 +577,7 @@ pub(crate) mod tests {
                 groups,
             } => {
                 let mut out = vec![None; n];
-                for g in groups {
+                for g in groups.iter() {
                     let k = g.len() as i64;
                     let s_concat = locals[g[0] as usize].dims[*concat];
                     let new_dims = to.shard_dims(dims);

@@ -509,11 +509,14 @@ impl Spec {
 /// emptied when it reaches [`Memo::LIMIT`] entries, which bounds the memory.
 #[derive(Default)]
 pub(super) struct Memo {
-    replicate: HashTable<Entry<(Tiling, Vec<usize>), Tiling>>,
-    project: HashTable<Entry<(Tiling, Vec<Option<usize>>), Tiling>>,
-    read: HashTable<Entry<(Sharding, usize, i64), Spec>>,
-    groups: HashTable<Entry<(Tiling, Vec<usize>, bool), Groups>>,
+    replicate: MemoTable<(Tiling, Vec<usize>), Tiling>,
+    project: MemoTable<(Tiling, Vec<Option<usize>>), Tiling>,
+    read: MemoTable<(Sharding, usize, i64), Spec>,
+    groups: MemoTable<(Tiling, Vec<usize>, bool), Groups>,
 }
+
+/// Remembered answers keyed by `K`.
+pub(super) type MemoTable<K, V> = HashTable<Entry<K, V>>;
 
 /// One remembered answer: its key's hash ([`fx`]), the key and the answer.
 pub(super) struct Entry<K, V> {
@@ -527,7 +530,7 @@ impl Memo {
     pub(super) const LIMIT: usize = 1024;
 
     /// Remembers `value` for `key` (whose [`fx`] is `hash`).
-    pub(super) fn insert<K, V>(table: &mut HashTable<Entry<K, V>>, hash: u64, key: K, value: V) {
+    pub(super) fn insert<K, V>(table: &mut MemoTable<K, V>, hash: u64, key: K, value: V) {
         if table.len() >= Self::LIMIT {
             table.clear();
         }

@@ -97,8 +97,9 @@ pub fn registry() -> Registry {
 /// `d * factor .. (d + 1) * factor`, each tiled sharding gets (or widens) a replicated last
 /// tile dimension, and `num_partitions` is multiplied. The per-device shapes and the tiles
 /// stay as they were, so a partitioner does the same work on larger device groups: what its
-/// cost does with the device count alone. Maximal shardings keep their device (`d` becomes
-/// `d * factor`); manual, replicated and named shardings are refused or kept (named: refused).
+/// cost does with the device count alone. A maximal sharding's device `d` becomes
+/// `d * factor`; replicated and manual shardings are kept; named ones and subgroups other
+/// than replicated are refused (an error naming the instruction).
 pub fn on_more_devices(m: &mut Module, factor: i64) -> Result<(), String> {
     if factor < 1 {
         return Err(format!("factor {factor}: expected at least 1"));
@@ -153,4 +154,34 @@ pub fn on_more_devices(m: &mut Module, factor: i64) -> Result<(), String> {
     }
     m.config.num_partitions *= factor;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessera_hlo::text::{parse_module, print_module, PrintOptions};
+
+    #[test]
+    fn widening_keeps_tiles_and_replicates_each_piece_more() {
+        let text = "HloModule m, num_partitions=8\n\nENTRY %e (p: f32[8,4]) -> f32[8,4] {\n  \
+            %p = f32[8,4] parameter(0), sharding={devices=[2,4]<=[8]}\n  \
+            %a = f32[8,4] negate(%p), sharding={devices=[4,1,2]<=[2,4]T(1,0) last_tile_dim_replicate}\n  \
+            %b = f32[8,4] abs(%a), sharding={maximal device=3}\n  \
+            ROOT %c = f32[8,4] copy(%b), sharding={replicated}\n}\n";
+        let mut m = parse_module(text).unwrap();
+        on_more_devices(&mut m, 8).unwrap();
+        let out = print_module(&m, &PrintOptions::default());
+        assert!(out.contains("num_partitions=64"), "{out}");
+        assert!(
+            out.contains("sharding={devices=[2,4,8]<=[64] last_tile_dim_replicate}"),
+            "{out}"
+        );
+        assert!(
+            out.contains("sharding={devices=[4,1,16]<=[2,4,8]T(1,0,2) last_tile_dim_replicate}"),
+            "{out}"
+        );
+        assert!(out.contains("sharding={maximal device=24}"), "{out}");
+        assert!(out.contains("sharding={replicated}"), "{out}");
+        assert!(on_more_devices(&mut m, 0).is_err());
+    }
 }

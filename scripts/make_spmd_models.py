@@ -19,6 +19,8 @@ Models:
   convnet           two convolutions + pooling + dense head, training step, batch on "data"
   embedding         lookup in a vocab-sharded table (rows split on "model"), training step
                     (so the gradient is a scatter-add into the sharded table)
+  transformer4      the same with 4 blocks: the depth the tests execute in CI (the 48-block
+                    module takes the plugin too long to compile for every CI run)
   transformer48     48 unrolled transformer blocks, training step, for the benchmark
                     (about 17k instructions)
 
@@ -180,6 +182,7 @@ MODELS = {
     "transformer_block": lambda m: transformer(m, 1),
     "convnet": lambda m: convnet(m),
     "embedding": lambda m: embedding(m),
+    "transformer4": lambda m: transformer(m, 4),
     "transformer48": lambda m: transformer(m, 48),
 }
 

@@ -3,7 +3,7 @@
 
     XLA_FLAGS=--xla_force_host_platform_device_count=8 /work/oracle/venv/bin/python \
         scripts/xla_propagation_oracle.py FILE.hlo [NUM_PARTITIONS] [--before | --both] [--names]
-        scripts/xla_propagation_oracle.py FILE.hlo NUM_PARTITIONS [RUNS] --time
+        scripts/xla_propagation_oracle.py FILE.hlo NUM_PARTITIONS [RUNS] --time [--spmd]
 
 The module (`// ...` lines dropped, so filetests work as they are) is parsed by XLA, converted
 to StableHLO and compiled by jax's XLA with NUM_PARTITIONS (default 8) partitions and Shardy
@@ -12,7 +12,9 @@ under a `===== before` / `===== after` heading) its `sharding-propagation` pass 
 --names prints one `name sharding` line per instruction instead (`(none)` where XLA left none).
 --time [RUNS] instead compiles the module RUNS times (default 3) in a child process with XLA's
 pass-pipeline log on (and LLVM at -O0, which does not touch the HLO passes) and prints how long
-XLA's `sharding-propagation` pass took each time.
+XLA's `sharding-propagation` pass took each time; with --spmd, its `spmd-partitioning` pass
+(give it a module whose shardings are already propagated, e.g. an *.after-propagation.hlo).
+The child is stopped once the pass's time is logged; it gets NUM_PARTITIONS host devices.
 
 Used to settle the expected shardings of the filetests in testdata/spmd that XLA's own test
 file has no case for (the `prop-*.hlo` files and Tessera's own gather/scatter cases). XLA's
@@ -40,29 +42,44 @@ from jaxlib import _hlo
 jax.config.update("jax_use_shardy_partitioner", False)
 
 
-def time_pass(path, n, runs):
-    """XLA's sharding-propagation times (ms) from its pass-pipeline log, one per compilation."""
+def time_pass(path, n, runs, pass_name="sharding-propagation"):
+    """XLA's times (ms) of `pass_name` from its pass-pipeline log, one per compilation.
+
+    Each compilation runs in a child process that is stopped as soon as the pass's log line
+    appears (the rest of the compilation would take minutes on a 17k-instruction module and
+    tells nothing about the pass)."""
+    flags = re.sub(r"--xla_force_host_platform_device_count=\d+", "", os.environ.get("XLA_FLAGS", ""))
+    flags += f" --xla_force_host_platform_device_count={n}"
     env = dict(
         os.environ,
         TF_CPP_MIN_LOG_LEVEL="0",
         TF_CPP_VMODULE="hlo_pass_pipeline=1",
-        XLA_FLAGS=os.environ.get("XLA_FLAGS", "")
+        XLA_FLAGS=flags
         + " --xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true",
     )
+    line = re.compile(r"HLO pass: " + re.escape(pass_name) + r" time: ([\d.]+) (us|ms|s)\b")
     times = []
     for _ in range(runs):
-        r = subprocess.run(
+        child = subprocess.Popen(
             [sys.executable, os.path.abspath(__file__), path, str(n), "--names"],
             env=env,
-            capture_output=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
             text=True,
         )
-        found = re.findall(r"HLO pass: sharding-propagation time: ([\d.]+) (us|ms|s)\b", r.stderr)
+        found, tail = None, []
+        for log in child.stderr:
+            tail = (tail + [log])[-40:]
+            found = line.search(log)
+            if found:
+                break
+        child.kill()
+        child.wait()
         if not found:
-            sys.exit("no sharding-propagation time in XLA's log:\n" + r.stderr[-3000:])
-        value, unit = found[0]
+            sys.exit(f"no {pass_name} time in XLA's log:\n" + "".join(tail))
+        value, unit = found.groups()
         times.append(float(value) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[unit])
-    print(f"XLA sharding-propagation on {path}: {times} ms; median {np.median(times)}")
+    print(f"XLA {pass_name} on {path} ({n} devices): {times} ms; median {np.median(times)}")
 
 
 def main():
@@ -71,7 +88,8 @@ def main():
     path = args[0]
     n = int(args[1]) if len(args) > 1 else 8
     if "--time" in flags:
-        time_pass(path, n, int(args[2]) if len(args) > 2 else 3)
+        pass_name = "spmd-partitioning" if "--spmd" in flags else "sharding-propagation"
+        time_pass(path, n, int(args[2]) if len(args) > 2 else 3, pass_name)
         return
     text = "\n".join(l for l in open(path).read().splitlines() if not l.startswith("//"))
     proto = _hlo.hlo_module_from_text(text).as_serialized_hlo_module_proto()

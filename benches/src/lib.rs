@@ -13,9 +13,14 @@
 //!
 //! Every family is valid HLO over `f32[4]`, runs on PJRT, and has a 2-way tiled sharding on
 //! the entry parameter so that `sharding-propagation` has something to carry.
+//!
+//! [`on_more_devices`] makes the device-count variants of a real sharded module for the
+//! partitioner's benchmark (`benches/spmd.rs`).
 
 use std::fmt::Write;
 
+use tessera_hlo::sharding::SubgroupType;
+use tessera_hlo::{Module, Sharding, ShardingKind, TileAssignment};
 use tessera_pass::Registry;
 
 const PARAM: &str = "f32[4] parameter(0), sharding={devices=[2]<=[2]}";
@@ -85,4 +90,98 @@ pub fn registry() -> Registry {
     tessera_spmd::register(&mut r);
     tessera_remat::register(&mut r);
     r
+}
+
+/// `m` (sharded for `m.config.num_partitions` devices) on `factor` times as many devices,
+/// every piece held by `factor` times as many devices: old device `d` becomes devices
+/// `d * factor .. (d + 1) * factor`, each tiled sharding gets (or widens) a replicated last
+/// tile dimension, and `num_partitions` is multiplied. The per-device shapes and the tiles
+/// stay as they were, so a partitioner does the same work on larger device groups: what its
+/// cost does with the device count alone. A maximal sharding's device `d` becomes
+/// `d * factor`; replicated and manual shardings are kept; named ones and subgroups other
+/// than replicated are refused (an error naming the instruction).
+pub fn on_more_devices(m: &mut Module, factor: i64) -> Result<(), String> {
+    if factor < 1 {
+        return Err(format!("factor {factor}: expected at least 1"));
+    }
+    fn widen(s: &mut Sharding, factor: i64) -> Result<(), String> {
+        match &mut s.kind {
+            ShardingKind::Replicated | ShardingKind::Manual | ShardingKind::Unknown => Ok(()),
+            ShardingKind::Maximal(d) => {
+                *d *= factor;
+                Ok(())
+            }
+            ShardingKind::Tuple(leaves) => leaves.iter_mut().try_for_each(|l| widen(l, factor)),
+            ShardingKind::Tiled(t) => {
+                if !t.last_tile_dims.is_empty() && t.last_tile_dims != [SubgroupType::Replicated] {
+                    return Err(format!("subgroups {:?} are not widened", t.last_tile_dims));
+                }
+                let old = &t.tile_assignment;
+                let mut dims: Vec<i64> = old.dims().to_vec();
+                let old_devices = old.devices();
+                // Row-major over `dims ++ [factor]`: each old device followed by its copies.
+                let devices: Vec<i64> = old_devices
+                    .iter()
+                    .flat_map(|&d| (0..factor).map(move |r| d * factor + r))
+                    .collect();
+                let replicated_last =
+                    t.replicate_on_last_tile_dim || t.last_tile_dims == [SubgroupType::Replicated];
+                if replicated_last {
+                    *dims.last_mut().expect("a replicated tile dimension") *= factor;
+                } else {
+                    dims.push(factor);
+                }
+                t.tile_assignment = TileAssignment::Explicit {
+                    dims: dims.iter().copied().collect(),
+                    devices,
+                }
+                .canonical();
+                t.replicate_on_last_tile_dim = true;
+                t.last_tile_dims.clear();
+                Ok(())
+            }
+            other => Err(format!("{other:?} shardings are not widened")),
+        }
+    }
+    let comps: Vec<_> = m.computations().to_vec();
+    for c in comps {
+        let ids = m.comp(c).instructions().to_vec();
+        for id in ids {
+            if let Some(s) = m.instr_mut(id).sharding.as_mut() {
+                widen(s, factor).map_err(|e| format!("%{}: {e}", m.instr(id).name))?;
+            }
+        }
+    }
+    m.config.num_partitions *= factor;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessera_hlo::text::{parse_module, print_module, PrintOptions};
+
+    #[test]
+    fn widening_keeps_tiles_and_replicates_each_piece_more() {
+        let text = "HloModule m, num_partitions=8\n\nENTRY %e (p: f32[8,4]) -> f32[8,4] {\n  \
+            %p = f32[8,4] parameter(0), sharding={devices=[2,4]<=[8]}\n  \
+            %a = f32[8,4] negate(%p), sharding={devices=[4,1,2]<=[2,4]T(1,0) last_tile_dim_replicate}\n  \
+            %b = f32[8,4] abs(%a), sharding={maximal device=3}\n  \
+            ROOT %c = f32[8,4] copy(%b), sharding={replicated}\n}\n";
+        let mut m = parse_module(text).unwrap();
+        on_more_devices(&mut m, 8).unwrap();
+        let out = print_module(&m, &PrintOptions::default());
+        assert!(out.contains("num_partitions=64"), "{out}");
+        assert!(
+            out.contains("sharding={devices=[2,4,8]<=[64] last_tile_dim_replicate}"),
+            "{out}"
+        );
+        assert!(
+            out.contains("sharding={devices=[4,1,16]<=[2,4,8]T(1,0,2) last_tile_dim_replicate}"),
+            "{out}"
+        );
+        assert!(out.contains("sharding={maximal device=24}"), "{out}");
+        assert!(out.contains("sharding={replicated}"), "{out}");
+        assert!(on_more_devices(&mut m, 0).is_err());
+    }
 }

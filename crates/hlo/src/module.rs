@@ -452,8 +452,14 @@ impl Module {
             return base.to_string();
         }
         let mut n = names.get(stem).unwrap_or(0).max(1);
+        // One buffer for every candidate: `stem.` once, then only the number is rewritten.
+        let mut candidate = String::with_capacity(stem.len() + 8);
+        candidate.push_str(stem);
+        candidate.push('.');
+        let keep = candidate.len();
         loop {
-            let candidate = format!("{stem}.{n}");
+            candidate.truncate(keep);
+            push_decimal(&mut candidate, n);
             if !names.contains(&candidate) {
                 names.set(stem, n + 1);
                 return candidate;
@@ -1123,6 +1129,23 @@ impl Module {
         }
         Ok((copy, ordered))
     }
+}
+
+/// Appends `n` in decimal (what `format!("{n}")` writes, without the formatting machinery:
+/// [`Module::unique_name`] writes one per candidate name).
+fn push_decimal(out: &mut String, n: u32) {
+    let mut digits = [0u8; 10];
+    let mut k = digits.len();
+    let mut v = n;
+    loop {
+        k -= 1;
+        digits[k] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    out.extend(digits[k..].iter().map(|&d| d as char));
 }
 
 #[cfg(test)]

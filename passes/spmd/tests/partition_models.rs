@@ -4,7 +4,7 @@
 //! partitioned by Tessera and executed on 8 PJRT CPU devices against the original on one.
 //! Prints our collective count and bytes beside XLA's own partitioned module where the pair
 //! has one. `MODELS=substring` runs only matching files; transformer48 (17k instructions) is
-//! left to `--ignored`.
+//! left to `--ignored` (its 4-block version, transformer4, runs in CI).
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -37,13 +37,27 @@ fn check(file: &str) -> Result<String, String> {
         .map_err(|e| format!("partitioning: {e}"))?;
     verify(&part, &VerifyOptions::default()).map_err(|e| format!("verify: {e}"))?;
     let inputs = harness::random_inputs(&original, 3).map_err(|e| e.to_string())?;
+    // The multi-block transformers' gradients are sums over the batch split on "data": on
+    // 8 devices they are summed in another order than on one, and a few small elements land
+    // up to 5.5e-6 away (4e-3 relative), past f32's default tolerance. XLA's own partitioning
+    // of the same module lands exactly there too (`tessera compare --xla-spmd` gives the same
+    // errors), and ours equals XLA's exactly: so these are checked against XLA's partitioning
+    // of the original on the same devices, with the default tolerance.
+    let reference = if file.contains("transformer4") {
+        harness::Reference::XlaPartitioned
+    } else {
+        harness::Reference::SingleDevice
+    };
     let r = check_equivalence(
         client(),
         &original,
         &part,
         n,
         &inputs,
-        CompareOptions::default(),
+        CompareOptions {
+            reference,
+            ..Default::default()
+        },
     )
     .map_err(|e| e.to_string())?;
     if !r.passed() {
@@ -80,11 +94,13 @@ fn models_partition_and_run_equal() {
         "models/embedding.after-propagation.hlo",
         "models/convnet.after-propagation.hlo",
         "models/transformer_block.after-propagation.hlo",
+        // transformer48's depth reduced to 4 blocks (the same jax model): executed in CI.
+        "models/transformer4.after-propagation.hlo",
     ]);
 }
 
 #[test]
-#[ignore = "17k instructions: minutes in a debug build"]
+#[ignore = "17k instructions: the plugin compiles them for many minutes; run with --release"]
 fn transformer48_partitions_and_runs_equal() {
     run(&["models/transformer48.after-propagation.hlo"]);
 }
@@ -170,6 +186,77 @@ fn spmd_pairs_partition_and_run_equal_beside_xla() {
                 eprintln!(
                     "| {name} | {n} | {} | {} | {} | {} |",
                     ours.0, ours.1, xla.0, xla.1
+                );
+            }
+            Ok(rep) => failures.push(format!("{name}:\n{rep}")),
+            Err(e) => failures.push(format!("{name}: {e}")),
+        }
+    }
+    assert!(failures.is_empty(), "\n{}", failures.join("\n\n"));
+}
+
+/// testdata/dumps: XLA's module right before its `spmd-partitioning` pass, from jax in both of
+/// its modes (GSPMD propagation and Shardy), partitioned by Tessera and executed on the devices
+/// against the original (for a shard_map module, which has no one-device meaning, against
+/// XLA's own partitioning of it in the plugin); our collectives are set beside XLA's own
+/// partitioned dump (`after-spmd`) as the rows of docs/spmd-partitioning.md's table.
+#[test]
+fn xla_dumps_partition_and_run_equal_beside_xla() {
+    use tessera_runtime::harness::{manual_region, Reference, Tolerance};
+    let filter = std::env::var("MODELS").ok();
+    let mut names: Vec<String> = std::fs::read_dir(data("dumps"))
+        .unwrap()
+        .filter_map(|e| {
+            let n = e.unwrap().file_name().into_string().unwrap();
+            n.strip_suffix(".before-spmd.txt").map(str::to_string)
+        })
+        .filter(|n| filter.as_deref().is_none_or(|f| n.contains(f)))
+        .collect();
+    names.sort();
+    let mut failures = Vec::new();
+    for name in names {
+        let read = |s: &str| {
+            let t = std::fs::read_to_string(data(&format!("dumps/{name}.{s}.txt"))).unwrap();
+            parse_module(&t).unwrap()
+        };
+        let (before, after) = (read("before-spmd"), read("after-spmd"));
+        let n = before.config.num_partitions;
+        let mut part = before.clone();
+        let mut pass = SpmdPartitioning::default();
+        let options = CompareOptions {
+            // The scan's loop carries an f32 sum over six steps, each the all-reduce of
+            // per-device partial sums: summed in another order than on one device, one
+            // element lands 1.8e-5 (relative) away, past f32's default 1e-5.
+            float_tolerance: name.starts_with("scan_loop").then_some(Tolerance {
+                rel: 1e-4,
+                abs: 1e-6,
+            }),
+            reference: if manual_region(&before).is_some() {
+                Reference::XlaPartitioned
+            } else {
+                Reference::SingleDevice
+            },
+        };
+        let r = pass
+            .run(&mut part)
+            .map_err(|e| e.to_string())
+            .and_then(|_| {
+                verify(&part, &VerifyOptions::default()).map_err(|e| format!("verify: {e}"))?;
+                let inputs = harness::random_inputs(&before, 7).map_err(|e| e.to_string())?;
+                check_equivalence(client(), &before, &part, n as usize, &inputs, options)
+                    .map_err(|e| e.to_string())
+            });
+        match r {
+            Ok(rep) if rep.passed() => {
+                let ours = collectives_of(&part, n);
+                let xla = collectives_of(&after, n);
+                eprintln!(
+                    "| {name} | {n} | {} | {} | {} | {} | {} |",
+                    ours.0,
+                    ours.1,
+                    xla.0,
+                    xla.1,
+                    pass.report.last_resorts.len()
                 );
             }
             Ok(rep) => failures.push(format!("{name}:\n{rep}")),

@@ -14,7 +14,12 @@
 //!    one collective), then a local slice or a permute if still needed;
 //! 6. the last resort: gather everything, then slice. Each use is counted in the report.
 
-use super::spec::{ceil_div, unravel, Spec, Tiling};
+use std::cell::RefCell;
+use std::sync::Arc;
+
+use hashbrown::HashTable;
+
+use super::spec::{ceil_div, fx, unravel, Groups, Memo, MemoTable, Spec, Tiling};
 
 /// One step of a plan. `to` is the tiling after the step.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -34,7 +39,7 @@ pub enum Step {
         dims: Vec<usize>,
         /// Tiles along each of `dims` before the gather (the product is the group size).
         tiles: Vec<i64>,
-        groups: Vec<Vec<i64>>,
+        groups: Groups,
     },
     /// One all-to-all over `groups`, for several dimensions at once: each `(d, g)` in `split`
     /// cuts dimension `d`'s piece into `g` more pieces, each `(d, f)` in `concat` gathers `f`
@@ -46,7 +51,7 @@ pub enum Step {
         to: Tiling,
         split: Vec<(usize, i64)>,
         concat: Vec<(usize, i64)>,
-        groups: Vec<Vec<i64>>,
+        groups: Groups,
     },
     /// One collective-permute with `(source, target)` pairs (identity pairs included, so
     /// every device receives).
@@ -118,8 +123,40 @@ impl Plan {
 /// Why no plan exists.
 pub type PlanError = String;
 
-/// Plans the move of an array of `dims` from `src` to `dst` on `n` devices.
-pub fn plan(src: &Spec, dst: &Spec, dims: &[i64], n: i64) -> Result<Plan, PlanError> {
+/// Plans the move of an array of `dims` from `src` to `dst` on `n` devices. Shared: a plan
+/// holds per-device offsets and groups, and the same few are asked for again and again.
+pub fn plan(src: &Spec, dst: &Spec, dims: &[i64], n: i64) -> Result<Arc<Plan>, PlanError> {
+    type Key = (Spec, Spec, Vec<i64>, i64);
+    thread_local! {
+        // Plans are pure: a module reshards the same few pairs of specs on the same shapes
+        // again and again, and a plan costs walks over every device (see `spec::Memo`).
+        static PLANS: RefCell<MemoTable<Key, Arc<Plan>>> = const { RefCell::new(HashTable::new()) };
+    }
+    let key = (src, dst, dims, n);
+    let h = fx(&key);
+    let known = PLANS.with(|p| {
+        p.borrow()
+            .find(h, |e| {
+                (&e.key.0, &e.key.1, e.key.2.as_slice(), e.key.3) == key
+            })
+            .map(|e| e.value.clone())
+    });
+    if let Some(p) = known {
+        return Ok(p);
+    }
+    let p = Arc::new(plan_uncached(src, dst, dims, n)?);
+    PLANS.with(|t| {
+        Memo::insert(
+            &mut t.borrow_mut(),
+            h,
+            (src.clone(), dst.clone(), dims.to_vec(), n),
+            p.clone(),
+        )
+    });
+    Ok(p)
+}
+
+fn plan_uncached(src: &Spec, dst: &Spec, dims: &[i64], n: i64) -> Result<Plan, PlanError> {
     match (src, dst) {
         (Spec::Manual, Spec::Manual) => Ok(Plan::default()),
         (Spec::Manual, _) | (_, Spec::Manual) => Err(format!(
@@ -469,7 +506,7 @@ fn all_to_all_parts(src: &Tiling, dst: &Tiling, dims: &[i64]) -> Option<(Step, T
     let src_idx = src.tile_indices();
     let g_dims: Vec<i64> = split.iter().map(|&(_, g)| g).collect();
     let mut new_idx = vec![Vec::new(); src.devices.len()];
-    for grp in &groups {
+    for grp in groups.iter() {
         for (p, &dev) in grp.iter().enumerate() {
             let q = unravel(p as i64, &g_dims);
             let mut idx = src_idx[dev as usize].clone();
@@ -602,7 +639,7 @@ pub(crate) mod tests {
                 groups,
             } => {
                 let mut out = vec![None; n];
-                for g in groups {
+                for g in groups.iter() {
                     let shard = locals[g[0] as usize].dims.clone();
                     let gathered = Local::build(to.shard_dims(dims), |idx| {
                         let mut k_idx = Vec::new();
@@ -630,7 +667,7 @@ pub(crate) mod tests {
                 let new_dims = to.shard_dims(dims);
                 let f_dims: Vec<i64> = concat.iter().map(|&(_, f)| f).collect();
                 let g_dims: Vec<i64> = split.iter().map(|&(_, g)| g).collect();
-                for g in groups {
+                for g in groups.iter() {
                     let held = locals[g[0] as usize].dims.clone();
                     for (p, &d) in g.iter().enumerate() {
                         let q = unravel(p as i64, &g_dims);
@@ -669,7 +706,7 @@ pub(crate) mod tests {
     }
 
     /// Runs `plan` on the simulated devices and checks every real element lands right.
-    pub(crate) fn check_plan(src: &Spec, dst: &Spec, dims: &[i64], n: i64) -> Plan {
+    pub(crate) fn check_plan(src: &Spec, dst: &Spec, dims: &[i64], n: i64) -> Arc<Plan> {
         let p = plan(src, dst, dims, n).unwrap();
         let mut locals: Vec<Local> = (0..n).map(|d| expected(src, dims, d)).collect();
         for s in &p.steps {

@@ -12,6 +12,12 @@
 //! sharding algebra on [`Sharding`] itself stays in `tessera_hlo` (`sharding_util` transforms
 //! shardings, `tiling` is the tile geometry).
 
+use std::cell::RefCell;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use hashbrown::HashTable;
+use tessera_hlo::fxhash::FxHasher;
 use tessera_hlo::sharding::SubgroupType;
 use tessera_hlo::{Sharding, ShardingKind, TileAssignment};
 
@@ -33,8 +39,69 @@ pub struct Tiling {
     pub tiles: Vec<i64>,
     pub repl: i64,
     /// Row-major over `tiles ++ [repl]`; each replication group (a run of `repl`) sorted.
-    pub devices: Vec<i64>,
+    pub devices: Devices,
 }
+
+/// A device list shared between the tilings that hold it, with its hash computed once: specs
+/// are cloned, compared and used as memo keys for every instruction, and a list of 512
+/// devices copied or hashed each time was most of the partitioner's cost on large meshes.
+#[derive(Clone)]
+pub struct Devices {
+    ids: Arc<[i64]>,
+    hash: u64,
+}
+
+impl Devices {
+    pub fn to_vec(&self) -> Vec<i64> {
+        self.ids.to_vec()
+    }
+}
+
+impl From<Vec<i64>> for Devices {
+    fn from(ids: Vec<i64>) -> Devices {
+        let hash = fx(ids.as_slice());
+        Devices {
+            ids: ids.into(),
+            hash,
+        }
+    }
+}
+
+impl std::ops::Deref for Devices {
+    type Target = [i64];
+    fn deref(&self) -> &[i64] {
+        &self.ids
+    }
+}
+
+impl PartialEq for Devices {
+    fn eq(&self, other: &Devices) -> bool {
+        Arc::ptr_eq(&self.ids, &other.ids) || (self.hash == other.hash && self.ids == other.ids)
+    }
+}
+
+impl Eq for Devices {}
+
+impl PartialEq<Vec<i64>> for Devices {
+    fn eq(&self, other: &Vec<i64>) -> bool {
+        *self.ids == **other
+    }
+}
+
+impl Hash for Devices {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
+    }
+}
+
+impl std::fmt::Debug for Devices {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.ids.fmt(f)
+    }
+}
+
+/// Device groups (of a collective), shared.
+pub type Groups = Arc<Vec<Vec<i64>>>;
 
 /// Why a sharding cannot be read for an array.
 pub type SpecError = String;
@@ -45,16 +112,23 @@ impl Tiling {
         Tiling {
             tiles: vec![1; rank],
             repl: n,
-            devices: (0..n).collect(),
+            devices: (0..n).collect::<Vec<i64>>().into(),
         }
     }
 
     /// Builds a tiling from its parts, sorting each replication group.
-    pub fn new(tiles: Vec<i64>, repl: i64, mut devices: Vec<i64>) -> Tiling {
-        if repl > 1 {
-            for g in devices.chunks_mut(repl as usize) {
+    pub fn new(tiles: Vec<i64>, repl: i64, devices: impl Into<Devices>) -> Tiling {
+        let mut devices = devices.into();
+        if repl > 1
+            && devices
+                .chunks(repl as usize)
+                .any(|g| g.windows(2).any(|w| w[0] > w[1]))
+        {
+            let mut ids = devices.to_vec();
+            for g in ids.chunks_mut(repl as usize) {
                 g.sort_unstable();
             }
+            devices = ids.into();
         }
         Tiling {
             tiles,
@@ -144,7 +218,31 @@ impl Tiling {
     /// row-major position along `along`; the groups are ordered by the other dimensions.
     /// With `with_repl` false, each group is taken at one replication position (so a group
     /// holds one device per tile), and there are `repl` times as many groups.
-    pub fn groups(&self, along: &[usize], with_repl: bool) -> Vec<Vec<i64>> {
+    /// Shared: a collective's groups on a large mesh are long, and the same few are asked for
+    /// again and again.
+    pub fn groups(&self, along: &[usize], with_repl: bool) -> Groups {
+        MEMO.with(|m| {
+            let key = (self, along, with_repl);
+            let h = fx(&key);
+            let mut m = m.borrow_mut();
+            if let Some(e) = m
+                .groups
+                .find(h, |e| (&e.key.0, e.key.1.as_slice(), e.key.2) == key)
+            {
+                return e.value.clone();
+            }
+            let out: Groups = Arc::new(self.groups_uncached(along, with_repl));
+            Memo::insert(
+                &mut m.groups,
+                h,
+                (self.clone(), along.to_vec(), with_repl),
+                out.clone(),
+            );
+            out
+        })
+    }
+
+    fn groups_uncached(&self, along: &[usize], with_repl: bool) -> Vec<Vec<i64>> {
         let r = self.tiles.len();
         let mut dims: Vec<i64> = self.tiles.clone();
         dims.push(self.repl);
@@ -180,6 +278,28 @@ impl Tiling {
     /// The same tiling with the data dimensions `dims` no longer split: their tiles join the
     /// replication groups (what a grouped all-gather along them produces).
     pub fn replicate_dims(&self, dims: &[usize]) -> Tiling {
+        MEMO.with(|m| {
+            let key = (self, dims);
+            let h = fx(&key);
+            let mut m = m.borrow_mut();
+            if let Some(e) = m
+                .replicate
+                .find(h, |e| (&e.key.0, e.key.1.as_slice()) == key)
+            {
+                return e.value.clone();
+            }
+            let out = self.replicate_dims_uncached(dims);
+            Memo::insert(
+                &mut m.replicate,
+                h,
+                (self.clone(), dims.to_vec()),
+                out.clone(),
+            );
+            out
+        })
+    }
+
+    fn replicate_dims_uncached(&self, dims: &[usize]) -> Tiling {
         let r = self.tiles.len();
         let dropped: Vec<usize> = (0..r).filter(|d| dims.contains(d)).collect();
         let mut tiles = self.tiles.clone();
@@ -215,6 +335,29 @@ impl Tiling {
     /// (`None`: a dimension of its own, not split). This array's dimensions that no entry
     /// names stop being split first (their tiles join the replication groups).
     pub fn project(&self, map: &[Option<usize>]) -> Tiling {
+        MEMO.with(|m| {
+            let key = (self, map);
+            let h = fx(&key);
+            if let Some(e) = m
+                .borrow()
+                .project
+                .find(h, |e| (&e.key.0, e.key.1.as_slice()) == key)
+            {
+                return e.value.clone();
+            }
+            // Not borrowed across the call: projecting may replicate dimensions first.
+            let out = self.project_uncached(map);
+            Memo::insert(
+                &mut m.borrow_mut().project,
+                h,
+                (self.clone(), map.to_vec()),
+                out.clone(),
+            );
+            out
+        })
+    }
+
+    fn project_uncached(&self, map: &[Option<usize>]) -> Tiling {
         let r = self.tiles.len();
         let unnamed: Vec<usize> = (0..r).filter(|d| !map.contains(&Some(*d))).collect();
         let base = if unnamed.iter().any(|&d| self.tiles[d] > 1) {
@@ -259,7 +402,7 @@ impl Tiling {
         } else {
             TileAssignment::Explicit {
                 dims: dims.iter().copied().collect(),
-                devices: self.devices.clone(),
+                devices: self.devices.to_vec(),
             }
             .canonical()
         };
@@ -274,6 +417,28 @@ impl Spec {
 
     /// Reads `s` for an array of rank `rank` on `n` devices.
     pub fn from_sharding(s: &Sharding, rank: usize, n: i64) -> Result<Spec, SpecError> {
+        MEMO.with(|m| {
+            let key = (s, rank, n);
+            let h = fx(&key);
+            if let Some(e) = m
+                .borrow()
+                .read
+                .find(h, |e| (&e.key.0, e.key.1, e.key.2) == key)
+            {
+                return Ok(e.value.clone());
+            }
+            let out = Spec::from_sharding_uncached(s, rank, n)?;
+            Memo::insert(
+                &mut m.borrow_mut().read,
+                h,
+                (s.clone(), rank, n),
+                out.clone(),
+            );
+            Ok(out)
+        })
+    }
+
+    fn from_sharding_uncached(s: &Sharding, rank: usize, n: i64) -> Result<Spec, SpecError> {
         match &s.kind {
             ShardingKind::Replicated | ShardingKind::Unknown => Ok(Spec::replicated(rank, n)),
             ShardingKind::Manual => Ok(Spec::Manual),
@@ -358,6 +523,52 @@ impl Spec {
     }
 }
 
+/// Answers already computed on this thread: a large module reads the same few shardings and
+/// projects the same few tilings thousands of times, and each answer costs a walk over every
+/// device. The functions are pure, so a remembered answer is the answer; each table is
+/// emptied when it reaches [`Memo::LIMIT`] entries, which bounds the memory.
+#[derive(Default)]
+pub(super) struct Memo {
+    replicate: MemoTable<(Tiling, Vec<usize>), Tiling>,
+    project: MemoTable<(Tiling, Vec<Option<usize>>), Tiling>,
+    read: MemoTable<(Sharding, usize, i64), Spec>,
+    groups: MemoTable<(Tiling, Vec<usize>, bool), Groups>,
+}
+
+/// Remembered answers keyed by `K`.
+pub(super) type MemoTable<K, V> = HashTable<Entry<K, V>>;
+
+/// One remembered answer: its key's hash ([`fx`]), the key and the answer.
+pub(super) struct Entry<K, V> {
+    hash: u64,
+    pub key: K,
+    pub value: V,
+}
+
+impl Memo {
+    /// Entries per table before it is emptied.
+    pub(super) const LIMIT: usize = 1024;
+
+    /// Remembers `value` for `key` (whose [`fx`] is `hash`).
+    pub(super) fn insert<K, V>(table: &mut MemoTable<K, V>, hash: u64, key: K, value: V) {
+        if table.len() >= Self::LIMIT {
+            table.clear();
+        }
+        table.insert_unique(hash, Entry { hash, key, value }, |e| e.hash);
+    }
+}
+
+thread_local! {
+    static MEMO: RefCell<Memo> = RefCell::new(Memo::default());
+}
+
+/// The Fx hash of a memo key.
+pub(super) fn fx<T: Hash + ?Sized>(key: &T) -> u64 {
+    let mut h = FxHasher::default();
+    key.hash(&mut h);
+    h.finish()
+}
+
 pub fn ceil_div(a: i64, b: i64) -> i64 {
     if b <= 1 {
         a
@@ -438,9 +649,9 @@ mod tests {
             panic!()
         };
         // Along dim 0: devices that share the dim-1 index.
-        assert_eq!(t.groups(&[0], false), vec![vec![0, 1], vec![2, 3]]);
-        assert_eq!(t.groups(&[1], false), vec![vec![0, 2], vec![1, 3]]);
-        assert_eq!(t.groups(&[0, 1], false), vec![vec![0, 2, 1, 3]]);
+        assert_eq!(*t.groups(&[0], false), vec![vec![0, 1], vec![2, 3]]);
+        assert_eq!(*t.groups(&[1], false), vec![vec![0, 2], vec![1, 3]]);
+        assert_eq!(*t.groups(&[0, 1], false), vec![vec![0, 2, 1, 3]]);
         let r = t.replicate_dims(&[1]);
         assert_eq!(r.tiles, vec![2, 1]);
         assert_eq!(r.repl, 2);

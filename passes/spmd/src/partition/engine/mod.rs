@@ -13,6 +13,9 @@
 //! ever left unpartitioned; `SpmdReport::defaulted` lists who took that path.
 
 use std::collections::{HashMap, HashSet};
+use std::hash::BuildHasherDefault;
+
+use tessera_hlo::fxhash::FxHasher;
 
 use tessera_hlo::analysis::post_order;
 use tessera_hlo::attrs::{ComparisonDirection, PaddingDim};
@@ -169,17 +172,20 @@ fn spec_text(s: &Spec) -> String {
     tessera_hlo::text::sharding_to_string(&s.to_sharding())
 }
 
+type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
+
 struct Engine<'c> {
     n: i64,
     creator: &'c mut dyn CollectiveOps,
-    values: HashMap<InstrId, Value>,
-    cache: HashMap<(InstrId, Tree), InstrId>,
-    pid: HashMap<CompId, InstrId>,
-    tables: HashMap<(CompId, Vec<i64>), InstrId>,
+    values: FxMap<InstrId, Value>,
+    /// Reshards made so far: per local value, each target and the instruction holding it.
+    cache: FxMap<InstrId, Vec<(Tree, InstrId)>>,
+    pid: FxMap<CompId, InstrId>,
+    tables: FxMap<(CompId, Vec<i64>), InstrId>,
     done: HashSet<CompId>,
     /// The global shapes of the parameters partitioned so far (their instruction now holds
     /// the local shape).
-    globals: HashMap<InstrId, Shape>,
+    globals: FxMap<InstrId, Shape>,
     /// Copies of original instructions and the names they take back.
     renames: Vec<(InstrId, String)>,
     report: SpmdReport,
@@ -250,12 +256,12 @@ pub fn partition(
     let mut engine = Engine {
         n,
         creator,
-        values: HashMap::new(),
-        cache: HashMap::new(),
-        pid: HashMap::new(),
-        tables: HashMap::new(),
+        values: FxMap::default(),
+        cache: FxMap::default(),
+        pid: FxMap::default(),
+        tables: FxMap::default(),
         done: HashSet::new(),
-        globals: HashMap::new(),
+        globals: FxMap::default(),
         renames: Vec::new(),
         view: None,
         report: SpmdReport {
@@ -310,20 +316,28 @@ fn keep_layouts(new: &mut Shape, old: &Shape) {
     }
 }
 
-/// The `k` largest instructions of `comp` by the bytes of their shape, largest first.
+/// The `k` largest instructions of `comp` by the bytes of their shape, largest first (ties
+/// by name).
 fn largest(m: &Module, comp: CompId, k: usize) -> Vec<(String, i64)> {
-    let mut all: Vec<(String, i64)> = m
+    let mut all: Vec<(i64, &str)> = m
         .comp(comp)
         .instructions()
         .iter()
         .map(|&i| {
             let i = m.instr(i);
-            (i.name.clone(), i.shape.byte_size(8))
+            (i.shape.byte_size(8), i.name.as_str())
         })
         .collect();
-    all.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-    all.truncate(k);
-    all
+    let order = |a: &(i64, &str), b: &(i64, &str)| b.0.cmp(&a.0).then_with(|| a.1.cmp(b.1));
+    if k == 0 {
+        return Vec::new();
+    }
+    if all.len() > k {
+        all.select_nth_unstable_by(k - 1, order);
+        all.truncate(k);
+    }
+    all.sort_unstable_by(order);
+    all.into_iter().map(|(b, n)| (n.to_string(), b)).collect()
 }
 
 fn tree_of(m: &Module, id: InstrId, n: i64) -> Result<Tree> {
@@ -428,6 +442,16 @@ impl Engine<'_> {
         target: &Tree,
     ) -> Result<InstrId> {
         let op = b.module().instr(id).operands()[k];
+        // Most operands already hold the target, or were resharded to it before: answered
+        // without copying the value's tree or shape.
+        if let Some(v) = self.values.get(&op) {
+            if v.tree == *target {
+                return Ok(v.local);
+            }
+            if let Some(x) = self.cached(v.local, target) {
+                return Ok(x);
+            }
+        }
         let v = self.value(b.module(), op)?;
         let base = self.global(b.module(), op);
         self.reshard(b, &v, &base, target)
@@ -532,8 +556,7 @@ impl Engine<'_> {
         if v.tree == *target {
             return Ok(v.local);
         }
-        let key = (v.local, target.clone());
-        if let Some(&x) = self.cache.get(&key) {
+        if let Some(x) = self.cached(v.local, target) {
             return Ok(x);
         }
         let out = match (&v.tree, target, base) {
@@ -564,8 +587,20 @@ impl Engine<'_> {
                 )))
             }
         };
-        self.cache.insert(key, out);
+        self.cache
+            .entry(v.local)
+            .or_default()
+            .push((target.clone(), out));
         Ok(out)
+    }
+
+    /// The instruction that already holds local value `local` resharded to `target`.
+    fn cached(&self, local: InstrId, target: &Tree) -> Option<InstrId> {
+        self.cache
+            .get(&local)?
+            .iter()
+            .find(|(t, _)| t == target)
+            .map(|&(_, x)| x)
     }
 
     fn origin_name(&self, b: &Builder) -> String {

@@ -86,7 +86,10 @@ pub(super) fn read(
     }
     let tiles = t.data_tile_dims().to_vec();
     let repl = g / tiles.iter().product::<i64>().max(1);
-    Ok(Some((Tiling::new(tiles, repl, (0..g).collect()), groups)))
+    Ok(Some((
+        Tiling::new(tiles, repl, (0..g).collect::<Vec<i64>>()),
+        groups,
+    )))
 }
 
 /// The tree of instruction `id` when its sharding has manual subgroups (every array leaf must

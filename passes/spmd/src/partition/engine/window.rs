@@ -405,7 +405,7 @@ impl Engine<'_> {
                             continue;
                         }
                         let mut pairs = Vec::new();
-                        for g in &groups {
+                        for g in groups.iter() {
                             for &k in to {
                                 pairs.push((g[(k - hops) as usize], g[k as usize]));
                             }
@@ -1166,7 +1166,7 @@ impl Engine<'_> {
             }
             let groups = t.groups(&[d], false);
             let mut pairs = Vec::new();
-            for g in &groups {
+            for g in groups.iter() {
                 for j in 0..tiles as usize {
                     pairs.push((g[j], g[tiles as usize - 1 - j]));
                 }

@@ -29,8 +29,10 @@ use super::{CollectiveNote, CollectiveOps, SpmdOptions, SpmdReport};
 mod control;
 mod custom_call;
 mod dot;
+mod indexed;
 mod reduce;
 mod shape_ops;
+mod sort;
 
 /// The sharding of a value of any shape: one spec per array leaf.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -439,6 +441,13 @@ impl Engine<'_> {
             Opcode::CustomCall => self.custom_call(b, id, own),
             Opcode::Iota => self.iota(b, id, own),
             Opcode::Slice => self.slice(b, id, own),
+            Opcode::Gather => self.gather(b, id, own),
+            Opcode::Scatter => self.scatter(b, id, own),
+            Opcode::Sort => self.sort(b, id, own),
+            Opcode::TopK => self.top_k(b, id, own),
+            Opcode::Fft | Opcode::Cholesky | Opcode::TriangularSolve => {
+                self.batched_linear(b, id, own)
+            }
             Opcode::PartitionId => Err(fail(format!(
                 "%{}: partition-id outside a manual region has no single meaning once \
                  partitioned (XLA refuses it too); use it inside a manual region",

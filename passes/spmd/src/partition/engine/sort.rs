@@ -49,8 +49,8 @@ impl Engine<'_> {
         let mut cands = vec![have.replicate_dims(&split)];
         if split.len() == 1 {
             let d = split[0];
-            for e in 0..dims.len() {
-                if !whole.contains(&e) && have.tiles[e] == 1 && dims[e] >= have.tiles[d] {
+            for (e, &size) in dims.iter().enumerate() {
+                if !whole.contains(&e) && have.tiles[e] == 1 && size >= have.tiles[d] {
                     cands.push(Self::move_split(have, d, e));
                 }
             }
@@ -125,7 +125,9 @@ impl Engine<'_> {
 
     /// The `topk` instruction and the `TopK` custom-call: the last dimension whole.
     pub(super) fn top_k(&mut self, b: &mut Builder, id: InstrId, own: Tree) -> Result<()> {
-        let rank = self.global(b.module(), b.module().instr(id).operands()[0]).rank();
+        let rank = self
+            .global(b.module(), b.module().instr(id).operands()[0])
+            .rank();
         if rank == 0 {
             return self.default(b, id, own);
         }

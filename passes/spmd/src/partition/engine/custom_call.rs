@@ -73,6 +73,7 @@ impl Engine<'_> {
                 self.set(id, x, own);
                 Ok(())
             }
+            "TopK" => self.top_k(b, id, own),
             _ => self.default(b, id, own),
         }
     }

@@ -33,9 +33,11 @@ mod control;
 mod custom_call;
 mod dot;
 mod feeds;
+mod indexed;
 mod partial_manual;
 mod reduce;
 mod shape_ops;
+mod sort;
 mod window;
 
 /// The sharding of a value of any shape: one spec per array leaf.
@@ -534,6 +536,13 @@ impl Engine<'_> {
             Opcode::Infeed => self.infeed(b, id, own),
             Opcode::Outfeed => self.outfeed(b, id, own),
             Opcode::AllReduce => self.cross_replica_all_reduce(b, id, own),
+            Opcode::Gather => self.gather(b, id, own),
+            Opcode::Scatter => self.scatter(b, id, own),
+            Opcode::Sort => self.sort(b, id, own),
+            Opcode::TopK => self.top_k(b, id, own),
+            Opcode::Fft | Opcode::Cholesky | Opcode::TriangularSolve => {
+                self.batched_linear(b, id, own)
+            }
             Opcode::PartitionId => Err(fail(format!(
                 "%{}: partition-id outside a manual region has no single meaning once \
                  partitioned (XLA refuses it too); use it inside a manual region",

@@ -1,10 +1,10 @@
 //! Prints one generated module, for measuring the CLI on it (docs/BENCHMARKS.md):
 //!
 //! ```text
-//! cargo run --release -p tessera-benches --example gen -- chain|flat|wide N > FILE.hlo
+//! cargo run --release -p tessera-benches --example gen -- chain|flat|wide|remat N > FILE.hlo
 //! ```
 
-use tessera_benches::{call_chain, flat_calls, wide};
+use tessera_benches::{call_chain, flat_calls, remat_chain, wide};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -13,8 +13,9 @@ fn main() {
         (Some("chain"), Some(n)) => call_chain(n),
         (Some("flat"), Some(n)) => flat_calls(n),
         (Some("wide"), Some(n)) => wide(n),
+        (Some("remat"), Some(n)) => remat_chain(n),
         _ => {
-            eprintln!("usage: gen chain|flat|wide N");
+            eprintln!("usage: gen chain|flat|wide|remat N");
             std::process::exit(2);
         }
     };

@@ -22,7 +22,9 @@ use tessera_pass::util::{sort_computations_callees_first, SideEffects};
 use tessera_pass::{OptionDoc, Pass, PassError, PassOptions};
 
 use list::{InstructionList, ItemId, NIL};
-use search::{pick_faithful, FastQueue, Pick, RematerializableCache, Strategy};
+use search::{
+    pick_faithful, remat_cost, CompressIndex, FastQueue, Pick, RematerializableCache, Strategy,
+};
 use tracker::{is_supported_indirect_user, Tracker};
 
 /// Errors of the pass; each names the computation or instruction at fault.
@@ -745,6 +747,8 @@ struct Frame<'a> {
     peak_before: i64,
     use_fast: bool,
     queue: FastQueue,
+    /// The compression candidates (fast search in a compressing mode).
+    compress: Option<CompressIndex>,
     /// The item being placed, or the next one (`NIL` at the end).
     item: ItemId,
     /// Set while `item` waits for its callees: those not yet visited, last first.
@@ -916,6 +920,10 @@ impl<'a> State<'a> {
         self.check(module, &t)?;
         let peak = t.memory_usage();
         let item = t.list.first();
+        let use_fast = self.opts.search == SearchKind::Fast;
+        let peak_before = self.peak[c.index()].unwrap_or(0);
+        let compress = (use_fast && self.opts.mode != RematMode::Recompute)
+            .then(|| CompressIndex::new(memory_limit, peak_before));
         Ok(Frame {
             c,
             memory_limit,
@@ -926,10 +934,10 @@ impl<'a> State<'a> {
             peak,
             remat_count: 0,
             net_added: 0,
-            peak_before: self.peak[c.index()].unwrap_or(0),
-            use_fast: self.opts.search == SearchKind::Fast
-                && self.opts.mode == RematMode::Recompute,
+            peak_before,
+            use_fast,
             queue: FastQueue::new(memory_limit, self.opts.block_size_limit),
+            compress,
             item,
             callees: None,
         })
@@ -983,19 +991,58 @@ impl<'a> State<'a> {
             let mut second_effort = 0i64;
             while f.t.memory_usage() + callee > memory_limit {
                 let pick = if f.use_fast {
-                    f.queue
-                        .pick(&mut f.t, module, &mut f.cache, min_block, max_block)
+                    if let Some(ci) = f.compress.as_mut() {
+                        ci.absorb_revivals(&f.t);
+                    }
+                    let mut pick = if self.opts.mode == RematMode::Compress {
+                        Pick {
+                            items: Vec::new(),
+                            strategy: Strategy::Recompute,
+                            effort: 0,
+                        }
+                    } else {
+                        f.queue
+                            .pick(&mut f.t, module, &mut f.cache, min_block, max_block)
+                    };
+                    if let Some(ci) = f.compress.as_mut().filter(|_| min_block == 1) {
+                        // The scan evaluates compressions of single items only, before the
+                        // recompute blocks starting at the same item.
+                        pick.effort += ci.candidates;
+                        let tracker = &f.t;
+                        let bound = pick.items.first().map(|&first| {
+                            let reduced = tracker.memory_reduced_if_rematerialized(&pick.items);
+                            let cost =
+                                remat_cost(tracker, module, &pick.items, reduced, memory_limit);
+                            (cost, tracker.list.item(first).position)
+                        });
+                        let bytes_after =
+                            || tracker.bytes_after_walked_items(|i| self.callee_usage(module, i));
+                        let guard = self.opts.peak_guard.then(|| {
+                            (
+                                &bytes_after as &dyn Fn() -> Vec<i64>,
+                                tracker.memory_usage() + callee,
+                            )
+                        });
+                        if let Some(item) = ci.pick(tracker, module, bound, guard) {
+                            let shape = &module.instr(tracker.list.item(item).instr).shape;
+                            pick.items = vec![item];
+                            pick.strategy = Strategy::Compress(Box::new((self.compact_fn)(shape)));
+                        }
+                    }
+                    pick
                 } else {
                     let compact_fn = self.compact_fn;
                     let mut compact = |i: InstrId| compact_fn(&module.instr(i).shape);
-                    let after = if self.opts.mode != RematMode::Recompute && self.opts.peak_guard
-                    {
-                        f.t.bytes_after_walked_items(|i| self.callee_usage(module, i))
-                    } else {
-                        Vec::new()
-                    };
-                    let guard = (!after.is_empty())
-                        .then(|| (after.as_slice(), f.t.memory_usage() + callee));
+                    let tracker = &f.t;
+                    let bytes_after =
+                        || tracker.bytes_after_walked_items(|i| self.callee_usage(module, i));
+                    let guard = (self.opts.mode != RematMode::Recompute && self.opts.peak_guard)
+                        .then(|| {
+                            (
+                                &bytes_after as &dyn Fn() -> Vec<i64>,
+                                f.t.memory_usage() + callee,
+                            )
+                        });
                     pick_faithful(
                         &f.t,
                         module,
@@ -1011,6 +1058,14 @@ impl<'a> State<'a> {
                 let (count, added) =
                     self.apply_pick(module, &mut f.t, &pick, &mut f.remat_moves)?;
                 if f.use_fast {
+                    if let Some(ci) = f.compress.as_mut() {
+                        ci.absorb_revivals(&f.t);
+                    }
+                    if matches!(pick.strategy, Strategy::Compress(_)) {
+                        // The compact copy (denylisted) now sits in the walked part of the
+                        // list and cuts the runs through the compressed item.
+                        f.queue.rebuild(&mut f.t, module, &mut f.cache);
+                    }
                     f.queue.absorb_revivals(&mut f.t, module, &mut f.cache);
                     if self.opts.check_invariants {
                         f.queue
@@ -1064,6 +1119,11 @@ impl<'a> State<'a> {
         let now = f.t.memory_usage() + callee;
         f.peak = f.peak.max(now);
         f.t.end_instruction()?;
+        if let Some(ci) = f.compress.as_mut() {
+            let (size_fn, compact_fn) = (self.size_fn, self.compact_fn);
+            let mut compact_size = |i: InstrId| size_fn(&compact_fn(&module.instr(i).shape));
+            ci.on_finished(&f.t, module, &mut f.cache, item, &mut compact_size);
+        }
         if f.use_fast {
             f.queue.on_end(&mut f.t, module, &mut f.cache, item);
             if self.opts.check_invariants {

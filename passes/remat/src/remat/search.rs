@@ -19,6 +19,7 @@ use std::collections::{BTreeSet, BinaryHeap, HashMap};
 
 use smallvec::SmallVec;
 
+use tessera_hlo::fxhash::FxHashMap;
 use tessera_hlo::{InstrId, Module, Opcode, Shape};
 
 use super::list::{ItemId, NIL};
@@ -40,18 +41,20 @@ pub struct Pick {
     pub effort: i64,
 }
 
-/// Per-instruction cache of [`is_rematerializable`].
+/// Per-instruction cache of [`is_rematerializable`], one per computation walked. A map, not a
+/// vector indexed by the module-wide id: with a call chain of 50,000 computations open at
+/// once, a module-sized vector each took memory quadratic in the module.
 #[derive(Default)]
 pub struct RematerializableCache {
-    known: Vec<Option<bool>>,
+    known: FxHashMap<InstrId, bool>,
 }
 
 impl RematerializableCache {
     pub fn get(&mut self, module: &Module, id: InstrId) -> bool {
-        if self.known.len() <= id.index() {
-            self.known.resize(id.index() + 1, None);
-        }
-        *self.known[id.index()].get_or_insert_with(|| is_rematerializable(module, id))
+        *self
+            .known
+            .entry(id)
+            .or_insert_with(|| is_rematerializable(module, id))
     }
 }
 

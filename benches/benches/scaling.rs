@@ -1,10 +1,15 @@
 //! How parse and every registered pass scale with the input: call chains and flat
-//! computations of 1k, 10k and 50k computations, and one computation of up to 200k
+//! computations of 1k to 50k computations (six sizes), and one computation of 20k to 200k
 //! instructions, each timed at every size with the least-squares growth exponent of time
 //! against size (1 is linear). Figures and the reading of them: docs/BENCHMARKS.md.
 //!
+//! Made robust to a shared, loaded machine: every size is timed in every round (the rounds
+//! go over all stages and sizes in turn, so a change of load hits every size alike), each
+//! point is the median of the rounds, and the fit is over all sizes. Run it under
+//! `nice -n 10`.
+//!
 //! ```text
-//! nice -n 10 cargo bench -p tessera-benches --bench scaling [-- --reps N] [--family chain,flat,wide] [--sizes 1000,10000] [--passes inline,dce]
+//! nice -n 10 cargo bench -p tessera-benches --bench scaling [-- --reps N] [--family chain,flat,wide,remat] [--sizes 1000,10000] [--passes inline,dce]
 //! ```
 //!
 //! Times are the thread's CPU time (see `Clock`), else wall-clock.
@@ -12,12 +17,12 @@
 //! `rematerialization` on the module scheduled first, with a limit of 90% of its peak;
 //! `tuple-simplify` and `dce` once more on the module after `inline` (where the flat family's
 //! get-tuple-element(tuple) pairs and dead halves are). A pass that takes longer than 30 s at
-//! one size is not run at the larger ones; `rematerialization` is not run on call chains (it
-//! recurses once per nesting level and overflows the stack at 10k).
+//! one size is not run at the larger ones. The `remat` family ([`remat_chain`], scheduled)
+//! has something to rematerialize at every level of its call chain.
 
 use std::time::Duration;
 
-use tessera_benches::{call_chain, flat_calls, registry, wide};
+use tessera_benches::{call_chain, flat_calls, registry, remat_chain, wide};
 use tessera_hlo::analysis::shape_size;
 use tessera_hlo::Module;
 use tessera_remat::gen::growth_exponent;
@@ -65,8 +70,8 @@ impl Args {
     }
 }
 
-fn median(mut f: impl FnMut() -> Duration, reps: usize) -> Duration {
-    let mut t: Vec<Duration> = (0..reps.max(1)).map(|_| f()).collect();
+fn median(t: &[Duration]) -> Duration {
+    let mut t = t.to_vec();
     t.sort();
     t[t.len() / 2]
 }
@@ -86,11 +91,65 @@ fn run(m: &Module, passes: &str, options: &[String]) -> Duration {
     t.elapsed()
 }
 
+/// One family at one size, with what the stages start from.
+struct Input {
+    text: String,
+    module: Module,
+    scheduled: Module,
+    inlined: Module,
+    peak: i64,
+}
+
+fn prepare(text: String) -> Input {
+    let module = parse(&text);
+    let mut scheduled = module.clone();
+    if scheduled.schedule.is_none() {
+        schedule_module(&mut scheduled, SchedulerKind::Default, &shape_size).expect("schedules");
+    }
+    let peak = peak_memory(
+        &scheduled,
+        scheduled.schedule.as_ref().unwrap(),
+        &shape_size,
+    )
+    .expect("measures")
+    .peak_bytes;
+    let mut inlined = module.clone();
+    registry()
+        .build_pipeline("inline", &[])
+        .unwrap()
+        .run_with_report(&mut inlined)
+        .unwrap();
+    Input {
+        text,
+        module,
+        scheduled,
+        inlined,
+        peak,
+    }
+}
+
+/// One timing of `stage` on `input`.
+fn time_stage(stage: &str, input: &Input) -> Duration {
+    match stage {
+        "parse" => {
+            let t = Clock::start();
+            drop(parse(&input.text));
+            t.elapsed()
+        }
+        "rematerialization" => {
+            let limit = format!("rematerialization.memory_limit={}", input.peak * 9 / 10);
+            run(&input.scheduled, stage, std::slice::from_ref(&limit))
+        }
+        s if s.starts_with("inline,") => run(&input.inlined, &s["inline,".len()..], &[]),
+        s => run(&input.module, s, &[]),
+    }
+}
+
 fn main() {
     let args = Args(std::env::args().skip(1).collect());
     let reps: usize = args
         .value("--reps")
-        .map_or(3, |v| v.parse().expect("--reps N"));
+        .map_or(5, |v| v.parse().expect("--reps N"));
     let families = args
         .list("--family")
         .unwrap_or_else(|| vec!["chain".into(), "flat".into(), "wide".into()]);
@@ -107,81 +166,44 @@ fn main() {
     } else {
         "wall-clock time"
     };
-    println!("median of {reps}; {clock} in ms; exponent = least-squares slope of log time against log size");
+    println!("median of {reps} rounds; {clock} in ms; exponent = least-squares slope of log time against log size over all sizes");
     for family in &families {
         let sizes: Vec<usize> = match args.list("--sizes") {
             Some(v) => v.iter().map(|s| s.parse().expect("--sizes")).collect(),
-            None if family == "wide" => vec![20_000, 100_000, 200_000],
-            None => vec![1_000, 10_000, 50_000],
+            None if family == "wide" => vec![20_000, 50_000, 100_000, 200_000],
+            None => vec![1_000, 2_000, 5_000, 10_000, 20_000, 50_000],
         };
         let gen = |n: usize| match family.as_str() {
             "chain" => call_chain(n),
             "flat" => flat_calls(n),
             "wide" => wide(n),
-            other => panic!("unknown family `{other}` (chain, flat, wide)"),
+            "remat" => remat_chain(n),
+            other => panic!("unknown family `{other}` (chain, flat, wide, remat)"),
         };
-        let mut rows: Vec<(String, Vec<Option<Duration>>)> =
-            stages.iter().map(|s| (s.clone(), Vec::new())).collect();
-        let mut instrs = Vec::new();
-        for &n in &sizes {
-            let text = gen(n);
-            let m = parse(&text);
-            instrs.push(m.instruction_count());
-            let mut scheduled = m.clone();
-            schedule_module(&mut scheduled, SchedulerKind::Default, &shape_size)
-                .expect("schedules");
-            let peak = peak_memory(
-                &scheduled,
-                scheduled.schedule.as_ref().unwrap(),
-                &shape_size,
-            )
-            .expect("measures")
-            .peak_bytes;
-            let inlined = {
-                let mut i = m.clone();
-                registry()
-                    .build_pipeline("inline", &[])
-                    .unwrap()
-                    .run_with_report(&mut i)
-                    .unwrap();
-                i
-            };
-            for (stage, times) in rows.iter_mut() {
-                // Rematerializing into the callees of a deep chain recurses once per level
-                // and overflows the stack (see docs/BENCHMARKS.md): not run there.
-                if family == "chain" && stage == "rematerialization" {
-                    times.push(None);
-                    continue;
-                }
-                if times
-                    .last()
-                    .is_some_and(|t: &Option<Duration>| t.is_none_or(|t| t > TOO_SLOW))
-                {
-                    times.push(None);
-                    continue;
-                }
-                let t = match stage.as_str() {
-                    "parse" => median(
-                        || {
-                            let t = Clock::start();
-                            drop(parse(&text));
-                            t.elapsed()
-                        },
-                        reps,
-                    ),
-                    "rematerialization" => {
-                        let limit = format!("rematerialization.memory_limit={}", peak * 9 / 10);
-                        median(
-                            || run(&scheduled, stage, std::slice::from_ref(&limit)),
-                            reps,
-                        )
+        let inputs: Vec<Input> = sizes.iter().map(|&n| prepare(gen(n))).collect();
+        let instrs: Vec<usize> = inputs
+            .iter()
+            .map(|i| i.module.instruction_count())
+            .collect();
+        // times[stage][size]: one entry per round; None once a smaller size was too slow.
+        let mut times: Vec<Vec<Option<Vec<Duration>>>> =
+            vec![vec![Some(Vec::new()); sizes.len()]; stages.len()];
+        for _round in 0..reps.max(1) {
+            for (k, stage) in stages.iter().enumerate() {
+                for (j, input) in inputs.iter().enumerate() {
+                    let too_slow = j > 0
+                        && times[k][j - 1]
+                            .as_ref()
+                            .is_none_or(|t| t.iter().any(|&d| d > TOO_SLOW));
+                    if too_slow {
+                        times[k][j] = None;
+                        continue;
                     }
-                    s if s.starts_with("inline,") => {
-                        median(|| run(&inlined, &s["inline,".len()..], &[]), reps)
+                    let t = time_stage(stage, input);
+                    if let Some(v) = times[k][j].as_mut() {
+                        v.push(t);
                     }
-                    s => median(|| run(&m, s, &[]), reps),
-                };
-                times.push(Some(t));
+                }
             }
         }
         println!();
@@ -191,16 +213,17 @@ fn main() {
         }
         println!("exponent |");
         println!("|---|{}---|", "---|".repeat(sizes.len()));
-        for (stage, times) in &rows {
+        for (k, stage) in stages.iter().enumerate() {
             print!("| {stage} | ");
             let mut points = Vec::new();
-            for (t, &i) in times.iter().zip(&instrs) {
+            for (t, &i) in times[k].iter().zip(&instrs) {
                 match t {
-                    Some(t) => {
-                        print!("{:.1} | ", t.as_secs_f64() * 1e3);
-                        points.push((i as f64, t.as_secs_f64().max(1e-6)));
+                    Some(t) if !t.is_empty() => {
+                        let m = median(t);
+                        print!("{:.1} | ", m.as_secs_f64() * 1e3);
+                        points.push((i as f64, m.as_secs_f64().max(1e-6)));
                     }
-                    None => print!("skipped | "),
+                    _ => print!("skipped | "),
                 }
             }
             if points.len() >= 2 {

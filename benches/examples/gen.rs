@@ -1,14 +1,14 @@
 //! Prints one generated module, for measuring the CLI on it (docs/BENCHMARKS.md):
 //!
 //! ```text
-//! cargo run --release -p tessera-benches --example gen -- chain|flat|wide N > FILE.hlo
+//! cargo run --release -p tessera-benches --example gen -- chain|flat|wide|remat N > FILE.hlo
 //! cargo run --release -p tessera-benches --example gen -- devices IN.hlo FACTOR > OUT.hlo
 //! ```
 //!
 //! `devices`: IN's module on FACTOR times as many devices ([`tessera_benches::on_more_devices`]),
 //! the input XLA's partitioner gets in the device-count comparison.
 
-use tessera_benches::{call_chain, flat_calls, wide};
+use tessera_benches::{call_chain, flat_calls, remat_chain, wide};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -41,8 +41,9 @@ fn main() {
         (Some("chain"), Some(n)) => call_chain(n),
         (Some("flat"), Some(n)) => flat_calls(n),
         (Some("wide"), Some(n)) => wide(n),
+        (Some("remat"), Some(n)) => remat_chain(n),
         _ => {
-            eprintln!("usage: gen chain|flat|wide N | devices IN.hlo FACTOR");
+            eprintln!("usage: gen chain|flat|wide|remat N | devices IN.hlo FACTOR");
             std::process::exit(2);
         }
     };

@@ -8,6 +8,9 @@
 //! - [`flat_calls`]: the entry calls `n` computations once each; every callee returns a tuple
 //!   whose element the entry reads with a get-tuple-element, so inlining leaves `n`
 //!   get-tuple-element(tuple) pairs for `tuple-simplify` and dead halves for `dce`.
+//! - [`remat_chain`]: a call chain in which every level keeps a value live across its call,
+//!   so rematerialization under a low limit recomputes something at every level (the input
+//!   that overflowed the stack when the pass walked into callees by recursion).
 //! - [`wide`]: one computation of about `n` instructions with the same tuple, get-tuple-element
 //!   and dead-value patterns, for passes whose cost grows with one computation's size.
 //!
@@ -40,6 +43,30 @@ pub fn call_chain(depth: usize) -> String {
     let _ = write!(
         s,
         "ENTRY %main (p: f32[4]) -> f32[4] {{\n  %p = {PARAM}\n  ROOT %c = f32[4] call(%p), to_apply=%c{}\n}}\n",
+        depth.max(1) - 1
+    );
+    s
+}
+
+/// `depth` computations in one call chain, each holding `%n = negate(x)` across its call to
+/// the level below and adding it to the call's result afterwards (`4 depth`
+/// instructions). The module is scheduled in text order (a memory scheduler would move the
+/// negate after the call by itself). The entry parameter is unsharded: this family is for
+/// the walks over the call graph (scheduling, liveness, rematerialization).
+pub fn remat_chain(depth: usize) -> String {
+    let mut s = String::from(
+        "HloModule remat_chain, is_scheduled=true\n\n%c0 (x: f32[4]) -> f32[4] {\n  %x = f32[4] parameter(0)\n  ROOT %r = f32[4] negate(%x)\n}\n\n",
+    );
+    for i in 1..depth {
+        let _ = write!(
+            s,
+            "%c{i} (x: f32[4]) -> f32[4] {{\n  %x = f32[4] parameter(0)\n  %n = f32[4] negate(%x)\n  %y = f32[4] call(%x), to_apply=%c{}\n  ROOT %r = f32[4] add(%y, %n)\n}}\n\n",
+            i - 1
+        );
+    }
+    let _ = write!(
+        s,
+        "ENTRY %main (p: f32[4]) -> f32[4] {{\n  %p = f32[4] parameter(0)\n  ROOT %c = f32[4] call(%p), to_apply=%c{}\n}}\n",
         depth.max(1) - 1
     );
     s

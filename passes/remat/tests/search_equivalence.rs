@@ -3,13 +3,16 @@
 //! and block settings, give
 //! byte-identical modules and the same summaries with `remat.search=fast` and
 //! `remat.search=faithful` (and the filetests also with `remat.mode=recompute-and-compress` and
-//! the identity compact shape, which must choose the same).
+//! the identity compact shape, which must choose the same); and in the compressing modes,
+//! the filetests that set a mode and random graphs whose values compress (XLA's test size
+//! and compact-shape functions), with and without the peak guard.
 
 use tessera_hlo::text::{parse_module, print_module, PrintOptions};
 use tessera_hlo::Module;
 use tessera_pass::driver::{default_hooks, run_opt, OptSpec};
 use tessera_pass::Registry;
-use tessera_remat::{RematOptions, Rematerialization, SearchKind};
+use tessera_remat::remat::{CompactShape, SizeFunction};
+use tessera_remat::{RematMode, RematOptions, Rematerialization, SearchKind};
 
 fn testdata() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/remat")
@@ -21,6 +24,7 @@ fn filetests_give_the_same_result_with_both_searches() {
     tessera_remat::register(&mut r);
     let hooks = default_hooks();
     let mut compared = 0;
+    let mut compressing = 0;
     let mut entries: Vec<_> = std::fs::read_dir(testdata())
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -36,7 +40,21 @@ fn filetests_give_the_same_result_with_both_searches() {
         let text = std::fs::read_to_string(&path).unwrap();
         let run = text.lines().next().unwrap();
         if run.contains("remat.mode=") {
-            continue; // compressing modes always use the scan
+            // A compressing mode of its own: both searches with it.
+            let outs: Vec<String> = ["fast", "faithful"]
+                .iter()
+                .map(|search| {
+                    let mut spec = OptSpec::from_run_line(run).unwrap();
+                    spec.pass_options.push(format!("remat.search={search}"));
+                    spec.pass_options.push("remat.check_invariants=true".into());
+                    run_opt(&text, &spec, &r, &hooks)
+                        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+                        .text
+                })
+                .collect();
+            assert_eq!(outs[0], outs[1], "{} (its own mode)", path.display());
+            compressing += 1;
+            continue;
         }
         let mut outs = Vec::new();
         // With the identity compact shape compression never saves anything, so
@@ -64,6 +82,10 @@ fn filetests_give_the_same_result_with_both_searches() {
         compared += 1;
     }
     assert!(compared >= 20, "only {compared} files compared");
+    assert!(
+        compressing >= 3,
+        "only {compressing} compressing files compared"
+    );
 }
 
 /// A small deterministic generator (no dependency needed).
@@ -351,4 +373,47 @@ fn random_graphs_with_blocks_give_the_same_result_with_both_searches() {
     eprintln!("{changed} of 240 mixed graphs rematerialized, {with_blocks} with blocks");
     assert!(changed > 80, "only {changed} graphs were rematerialized");
     assert!(with_blocks > 20, "only {with_blocks} graphs used blocks");
+}
+
+/// The compressing modes: the fast search's compression index and its recompute queue
+/// together must choose as the scan does, compressions included. Values are f32[64,2]
+/// (16 KiB under XLA's test size function, 512 bytes compact), so compressions save bytes.
+#[test]
+fn random_graphs_compress_the_same_with_both_searches() {
+    let mut compressed = 0;
+    let mut recomputed = 0;
+    for seed in 0..240u64 {
+        let text = random_module(seed)
+            .replace("f32[256]{0}", "f32[64,2]{1,0}")
+            .replace("f32[256]", "f32[64,2]");
+        let base = parse_module(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let mut g = Lcg(seed ^ 0xc0de);
+        let limit = 16384 * (1 + g.below(12) as i64);
+        let mode = if seed % 2 == 0 {
+            RematMode::RecomputeAndCompress
+        } else {
+            RematMode::Compress
+        };
+        let opts = |search| RematOptions {
+            memory_limit: Some(limit),
+            search,
+            mode,
+            size_function: SizeFunction::PadMinorTo64,
+            compact_shape: CompactShape::SwapMinor,
+            peak_guard: seed % 3 != 0,
+            block_size_limit: if seed % 4 < 2 { 1 } else { 4 },
+            block_rematerialization_factor: 2,
+            ..RematOptions::default()
+        };
+        let fast = run_with(&mut base.clone(), opts(SearchKind::Fast));
+        let faithful = run_with(&mut base.clone(), opts(SearchKind::Faithful));
+        assert_eq!(
+            fast, faithful,
+            "seed {seed}, limit {limit}, {mode:?}\n{text}"
+        );
+        compressed += fast.contains(".remat_compressed") as usize;
+        recomputed += fast.contains(".remat =") as usize;
+    }
+    assert!(compressed > 40, "only {compressed} graphs compressed");
+    eprintln!("{compressed} of 240 random graphs compressed, {recomputed} recomputed");
 }

@@ -241,15 +241,19 @@ impl<'a> Verifier<'a> {
                 );
             }
         }
-        let mut seen_i: HashMap<&str, String> = HashMap::new();
+        // The computation as the value (its name is looked up only for an error), and the
+        // table sized once: a String per instruction and the rehashing while the table grew
+        // were most of this check's cost on modules of many computations.
+        let mut seen_i: HashMap<&str, CompId> = HashMap::with_capacity(m.instruction_count());
         for &c in m.computations() {
             for &i in m.comp(c).instructions() {
                 let ins = m.instr(i);
-                if let Some(prev) = seen_i.insert(&ins.name, m.comp(c).name.clone()) {
+                if let Some(prev) = seen_i.insert(&ins.name, c) {
                     self.err_instr(
                         i,
                         format!(
-                            "the instruction name is not unique in the module (also used in computation {prev})"
+                            "the instruction name is not unique in the module (also used in computation {})",
+                            m.comp(prev).name
                         ),
                     );
                 }

@@ -10,6 +10,7 @@
 //! allows 32 halvings at one spot).
 
 use smallvec::SmallVec;
+use tessera_hlo::fxhash::FxHashMap;
 use tessera_hlo::InstrId;
 
 /// An item of the list, dense from 0.
@@ -72,8 +73,13 @@ pub struct InstructionList {
     first: ItemId,
     first_skip: ItemId,
     last_skip: ItemId,
-    /// Item of each instruction, by `InstrId::index()`.
+    /// Item of each instruction, by `InstrId::index() - base`, over the range of the initial
+    /// order's ids (a module-sized vector per computation was quadratic memory on deep call
+    /// chains, where every computation of the chain has a list at once).
     item_of: Vec<ItemId>,
+    base: usize,
+    /// Items of instructions outside that range (clones).
+    item_of_new: FxHashMap<InstrId, ItemId>,
     /// How many times positions were renumbered (the fast search rebuilds its queue then).
     pub(crate) renumberings: u64,
 }
@@ -87,8 +93,19 @@ impl InstructionList {
             first_skip: NIL,
             last_skip: NIL,
             item_of: Vec::new(),
+            base: 0,
+            item_of_new: FxHashMap::default(),
             renumberings: 0,
         };
+        // The ids of a computation's instructions are close together: a vector over their
+        // range, and a map for ids outside it (clones made later).
+        if let (Some(lo), Some(hi)) = (
+            order.iter().map(|i| i.index()).min(),
+            order.iter().map(|i| i.index()).max(),
+        ) {
+            l.base = lo;
+            l.item_of = vec![NIL; hi - lo + 1];
+        }
         let mut last = NIL;
         for (k, &instr) in order.iter().enumerate() {
             let id = l.create_item(instr);
@@ -144,7 +161,10 @@ impl InstructionList {
 
     /// The item of `instr`; `NIL` for an instruction the list does not know.
     pub fn get(&self, instr: InstrId) -> ItemId {
-        self.item_of.get(instr.index()).copied().unwrap_or(NIL)
+        match instr.index().checked_sub(self.base) {
+            Some(k) if k < self.item_of.len() => self.item_of[k],
+            _ => self.item_of_new.get(&instr).copied().unwrap_or(NIL),
+        }
     }
 
     pub fn contains(&self, instr: InstrId) -> bool {
@@ -156,11 +176,13 @@ impl InstructionList {
     pub fn create_item(&mut self, instr: InstrId) -> ItemId {
         let id = self.items.len() as ItemId;
         self.items.push(Item::new(instr));
-        if self.item_of.len() <= instr.index() {
-            self.item_of.resize(instr.index() + 1, NIL);
+        debug_assert_eq!(self.get(instr), NIL, "instruction added twice");
+        match instr.index().checked_sub(self.base) {
+            Some(k) if k < self.item_of.len() => self.item_of[k] = id,
+            _ => {
+                self.item_of_new.insert(instr, id);
+            }
         }
-        debug_assert_eq!(self.item_of[instr.index()], NIL, "instruction added twice");
-        self.item_of[instr.index()] = id;
         id
     }
 

@@ -22,7 +22,9 @@ use tessera_pass::util::{sort_computations_callees_first, SideEffects};
 use tessera_pass::{OptionDoc, Pass, PassError, PassOptions};
 
 use list::{InstructionList, ItemId, NIL};
-use search::{pick_faithful, FastQueue, Pick, RematerializableCache, Strategy};
+use search::{
+    pick_faithful, remat_cost, CompressIndex, FastQueue, Pick, RematerializableCache, Strategy,
+};
 use tracker::{is_supported_indirect_user, Tracker};
 
 /// Errors of the pass; each names the computation or instruction at fault.
@@ -579,9 +581,12 @@ impl Rematerialization {
         summary.instructions_after = module.instruction_count();
         if !summary.limit_met {
             let limit = self.options.memory_limit.unwrap_or(0);
-            let places: Vec<String> = summary
+            // The first few places, then a count: a deep call chain can have thousands.
+            const SHOWN: usize = 8;
+            let mut places: Vec<String> = summary
                 .over_limit
                 .iter()
+                .take(SHOWN)
                 .map(|o| {
                     format!(
                         "{} at %{} ({} bytes)",
@@ -589,6 +594,9 @@ impl Rematerialization {
                     )
                 })
                 .collect();
+            if summary.over_limit.len() > SHOWN {
+                places.push(format!("{} more", summary.over_limit.len() - SHOWN));
+            }
             tracing::warn!(
                 "can't reduce memory use below {limit} bytes by rematerialization; only reduced to {after} bytes (over the limit in {})",
                 places.join(", ")
@@ -722,6 +730,31 @@ struct State<'a> {
     finished: Vec<(CompId, i64)>,
 }
 
+/// One computation being rematerialized: its walk's state between the steps of
+/// `State::rematerialize_computation`, which keeps the open computations (a caller, then the
+/// callee its current instruction is waiting for) on a stack.
+struct Frame<'a> {
+    c: CompId,
+    memory_limit: i64,
+    t: Tracker<'a>,
+    changed: bool,
+    remat_moves: HashSet<InstrId>,
+    cache: RematerializableCache,
+    /// The walk's running maximum.
+    peak: i64,
+    remat_count: i64,
+    net_added: i64,
+    peak_before: i64,
+    use_fast: bool,
+    queue: FastQueue,
+    /// The compression candidates (fast search in a compressing mode).
+    compress: Option<CompressIndex>,
+    /// The item being placed, or the next one (`NIL` at the end).
+    item: ItemId,
+    /// Set while `item` waits for its callees: those not yet visited, last first.
+    callees: Option<Vec<CompId>>,
+}
+
 fn sequence(module: &Module, c: CompId) -> Result<Vec<InstrId>, RematError> {
     module
         .schedule
@@ -821,12 +854,45 @@ impl<'a> State<'a> {
         Ok(())
     }
 
+    /// Rematerializes `c` under `memory_limit`, and, where an instruction that calls
+    /// control-flow computations is still over the limit, its callees within what is left.
+    /// The walk into callees keeps an explicit stack of open computations (`Frame`s), not
+    /// the Rust call stack, so a 10,000-deep call chain costs heap, not stack.
     fn rematerialize_computation(
         &mut self,
         module: &mut Module,
         c: CompId,
         memory_limit: i64,
     ) -> Result<bool, RematError> {
+        let mut stack = vec![self.open_frame(module, c, memory_limit)?];
+        let mut changed = false;
+        while let Some(top) = stack.last_mut() {
+            match self.advance(module, top)? {
+                Some((callee, limit)) => {
+                    let frame = self.open_frame(module, callee, limit)?;
+                    stack.push(frame);
+                }
+                None => {
+                    let frame = stack.pop().expect("the loop holds a frame");
+                    let callee_changed = self.close_frame(module, frame)?;
+                    match stack.last_mut() {
+                        Some(caller) => caller.changed |= callee_changed,
+                        None => changed = callee_changed,
+                    }
+                }
+            }
+        }
+        Ok(changed)
+    }
+
+    /// Starts the walk of `c`: its tracker, with the items of at least `min_remat_size`
+    /// promoted to the express lane.
+    fn open_frame(
+        &mut self,
+        module: &Module,
+        c: CompId,
+        memory_limit: i64,
+    ) -> Result<Frame<'a>, RematError> {
         if !self.done.insert(c) {
             return Err(RematError::Internal(format!(
                 "computation {} rematerialized twice",
@@ -852,125 +918,238 @@ impl<'a> State<'a> {
             promote[k - 1]
         });
         self.check(module, &t)?;
-
-        let mut changed = false;
-        let mut remat_moves: HashSet<InstrId> = HashSet::new();
-        let mut cache = RematerializableCache::default();
-        let mut peak = t.memory_usage();
-        let mut remat_count = 0i64;
-        let mut net_added = 0i64;
+        let peak = t.memory_usage();
+        let item = t.list.first();
+        let use_fast = self.opts.search == SearchKind::Fast;
         let peak_before = self.peak[c.index()].unwrap_or(0);
-        let use_fast =
-            self.opts.search == SearchKind::Fast && self.opts.mode == RematMode::Recompute;
-        let mut queue = FastQueue::new(memory_limit, self.opts.block_size_limit);
+        let compress = (use_fast && self.opts.mode != RematMode::Recompute)
+            .then(|| CompressIndex::new(memory_limit, peak_before));
+        Ok(Frame {
+            c,
+            memory_limit,
+            t,
+            changed: false,
+            remat_moves: HashSet::new(),
+            cache: RematerializableCache::default(),
+            peak,
+            remat_count: 0,
+            net_added: 0,
+            peak_before,
+            use_fast,
+            queue: FastQueue::new(memory_limit, self.opts.block_size_limit),
+            compress,
+            item,
+            callees: None,
+        })
+    }
 
-        let mut item = t.list.first();
-        while item != NIL {
-            let instr = t.list.item(item).instr;
-            let mut callee = self.callee_usage(module, instr);
-            t.begin_instruction(item)?;
-            if use_fast {
-                queue.on_begin(&mut t, module, item);
-            }
-            let mut min_block = 1usize;
-            let mut max_block = 1usize;
-            if t.item_allocated_size(item) + callee > 0 {
-                let mut first_phase = true;
-                let mut first_effort = 0i64;
-                let mut second_effort = 0i64;
-                while t.memory_usage() + callee > memory_limit {
-                    let pick = if use_fast {
-                        queue.pick(&mut t, module, &mut cache, min_block, max_block)
-                    } else {
-                        let compact_fn = self.compact_fn;
-                        let mut compact = |i: InstrId| compact_fn(&module.instr(i).shape);
-                        let after =
-                            if self.opts.mode != RematMode::Recompute && self.opts.peak_guard {
-                                t.bytes_after_walked_items(|i| self.callee_usage(module, i))
-                            } else {
-                                Vec::new()
-                            };
-                        let guard = (!after.is_empty())
-                            .then(|| (after.as_slice(), t.memory_usage() + callee));
-                        pick_faithful(
-                            &t,
-                            module,
-                            &mut cache,
-                            &mut compact,
-                            memory_limit,
-                            min_block,
-                            max_block,
-                            peak_before,
-                            guard,
-                        )
-                    };
-                    let (count, added) =
-                        self.apply_pick(module, &mut t, &pick, &mut remat_moves)?;
-                    if use_fast {
-                        queue.absorb_revivals(&mut t, module, &mut cache);
-                        if self.opts.check_invariants {
-                            queue
-                                .check(&t, module, &mut cache)
-                                .map_err(RematError::Internal)?;
-                        }
-                    }
-                    self.check(module, &t)?;
-                    net_added += added;
-                    remat_count += count;
-                    self.effort += pick.effort;
-                    if first_phase {
-                        first_effort += pick.effort;
-                    } else {
-                        second_effort += pick.effort;
-                    }
-                    if count == 0 {
-                        // Nothing found: try larger blocks.
-                        min_block = max_block + 1;
-                        max_block *= 2;
-                        first_phase = false;
-                    } else {
-                        self.max_block = self.max_block.max(max_block);
-                        changed = true;
-                        min_block = 1;
-                        max_block = 1;
-                    }
-                    if max_block > self.opts.block_size_limit
-                        || second_effort > self.opts.block_rematerialization_factor * first_effort
-                    {
-                        break;
-                    }
-                }
-            }
-            let i = module.instr(instr);
-            if !i.called.is_empty()
-                && instruction_call_context(i.opcode) == CallContext::ControlFlow
-                && t.memory_usage() + callee > memory_limit
-            {
-                // Still over: rematerialize inside the callees, each within what is left.
-                let callees: Vec<CompId> = i.called.to_vec();
-                for callee_comp in callees {
+    /// Walks `f` on until it needs a callee rematerialized (returned with the callee's
+    /// limit) or its walk ends (`None`).
+    fn advance(
+        &mut self,
+        module: &mut Module,
+        f: &mut Frame<'a>,
+    ) -> Result<Option<(CompId, i64)>, RematError> {
+        loop {
+            if let Some(callees) = &mut f.callees {
+                // Still over at `f.item`: its callees, each within what is left.
+                while let Some(callee_comp) = callees.pop() {
                     if !self.done.contains(&callee_comp) && self.peak[callee_comp.index()].is_some()
                     {
-                        let sub_limit = (memory_limit - t.memory_usage()).max(0);
-                        changed |=
-                            self.rematerialize_computation(module, callee_comp, sub_limit)?;
+                        let sub_limit = (f.memory_limit - f.t.memory_usage()).max(0);
+                        return Ok(Some((callee_comp, sub_limit)));
                     }
                 }
-                callee = self.callee_usage(module, instr);
+                f.callees = None;
+                self.end_item(module, f)?;
+                continue;
             }
-            let now = t.memory_usage() + callee;
-            peak = peak.max(now);
-            t.end_instruction()?;
-            if use_fast {
-                queue.on_end(&mut t, module, &mut cache, item);
-                if self.opts.check_invariants {
-                    queue
-                        .check(&t, module, &mut cache)
-                        .map_err(RematError::Internal)?;
+            if f.item == NIL {
+                return Ok(None);
+            }
+            self.begin_item(module, f)?;
+        }
+    }
+
+    /// Places `f.item`, rematerializing earlier values while the walk is over the limit.
+    /// Leaves `f.callees` set when the item calls control-flow computations and is still
+    /// over; else ends the item.
+    fn begin_item(&mut self, module: &mut Module, f: &mut Frame<'a>) -> Result<(), RematError> {
+        let item = f.item;
+        let memory_limit = f.memory_limit;
+        let instr = f.t.list.item(item).instr;
+        let callee = self.callee_usage(module, instr);
+        f.t.begin_instruction(item)?;
+        if f.use_fast {
+            f.queue.on_begin(&mut f.t, module, item);
+        }
+        let mut min_block = 1usize;
+        let mut max_block = 1usize;
+        if f.t.item_allocated_size(item) + callee > 0 {
+            let mut first_phase = true;
+            let mut first_effort = 0i64;
+            let mut second_effort = 0i64;
+            while f.t.memory_usage() + callee > memory_limit {
+                let pick = if f.use_fast {
+                    if let Some(ci) = f.compress.as_mut() {
+                        ci.absorb_revivals(&f.t);
+                    }
+                    let mut pick = if self.opts.mode == RematMode::Compress {
+                        Pick {
+                            items: Vec::new(),
+                            strategy: Strategy::Recompute,
+                            effort: 0,
+                        }
+                    } else {
+                        f.queue
+                            .pick(&mut f.t, module, &mut f.cache, min_block, max_block)
+                    };
+                    if let Some(ci) = f.compress.as_mut().filter(|_| min_block == 1) {
+                        // The scan evaluates compressions of single items only, before the
+                        // recompute blocks starting at the same item.
+                        pick.effort += ci.candidates;
+                        let tracker = &f.t;
+                        let bound = pick.items.first().map(|&first| {
+                            let reduced = tracker.memory_reduced_if_rematerialized(&pick.items);
+                            let cost =
+                                remat_cost(tracker, module, &pick.items, reduced, memory_limit);
+                            (cost, tracker.list.item(first).position)
+                        });
+                        let bytes_after =
+                            || tracker.bytes_after_walked_items(|i| self.callee_usage(module, i));
+                        let guard = self.opts.peak_guard.then(|| {
+                            (
+                                &bytes_after as &dyn Fn() -> Vec<i64>,
+                                tracker.memory_usage() + callee,
+                            )
+                        });
+                        if let Some(item) = ci.pick(tracker, module, bound, guard) {
+                            let shape = &module.instr(tracker.list.item(item).instr).shape;
+                            pick.items = vec![item];
+                            pick.strategy = Strategy::Compress(Box::new((self.compact_fn)(shape)));
+                        }
+                    }
+                    pick
+                } else {
+                    let compact_fn = self.compact_fn;
+                    let mut compact = |i: InstrId| compact_fn(&module.instr(i).shape);
+                    let tracker = &f.t;
+                    let bytes_after =
+                        || tracker.bytes_after_walked_items(|i| self.callee_usage(module, i));
+                    let guard = (self.opts.mode != RematMode::Recompute && self.opts.peak_guard)
+                        .then(|| {
+                            (
+                                &bytes_after as &dyn Fn() -> Vec<i64>,
+                                f.t.memory_usage() + callee,
+                            )
+                        });
+                    pick_faithful(
+                        &f.t,
+                        module,
+                        &mut f.cache,
+                        &mut compact,
+                        memory_limit,
+                        min_block,
+                        max_block,
+                        f.peak_before,
+                        guard,
+                    )
+                };
+                let (count, added) =
+                    self.apply_pick(module, &mut f.t, &pick, &mut f.remat_moves)?;
+                if f.use_fast {
+                    if let Some(ci) = f.compress.as_mut() {
+                        ci.absorb_revivals(&f.t);
+                    }
+                    if matches!(pick.strategy, Strategy::Compress(_)) {
+                        // The compact copy (denylisted) now sits in the walked part of the
+                        // list and cuts the runs through the compressed item.
+                        f.queue.rebuild(&mut f.t, module, &mut f.cache);
+                    }
+                    f.queue.absorb_revivals(&mut f.t, module, &mut f.cache);
+                    if self.opts.check_invariants {
+                        f.queue
+                            .check(&f.t, module, &mut f.cache)
+                            .map_err(RematError::Internal)?;
+                    }
+                }
+                self.check(module, &f.t)?;
+                f.net_added += added;
+                f.remat_count += count;
+                self.effort += pick.effort;
+                if first_phase {
+                    first_effort += pick.effort;
+                } else {
+                    second_effort += pick.effort;
+                }
+                if count == 0 {
+                    // Nothing found: try larger blocks.
+                    min_block = max_block + 1;
+                    max_block *= 2;
+                    first_phase = false;
+                } else {
+                    self.max_block = self.max_block.max(max_block);
+                    f.changed = true;
+                    min_block = 1;
+                    max_block = 1;
+                }
+                if max_block > self.opts.block_size_limit
+                    || second_effort > self.opts.block_rematerialization_factor * first_effort
+                {
+                    break;
                 }
             }
-            item = t.list.next(item);
         }
+        let i = module.instr(instr);
+        if !i.called.is_empty()
+            && instruction_call_context(i.opcode) == CallContext::ControlFlow
+            && f.t.memory_usage() + callee > memory_limit
+        {
+            // Popped from the back: the callees in their order.
+            f.callees = Some(i.called.iter().rev().copied().collect());
+            return Ok(());
+        }
+        self.end_item(module, f)
+    }
+
+    /// Ends `f.item` (its callees rematerialized, if they were) and moves to the next.
+    fn end_item(&mut self, module: &mut Module, f: &mut Frame<'a>) -> Result<(), RematError> {
+        let item = f.item;
+        let callee = self.callee_usage(module, f.t.list.item(item).instr);
+        let now = f.t.memory_usage() + callee;
+        f.peak = f.peak.max(now);
+        f.t.end_instruction()?;
+        if let Some(ci) = f.compress.as_mut() {
+            let (size_fn, compact_fn) = (self.size_fn, self.compact_fn);
+            let mut compact_size = |i: InstrId| size_fn(&compact_fn(&module.instr(i).shape));
+            ci.on_finished(&f.t, module, &mut f.cache, item, &mut compact_size);
+        }
+        if f.use_fast {
+            f.queue.on_end(&mut f.t, module, &mut f.cache, item);
+            if self.opts.check_invariants {
+                f.queue
+                    .check(&f.t, module, &mut f.cache)
+                    .map_err(RematError::Internal)?;
+            }
+        }
+        f.item = f.t.list.next(item);
+        Ok(())
+    }
+
+    /// Ends the walk of `f.c`: its new sequence, peak and tracker; returns whether it changed.
+    fn close_frame(&mut self, module: &mut Module, f: Frame<'a>) -> Result<bool, RematError> {
+        let Frame {
+            c,
+            memory_limit,
+            t,
+            changed,
+            peak,
+            remat_count,
+            net_added,
+            peak_before,
+            queue,
+            ..
+        } = f;
         for &i in module.comp(c).instructions() {
             if !t.is_placed(i) {
                 return Err(RematError::Internal(format!(

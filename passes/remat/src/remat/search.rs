@@ -15,10 +15,11 @@
 //!   item if it got worse, so the first entry whose key holds is exactly the scan's choice.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BTreeSet, BinaryHeap, HashMap};
 
 use smallvec::SmallVec;
 
+use tessera_hlo::fxhash::FxHashMap;
 use tessera_hlo::{InstrId, Module, Opcode, Shape};
 
 use super::list::{ItemId, NIL};
@@ -40,18 +41,20 @@ pub struct Pick {
     pub effort: i64,
 }
 
-/// Per-instruction cache of [`is_rematerializable`].
+/// Per-instruction cache of [`is_rematerializable`], one per computation walked. A map, not a
+/// vector indexed by the module-wide id: with a call chain of 50,000 computations open at
+/// once, a module-sized vector each took memory quadratic in the module.
 #[derive(Default)]
 pub struct RematerializableCache {
-    known: Vec<Option<bool>>,
+    known: FxHashMap<InstrId, bool>,
 }
 
 impl RematerializableCache {
     pub fn get(&mut self, module: &Module, id: InstrId) -> bool {
-        if self.known.len() <= id.index() {
-            self.known.resize(id.index() + 1, None);
-        }
-        *self.known[id.index()].get_or_insert_with(|| is_rematerializable(module, id))
+        *self
+            .known
+            .entry(id)
+            .or_insert_with(|| is_rematerializable(module, id))
     }
 }
 
@@ -154,10 +157,11 @@ fn control_successor_placed(tracker: &Tracker, module: &Module, item: ItemId) ->
 /// The seed's search: scan the express lane for the best block of `min_block..=max_block`
 /// items (and, for single items in a compressing mode, the best compression).
 ///
-/// `guard` (compressing modes, `peak_guard`): the bytes after each walked item
-/// ([`Tracker::bytes_after_walked_items`]) and the bytes at the current point; a compression
-/// whose compact copy would bring some walked point to at least the current point's bytes is
-/// not a candidate.
+/// `guard` (compressing modes, `peak_guard`): a function giving the bytes after each walked
+/// item ([`Tracker::bytes_after_walked_items`], linear in the list: called at most once, and
+/// only when a compression would otherwise become the best pick) and the bytes at the
+/// current point; a compression whose compact copy would bring some walked point to at least
+/// the current point's bytes is not a candidate.
 #[allow(clippy::too_many_arguments)]
 pub fn pick_faithful(
     tracker: &Tracker,
@@ -168,8 +172,9 @@ pub fn pick_faithful(
     min_block: usize,
     max_block: usize,
     peak_memory: i64,
-    guard: Option<(&[i64], i64)>,
+    guard: Option<(&dyn Fn() -> Vec<i64>, i64)>,
 ) -> Pick {
+    let mut after: Option<Vec<i64>> = None;
     let list = &tracker.list;
     let mut best = Pick {
         items: Vec::new(),
@@ -205,28 +210,36 @@ pub fn pick_faithful(
                     let out = &tracker.buffers[it.buffers_output[0] as usize];
                     let shape = &module.instr(it.instr).shape;
                     if it.placed && item != in_progress && !out.live_out && shape.is_array() {
-                        let compact_shape = compact(it.instr);
-                        let reduced =
-                            tracker.memory_reduced_if_compressed(module, item, &compact_shape);
-                        let size = tracker.size_of(shape);
-                        let reduced_size = tracker.size_of(&compact_shape);
                         best.effort += 1;
-                        // Both forms are live while compressing: only worth it if that fits
-                        // under the computation's peak.
-                        // Tessera: the compact copy goes right after the original and is
-                        // live at every walked point since; refuse it when that makes one of
-                        // them as high as the point it relieves.
-                        let raises = guard.is_some_and(|(after, now)| {
-                            after
-                                .get(item as usize)
-                                .is_some_and(|&a| a.saturating_add(reduced_size) >= now)
-                        });
-                        if reduced > 0 && size + reduced_size < peak_memory && !raises {
-                            let cost = memory_limit / reduced;
-                            if best.items.is_empty() || cost < best_cost {
-                                best.items = block.clone();
-                                best.strategy = Strategy::Compress(Box::new(compact_shape));
-                                best_cost = cost;
+                        // Only a live value not read here can be compressed: that is checked
+                        // before its compact shape is made.
+                        if tracker.can_compress_now(module, item) {
+                            let compact_shape = compact(it.instr);
+                            let reduced =
+                                tracker.memory_reduced_if_compressed(module, item, &compact_shape);
+                            let size = tracker.size_of(shape);
+                            let reduced_size = tracker.size_of(&compact_shape);
+                            let cost = (reduced > 0).then(|| memory_limit / reduced);
+                            // Both forms are live while compressing: only worth it if that
+                            // fits under the computation's peak.
+                            if let Some(cost) = cost.filter(|&c| {
+                                size + reduced_size < peak_memory
+                                    && (best.items.is_empty() || c < best_cost)
+                            }) {
+                                // Tessera: the compact copy goes right after the original and
+                                // is live at every walked point since; refuse it when that
+                                // makes one of them as high as the point it relieves.
+                                let raises = guard.is_some_and(|(bytes_after, now)| {
+                                    after
+                                        .get_or_insert_with(bytes_after)
+                                        .get(item as usize)
+                                        .is_some_and(|&a| a.saturating_add(reduced_size) >= now)
+                                });
+                                if !raises {
+                                    best.items = block.clone();
+                                    best.strategy = Strategy::Compress(Box::new(compact_shape));
+                                    best_cost = cost;
+                                }
                             }
                         }
                     }
@@ -551,6 +564,34 @@ impl FastQueue {
         }
     }
 
+    /// Recomputes every run from scratch and queues every block again: after a compression
+    /// put its compact copy (placed) into the walked part of the list, which the incremental
+    /// accounting of `on_end` does not cover.
+    pub fn rebuild(
+        &mut self,
+        tracker: &mut Tracker,
+        module: &Module,
+        cache: &mut RematerializableCache,
+    ) {
+        let mut order = Vec::with_capacity(tracker.list.len());
+        let mut it = tracker.list.first();
+        while it != NIL {
+            order.push(it);
+            it = tracker.list.next(it);
+        }
+        let mut next_run = 0usize;
+        for &it in order.iter().rev() {
+            let run = if Self::good(tracker, module, cache, it) {
+                (next_run + 1).min(self.max_block)
+            } else {
+                0
+            };
+            self.set_run(tracker, it, run);
+            next_run = run;
+        }
+        self.requeue(tracker, module, cache);
+    }
+
     fn rebuild_if_renumbered(
         &mut self,
         tracker: &mut Tracker,
@@ -560,6 +601,16 @@ impl FastQueue {
         if tracker.list.renumberings == self.renumberings {
             return;
         }
+        self.requeue(tracker, module, cache);
+    }
+
+    /// Queues every block of the current runs again (keys and positions recomputed).
+    fn requeue(
+        &mut self,
+        tracker: &mut Tracker,
+        module: &Module,
+        cache: &mut RematerializableCache,
+    ) {
         self.renumberings = tracker.list.renumberings;
         for h in &mut self.heaps {
             h.clear();
@@ -680,5 +731,141 @@ impl FastQueue {
             ));
         }
         Ok(())
+    }
+}
+
+/// The compression candidates of one computation, for the fast search in the compressing
+/// modes: the finished express items whose compression saves bytes and fits under the
+/// computation's peak with both forms live, ordered as the scan prefers them (least cost
+/// `memory_limit / saved bytes`, then earliest). Both are fixed once an item is finished, so
+/// a pick only checks, best first, what changes with the program point: the value still live
+/// and not read by the current instruction, and the peak guard. Items whose value died are
+/// taken out until it revives.
+pub struct CompressIndex {
+    memory_limit: i64,
+    peak_memory: i64,
+    /// (cost, position, item).
+    set: BTreeSet<(i64, u64, ItemId)>,
+    /// Per queued or dead item: (cost, compact bytes).
+    keys: HashMap<ItemId, (i64, i64)>,
+    /// Items taken out because their output buffer died, by buffer.
+    dead: HashMap<u32, Vec<ItemId>>,
+    renumberings: u64,
+    /// Finished express items the scan evaluates as compressions: its effort on single items.
+    pub candidates: i64,
+}
+
+impl CompressIndex {
+    pub fn new(memory_limit: i64, peak_memory: i64) -> CompressIndex {
+        CompressIndex {
+            memory_limit,
+            peak_memory,
+            set: BTreeSet::new(),
+            keys: HashMap::new(),
+            dead: HashMap::new(),
+            renumberings: 0,
+            candidates: 0,
+        }
+    }
+
+    /// Accounting when `item` is finished (or, for a compact copy, placed finished):
+    /// `compact_size` gives the bytes of an instruction's compact form.
+    pub fn on_finished(
+        &mut self,
+        tracker: &Tracker,
+        module: &Module,
+        cache: &mut RematerializableCache,
+        item: ItemId,
+        compact_size: &mut dyn FnMut(InstrId) -> i64,
+    ) {
+        let it = tracker.list.item(item);
+        let shape = &module.instr(it.instr).shape;
+        if !(it.is_skip_node
+            && !it.denylisted
+            && cache.get(module, it.instr)
+            && it.buffers_output.len() == 1
+            && !tracker.buffers[it.buffers_output[0] as usize].live_out
+            && shape.is_array())
+        {
+            return;
+        }
+        self.candidates += 1;
+        let reduced_size = compact_size(it.instr);
+        let saved = tracker.buffers[it.buffers_output[0] as usize].size - reduced_size;
+        if saved > 0 && tracker.size_of(shape) + reduced_size < self.peak_memory {
+            let cost = self.memory_limit / saved;
+            self.keys.insert(item, (cost, reduced_size));
+            self.set.insert((cost, it.position, item));
+        }
+    }
+
+    /// Puts back the items whose output buffers came back to life (`Tracker::revived`, read
+    /// before the recompute queue takes it).
+    pub fn absorb_revivals(&mut self, tracker: &Tracker) {
+        for b in &tracker.revived {
+            for item in self.dead.remove(b).unwrap_or_default() {
+                if let Some(&(cost, _)) = self.keys.get(&item) {
+                    self.set
+                        .insert((cost, tracker.list.item(item).position, item));
+                }
+            }
+        }
+    }
+
+    fn rebuild_if_renumbered(&mut self, tracker: &Tracker) {
+        if tracker.list.renumberings == self.renumberings {
+            return;
+        }
+        self.renumberings = tracker.list.renumberings;
+        let items: Vec<ItemId> = self.set.iter().map(|&(_, _, it)| it).collect();
+        self.set = items
+            .into_iter()
+            .map(|it| (self.keys[&it].0, tracker.list.item(it).position, it))
+            .collect();
+    }
+
+    /// The compression the scan would prefer to everything up to `bound` (the best
+    /// recompute block's cost and position; the compression wins ties, as the scan
+    /// evaluates it first at each item), with its cost. `guard` as in [`pick_faithful`].
+    pub fn pick(
+        &mut self,
+        tracker: &Tracker,
+        module: &Module,
+        bound: Option<(i64, u64)>,
+        guard: Option<(&dyn Fn() -> Vec<i64>, i64)>,
+    ) -> Option<ItemId> {
+        self.rebuild_if_renumbered(tracker);
+        let mut after: Option<Vec<i64>> = None;
+        let mut died = Vec::new();
+        let mut found = None;
+        for &(cost, position, item) in &self.set {
+            if bound.is_some_and(|b| (cost, position) > b) {
+                break;
+            }
+            let b = tracker.list.item(item).buffers_output[0];
+            if !tracker.is_currently_live(b) {
+                died.push((cost, position, item, b));
+                continue;
+            }
+            if !tracker.can_compress_now(module, item) {
+                continue;
+            }
+            let reduced_size = self.keys[&item].1;
+            let raises = guard.is_some_and(|(bytes_after, now)| {
+                after
+                    .get_or_insert_with(bytes_after)
+                    .get(item as usize)
+                    .is_some_and(|&a| a.saturating_add(reduced_size) >= now)
+            });
+            if !raises {
+                found = Some(item);
+                break;
+            }
+        }
+        for (cost, position, item, b) in died {
+            self.set.remove(&(cost, position, item));
+            self.dead.entry(b).or_default().push(item);
+        }
+        found
     }
 }

@@ -353,19 +353,25 @@ impl<'f> Tracker<'f> {
         item: ItemId,
         compact: &Shape,
     ) -> i64 {
-        let it = self.list.item(item);
-        if !it.placed || item == self.in_progress || it.buffers_output.len() != 1 {
-            return 0;
-        }
-        let b = it.buffers_output[0];
-        if self.is_currently_live(b)
-            && !self.is_in_use(b)
-            && self.is_instruction_currently_live(module, item)
-        {
+        if self.can_compress_now(module, item) {
+            let b = self.list.item(item).buffers_output[0];
             self.buffers[b as usize].size - (self.size_fn)(compact)
         } else {
             0
         }
+    }
+
+    /// True if compressing `item`'s only output could save bytes at this point: it is placed
+    /// and finished, its output is live, and the current instruction does not read it.
+    pub fn can_compress_now(&self, module: &Module, item: ItemId) -> bool {
+        let it = self.list.item(item);
+        if !it.placed || item == self.in_progress || it.buffers_output.len() != 1 {
+            return false;
+        }
+        let b = it.buffers_output[0];
+        self.is_currently_live(b)
+            && !self.is_in_use(b)
+            && self.is_instruction_currently_live(module, item)
     }
 
     /// Bytes saved at this point by recomputing the block `items` later: their live defined

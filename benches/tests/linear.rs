@@ -180,11 +180,6 @@ fn every_pass_walks_a_10000_deep_chain_in_a_test_thread() {
     let depth = 10_000;
     let m = parse(&remat_chain(depth));
     for info in registry().iter() {
-        if info.name == "spmd-partitioning" {
-            // Its handlers recurse into called computations (passes/spmd; see
-            // docs/robustness.md, "Open"): not yet.
-            continue;
-        }
         let (out, _) = run_scheduled(&m, info.name);
         if info.name == "rematerialization" {
             // Every level's `%n` is recomputed after its call: one clone per level.

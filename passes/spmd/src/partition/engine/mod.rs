@@ -40,6 +40,12 @@ mod shape_ops;
 mod sort;
 mod window;
 
+/// Stack left before a nested computation walk grows a new segment: one level (instruction,
+/// handler, reshard) stays well inside it even in debug builds.
+const STACK_RED_ZONE: usize = 256 * 1024;
+/// The size of each new stack segment (about a hundred levels of nesting).
+const STACK_SEGMENT: usize = 16 * 1024 * 1024;
+
 /// The sharding of a value of any shape: one spec per array leaf.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Tree {
@@ -351,6 +357,21 @@ impl Engine<'_> {
     /// Partitions `comp` in place: parameters take `params`' local shapes, the root is
     /// resharded to `root`.
     fn computation(
+        &mut self,
+        b: &mut Builder,
+        comp: CompId,
+        params: &[Tree],
+        root: &Tree,
+    ) -> Result<()> {
+        // Called computations are partitioned from their caller's handler (their parameters
+        // take the caller's operand shardings), so a chain of calls N deep nests N walks. The
+        // stack grows on the heap as the chain needs, instead of overflowing at a few thousand.
+        stacker::maybe_grow(STACK_RED_ZONE, STACK_SEGMENT, || {
+            self.computation_walk(b, comp, params, root)
+        })
+    }
+
+    fn computation_walk(
         &mut self,
         b: &mut Builder,
         comp: CompId,

@@ -175,7 +175,7 @@ pub fn on_more_devices(m: &mut Module, factor: i64) -> Result<(), String> {
         let ids = m.comp(c).instructions().to_vec();
         for id in ids {
             if let Some(s) = m.instr_mut(id).sharding.as_mut() {
-                widen(s, factor).map_err(|e| format!("%{}: {e}", m.instr(id).name))?;
+                widen(s, factor).map_err(|e| format!("%{}: {e}", m.instr(id).name()))?;
             }
         }
     }

@@ -187,7 +187,7 @@ fn every_pass_walks_a_10000_deep_chain_in_a_test_thread() {
                 .computations()
                 .iter()
                 .flat_map(|&c| out.comp(c).instructions().iter())
-                .filter(|&&i| out.instr(i).name.contains(".remat"))
+                .filter(|&&i| out.instr(i).name().contains(".remat"))
                 .count();
             assert_eq!(clones, depth - 1, "one recomputed negate per level");
         }
@@ -205,7 +205,7 @@ fn rematerialized_chain_computes_the_same_values() {
         .computations()
         .iter()
         .flat_map(|&c| out.comp(c).instructions().iter())
-        .filter(|&&i| out.instr(i).name.contains(".remat"))
+        .filter(|&&i| out.instr(i).name().contains(".remat"))
         .count();
     assert_eq!(clones, depth - 1);
     let worst = compare(&m, &out).unwrap();

@@ -59,7 +59,7 @@ fn report(out: &mut String, module: &Module, mem: &ModuleMemory, top: usize) {
         mem.output_bytes,
         mem.parameter_bytes
     );
-    let ename = &module.comp(mem.entry).name;
+    let ename = &module.comp(mem.entry).name();
     match entry.peak_position {
         Some(p) => {
             let at = entry.sequence[p];
@@ -67,14 +67,14 @@ fn report(out: &mut String, module: &Module, mem: &ModuleMemory, top: usize) {
                 out,
                 "at: {ename} position {p} of {} (%{})",
                 entry.sequence.len(),
-                module.instr(at).name
+                module.instr(at).name()
             );
             if entry.callee_bytes[p] > 0 {
                 let called: Vec<String> = module
                     .instr(at)
                     .called
                     .iter()
-                    .map(|&c| format!("{} {}", module.comp(c).name, mem.computation_peak(c)))
+                    .map(|&c| format!("{} {}", module.comp(c).name(), mem.computation_peak(c)))
                     .collect();
                 let _ = write!(
                     out,
@@ -104,7 +104,7 @@ fn report(out: &mut String, module: &Module, mem: &ModuleMemory, top: usize) {
         .iter()
         .take(top)
         .map(|b| {
-            let mut name = format!("%{}", module.instr(b.defining).name);
+            let mut name = format!("%{}", module.instr(b.defining).name());
             if !b.index.is_empty() {
                 let idx: Vec<String> = b.index.iter().map(|i| i.to_string()).collect();
                 name.push_str(&format!("{{{}}}", idx.join(",")));
@@ -129,12 +129,12 @@ fn report(out: &mut String, module: &Module, mem: &ModuleMemory, top: usize) {
         for cm in &mem.computations {
             let at = cm
                 .peak_instruction()
-                .map(|i| format!("%{}", module.instr(i).name))
+                .map(|i| format!("%{}", module.instr(i).name()))
                 .unwrap_or_else(|| "-".into());
             let _ = writeln!(
                 out,
                 "  {}: {} bytes at {at}",
-                module.comp(cm.comp).name,
+                module.comp(cm.comp).name(),
                 cm.peak_bytes
             );
         }
@@ -143,7 +143,7 @@ fn report(out: &mut String, module: &Module, mem: &ModuleMemory, top: usize) {
         let names: Vec<&str> = mem
             .unscheduled
             .iter()
-            .map(|&c| module.comp(c).name.as_str())
+            .map(|&c| module.comp(c).name())
             .collect();
         let _ = writeln!(
             out,
@@ -238,7 +238,7 @@ pub fn memory(args: &MemoryArgs) -> Result<String> {
         let title = format!(
             "{}: bytes live per position of {} (+ output)",
             module.name,
-            module.comp(before.entry).name
+            module.comp(before.entry).name()
         );
         std::fs::write(path, render_svg(&title, &series, limit))
             .with_context(|| format!("writing {}", path.display()))?;

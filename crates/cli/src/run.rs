@@ -150,7 +150,7 @@ pub fn read_inputs(m: &Module, dir: &Path) -> Result<Vec<HostValue>> {
         let mut path = dir.join(format!("arg{k}.npy"));
         if !path.exists() {
             if let Some(param) = m.comp(entry).parameter(p) {
-                let named = dir.join(format!("{}.npy", m.instr(param).name));
+                let named = dir.join(format!("{}.npy", m.instr(param).name()));
                 if named.exists() && first[k] == k {
                     path = named;
                 }
@@ -265,7 +265,7 @@ pub fn check_runnable(m: &Module, devices: usize, sharded: bool, shown: &str) ->
         if let Some(what) = not_array(&i.shape) {
             bail!(
                 "{shown}: entry parameter %{} holds a {what}: `run` passes only arrays",
-                i.name
+                i.name()
             );
         }
     }
@@ -274,7 +274,7 @@ pub fn check_runnable(m: &Module, devices: usize, sharded: bool, shown: &str) ->
         if let Some(what) = not_array(&i.shape) {
             bail!(
                 "{shown}: the entry root %{} holds a {what}: `run` returns only arrays",
-                i.name
+                i.name()
             );
         }
     }

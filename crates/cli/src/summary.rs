@@ -52,7 +52,7 @@ pub fn summarize(m: &Module) -> String {
         let _ = writeln!(
             out,
             "entry {} with {} parameters:",
-            comp.name,
+            comp.name(),
             comp.num_parameters()
         );
         let mut bytes = 0i64;
@@ -69,7 +69,7 @@ pub fn summarize(m: &Module) -> String {
                 out,
                 "  {:>3} {} {} {} bytes{}",
                 ins.attrs.parameter_number,
-                ins.name,
+                ins.name(),
                 shape_str(&ins.shape),
                 size,
                 sharding
@@ -83,7 +83,7 @@ pub fn summarize(m: &Module) -> String {
             } else {
                 "root"
             };
-            let _ = writeln!(out, "{kind} {}: {}", r.name, shape_str(&r.shape));
+            let _ = writeln!(out, "{kind} {}: {}", r.name(), shape_str(&r.shape));
         }
     }
     out

@@ -62,7 +62,8 @@ pub type Operands = SmallVec<[InstrId; 2]>;
 /// dereferences to it, so they read and write as fields (`instr.sharding = Some(s)`).
 #[derive(Clone, Debug)]
 pub struct Instruction {
-    pub name: String,
+    /// Unique in its module: renamed only through [`crate::Module::rename_instruction`].
+    pub(crate) name: String,
     pub opcode: Opcode,
     /// True when the conditional was written with `true_computation=`/`false_computation=`.
     pub predicated_conditional: bool,
@@ -148,9 +149,23 @@ impl Instruction {
         self
     }
 
+    /// The same instruction under another name, before it is added to a module (which refuses
+    /// a name already in use); an added instruction is renamed through
+    /// [`crate::Module::rename_instruction`].
+    pub fn with_name(mut self, name: impl Into<String>) -> Instruction {
+        self.name = name.into();
+        self
+    }
+
     pub fn with_called(mut self, called: &[CompId]) -> Instruction {
         self.called = called.iter().copied().collect();
         self
+    }
+
+    /// The instruction's name, unique in its module (without the `%`).
+    #[inline]
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     /// The computation this instruction belongs to.

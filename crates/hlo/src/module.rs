@@ -25,7 +25,8 @@ use std::sync::OnceLock;
 /// A computation: an ordered list of instructions with parameters and a root.
 #[derive(Clone, Debug)]
 pub struct Computation {
-    pub name: String,
+    /// Unique among the module's computations: renamed only through the module.
+    pub(crate) name: String,
     /// Instructions in their stored order (the text order after parsing).
     pub(crate) instrs: Vec<InstrId>,
     /// Parameters by parameter number (`None` for a number not yet added).
@@ -39,6 +40,12 @@ pub struct Computation {
 }
 
 impl Computation {
+    /// The computation's name, unique among the module's computations.
+    #[inline]
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     #[inline]
     pub fn instructions(&self) -> &[InstrId] {
         &self.instrs

@@ -109,8 +109,11 @@ impl ModuleStats {
         if let Some(entry) = module.entry() {
             for p in module.comp(entry).parameters() {
                 let i = module.instr(p);
-                s.parameters
-                    .push((i.name.clone(), short_shape(&i.shape), array_bytes(&i.shape)));
+                s.parameters.push((
+                    i.name().to_string(),
+                    short_shape(&i.shape),
+                    array_bytes(&i.shape),
+                ));
             }
         }
         s

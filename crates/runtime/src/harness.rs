@@ -214,9 +214,9 @@ pub fn manual_region(m: &Module) -> Option<String> {
         let i = m.instr(id);
         let target = i.attrs.custom_call.as_ref().map(|c| c.target.as_str());
         if let Some(t @ ("SPMDFullToShardShape" | "SPMDShardToFullShape")) = target {
-            Some(format!("%{} is a custom-call to {t}", i.name))
+            Some(format!("%{} is a custom-call to {t}", i.name()))
         } else if i.sharding.as_ref().is_some_and(manual) {
-            Some(format!("%{} has a manual sharding", i.name))
+            Some(format!("%{} has a manual sharding", i.name()))
         } else {
             None
         }
@@ -233,7 +233,7 @@ fn refuse_shardy_custom_calls(m: &Module) -> Result<()> {
         let c = i.attrs.custom_call.as_ref()?;
         c.target
             .starts_with("xla.sdy.")
-            .then(|| format!("%{} is a custom-call to {}", i.name, c.target))
+            .then(|| format!("%{} is a custom-call to {}", i.name(), c.target))
     });
     match found {
         None => Ok(()),
@@ -273,7 +273,7 @@ pub fn entry_parameter_shardings(m: &Module) -> Result<Vec<Sharding>> {
     c.parameters()
         .map(|p| {
             let i = m.instr(p);
-            tiled(m, &i.name, &i.shape, i.sharding.as_ref())
+            tiled(m, i.name(), &i.shape, i.sharding.as_ref())
         })
         .collect()
 }
@@ -301,7 +301,7 @@ pub fn root_shape_and_sharding(m: &Module) -> Result<(Shape, Sharding)> {
     let i = m.instr(root);
     Ok((
         i.shape.clone(),
-        tiled(m, &i.name, &i.shape, i.sharding.as_ref())?,
+        tiled(m, i.name(), &i.shape, i.sharding.as_ref())?,
     ))
 }
 
@@ -341,7 +341,7 @@ pub fn tiled_shardings(m: &mut Module) -> Result<()> {
         };
         let tiled = s
             .to_tiled_for(&instr.shape)
-            .map_err(|e| module_error(m, format!("%{}: {e}", instr.name)))?;
+            .map_err(|e| module_error(m, format!("%{}: {e}", instr.name())))?;
         m.instr_mut(id).sharding = Some(tiled);
     }
     Ok(())
@@ -363,7 +363,7 @@ pub fn split_tuple_all_reduces(m: &mut Module) -> Result<()> {
         if i.opcode != Opcode::AllReduce || i.operands().len() < 2 {
             continue;
         }
-        let name = i.name.clone();
+        let name = i.name().to_string();
         if !i.control_predecessors().is_empty() || !i.control_successors().is_empty() {
             return Err(module_error(
                 b.module(),
@@ -438,7 +438,7 @@ fn explicit_collectives(m: &mut Module) -> Result<()> {
         if let Some(g) = i.attrs.replica_groups.as_deref() {
             let groups = g
                 .groups()
-                .map_err(|e| module_error(m, format!("{}: replica groups: {e}", i.name)))?;
+                .map_err(|e| module_error(m, format!("{}: replica groups: {e}", i.name())))?;
             m.instr_mut(id).attrs.replica_groups = Some(Box::new(ReplicaGroups::Explicit(groups)));
         }
     }

@@ -108,7 +108,7 @@ fn replace_collective(m: &mut Module, target: InstrId) {
         m.instr(operand).shape.dims().to_vec(),
         i.shape.dims().to_vec(),
     );
-    let (base, shape) = (format!("{}.mutant", i.name), i.shape.clone());
+    let (base, shape) = (format!("{}.mutant", i.name()), i.shape.clone());
     let name = m.unique_name(&base);
     let mut stand_in = if op_dims == dims {
         Instruction::new(name, Opcode::Copy, shape).with_operands(&[operand])
@@ -162,7 +162,7 @@ fn a_missing_collective_is_caught() {
             assert!(
                 !report.passed(),
                 "{name}: replacing {} by a copy went unnoticed:\n{report}",
-                after.instr(c).name
+                after.instr(c).name()
             );
             assert!(
                 report.outputs.iter().any(|o| o.max_abs_error > 1e-3),

@@ -153,7 +153,7 @@ impl DedupReport {
 }
 
 fn describe(m: &Module, number: usize, id: InstrId) -> String {
-    format!("parameter {number} (%{})", m.instr(id).name)
+    format!("parameter {number} (%{})", m.instr(id).name())
 }
 
 fn array_bytes(s: &Shape) -> u64 {

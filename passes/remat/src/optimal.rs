@@ -128,13 +128,13 @@ impl Problem {
                 continue;
             }
             if !ins.called.is_empty() {
-                return Err(ProblemError::Calls(ins.name.clone()));
+                return Err(ProblemError::Calls(ins.name().to_string()));
             }
             if !ins.shape.is_array() {
-                return Err(ProblemError::Tuple(ins.name.clone()));
+                return Err(ProblemError::Tuple(ins.name().to_string()));
             }
             if !ins.control_predecessors().is_empty() || !ins.control_successors().is_empty() {
-                return Err(ProblemError::Control(ins.name.clone()));
+                return Err(ProblemError::Control(ins.name().to_string()));
             }
             if p.names.len() == 32 {
                 return Err(ProblemError::TooLarge);
@@ -146,14 +146,14 @@ impl Problem {
                 }
             }
             index.insert(i, p.names.len());
-            p.names.push(ins.name.clone());
+            p.names.push(ins.name().to_string());
             p.instructions.push(i);
             p.sizes.push(if i == root { 0 } else { size(&ins.shape) });
             p.operands.push(ops);
             p.recomputable.push(is_rematerializable(m, i));
         }
         if seq.last() != Some(&root) {
-            return Err(ProblemError::RootNotLast(m.instr(root).name.clone()));
+            return Err(ProblemError::RootNotLast(m.instr(root).name().to_string()));
         }
         p.output_bytes = size(&m.instr(root).shape);
         Ok(p)
@@ -237,7 +237,7 @@ impl Problem {
             if ins.opcode == Opcode::Parameter {
                 continue;
             }
-            let name = ins.name.as_str();
+            let name = ins.name();
             let base = name.find(".remat").map_or(name, |k| &name[..k]);
             out.push(*index.get(base)?);
         }
@@ -294,9 +294,12 @@ impl Problem {
                     original
                 }
                 Some(_) => {
-                    let mut clone = out.instr(original).clone();
-                    clone.name = out.unique_name(&format!("{}.remat", self.names[x]));
-                    let clone = clone.with_operands(&operands);
+                    let name = out.unique_name(&format!("{}.remat", self.names[x]));
+                    let clone = out
+                        .instr(original)
+                        .clone()
+                        .with_name(name)
+                        .with_operands(&operands);
                     out.add_instruction(entry, clone)
                         .map_err(|e| e.to_string())?
                 }

@@ -259,7 +259,7 @@ pub fn compute_schedule(
         schedule.sequences.insert(c, seq);
         report.push(ComputationSchedule {
             comp: c,
-            name: module.comp(c).name.clone(),
+            name: module.comp(c).name().to_string(),
             chosen,
             peak_bytes: peak,
             candidates,
@@ -312,10 +312,10 @@ pub fn schedule_computation(
             .instructions()
             .iter()
             .find(|i| !placed.contains(i))
-            .map(|&i| module.instr(i).name.clone())
+            .map(|&i| module.instr(i).name().to_string())
             .unwrap_or_default();
         return Err(ScheduleError::Cycle {
-            computation: module.comp(comp).name.clone(),
+            computation: module.comp(comp).name().to_string(),
             missing: expected.saturating_sub(seq.len()),
             example,
         });
@@ -423,7 +423,7 @@ pub fn dfs_schedule(
         let (eb, tb) = key(*b);
         eb.cmp(&ea)
             .then(tb.cmp(&ta))
-            .then_with(|| module.instr(*a).name.cmp(&module.instr(*b).name))
+            .then_with(|| module.instr(*a).name().cmp(module.instr(*b).name()))
     };
     let mut starts: Vec<InstrId> = c
         .instructions()
@@ -875,7 +875,7 @@ pub fn memory_report(module: &Module, mem: &ModuleMemory, top: usize, profile: b
     use std::fmt::Write;
     let mut o = String::new();
     for cm in &mem.computations {
-        let name = &module.comp(cm.comp).name;
+        let name = &module.comp(cm.comp).name();
         match cm.peak_instruction() {
             Some(at) => {
                 let _ = write!(
@@ -883,7 +883,7 @@ pub fn memory_report(module: &Module, mem: &ModuleMemory, top: usize, profile: b
                     "computation {name}: peak={} at {} %{}",
                     cm.peak_bytes,
                     cm.peak_position.unwrap_or(0),
-                    module.instr(at).name
+                    module.instr(at).name()
                 );
                 let p = cm.peak_position.unwrap_or(0);
                 if cm.callee_bytes[p] > 0 {
@@ -897,7 +897,7 @@ pub fn memory_report(module: &Module, mem: &ModuleMemory, top: usize, profile: b
         }
         if profile {
             for (p, &id) in cm.sequence.iter().enumerate() {
-                let _ = writeln!(o, "  {p} %{}: {}", module.instr(id).name, cm.bytes[p]);
+                let _ = writeln!(o, "  {p} %{}: {}", module.instr(id).name(), cm.bytes[p]);
             }
         }
         for b in cm.live_at_peak().into_iter().take(top) {
@@ -917,7 +917,7 @@ pub fn memory_report(module: &Module, mem: &ModuleMemory, top: usize, profile: b
 
 /// `%name{index} shape bytes`, e.g. `%concat f32[2048] 8192` or `%t{1} f32[4] 16`.
 pub fn buffer_label(module: &Module, b: &crate::schedule_memory::TrackedBuffer) -> String {
-    let mut s = format!("%{}", module.instr(b.defining).name);
+    let mut s = format!("%{}", module.instr(b.defining).name());
     if !b.index.is_empty() {
         let idx: Vec<String> = b.index.iter().map(|i| i.to_string()).collect();
         s.push_str(&format!("{{{}}}", idx.join(",")));
@@ -937,7 +937,7 @@ mod tests {
     use tessera_hlo::text::parse_module;
 
     fn names(m: &Module, seq: &[InstrId]) -> Vec<String> {
-        seq.iter().map(|&i| m.instr(i).name.clone()).collect()
+        seq.iter().map(|&i| m.instr(i).name().to_string()).collect()
     }
 
     fn entry_order(m: &Module) -> Vec<String> {
@@ -1031,7 +1031,7 @@ ENTRY main {
         let live: Vec<(String, i64)> = e
             .live_at_peak()
             .iter()
-            .map(|b| (m.instr(b.defining).name.clone(), b.allocated))
+            .map(|b| (m.instr(b.defining).name().to_string(), b.allocated))
             .collect();
         assert_eq!(
             live,

@@ -211,34 +211,34 @@ pub fn check_sequence(
             Some(i) if i.parent() == comp => {}
             _ => {
                 return Err(ScheduleError::BadSequence {
-                    computation: c.name.clone(),
+                    computation: c.name().to_string(),
                     message: format!("position {k} is not an instruction of the computation"),
                 })
             }
         }
         if pos.insert(id, k).is_some() {
             return Err(ScheduleError::BadSequence {
-                computation: c.name.clone(),
-                message: format!("%{} appears twice", module.instr(id).name),
+                computation: c.name().to_string(),
+                message: format!("%{} appears twice", module.instr(id).name()),
             });
         }
     }
     for &id in c.instructions() {
         let Some(&p) = pos.get(&id) else {
             return Err(ScheduleError::BadSequence {
-                computation: c.name.clone(),
-                message: format!("%{} is missing", module.instr(id).name),
+                computation: c.name().to_string(),
+                message: format!("%{} is missing", module.instr(id).name()),
             });
         };
         let ins = module.instr(id);
         for &o in ins.operands().iter().chain(ins.control_predecessors()) {
             if pos.get(&o).is_some_and(|&q| q >= p) {
                 return Err(ScheduleError::BadSequence {
-                    computation: c.name.clone(),
+                    computation: c.name().to_string(),
                     message: format!(
                         "%{} comes before its operand or control predecessor %{}",
-                        ins.name,
-                        module.instr(o).name
+                        ins.name(),
+                        module.instr(o).name()
                     ),
                 });
             }

@@ -202,7 +202,7 @@ fn remat_count(m: &Module) -> usize {
     m.computations()
         .iter()
         .flat_map(|&c| m.comp(c).instructions())
-        .filter(|&&i| m.instr(i).name.contains(".remat"))
+        .filter(|&&i| m.instr(i).name().contains(".remat"))
         .count()
 }
 
@@ -341,7 +341,7 @@ fn mutant_is_caught() {
         .iter()
         .copied()
         .find(|&i| {
-            out.instr(i).name.contains(".remat")
+            out.instr(i).name().contains(".remat")
                 && out.instr(i).opcode != Opcode::Parameter
                 && out.operands(i)[0] != p
         })
@@ -369,7 +369,7 @@ fn multi_device_mutant_is_caught() {
         .instructions()
         .iter()
         .copied()
-        .find(|&i| mutant.instr(i).name == "ag.remat")
+        .find(|&i| mutant.instr(i).name() == "ag.remat")
         .expect("the clone of the all-gather");
     mutant.instr_mut(ag).attrs.replica_groups =
         Some(Box::new(tessera_hlo::attrs::ReplicaGroups::Explicit(vec![

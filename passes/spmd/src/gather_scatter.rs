@@ -887,7 +887,7 @@ ENTRY e {
             .instructions()
             .iter()
             .copied()
-            .find(|&i| m.instr(i).name.starts_with("idx"))
+            .find(|&i| m.instr(i).name().starts_with("idx"))
             .unwrap();
         assert_eq!(iota_dimension(&m, idx, &c), Some(1));
         // Index component 1 of the concatenate (through the copy) is an iota along dim 0.

@@ -302,7 +302,7 @@ fn propagate_tiled(
         }
         report.undecided.push(Undecided {
             instr: id,
-            name: module.instr(id).name.clone(),
+            name: module.instr(id).name().to_string(),
             reason,
         });
     }
@@ -537,15 +537,15 @@ fn process_sharding_custom_calls(
             let Some(sharding) = i.sharding.clone() else {
                 return Err(PassError::Failed(format!(
                     "%{}: a Sharding custom-call must carry a sharding",
-                    i.name
+                    i.name()
                 )));
             };
             let dims = parse_unspecified_dims(i)
-                .map_err(|e| PassError::Failed(format!("%{}: backend_config: {e}", i.name)))?;
+                .map_err(|e| PassError::Failed(format!("%{}: backend_config: {e}", i.name())))?;
             let Some(&operand) = i.operands().first() else {
                 return Err(PassError::Failed(format!(
                     "%{}: a Sharding custom-call needs one operand",
-                    i.name
+                    i.name()
                 )));
             };
             let keep = !replace_with_copy
@@ -561,7 +561,7 @@ fn process_sharding_custom_calls(
                 continue;
             }
             // The copy takes the annotation's name, metadata, attributes and control edges.
-            let name = module.instr(id).name.clone();
+            let name = module.instr(id).name().to_string();
             let tmp = module.unique_name(&format!("{name}.annotation"));
             module.rename_instruction(id, tmp)?;
             let mut b = tessera_hlo::Builder::new(module, comp);
@@ -1297,7 +1297,7 @@ impl<'m> Propagator<'m> {
                             assert!(
                                 !changed && self.sh[id.index()] == before,
                                 "sharding-propagation: skipped forward visit of %{} would change it",
-                                self.m.instr(id).name
+                                self.m.instr(id).name()
                             );
                         }
                         continue;
@@ -1348,7 +1348,7 @@ impl<'m> Propagator<'m> {
                             assert!(
                                 !changed && self.sh[id.index()] == before,
                                 "sharding-propagation: skipped backward visit of %{} would change it",
-                                self.m.instr(id).name
+                                self.m.instr(id).name()
                             );
                         }
                         continue;

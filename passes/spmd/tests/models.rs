@@ -96,8 +96,14 @@ fn table(m: &Module) -> Table {
     for &c in m.computations() {
         for &i in m.comp(c).instructions() {
             let ins = m.instr(i);
-            let first = ins.operands().first().map(|&o| m.instr(o).name.clone());
-            t.insert(ins.name.clone(), (ins.opcode, first, ins.sharding.clone()));
+            let first = ins
+                .operands()
+                .first()
+                .map(|&o| m.instr(o).name().to_string());
+            t.insert(
+                ins.name().to_string(),
+                (ins.opcode, first, ins.sharding.clone()),
+            );
         }
     }
     t

@@ -176,7 +176,7 @@ impl<'m> Emit<'m> {
             .computations()
             .iter()
             .copied()
-            .find(|&c| m.comp(c).name == "keep_new")
+            .find(|&c| m.comp(c).name() == "keep_new")
         {
             return Ok(c);
         }

@@ -178,7 +178,7 @@ mod tests {
         assert_eq!(pass.cloned, 4);
         let cg = CallGraph::new(&b.m);
         assert!(cg.is_flattened(&b.m));
-        let name = |c| b.m.comp(c).name.clone();
+        let name = |c| b.m.comp(c).name().to_string();
         assert_eq!(
             b.m.instr(w1)
                 .called
@@ -235,7 +235,7 @@ mod tests {
         assert_eq!(CallGraph::new(&b.m).context(f), CallContext::Both);
         let mut pass = FlattenCallGraph::default();
         assert!(pass.run(&mut b.m).unwrap());
-        let name = |c| b.m.comp(c).name.clone();
+        let name = |c| b.m.comp(c).name().to_string();
         // f is embedded (the reduce keeps it); both branches get clones.
         assert_eq!(
             b.m.instr(cnd)

@@ -224,8 +224,8 @@ fn inline_body(module: &mut Module, call: InstrId) -> Result<Vec<InstrId>> {
             let Some(&op) = operands.get(n) else {
                 return Err(crate::PassError::Failed(format!(
                     "%{}: calls {} with {} operands, but it has parameter {n}",
-                    module.instr(call).name,
-                    module.comp(callee).name,
+                    module.instr(call).name(),
+                    module.comp(callee).name(),
                     operands.len()
                 )));
             };
@@ -233,9 +233,9 @@ fn inline_body(module: &mut Module, call: InstrId) -> Result<Vec<InstrId>> {
             continue;
         }
         let ops: Vec<InstrId> = src.operands().iter().map(|o| map[o]).collect();
-        let mut copy = src.clone().with_operands(&ops);
-        let base = src.name.clone();
-        copy.name = module.unique_name(&base);
+        let copy = src.clone().with_operands(&ops);
+        let name = module.unique_name(copy.name());
+        let copy = copy.with_name(name);
         let nid = module.add_instruction(caller, copy)?;
         map.insert(id, nid);
         added.push(id);

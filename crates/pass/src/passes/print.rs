@@ -71,25 +71,21 @@ pub fn call_graph_report(m: &Module) -> String {
     let cg = CallGraph::new(m);
     let mut o = String::new();
     for c in computation_post_order(m, true) {
-        let callers: Vec<&str> = cg
-            .callers(c)
-            .iter()
-            .map(|&x| m.comp(x).name.as_str())
-            .collect();
+        let callers: Vec<&str> = cg.callers(c).iter().map(|&x| m.comp(x).name()).collect();
         let _ = writeln!(
             o,
             "{}: context={} depth={} callers=[{}]",
-            m.comp(c).name,
+            m.comp(c).name(),
             cg.context(c).name(),
             cg.depth(c),
             callers.join(", ")
         );
         for s in cg.callsites(c) {
-            let callees: Vec<&str> = s.callees.iter().map(|&x| m.comp(x).name.as_str()).collect();
+            let callees: Vec<&str> = s.callees.iter().map(|&x| m.comp(x).name()).collect();
             let _ = writeln!(
                 o,
                 "  %{} ({}) -> {} [{}]",
-                m.instr(s.instruction).name,
+                m.instr(s.instruction).name(),
                 m.instr(s.instruction).opcode,
                 callees.join(", "),
                 s.context.name()
@@ -111,12 +107,12 @@ pub fn liveness_report(m: &Module) -> String {
         let lv = Liveness::for_schedule(m, &pt, c, &shape_size);
         let at = lv
             .peak_position()
-            .map(|p| format!(" at %{}", m.instr(lv.sequence[p]).name))
+            .map(|p| format!(" at %{}", m.instr(lv.sequence[p]).name()))
             .unwrap_or_default();
         let _ = writeln!(
             o,
             "{} ({}): peak {} bytes{at}",
-            m.comp(c).name,
+            m.comp(c).name(),
             if scheduled { "schedule" } else { "post-order" },
             lv.peak_memory()
         );

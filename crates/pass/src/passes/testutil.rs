@@ -9,7 +9,7 @@ pub fn names(m: &Module, c: CompId) -> Vec<String> {
     m.comp(c)
         .instructions()
         .iter()
-        .map(|&i| m.instr(i).name.clone())
+        .map(|&i| m.instr(i).name().to_string())
         .collect()
 }
 
@@ -17,6 +17,6 @@ pub fn names(m: &Module, c: CompId) -> Vec<String> {
 pub fn comp_names(m: &Module) -> Vec<String> {
     m.computations()
         .iter()
-        .map(|&c| m.comp(c).name.clone())
+        .map(|&c| m.comp(c).name().to_string())
         .collect()
 }

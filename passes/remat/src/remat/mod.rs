@@ -655,8 +655,8 @@ fn entry_over_limit(
     let limit = limit - output_size;
     match e.peak_position {
         Some(p) if e.peak_bytes > limit => vec![OverLimit {
-            computation: module.comp(entry).name.clone(),
-            instruction: module.instr(e.sequence[p]).name.clone(),
+            computation: module.comp(entry).name().to_string(),
+            instruction: module.instr(e.sequence[p]).name().to_string(),
             bytes: e.peak_bytes,
             limit,
         }],
@@ -764,7 +764,7 @@ fn sequence(module: &Module, c: CompId) -> Result<Vec<InstrId>, RematError> {
         .ok_or_else(|| {
             RematError::Malformed(format!(
                 "computation {} has no sequence in the schedule",
-                module.comp(c).name
+                module.comp(c).name()
             ))
         })
 }
@@ -823,8 +823,8 @@ impl<'a> State<'a> {
             if peak > limit {
                 if let Some(at) = at {
                     self.over_limit.push(OverLimit {
-                        computation: comp.name.clone(),
-                        instruction: module.instr(at).name.clone(),
+                        computation: comp.name().to_string(),
+                        instruction: module.instr(at).name().to_string(),
                         bytes: peak,
                         limit,
                     });
@@ -896,10 +896,10 @@ impl<'a> State<'a> {
         if !self.done.insert(c) {
             return Err(RematError::Internal(format!(
                 "computation {} rematerialized twice",
-                module.comp(c).name
+                module.comp(c).name()
             )));
         }
-        self.computations.push(module.comp(c).name.clone());
+        self.computations.push(module.comp(c).name().to_string());
         let mut t = match self.trackers.get_mut(c.index()).and_then(Option::take) {
             Some(t) => t,
             None => self.new_tracker(module, c)?,
@@ -1154,7 +1154,7 @@ impl<'a> State<'a> {
             if !t.is_placed(i) {
                 return Err(RematError::Internal(format!(
                     "%{} was never placed",
-                    module.instr(i).name
+                    module.instr(i).name()
                 )));
             }
         }
@@ -1167,7 +1167,7 @@ impl<'a> State<'a> {
         }
         tracing::debug!(
             "rematerialization of {}: {} rematerialized, {} net added, peak {} (was {})",
-            module.comp(c).name,
+            module.comp(c).name(),
             remat_count,
             net_added,
             peak,
@@ -1226,8 +1226,9 @@ impl<'a> State<'a> {
             }
             let best = t.list.item(best_item).instr;
             let comp = module.instr(best).parent();
-            let mut clone: Instruction = module.instr(best).clone();
-            clone.name = remat_name(module, &clone.name);
+            let base = module.instr(best).name().to_string();
+            let name = remat_name(module, &base);
+            let mut clone: Instruction = module.instr(best).clone().with_name(name);
             if clone.attrs.channel_id.is_some() {
                 clone.attrs.channel_id = Some(self.next_channel_id);
                 self.next_channel_id += 1;
@@ -1269,7 +1270,7 @@ impl<'a> State<'a> {
                     None => *module.operands(user).get(k).ok_or_else(|| {
                         RematError::Internal(format!(
                             "%{}: no operand {}",
-                            module.instr(user).name,
+                            module.instr(user).name(),
                             u.operand_number
                         ))
                     })?,
@@ -1355,8 +1356,8 @@ impl<'a> State<'a> {
                 if t.list.item(si).placed {
                     return Err(RematError::Internal(format!(
                         "%{}: control successor %{} already placed",
-                        module.instr(remat).name,
-                        module.instr(s).name
+                        module.instr(remat).name(),
+                        module.instr(s).name()
                     )));
                 }
                 before.push(si);
@@ -1365,7 +1366,7 @@ impl<'a> State<'a> {
             if before.is_empty() {
                 return Err(RematError::Internal(format!(
                     "%{}: nowhere to place the rematerialization",
-                    module.instr(remat).name
+                    module.instr(remat).name()
                 )));
             }
             t.list.insert_before_instructions(remat_item, &before);
@@ -1438,7 +1439,7 @@ fn compress_instruction(
 ) -> Result<i64, RematError> {
     let best = t.list.item(best_item).instr;
     let comp = module.instr(best).parent();
-    let name = module.instr(best).name.clone();
+    let name = module.instr(best).name().to_string();
     let cname = module.unique_name(&format!("{name}.remat_compressed"));
     let compressed = module.add_instruction(
         comp,

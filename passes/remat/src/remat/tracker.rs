@@ -111,9 +111,9 @@ impl<'f> Tracker<'f> {
             revived: Vec::new(),
         };
         let c = module.comp(comp);
-        let root = c
-            .root()
-            .ok_or_else(|| RematError::Malformed(format!("computation {} has no root", c.name)))?;
+        let root = c.root().ok_or_else(|| {
+            RematError::Malformed(format!("computation {} has no root", c.name()))
+        })?;
         let mut live_out = points_to.points_to(root).flattened();
         live_out.sort();
         let mut to_id: HashMap<LogicalId, u32, BuildHasherDefault<IdHasher>> = HashMap::default();
@@ -127,14 +127,14 @@ impl<'f> Tracker<'f> {
                 let id = if ins.opcode == Opcode::While {
                     // A while defines no new memory: it reuses its operand's buffers.
                     let op = *ins.operands().first().ok_or_else(|| {
-                        RematError::Malformed(format!("%{}: while without an operand", ins.name))
+                        RematError::Malformed(format!("%{}: while without an operand", ins.name()))
                     })?;
                     let src = match points_to.points_to(op).buffers(&logical.index) {
                         [b] => *b,
                         other => {
                             return Err(RematError::Malformed(format!(
                                 "%{}: the while operand at index {:?} is {} buffers, expected one",
-                                ins.name,
+                                ins.name(),
                                 logical.index,
                                 other.len()
                             )))
@@ -143,7 +143,7 @@ impl<'f> Tracker<'f> {
                     let id = *to_id.get(&src).ok_or_else(|| {
                         RematError::Malformed(format!(
                             "%{}: the while operand's buffer is not defined before it",
-                            ins.name
+                            ins.name()
                         ))
                     })?;
                     let (uses, _) = get_users(&t.list, module, points_to, lb);
@@ -784,7 +784,7 @@ impl<'f> Tracker<'f> {
     /// Checks the tracker's invariants (expensive: tests and `check_invariants` runs).
     pub fn check(&self, module: &Module) -> Result<(), RematError> {
         let bad = |m: String| Err(RematError::Internal(format!("tracker invariant: {m}")));
-        let name = |item: ItemId| module.instr(self.list.item(item).instr).name.clone();
+        let name = |item: ItemId| module.instr(self.list.item(item).instr).name().to_string();
         let unique = |v: &BufferList| {
             let mut s = v.to_vec();
             s.sort();

@@ -38,7 +38,7 @@ pub(super) fn named_to_tiled(module: &mut Module) -> Result<NamedSwaps> {
             let fail = |e: String| {
                 PassError::Failed(format!(
                     "sharding-propagation: %{}: named sharding: {e}",
-                    i.name
+                    i.name()
                 ))
             };
             let t = s.to_tiled_for(&i.shape).map_err(fail)?;
@@ -316,7 +316,7 @@ pub(super) fn check_while_devices(module: &mut Module) -> Result<bool> {
         let conflict = |i: &Instruction, dev: i64, chan: &str, want: i64| {
             PassError::Failed(format!(
                 "Instruction: {} is on device: {dev}, which conflicts with device: {want} of channel instruction: {chan}",
-                i.name
+                i.name()
             ))
         };
         let mut others: std::collections::BTreeMap<i64, InstrId> = Default::default();
@@ -332,13 +332,13 @@ pub(super) fn check_while_devices(module: &mut Module) -> Result<bool> {
                     && i.attrs.channel_id.is_some());
             if let Some((d, chan)) = unique {
                 if d != dev {
-                    return Err(conflict(i, dev, &module.instr(chan).name, d));
+                    return Err(conflict(i, dev, module.instr(chan).name(), d));
                 }
             } else if is_channel {
                 unique = Some((dev, id));
                 for (&od, &oi) in &others {
                     if od != dev {
-                        return Err(conflict(module.instr(oi), od, &i.name, dev));
+                        return Err(conflict(module.instr(oi), od, i.name(), dev));
                     }
                 }
             } else {
@@ -348,7 +348,7 @@ pub(super) fn check_while_devices(module: &mut Module) -> Result<bool> {
         let Some((dev, chan)) = unique else {
             continue;
         };
-        let chan_name = module.instr(chan).name.clone();
+        let chan_name = module.instr(chan).name().to_string();
         let wi = module.instr(w);
         if let Some(wd) = wi.sharding.as_ref().and_then(unique_device) {
             if wd != dev {

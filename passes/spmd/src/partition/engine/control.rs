@@ -13,7 +13,7 @@ impl Engine<'_> {
             trees.push(v.tree);
         }
         let t = built(b.tuple(&locals))?;
-        self.renames.push((t, i.name.clone()));
+        self.renames.push((t, i.name().to_string()));
         let v = Value {
             local: t,
             tree: Tree::Tuple(trees),
@@ -33,14 +33,14 @@ impl Engine<'_> {
         let v = self.value(b.module(), i.operands()[0])?;
         let k = i.attrs.tuple_index as usize;
         let Tree::Tuple(elems) = &v.tree else {
-            return Err(fail(format!("%{}: operand is not a tuple", i.name)));
+            return Err(fail(format!("%{}: operand is not a tuple", i.name())));
         };
         let sub = elems
             .get(k)
             .cloned()
-            .ok_or_else(|| fail(format!("%{}: tuple index {k} out of range", i.name)))?;
+            .ok_or_else(|| fail(format!("%{}: tuple index {k} out of range", i.name())))?;
         let g = built(b.get_tuple_element(v.local, k as i64))?;
-        self.renames.push((g, i.name.clone()));
+        self.renames.push((g, i.name().to_string()));
         let ev = Value {
             local: g,
             tree: sub,
@@ -67,7 +67,7 @@ impl Engine<'_> {
             _ => {
                 return Err(fail(format!(
                     "%{}: a while without condition or body",
-                    i.name
+                    i.name()
                 )))
             }
         };

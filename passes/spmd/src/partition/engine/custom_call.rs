@@ -26,7 +26,7 @@ impl Engine<'_> {
                 if !have.same_dimensions(&i.shape) {
                     return Err(fail(format!(
                         "%{}: the manual shape {} is not the piece {} of the operand's sharding",
-                        i.name,
+                        i.name(),
                         tessera_hlo::text::shape_to_string(&i.shape),
                         tessera_hlo::text::shape_to_string(&have)
                     )));
@@ -45,7 +45,7 @@ impl Engine<'_> {
                     return Err(fail(format!(
                         "%{}: the manual subgroup's piece {} is not the piece {} of the result's \
                          sharding",
-                        i.name,
+                        i.name(),
                         tessera_hlo::text::shape_to_string(&have),
                         tessera_hlo::text::shape_to_string(&want)
                     )));
@@ -65,7 +65,7 @@ impl Engine<'_> {
                 if !have.same_dimensions(&want) {
                     return Err(fail(format!(
                         "%{}: the manual piece {} is not the piece {} of the result's sharding",
-                        i.name,
+                        i.name(),
                         tessera_hlo::text::shape_to_string(&have),
                         tessera_hlo::text::shape_to_string(&want)
                     )));
@@ -111,7 +111,7 @@ impl Engine<'_> {
         if !have.same_dimensions(&want) {
             return Err(fail(format!(
                 "%{}: the operand's piece {} is not the piece {} of the partially manual result",
-                i.name,
+                i.name(),
                 tessera_hlo::text::shape_to_string(&have),
                 tessera_hlo::text::shape_to_string(&want)
             )));

@@ -116,7 +116,7 @@ impl Engine<'_> {
                 .as_array()
                 .map_or(0, |a| a.byte_size());
             self.report.collectives.push(CollectiveNote {
-                original: i.name.clone(),
+                original: i.name().to_string(),
                 collective: "all-reduce",
                 reason: "partial sums of a dot over split contracting dimensions".to_string(),
                 bytes: 2 * out_bytes * (g - 1) / g,

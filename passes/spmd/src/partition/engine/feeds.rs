@@ -45,7 +45,7 @@ impl Engine<'_> {
         if tree_is_manual(&own) {
             return self.manual(b, id, own);
         }
-        self.even_pieces(&i.name, &i.shape, &own)?;
+        self.even_pieces(i.name(), &i.shape, &own)?;
         let token = self.value(b.module(), i.operands()[0])?.local;
         let out = self.clone_with(b, &i, &[token], local_shape(&i.shape, &own))?;
         self.set(id, out, own);
@@ -60,11 +60,11 @@ impl Engine<'_> {
         let data = i.operands()[0];
         let data_shape = self.global(b.module(), data);
         let tree = tree_for(i.sharding.as_ref(), &data_shape, n)
-            .map_err(|e| fail(format!("%{}: {e}", i.name)))?;
+            .map_err(|e| fail(format!("%{}: {e}", i.name())))?;
         if tree_is_manual(&tree) {
             return self.manual(b, id, own);
         }
-        self.even_pieces(&i.name, &data_shape, &tree)?;
+        self.even_pieces(i.name(), &data_shape, &tree)?;
         let x = self.operand(b, id, 0, &tree)?;
         let token = self.value(b.module(), i.operands()[1])?.local;
         let out = self.clone_with(b, &i, &[x, token], i.shape.clone())?;

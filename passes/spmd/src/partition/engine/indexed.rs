@@ -69,13 +69,13 @@ impl Engine<'_> {
         let (Some(dn), Some(sizes)) = (dn, sizes) else {
             return Err(fail(format!(
                 "%{}: a gather needs dimension numbers and slice_sizes",
-                i.name
+                i.name()
             )));
         };
         let op = self.global(b.module(), i.operands()[0]);
         let idx = self.global(b.module(), i.operands()[1]);
         GatherScatter::gather(dn, sizes, op.dims(), idx.dims(), i.shape.rank())
-            .map_err(|e| fail(format!("%{}: {e}", i.name)))
+            .map_err(|e| fail(format!("%{}: {e}", i.name())))
     }
 
     /// For each indices dimension, the operand dimension it walks with (explicit batching).
@@ -282,7 +282,7 @@ impl Engine<'_> {
             let gsize = groups[0].len() as i64;
             let bytes: i64 = local_dims.iter().product::<i64>() * out_ty.byte_size() as i64;
             self.report.collectives.push(CollectiveNote {
-                original: i.name.clone(),
+                original: i.name().to_string(),
                 collective: "all-reduce",
                 reason: "gather from pieces of a trivially sliced operand".to_string(),
                 bytes: 2 * bytes * (gsize - 1) / gsize,
@@ -436,21 +436,21 @@ impl Engine<'_> {
         if k == 0 || ops.len() != 2 * k + 1 {
             return Err(fail(format!(
                 "%{}: a scatter takes N operands, the indices and N updates; found {} operands",
-                i.name,
+                i.name(),
                 ops.len()
             )));
         }
         let Some(dn) = i.attrs.scatter_dims.as_deref() else {
             return Err(fail(format!(
                 "%{}: a scatter needs dimension numbers",
-                i.name
+                i.name()
             )));
         };
         let op_shape = self.global(b.module(), ops[0]);
         let idx_shape = self.global(b.module(), ops[k]);
         let upd_shape = self.global(b.module(), ops[k + 1]);
         let g = GatherScatter::scatter(dn, op_shape.dims(), idx_shape.dims(), upd_shape.dims())
-            .map_err(|e| fail(format!("%{}: {e}", i.name)))?;
+            .map_err(|e| fail(format!("%{}: {e}", i.name())))?;
         let leaf_own = match &own {
             Tree::Leaf(_) => tiling_of(&own).cloned(),
             Tree::Tuple(e) => e.first().and_then(tiling_of).cloned(),
@@ -653,7 +653,7 @@ impl Engine<'_> {
         let gsize = groups[0].len() as i64;
         let bytes: i64 = g.operand.iter().product::<i64>() * ty.byte_size() as i64;
         self.report.collectives.push(CollectiveNote {
-            original: i.name.clone(),
+            original: i.name().to_string(),
             collective: "all-reduce",
             reason: "scatter of split updates, combined with the scatter's combiner".to_string(),
             bytes: 2 * bytes * (gsize - 1) / gsize,

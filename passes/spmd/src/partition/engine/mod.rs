@@ -333,7 +333,7 @@ fn largest(m: &Module, comp: CompId, k: usize) -> Vec<(String, i64)> {
         .iter()
         .map(|&i| {
             let i = m.instr(i);
-            (i.shape.byte_size(8), i.name.as_str())
+            (i.shape.byte_size(8), i.name())
         })
         .collect();
     let order = |a: &(i64, &str), b: &(i64, &str)| b.0.cmp(&a.0).then_with(|| a.1.cmp(b.1));
@@ -350,7 +350,7 @@ fn largest(m: &Module, comp: CompId, k: usize) -> Vec<(String, i64)> {
 
 fn tree_of(m: &Module, id: InstrId, n: i64) -> Result<Tree> {
     let i = m.instr(id);
-    tree_for(i.sharding.as_ref(), &i.shape, n).map_err(|e| fail(format!("%{}: {e}", i.name)))
+    tree_for(i.sharding.as_ref(), &i.shape, n).map_err(|e| fail(format!("%{}: {e}", i.name())))
 }
 
 impl Engine<'_> {
@@ -381,7 +381,7 @@ impl Engine<'_> {
         if !self.done.insert(comp) {
             return Err(fail(format!(
                 "computation {} is called from more than one place; run flatten-call-graph first",
-                b.module().comp(comp).name
+                b.module().comp(comp).name()
             )));
         }
         let saved = b.computation();
@@ -431,7 +431,7 @@ impl Engine<'_> {
         shape: Shape,
     ) -> Result<InstrId> {
         let c = clone_of(b, i, operands, shape)?;
-        self.renames.push((c, i.name.clone()));
+        self.renames.push((c, i.name().to_string()));
         Ok(c)
     }
 
@@ -451,7 +451,7 @@ impl Engine<'_> {
         self.values.get(&id).cloned().ok_or_else(|| {
             fail(format!(
                 "%{} was used before it was partitioned",
-                m.instr(id).name
+                m.instr(id).name()
             ))
         })
     }
@@ -515,7 +515,7 @@ impl Engine<'_> {
             return Err(fail(format!(
                 "%{}: {} inside a partially manual region is not supported yet (an all-reduce \
                  across the manual subgroups is)",
-                i.name,
+                i.name(),
                 opcode.name()
             )));
         }
@@ -567,7 +567,7 @@ impl Engine<'_> {
             Opcode::PartitionId => Err(fail(format!(
                 "%{}: partition-id outside a manual region has no single meaning once \
                  partitioned (XLA refuses it too); use it inside a manual region",
-                b.module().instr(id).name
+                b.module().instr(id).name()
             ))),
             _ => self.default(b, id, own),
         }
@@ -611,7 +611,7 @@ impl Engine<'_> {
             _ => {
                 return Err(fail(format!(
                     "%{}: cannot reshard {:?} to {:?}",
-                    b.module().instr(v.local).name,
+                    b.module().instr(v.local).name(),
                     v.tree,
                     target
                 )))
@@ -636,7 +636,7 @@ impl Engine<'_> {
     fn origin_name(&self, b: &Builder) -> String {
         b.origin()
             .and_then(|o| b.module().try_instr(o))
-            .map_or_else(|| "?".to_string(), |i| i.name.clone())
+            .map_or_else(|| "?".to_string(), |i| i.name().to_string())
     }
 
     fn reshard_array(
@@ -943,7 +943,7 @@ impl Engine<'_> {
         };
         let v = Value { local: out, tree };
         let local = self.reshard(b, &v, &i.shape, &own)?;
-        self.report.defaulted.push(i.name.clone());
+        self.report.defaulted.push(i.name().to_string());
         self.set(id, local, own);
         Ok(())
     }
@@ -1002,7 +1002,7 @@ fn clone_of(
     operands: &[InstrId],
     shape: Shape,
 ) -> Result<InstrId> {
-    let mut c = Instruction::new(i.name.clone(), i.opcode, shape)
+    let mut c = Instruction::new(i.name().to_string(), i.opcode, shape)
         .with_operands(operands)
         .with_called(&i.called);
     c.attrs = i.attrs.clone();

@@ -105,7 +105,7 @@ pub(super) fn tree(m: &Module, id: InstrId, n: i64) -> Result<Option<(Tree, Grou
     };
     let mut found: Option<Groups> = None;
     let mut k = 0;
-    let name = i.name.clone();
+    let name = i.name().to_string();
     let mut err = None;
     let t = walk(&i.shape, &leaves, &mut k, n, &mut found, &mut err);
     if let Some(e) = err {
@@ -238,13 +238,13 @@ impl Engine<'_> {
         }
         let groups = match i.attrs.replica_groups.as_ref().map(|g| g.groups()) {
             Some(Ok(g)) => g,
-            Some(Err(e)) => return Err(fail(format!("%{}: {e}", i.name))),
+            Some(Err(e)) => return Err(fail(format!("%{}: {e}", i.name()))),
             None => Vec::new(),
         };
         if groups.is_empty() {
             return Err(fail(format!(
                 "%{}: a collective in a partially manual region needs explicit replica groups",
-                i.name
+                i.name()
             )));
         }
         for g in &groups {
@@ -255,7 +255,7 @@ impl Engine<'_> {
                 return Err(fail(format!(
                     "%{}: a collective in a partially manual region must combine devices that \
                      hold the same piece in different manual subgroups; group {g:?} does not",
-                    i.name
+                    i.name()
                 )));
             }
         }

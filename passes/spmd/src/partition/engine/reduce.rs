@@ -27,7 +27,7 @@ impl Engine<'_> {
         };
         let reducer = i
             .to_apply()
-            .ok_or_else(|| fail(format!("%{}: no to_apply", i.name)))?;
+            .ok_or_else(|| fail(format!("%{}: no to_apply", i.name())))?;
         let reduced: Vec<usize> = i
             .attrs
             .dimensions
@@ -83,7 +83,7 @@ impl Engine<'_> {
                 let groups = self.real_groups(&groups);
                 r = self.creator.all_reduce(b, r, reducer, &groups)?;
                 let bytes = 2 * array_bytes(b, r) * (g - 1) / g;
-                self.note(&i.name, "all-reduce", "a reduce", bytes);
+                self.note(i.name(), "all-reduce", "a reduce", bytes);
             } else {
                 let last = kept_local.len() as i64;
                 let mut with_one = kept_local.clone();
@@ -95,7 +95,7 @@ impl Engine<'_> {
                     let real = self.real_groups(&groups);
                     let a = self.creator.all_gather(b, e, last, &real)?;
                     let bytes = array_bytes(b, a) * (g - 1) / g;
-                    self.note(&i.name, "all-gather", "a variadic reduce", bytes);
+                    self.note(i.name(), "all-gather", "a variadic reduce", bytes);
                     gathered.push(a);
                 }
                 gathered.extend_from_slice(&inits);

@@ -119,7 +119,7 @@ impl Engine<'_> {
             .dimensions
             .as_deref()
             .and_then(|d| d.first().copied())
-            .ok_or_else(|| fail(format!("%{}: a sort needs dimensions={{d}}", i.name)))?;
+            .ok_or_else(|| fail(format!("%{}: a sort needs dimensions={{d}}", i.name())))?;
         self.along_whole_dims(b, id, own, &[d as usize])
     }
 

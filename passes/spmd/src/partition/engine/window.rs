@@ -881,7 +881,7 @@ impl Engine<'_> {
             return self.default(b, id, own);
         }
         let out = self.padded(b, i.operands()[0], i.operands()[1], &padding, &out_dims, &t)?;
-        self.name_result(b, out, &i.name);
+        self.name_result(b, out, i.name());
         self.set(id, out, own);
         Ok(())
     }
@@ -1014,7 +1014,7 @@ impl Engine<'_> {
         if let Some((x_op, v_op, padding)) = self.slice_of_pad(b.module(), &i, &own) {
             if !self.global(b.module(), x_op).dims().contains(&0) {
                 let out = self.padded(b, x_op, v_op, &padding, &out_dims, &t)?;
-                self.name_result(b, out, &i.name);
+                self.name_result(b, out, i.name());
                 self.set(id, out, own);
                 return Ok(());
             }
@@ -1056,7 +1056,7 @@ impl Engine<'_> {
             x
         } else {
             let c = built(b.slice(x, &starts, &limits, &strides))?;
-            self.renames.push((c, i.name.clone()));
+            self.renames.push((c, i.name().to_string()));
             c
         };
         self.set(id, out, own);
@@ -1132,7 +1132,7 @@ impl Engine<'_> {
         let Some(out) = acc else {
             return self.default(b, id, own);
         };
-        self.name_result(b, out, &i.name);
+        self.name_result(b, out, i.name());
         self.set(id, out, own);
         Ok(())
     }
@@ -1174,7 +1174,7 @@ impl Engine<'_> {
             r = self.creator.collective_permute(b, r, &pairs)?;
             let bytes = b.module().instr(r).shape.byte_size(8);
             self.report.collectives.push(CollectiveNote {
-                original: i.name.clone(),
+                original: i.name().to_string(),
                 collective: "collective-permute",
                 reason: format!("reversed tiles swap ends along dimension {d}"),
                 bytes,
@@ -1349,7 +1349,7 @@ impl Engine<'_> {
             });
         }
         let out = built(b.select(mask.expect("a partial dimension"), piece, x))?;
-        self.name_result(b, out, &i.name);
+        self.name_result(b, out, i.name());
         self.set(id, out, own);
         Ok(())
     }

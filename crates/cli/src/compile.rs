@@ -17,6 +17,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use tessera_compile::{
     compile_with_progress, parse_input, verify_on_devices, CompileOptions, Compiled, Progress,
+    VerifyOptions,
 };
 use tessera_hlo::Module;
 use tessera_pass::options::parse_int;
@@ -26,7 +27,8 @@ pub struct CompileArgs {
     /// The module: HLO text (jax's `lower().as_text()`, an XLA dump file, TensorFlow's HLO),
     /// or a serialized xla.HloModuleProto; `-` reads stdin.
     pub file: String,
-    /// Devices to partition over (default: the module header's `num_partitions`).
+    /// Devices to partition over (default: the module header's `num_partitions`, or the
+    /// devices its shardings name).
     #[arg(long)]
     pub num_partitions: Option<i64>,
     /// Replicas (only 1 is supported by the partitioner yet).
@@ -48,6 +50,12 @@ pub struct CompileArgs {
     /// Seed of the random inputs of --verify.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// --verify: relative tolerance of floating-point outputs (default: by element type).
+    #[arg(long, requires = "atol")]
+    pub rtol: Option<f64>,
+    /// --verify: absolute tolerance of floating-point outputs.
+    #[arg(long, requires = "rtol")]
+    pub atol: Option<f64>,
     /// Print per-pass times, per-device peak memory, collectives and why each exists, warnings.
     #[arg(long)]
     pub report: bool,
@@ -63,7 +71,8 @@ pub struct CompileArgs {
 pub struct ExplainArgs {
     /// The module (as for `compile`).
     pub file: String,
-    /// Devices to partition over (default: the module header's `num_partitions`).
+    /// Devices to partition over (default: the module header's `num_partitions`, or the
+    /// devices its shardings name).
     #[arg(long)]
     pub num_partitions: Option<i64>,
     /// An option of a pipeline pass, `PASS.KEY=VALUE` (repeatable).
@@ -89,7 +98,10 @@ fn options(
     num_partitions: Option<i64>,
     pass_options: &[String],
 ) -> CompileOptions {
-    let mut o = CompileOptions::new(num_partitions.unwrap_or(module.config.num_partitions));
+    let mut o = CompileOptions::for_module(module);
+    if let Some(n) = num_partitions {
+        o.num_partitions = n;
+    }
     o.pass_options = pass_options.to_vec();
     o
 }
@@ -120,6 +132,7 @@ pub fn compile(args: &CompileArgs) -> Result<()> {
     o.num_replicas = args.num_replicas;
     o.dedup = args.dedup;
     o.verify_each_pass = args.verify_each_pass;
+    o.measure_unpartitioned = args.report;
     o.memory_limit = args
         .memory_limit
         .as_deref()
@@ -147,7 +160,14 @@ pub fn compile(args: &CompileArgs) -> Result<()> {
         let n = compiled.report.num_partitions as usize;
         let client = tessera_runtime::Client::cpu(n.max(1))
             .context("--verify: cannot create the PJRT CPU client")?;
-        let v = verify_on_devices(&client, &original, &compiled, args.seed)
+        let vo = VerifyOptions {
+            seed: args.seed,
+            float_tolerance: args
+                .rtol
+                .zip(args.atol)
+                .map(|(rel, abs)| tessera_runtime::Tolerance { rel, abs }),
+        };
+        let v = verify_on_devices(&client, &original, &compiled, &vo)
             .with_context(|| format!("{}: --verify", shown(&args.file)))?;
         passed = v.passed();
         text.push_str(&format!("\nverify:\n{v}\n"));

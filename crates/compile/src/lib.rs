@@ -17,7 +17,7 @@
 //! A frontend builds its module with [`tessera_hlo::Builder`] (or parses one), then:
 //!
 //! ```
-//! use tessera_compile::{compile, verify_on_devices, CompileOptions};
+//! use tessera_compile::{compile, verify_on_devices, CompileOptions, VerifyOptions};
 //! use tessera_hlo::attrs::DotDimensionNumbers;
 //! use tessera_hlo::{Attrs, Builder, ElementType, Module, Opcode, Shape, Sharding};
 //!
@@ -45,7 +45,7 @@
 //! let compiled = compile(m.clone(), &CompileOptions::new(4)).unwrap();
 //! print!("{}", compiled.report.render());
 //! let client = tessera_runtime::Client::cpu(4).unwrap();
-//! let check = verify_on_devices(&client, &m, &compiled, 1).unwrap();
+//! let check = verify_on_devices(&client, &m, &compiled, &VerifyOptions::default()).unwrap();
 //! assert!(check.passed(), "{check}");
 //! ```
 //!
@@ -67,7 +67,7 @@ use tessera_remat::schedule_memory::{module_memory, MemoryOptions};
 use tessera_remat::{RematOptions, RematSummary, Rematerialization, SchedulePass};
 use tessera_spmd::{PropagationOptions, SpmdOptions, SpmdPartitioning, SpmdReport};
 
-pub use verify::{verify_on_devices, Verification, VerifyReference};
+pub use verify::{verify_on_devices, Verification, VerifyOptions, VerifyReference};
 
 /// The passes of the pipeline, in order (their registry names).
 pub const PIPELINE: [&str; 5] = [
@@ -135,6 +135,9 @@ pub struct CompileOptions {
     pub pass_options: Vec<String>,
     /// Run the verifier after every pass, not only on the input and the result.
     pub verify_each_pass: bool,
+    /// Also schedule the module before partitioning to report its one-device peak
+    /// ([`PeakMemory::unpartitioned`]); costs about a third of the pipeline's time.
+    pub measure_unpartitioned: bool,
 }
 
 impl CompileOptions {
@@ -147,7 +150,20 @@ impl CompileOptions {
             dedup: false,
             pass_options: Vec::new(),
             verify_each_pass: false,
+            measure_unpartitioned: false,
         }
+    }
+
+    /// Defaults for the devices `module` was written for: its header's `num_partitions`, or
+    /// the devices its shardings name when the header says 1 (jax's `lower().as_text()` leaves
+    /// `num_partitions` out).
+    pub fn for_module(module: &Module) -> CompileOptions {
+        CompileOptions::new(
+            module
+                .config
+                .num_partitions
+                .max(tessera_runtime::harness::sharding_device_count(module)),
+        )
     }
 }
 
@@ -178,8 +194,9 @@ pub struct StageTime {
 /// number holds for each of them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PeakMemory {
-    /// The module before partitioning, as one program on one device.
-    pub unpartitioned: i64,
+    /// The module before partitioning, as one program on one device (with
+    /// `measure_unpartitioned`).
+    pub unpartitioned: Option<i64>,
     /// The per-device program after partitioning and scheduling.
     pub partitioned: i64,
     /// After rematerialization (equal to `partitioned` without a memory limit).
@@ -252,11 +269,9 @@ impl CompileReport {
             o,
             "\npeak memory per device (every device runs the same program; parameters not counted):"
         );
-        let _ = writeln!(
-            o,
-            "  before partitioning (1 device): {:>14}",
-            p.unpartitioned
-        );
+        if let Some(u) = p.unpartitioned {
+            let _ = writeln!(o, "  before partitioning (1 device): {u:>14}");
+        }
         let _ = writeln!(o, "  after partitioning:             {:>14}", p.partitioned);
         let _ = write!(o, "  after rematerialization:        {:>14}", p.after_remat);
         match p.limit {
@@ -417,6 +432,14 @@ fn settings(options: &CompileOptions, module: &Module) -> Result<PassSettings> {
             "--num-partitions {n}, but the module's shardings name {named} devices"
         ));
     }
+    if let Some(what) = shardy_custom_call(module) {
+        return bad(format!(
+            "{what}, one of Shardy's own custom-calls: only jax's Shardy pipeline (XLA's \
+             shardy-xla pass) reads them. Give the module XLA dumps right before \
+             spmd-partitioning (after shardy-xla), or lower with \
+             jax_use_shardy_partitioner=False"
+        ));
+    }
     if module.config.replica_count > 1 {
         return bad(format!(
             "the module's header has replica_count={}: the SPMD partitioner supports one \
@@ -482,6 +505,18 @@ fn settings(options: &CompileOptions, module: &Module) -> Result<PassSettings> {
         spmd,
         schedule: ScheduleOptions::from_pairs("schedule", pairs("schedule"))?,
         remat,
+    })
+}
+
+/// The first `xla.sdy.*` custom-call of `module`, described.
+fn shardy_custom_call(module: &Module) -> Option<String> {
+    module.computations().iter().find_map(|&c| {
+        module.comp(c).instructions().iter().find_map(|&id| {
+            let i = module.instr(id);
+            let t = &i.attrs.custom_call.as_ref()?.target;
+            t.starts_with("xla.sdy.")
+                .then(|| format!("%{} is a custom-call to {t}", i.name))
+        })
     })
 }
 
@@ -600,8 +635,8 @@ pub fn compile_with_progress(
         stages: Vec::new(),
         progress,
         index: 0,
-        // verify, passes, memory accounting, verify (+ one verify per pass)
-        total: 3 + passes * if each { 2 } else { 1 },
+        // verify, passes, [memory accounting], verify (+ one verify per pass)
+        total: 2 + usize::from(options.measure_unpartitioned) + passes * if each { 2 } else { 1 },
     };
     let mut report = CompileReport {
         module: module.name.clone(),
@@ -637,12 +672,15 @@ pub fn compile_with_progress(
     }
     let sharded = module.clone();
 
-    let unpartitioned = run.stage("memory accounting (unpartitioned)", || {
-        let mut global = sharded.clone();
-        tessera_remat::schedule_module(&mut global, s.schedule.scheduler, &shape_size)
-            .map_err(|e| CompileError::Pass(format!("schedule (unpartitioned): {e}")))?;
-        Ok((peak_of(&global)?.0, false))
-    })?;
+    let mut unpartitioned = None;
+    if options.measure_unpartitioned {
+        unpartitioned = Some(run.stage("memory accounting (unpartitioned)", || {
+            let mut global = sharded.clone();
+            tessera_remat::schedule_module(&mut global, s.schedule.scheduler, &shape_size)
+                .map_err(|e| CompileError::Pass(format!("schedule (unpartitioned): {e}")))?;
+            Ok((peak_of(&global)?.0, false))
+        })?);
+    }
 
     let mut argument_map = None;
     if options.dedup {

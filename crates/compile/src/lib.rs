@@ -563,6 +563,16 @@ pub fn collective_traffic(
     out
 }
 
+/// The per-device peak of a partitioned module that has no schedule (XLA's own partitioned
+/// module, for comparison): scheduled with the default scheduler, measured as
+/// [`PeakMemory`] measures ours.
+pub fn per_device_peak(module: &Module) -> Result<i64> {
+    let mut m = module.clone();
+    tessera_remat::schedule_module(&mut m, Default::default(), &shape_size)
+        .map_err(|e| CompileError::Pass(format!("schedule: {e}")))?;
+    Ok(peak_of(&m)?.0)
+}
+
 /// Peak bytes of `module` along its schedule (XLA's rematerialization accounting).
 fn peak_of(module: &Module) -> Result<(i64, i64)> {
     let m = module_memory(module, None, &shape_size, MemoryOptions::default())

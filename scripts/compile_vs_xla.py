@@ -24,28 +24,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import make_spmd_models as models  # noqa: E402  (sets jax_use_shardy_partitioner=False)
 
 
-def after_spmd(name, out):
-    d = tempfile.mkdtemp()
-    models.lowered(name).compile(
-        compiler_options={
-            "xla_dump_to": d,
-            "xla_dump_hlo_pass_re": "spmd-partitioning",
-            "xla_dump_disable_metadata": True,
-            "xla_dump_hlo_as_text": True,
-            "xla_dump_hlo_as_proto": True,
-        }
-    )
-    files = sorted(os.listdir(d))
-    fs = [f for f in files if ".after_spmd-partitioning." in f]
-    if not fs:
-        raise SystemExit(f"{name}: no spmd-partitioning dump in {d}: {files[:20]}")
-    pb = os.path.join(d, next(f for f in fs if f.endswith(".pb")))
-    txt = os.path.join(d, next(f for f in fs if f.endswith(".txt")))
-    with open(os.path.join(out, f"{name}.xla-after-spmd.hlo"), "w") as f:
-        f.write(models.module_text(pb, txt))
-    shutil.rmtree(d)
-
-
 # XLA logs `HLO pass: NAME time: 366 us (...)`, in us, ms or s.
 PASS = r"HLO pass: %s time: ([\d.]+) (us|ms|s)\b"
 
@@ -54,13 +32,33 @@ def ms(value, unit):
     return float(value) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[unit]
 
 
-def pass_times(name, runs):
+def compile_runs(name, runs, out):
+    """`runs` compilations in a child process that logs pass times; the first one also dumps
+    the module right after spmd-partitioning, written to OUT/<name>.xla-after-spmd.hlo."""
+    d = tempfile.mkdtemp()
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0", TF_CPP_VMODULE="hlo_pass_pipeline=1")
+    opts = {
+        "xla_dump_to": d,
+        "xla_dump_hlo_pass_re": "spmd-partitioning",
+        "xla_dump_disable_metadata": True,
+        "xla_dump_hlo_as_text": True,
+        "xla_dump_hlo_as_proto": True,
+    }
     code = (
         "import sys; sys.path.insert(0, %r); import make_spmd_models as s\n"
-        "for _ in range(%d): s.lowered(%r).compile()\n"
-    ) % (os.path.dirname(os.path.abspath(__file__)), runs, name)
+        "s.lowered(%r).compile(compiler_options=%r)\n"
+        "for _ in range(%d - 1): s.lowered(%r).compile()\n"
+    ) % (os.path.dirname(os.path.abspath(__file__)), name, opts, runs, name)
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    files = sorted(os.listdir(d))
+    fs = [f for f in files if ".after_spmd-partitioning." in f]
+    if not fs:
+        raise SystemExit(f"{name}: no spmd-partitioning dump in {d}: {files[:20]}\n{r.stderr[-2000:]}")
+    pb = os.path.join(d, next(f for f in fs if f.endswith(".pb")))
+    txt = os.path.join(d, next(f for f in fs if f.endswith(".txt")))
+    with open(os.path.join(out, f"{name}.xla-after-spmd.hlo"), "w") as f:
+        f.write(models.module_text(pb, txt))
+    shutil.rmtree(d)
     prop = [ms(v, u) for v, u in re.findall(PASS % "sharding-propagation", r.stderr)]
     part = [ms(v, u) for v, u in re.findall(PASS % "spmd-partitioning", r.stderr)]
     if not prop or not part:
@@ -79,8 +77,7 @@ def main():
     out, names = args[0], args[1:] or list(models.MODELS)
     os.makedirs(out, exist_ok=True)
     for name in names:
-        after_spmd(name, out)
-        times = pass_times(name, runs)
+        times = compile_runs(name, max(runs, 1), out)
         with open(os.path.join(out, f"{name}.xla-times.txt"), "w") as f:
             for p, q in times:
                 f.write(f"{p} {q}\n")

@@ -29,12 +29,14 @@
 //! let mut b = Builder::new(&mut m, entry);
 //! let x = b.parameter(0, Shape::array(ElementType::F32, &[16, 8]), "x").unwrap();
 //! let w = b.parameter(1, Shape::array(ElementType::F32, &[8, 4]), "w").unwrap();
-//! let mut dot = Attrs::default();
-//! dot.dot_dims = Some(Box::new(DotDimensionNumbers {
-//!     lhs_contracting_dimensions: vec![1],
-//!     rhs_contracting_dimensions: vec![0],
+//! let dot = Attrs {
+//!     dot_dims: Some(Box::new(DotDimensionNumbers {
+//!         lhs_contracting_dimensions: vec![1],
+//!         rhs_contracting_dimensions: vec![0],
+//!         ..Default::default()
+//!     })),
 //!     ..Default::default()
-//! }));
+//! };
 //! let xw = b.op(Opcode::Dot, &[x, w], dot, &[], None).unwrap();
 //! let zero = b.scalar(ElementType::F32, 0.0).unwrap();
 //! let zeros = b.broadcast(zero, &[16, 4], &[]).unwrap();

@@ -27,12 +27,14 @@ fn frontend_module() -> Module {
         let w = b
             .parameter(1, Shape::array(f32, &[K as i64, N as i64]), "w")
             .unwrap();
-        let mut dot = Attrs::default();
-        dot.dot_dims = Some(Box::new(DotDimensionNumbers {
-            lhs_contracting_dimensions: vec![1],
-            rhs_contracting_dimensions: vec![0],
+        let dot = Attrs {
+            dot_dims: Some(Box::new(DotDimensionNumbers {
+                lhs_contracting_dimensions: vec![1],
+                rhs_contracting_dimensions: vec![0],
+                ..Default::default()
+            })),
             ..Default::default()
-        }));
+        };
         let xw = b.op(Opcode::Dot, &[x, w], dot, &[], None).unwrap();
         let zero = b.scalar(f32, 0.0).unwrap();
         let zeros = b.broadcast(zero, &[B as i64, N as i64], &[]).unwrap();

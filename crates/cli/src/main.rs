@@ -13,6 +13,7 @@ use clap::{Parser, Subcommand};
 use tessera_hlo::text::{parse_module, print_module, PrintOptions};
 use tessera_hlo::Module;
 
+mod compile;
 mod embedding;
 mod memory;
 mod opt;
@@ -68,6 +69,11 @@ enum Command {
         /// HLO text file, or `-` for stdin.
         file: String,
     },
+    /// Compile a frontend's sharded module into the program every device runs: propagation,
+    /// dedup, SPMD partitioning, scheduling, rematerialization; optionally verified on PJRT.
+    Compile(compile::CompileArgs),
+    /// Why each collective of the partitioned program exists, and its bytes.
+    Explain(compile::ExplainArgs),
     /// Run passes over an HLO module and print the result.
     Opt(opt::OptArgs),
     /// Count what an HLO module holds: opcodes, shardings, collectives, parameters.
@@ -200,6 +206,8 @@ fn run(cli: Cli) -> Result<()> {
             let module = load_text(&file)?;
             write_output(None, &summary::summarize(&module))
         }
+        Command::Compile(args) => compile::compile(&args),
+        Command::Explain(args) => write_output(None, &compile::explain(&args)?),
         Command::Opt(args) => opt::opt(&args),
         Command::Stats(args) => opt::stats(&args),
         Command::Passes => opt::passes(),

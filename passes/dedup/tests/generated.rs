@@ -7,14 +7,17 @@
 //! the cases are batched, 52 to a module, so that a batch compiles once per device count: the
 //! batch is deduplicated as a whole and its argument map must agree with the cases' own maps.
 //! The deduplicated batch, fed the original arguments through its map, runs on 1, 2, 4 and 8
-//! devices (sharded ones partitioned by the plugin's own SPMD partitioner: Tessera's
-//! partitioner is not on main yet) and must give the outputs of the original on one device
-//! given the same array in every duplicated slot.
+//! devices and must give the outputs of the original on one device given the same array in
+//! every duplicated slot. Execution follows `tessera compile --dedup`: Tessera's sharding
+//! propagation, then deduplication, then Tessera's SPMD partitioner (the per-device program
+//! runs as is; XLA's partitioner is not involved).
 
 use tessera_dedup::{deduplicate, DedupOptions};
 use tessera_hlo::text::parse_module;
+use tessera_pass::Pass;
 use tessera_runtime::harness::{self, compare_arrays, Rng, Tolerance};
 use tessera_runtime::{Client, HostValue};
+use tessera_spmd::{ShardingPropagation, SpmdPartitioning};
 
 const CASES: usize = 208;
 const BATCH: usize = 52;
@@ -210,7 +213,18 @@ fn deduplicated_modules_compute_what_the_originals_compute() {
                 assert_eq!(r.argument_map, joined, "batch {b}");
             }
             tessera_hlo::verify::verify(&m, &Default::default()).unwrap();
-            let actual = harness::run_xla_partitioned(&clients[i], &m, n, &inputs).unwrap();
+            // As `tessera compile --dedup` runs it: propagation, dedup, partitioning.
+            let mut sharded = parse_module(&module_text("batch", &batch(first, n))).unwrap();
+            ShardingPropagation::default().run(&mut sharded).unwrap();
+            let mut part = sharded.clone();
+            let r2 = deduplicate(&mut part, &DedupOptions::default()).unwrap();
+            assert_eq!(r2.argument_map, r.argument_map, "batch {b}, {n} devices");
+            let mut spmd = SpmdPartitioning::default();
+            spmd.options.num_partitions = n as i64;
+            spmd.run(&mut part).unwrap();
+            tessera_hlo::verify::verify(&part, &Default::default()).unwrap();
+            let actual = harness::run_partitioned(&clients[i], &sharded, &part, n, &inputs)
+                .unwrap_or_else(|e| panic!("batch {b}, {n} devices: {e}"));
             assert_eq!(actual.len(), expected.len());
             for (k, (e, a)) in expected.iter().zip(&actual).enumerate() {
                 assert_eq!(a.mismatch_count, 0, "batch {b}, {n} devices, output {k}");

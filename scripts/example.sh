@@ -14,7 +14,7 @@ EXAMPLE="testdata/examples/transformer_train_step.hlo"
 OUT="target/example/transformer_train_step.per_device.hlo"
 bash scripts/install-pjrt.sh
 cargo build --release --quiet -p tessera-cli
-TESSERA=target/release/tessera
+TESSERA="${CARGO_TARGET_DIR:-target}/release/tessera"
 mkdir -p "$(dirname "${OUT}")"
 
 echo "== tessera compile ${EXAMPLE} --num-partitions 8 --verify --report -o ${OUT}"

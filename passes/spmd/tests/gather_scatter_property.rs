@@ -12,11 +12,11 @@
 
 use tessera_hlo::text::parse_module;
 use tessera_pass::Pass;
-use tessera_runtime::harness::{self, check_equivalence, CompareOptions};
+use tessera_runtime::harness;
 use tessera_spmd::SpmdPartitioning;
 
 mod common;
-use common::{client, random_sharding, Gen};
+use common::{assert_batch_equal, random_sharding, Gen};
 
 fn list(v: &[usize]) -> String {
     v.iter().map(usize::to_string).collect::<Vec<_>>().join(",")
@@ -290,25 +290,9 @@ fn random_gathers_and_scatters_run_equal() {
                 .iter()
                 .filter(|d| d.starts_with('r'))
                 .count();
-        let inputs = harness::random_inputs(&original, done as u64).unwrap();
-        let report = check_equivalence(
-            client(),
-            &original,
-            &part,
-            n as usize,
-            &inputs,
-            CompareOptions::default(),
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
-        if !report.passed() {
-            let bad: Vec<String> = report
-                .outputs
-                .iter()
-                .filter(|o| !o.passed())
-                .map(|o| format!("on {n} devices: {}{o}", cases[o.index].about))
-                .collect();
-            panic!("{} cases differ:\n{}", bad.len(), bad.join("\n"));
-        }
+        assert_batch_equal(&original, &part, n as usize, done as u64, |k| {
+            cases[k].about.to_string()
+        });
         done += count;
     }
     eprintln!(

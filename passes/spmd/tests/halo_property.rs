@@ -9,31 +9,13 @@
 //! `HALO_CASES=N` changes the number of cases (default 600, about a minute here;
 //! `HALO_CASES=3000` gives the count).
 
-use std::sync::OnceLock;
-
 use tessera_hlo::text::parse_module;
 use tessera_pass::Pass;
-use tessera_runtime::harness::{self, check_equivalence, CompareOptions};
-use tessera_runtime::Client;
+use tessera_runtime::harness;
 use tessera_spmd::SpmdPartitioning;
 
-fn client() -> &'static Client {
-    static CLIENT: OnceLock<Client> = OnceLock::new();
-    CLIENT.get_or_init(|| {
-        Client::cpu(8).unwrap_or_else(|e| panic!("cannot create the PJRT CPU client: {e}"))
-    })
-}
-
-struct Gen(harness::Rng);
-impl Gen {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0.next_u64() % n
-    }
-    /// In `[lo, hi]`.
-    fn range(&mut self, lo: i64, hi: i64) -> i64 {
-        lo + self.below((hi - lo + 1) as u64) as i64
-    }
-}
+mod common;
+use common::{assert_batch_equal, Gen};
 
 /// A random sharding of a rank-`rank` array on `n` devices: the devices split over the
 /// dimensions (the first dimension favoured) and replication, in iota or shuffled order;
@@ -377,25 +359,9 @@ fn random_windowed_ops_run_equal() {
             .iter()
             .filter(|d| d.starts_with('c'))
             .count();
-        let inputs = harness::random_inputs(&original, round as u64).unwrap();
-        let report = check_equivalence(
-            client(),
-            &original,
-            &part,
-            n as usize,
-            &inputs,
-            CompareOptions::default(),
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
-        if !report.passed() {
-            let bad: Vec<String> = report
-                .outputs
-                .iter()
-                .filter(|o| !o.passed())
-                .map(|o| format!("c{} {} on {n} devices: {o}", o.index, cases[o.index].what))
-                .collect();
-            panic!("{} cases differ:\n{}", bad.len(), bad.join("\n"));
-        }
+        assert_batch_equal(&original, &part, n as usize, round as u64, |k| {
+            format!("c{k} {}", cases[k].what)
+        });
         done += want;
     }
     eprintln!(

@@ -12,13 +12,13 @@ use std::collections::HashMap;
 
 use tessera_hlo::text::{parse_module, parse_sharding};
 use tessera_pass::Pass;
-use tessera_runtime::harness::{self, check_equivalence, CompareOptions};
+use tessera_runtime::harness;
 use tessera_spmd::partition::plan::replicate_then_slice_bytes;
 use tessera_spmd::partition::spec::Spec;
 use tessera_spmd::SpmdPartitioning;
 
 mod common;
-use common::{client, random_sharding, Gen};
+use common::{assert_batch_equal, random_sharding, Gen};
 
 struct Case {
     dims: Vec<i64>,
@@ -111,28 +111,10 @@ fn random_reshards_give_the_global_array_back() {
                 );
             }
         }
-        let inputs = harness::random_inputs(&original, done as u64).unwrap();
-        let report = check_equivalence(
-            client(),
-            &original,
-            &part,
-            n as usize,
-            &inputs,
-            CompareOptions::default(),
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
-        if !report.passed() {
-            let bad: Vec<String> = report
-                .outputs
-                .iter()
-                .filter(|o| !o.passed())
-                .map(|o| {
-                    let c = &cases[o.index];
-                    format!("c{} {:?} {} -> {}: {o}", o.index, c.dims, c.src, c.dst)
-                })
-                .collect();
-            panic!("{} cases differ:\n{}", bad.len(), bad.join("\n"));
-        }
+        assert_batch_equal(&original, &part, n as usize, done as u64, |k| {
+            let c = &cases[k];
+            format!("c{k} {:?} {} -> {}", c.dims, c.src, c.dst)
+        });
         done += k;
     }
     let mut kinds: Vec<_> = collectives.into_iter().collect();

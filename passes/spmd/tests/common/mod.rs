@@ -1,9 +1,10 @@
-//! Shared by the executed property tests: the PJRT client, a deterministic generator and
-//! random shardings as text.
+//! Shared by the executed property tests: the PJRT client, a deterministic generator,
+//! random shardings as text, and the check of one executed batch of cases.
 
 use std::sync::OnceLock;
 
-use tessera_runtime::harness;
+use tessera_hlo::Module;
+use tessera_runtime::harness::{self, check_equivalence, CompareOptions};
 use tessera_runtime::Client;
 
 pub fn client() -> &'static Client {
@@ -19,9 +20,46 @@ impl Gen {
     pub fn below(&mut self, n: u64) -> u64 {
         self.0.next_u64() % n
     }
+    /// In `[lo, hi]`.
+    #[allow(dead_code)] // not every test binary draws ranges
+    pub fn range(&mut self, lo: i64, hi: i64) -> i64 {
+        lo + self.below((hi - lo + 1) as u64) as i64
+    }
+}
+
+/// Runs `original` on one device and `part` on `n` with random inputs drawn from `seed`, and
+/// panics listing every output (one per case of the batch) that differs, each named by
+/// `describe(output index)`.
+pub fn assert_batch_equal(
+    original: &Module,
+    part: &Module,
+    n: usize,
+    seed: u64,
+    describe: impl Fn(usize) -> String,
+) {
+    let inputs = harness::random_inputs(original, seed).unwrap();
+    let report = check_equivalence(
+        client(),
+        original,
+        part,
+        n,
+        &inputs,
+        CompareOptions::default(),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    if !report.passed() {
+        let bad: Vec<String> = report
+            .outputs
+            .iter()
+            .filter(|o| !o.passed())
+            .map(|o| format!("{} on {n} devices: {o}", describe(o.index)))
+            .collect();
+        panic!("{} cases differ:\n{}", bad.len(), bad.join("\n"));
+    }
 }
 
 /// A random sharding of a rank-`rank` array on `n` devices, as text.
+#[allow(dead_code)] // the halo test draws its own (windowed dims favoured)
 pub fn random_sharding(g: &mut Gen, rank: usize, n: i64) -> String {
     match g.below(14) {
         0 => return format!("{{maximal device={}}}", g.below(n as u64)),

@@ -16,7 +16,7 @@ use tessera_runtime::harness;
 use tessera_spmd::SpmdPartitioning;
 
 mod common;
-use common::{assert_batch_equal, random_sharding, Gen};
+use common::{assert_batch_equal, case_count, random_sharding, Gen};
 
 fn list(v: &[usize]) -> String {
     v.iter().map(usize::to_string).collect::<Vec<_>>().join(",")
@@ -255,10 +255,7 @@ fn module_text(n: i64, cases: &[Case]) -> String {
 
 #[test]
 fn random_gathers_and_scatters_run_equal() {
-    let total: usize = std::env::var("GATHER_SCATTER_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(600);
+    let total = case_count("GATHER_SCATTER_CASES", 600);
     let per_module = 150;
     let mut g = Gen(harness::Rng::new(15));
     let mut done = 0;

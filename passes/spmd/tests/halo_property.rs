@@ -15,7 +15,7 @@ use tessera_runtime::harness;
 use tessera_spmd::SpmdPartitioning;
 
 mod common;
-use common::{assert_batch_equal, Gen};
+use common::{assert_batch_equal, case_count, Gen};
 
 /// A random sharding of a rank-`rank` array on `n` devices: the devices split over the
 /// dimensions (the first dimension favoured) and replication, in iota or shuffled order;
@@ -318,10 +318,7 @@ fn module_text(n: i64, cases: &[Case]) -> String {
 
 #[test]
 fn random_windowed_ops_run_equal() {
-    let total: usize = std::env::var("HALO_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(600);
+    let total = case_count("HALO_CASES", 600);
     let per_module = 250;
     let mut g = Gen(harness::Rng::new(15));
     let mut done = 0;

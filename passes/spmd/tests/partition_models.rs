@@ -27,6 +27,19 @@ fn data(rel: &str) -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata")).join(rel)
 }
 
+/// The names of `dir`'s files ending in `suffix`, the suffix removed, sorted.
+fn stems(dir: &std::path::Path, suffix: &str) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| {
+            let n = e.unwrap().file_name().into_string().unwrap();
+            n.strip_suffix(suffix).map(str::to_string)
+        })
+        .collect();
+    names.sort();
+    names
+}
+
 fn check(file: &str) -> Result<String, String> {
     let text = std::fs::read_to_string(data(file)).map_err(|e| e.to_string())?;
     let original = parse_module(&text).map_err(|e| e.to_string())?;
@@ -144,14 +157,7 @@ fn collectives_of(m: &tessera_hlo::Module, n: i64) -> (usize, i64) {
 #[test]
 fn spmd_pairs_partition_and_run_equal_beside_xla() {
     use tessera_spmd::ShardingPropagation;
-    let mut names: Vec<String> = std::fs::read_dir(data("spmd_pairs"))
-        .unwrap()
-        .filter_map(|e| {
-            let n = e.unwrap().file_name().into_string().unwrap();
-            n.strip_suffix(".before.hlo").map(str::to_string)
-        })
-        .collect();
-    names.sort();
+    let names = stems(&data("spmd_pairs"), ".before.hlo");
     let mut failures = Vec::new();
     for name in names {
         let read = |s: &str| {
@@ -204,15 +210,10 @@ fn spmd_pairs_partition_and_run_equal_beside_xla() {
 fn xla_dumps_partition_and_run_equal_beside_xla() {
     use tessera_runtime::harness::{manual_region, Reference, Tolerance};
     let filter = std::env::var("MODELS").ok();
-    let mut names: Vec<String> = std::fs::read_dir(data("dumps"))
-        .unwrap()
-        .filter_map(|e| {
-            let n = e.unwrap().file_name().into_string().unwrap();
-            n.strip_suffix(".before-spmd.txt").map(str::to_string)
-        })
+    let names: Vec<String> = stems(&data("dumps"), ".before-spmd.txt")
+        .into_iter()
         .filter(|n| filter.as_deref().is_none_or(|f| n.contains(f)))
         .collect();
-    names.sort();
     let mut failures = Vec::new();
     for name in names {
         let read = |s: &str| {

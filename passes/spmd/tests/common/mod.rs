@@ -14,6 +14,16 @@ pub fn client() -> &'static Client {
     })
 }
 
+/// The number of random cases to run: the environment variable `var` when set (e.g. 3,000
+/// for a full run), else `default` (kept small for CI).
+#[allow(dead_code)] // the reshard test runs a fixed count
+pub fn case_count(var: &str, default: usize) -> usize {
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 /// The harness's deterministic generator, drawing below a bound.
 pub struct Gen(pub harness::Rng);
 impl Gen {

@@ -1,105 +1,281 @@
-//! Dot through the simple strategies (aligned batch / non-contracting dims, sharded contracting dims, otherwise one operand resharded).
+//! Dot and every op that is a dot in disguise (convolution without split spatial dimensions):
+//! [`DimsMapping`] says which dimensions of the two operands and the result correspond, and
+//! [`Engine::dot_like`] partitions through the simple strategies (aligned batch /
+//! non-contracting dims, sharded contracting dims, otherwise both operands resharded to the
+//! result's split).
 
 use super::*;
+use tessera_hlo::attrs::{ConvDimensionNumbers, DotDimensionNumbers};
+
+/// One dimension of a dot-like op seen from each side: the operand dimensions it is on and the
+/// result dimension it becomes (`None` where it does not occur: a contracting dimension has no
+/// result dimension, a non-contracting one is on one operand only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct DimTriple {
+    pub lhs: Option<usize>,
+    pub rhs: Option<usize>,
+    pub out: Option<usize>,
+}
+
+/// The dimension classes of a dot-like op (XLA's `DotConvolutionDimsInfo`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(super) struct DimsMapping {
+    /// On both operands and the result.
+    pub batch: Vec<DimTriple>,
+    /// On both operands, summed away.
+    pub contracting: Vec<DimTriple>,
+    /// On the lhs and the result.
+    pub lhs_non_contracting: Vec<DimTriple>,
+    /// On the rhs and the result.
+    pub rhs_non_contracting: Vec<DimTriple>,
+    /// A convolution's spatial dimensions (input, kernel, output): windowed, never a plain
+    /// correspondence; empty for a dot.
+    pub spatial: Vec<DimTriple>,
+}
+
+/// Which operand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Side {
+    Lhs,
+    Rhs,
+}
+
+impl DimTriple {
+    fn new(lhs: Option<usize>, rhs: Option<usize>, out: Option<usize>) -> Self {
+        DimTriple { lhs, rhs, out }
+    }
+
+    pub fn on(&self, side: Side) -> Option<usize> {
+        match side {
+            Side::Lhs => self.lhs,
+            Side::Rhs => self.rhs,
+        }
+    }
+}
+
+impl Side {
+    pub fn other(self) -> Side {
+        match self {
+            Side::Lhs => Side::Rhs,
+            Side::Rhs => Side::Lhs,
+        }
+    }
+
+    /// The operand index of this side.
+    pub fn index(self) -> usize {
+        match self {
+            Side::Lhs => 0,
+            Side::Rhs => 1,
+        }
+    }
+}
+
+impl DimsMapping {
+    /// The mapping of a dot: batch, then lhs free, then rhs free dimensions make the result.
+    pub fn of_dot(dn: &DotDimensionNumbers, lrank: usize, rrank: usize) -> Self {
+        let u = |v: &[i64]| v.iter().map(|&d| d as usize).collect::<Vec<_>>();
+        let (lb, rb) = (u(&dn.lhs_batch_dimensions), u(&dn.rhs_batch_dimensions));
+        let (lc, rc) = (
+            u(&dn.lhs_contracting_dimensions),
+            u(&dn.rhs_contracting_dimensions),
+        );
+        let mut m = DimsMapping::default();
+        for (k, (&l, &r)) in lb.iter().zip(&rb).enumerate() {
+            m.batch.push(DimTriple::new(Some(l), Some(r), Some(k)));
+        }
+        for (&l, &r) in lc.iter().zip(&rc) {
+            m.contracting.push(DimTriple::new(Some(l), Some(r), None));
+        }
+        let mut out = lb.len();
+        for l in (0..lrank).filter(|d| !lb.contains(d) && !lc.contains(d)) {
+            m.lhs_non_contracting
+                .push(DimTriple::new(Some(l), None, Some(out)));
+            out += 1;
+        }
+        for r in (0..rrank).filter(|d| !rb.contains(d) && !rc.contains(d)) {
+            m.rhs_non_contracting
+                .push(DimTriple::new(None, Some(r), Some(out)));
+            out += 1;
+        }
+        m
+    }
+
+    /// The mapping of a convolution (lhs = input, rhs = kernel). Grouped convolutions pair the
+    /// grouped dimension as a batch dimension: with `feature_group_count > 1` the input feature,
+    /// kernel output feature and output feature; with `batch_group_count > 1` the input batch,
+    /// kernel output feature and output feature.
+    #[allow(dead_code)] // the convolution handler's, being written
+    pub fn of_conv(dn: &ConvDimensionNumbers, feature_groups: i64, batch_groups: i64) -> Self {
+        let u = |d: i64| Some(d as usize);
+        let mut m = DimsMapping::default();
+        let (ib, if_) = (u(dn.input_batch_dimension), u(dn.input_feature_dimension));
+        let (ki, ko) = (
+            u(dn.kernel_input_feature_dimension),
+            u(dn.kernel_output_feature_dimension),
+        );
+        let (ob, of) = (u(dn.output_batch_dimension), u(dn.output_feature_dimension));
+        if feature_groups > 1 {
+            m.batch.push(DimTriple::new(if_, ko, of));
+            m.lhs_non_contracting.push(DimTriple::new(ib, None, ob));
+            // The kernel's input feature holds one group's features: not split.
+        } else if batch_groups > 1 {
+            m.batch.push(DimTriple::new(ib, ko, of));
+            m.contracting.push(DimTriple::new(if_, ki, None));
+        } else {
+            m.lhs_non_contracting.push(DimTriple::new(ib, None, ob));
+            m.contracting.push(DimTriple::new(if_, ki, None));
+            m.rhs_non_contracting.push(DimTriple::new(None, ko, of));
+        }
+        for ((&l, &r), &o) in dn
+            .input_spatial_dimensions
+            .iter()
+            .zip(&dn.kernel_spatial_dimensions)
+            .zip(&dn.output_spatial_dimensions)
+        {
+            m.spatial.push(DimTriple::new(u(l), u(r), u(o)));
+        }
+        m
+    }
+
+    /// Every triple, in class order.
+    #[allow(dead_code)] // the convolution handler's, being written
+    pub fn all(&self) -> impl Iterator<Item = &DimTriple> {
+        self.batch
+            .iter()
+            .chain(&self.contracting)
+            .chain(&self.lhs_non_contracting)
+            .chain(&self.rhs_non_contracting)
+            .chain(&self.spatial)
+    }
+
+    /// Operand `side`'s dimension `i` -> the result dimension it becomes (batch and
+    /// non-contracting; spatial and contracting dimensions map to nothing), for
+    /// [`Tiling::project`] from the result to the operand.
+    pub fn operand_from_out(&self, side: Side, rank: usize) -> Vec<Option<usize>> {
+        let mut map = vec![None; rank];
+        for t in self
+            .batch
+            .iter()
+            .chain(&self.lhs_non_contracting)
+            .chain(&self.rhs_non_contracting)
+        {
+            if let (Some(d), Some(o)) = (t.on(side), t.out) {
+                map[d] = Some(o);
+            }
+        }
+        map
+    }
+
+    /// The result's dimension `i` -> operand `side`'s dimension (batch and the side's own
+    /// non-contracting dimensions), for [`Tiling::project`] from the operand to the result.
+    pub fn out_from_operand(&self, side: Side, out_rank: usize) -> Vec<Option<usize>> {
+        let mut map = vec![None; out_rank];
+        for t in self
+            .batch
+            .iter()
+            .chain(&self.lhs_non_contracting)
+            .chain(&self.rhs_non_contracting)
+        {
+            if let (Some(d), Some(o)) = (t.on(side), t.out) {
+                map[o] = Some(d);
+            }
+        }
+        map
+    }
+
+    /// Operand `to`'s dimension `i` -> the other operand's dimension (batch and contracting),
+    /// for [`Tiling::project`] from one operand to the other.
+    pub fn operand_from_operand(&self, to: Side, rank: usize) -> Vec<Option<usize>> {
+        let mut map = vec![None; rank];
+        for t in self.batch.iter().chain(&self.contracting) {
+            if let (Some(d), Some(s)) = (t.on(to), t.on(to.other())) {
+                map[d] = Some(s);
+            }
+        }
+        map
+    }
+}
 
 impl Engine<'_> {
     pub(super) fn dot(&mut self, b: &mut Builder, id: InstrId, own: Tree) -> Result<()> {
-        let i = b.module().instr(id).clone();
-        let Some(dn) = i.attrs.dot_dims.clone() else {
+        let i = b.module().instr(id);
+        let Some(dn) = i.attrs.dot_dims.as_deref() else {
             return self.default(b, id, own);
         };
         if i.operands().len() != 2 || !i.attrs.sparsity.is_empty() {
             return self.default(b, id, own);
         }
+        let lrank = b.module().instr(i.operands()[0]).shape.rank();
+        let rrank = b.module().instr(i.operands()[1]).shape.rank();
+        let dims = DimsMapping::of_dot(dn, lrank, rrank);
+        self.dot_like(b, id, own, &dims)
+    }
+
+    /// Partitions dot-like instruction `id` (two operands, dimensions as `dims` says; a
+    /// convolution only when none of its spatial dimensions is split) without a halo.
+    pub(super) fn dot_like(
+        &mut self,
+        b: &mut Builder,
+        id: InstrId,
+        own: Tree,
+        dims: &DimsMapping,
+    ) -> Result<()> {
+        let i = b.module().instr(id).clone();
         let (lhs, rhs) = (i.operands()[0], i.operands()[1]);
-        let lrank = b.module().instr(lhs).shape.rank();
-        let rrank = b.module().instr(rhs).shape.rank();
-        let lb: Vec<usize> = dn
-            .lhs_batch_dimensions
-            .iter()
-            .map(|&d| d as usize)
-            .collect();
-        let rb: Vec<usize> = dn
-            .rhs_batch_dimensions
-            .iter()
-            .map(|&d| d as usize)
-            .collect();
-        let lc: Vec<usize> = dn
-            .lhs_contracting_dimensions
-            .iter()
-            .map(|&d| d as usize)
-            .collect();
-        let rc: Vec<usize> = dn
-            .rhs_contracting_dimensions
-            .iter()
-            .map(|&d| d as usize)
-            .collect();
-        let lfree: Vec<usize> = (0..lrank)
-            .filter(|d| !lb.contains(d) && !lc.contains(d))
-            .collect();
-        let rfree: Vec<usize> = (0..rrank)
-            .filter(|d| !rb.contains(d) && !rc.contains(d))
-            .collect();
-        let nb = lb.len();
-        let mut lmap = vec![None; lrank];
-        let mut rmap = vec![None; rrank];
-        for (k, (&l, &r)) in lb.iter().zip(&rb).enumerate() {
-            lmap[l] = Some(k);
-            rmap[r] = Some(k);
-        }
-        for (m, &l) in lfree.iter().enumerate() {
-            lmap[l] = Some(nb + m);
-        }
-        for (m, &r) in rfree.iter().enumerate() {
-            rmap[r] = Some(nb + lfree.len() + m);
-        }
-        // An operand split on contracting dimensions keeps its split; the other is brought to
-        // the same contracting (and batch) split; local dot, then a sum over the devices that
-        // hold different contracting pieces. The result keeps the first operand's batch and
-        // free-dimension split.
+        let out_rank = i.shape.rank();
         let lv = self.value(b.module(), lhs)?;
         let rv = self.value(b.module(), rhs)?;
-        for (mine, other, mc, oc, mb, ob, first_is_lhs) in [
-            (&lv, rhs, &lc, &rc, &lb, &rb, true),
-            (&rv, lhs, &rc, &lc, &rb, &lb, false),
-        ] {
+        // An operand split on contracting dimensions keeps its split; the other is brought to
+        // the same contracting (and batch) split; local op, then a sum over the devices that
+        // hold different contracting pieces. The result keeps that operand's batch and
+        // non-contracting split.
+        for (side, mine) in [(Side::Lhs, &lv), (Side::Rhs, &rv)] {
             let Tree::Leaf(Spec::Tiled(s)) = &mine.tree else {
                 continue;
             };
-            let split: Vec<usize> = mc.iter().copied().filter(|&d| s.tiles[d] > 1).collect();
-            if split.is_empty() {
+            let split: Vec<usize> = dims
+                .contracting
+                .iter()
+                .filter_map(|t| t.on(side))
+                .filter(|&d| s.tiles[d] > 1)
+                .collect();
+            if split.is_empty()
+                || dims
+                    .spatial
+                    .iter()
+                    .any(|t| t.on(side).is_some_and(|d| s.tiles[d] > 1))
+            {
                 continue;
             }
-            let orank = b.module().instr(other).shape.rank();
-            let mut omap = vec![None; orank];
-            for (k, &d) in oc.iter().enumerate() {
-                omap[d] = Some(mc[k]);
-            }
-            for (k, &d) in ob.iter().enumerate() {
-                omap[d] = Some(mb[k]);
-            }
+            let other = side.other();
+            let other_id = i.operands()[other.index()];
+            let mine_id = i.operands()[side.index()];
+            let orank = b.module().instr(other_id).shape.rank();
             let s = s.clone();
-            let o_t = s.project(&omap);
-            // Output dimension -> this operand's dimension (batch, then lhs free, rhs free).
-            let mut out_map: Vec<Option<usize>> = mb.iter().map(|&d| Some(d)).collect();
-            out_map.extend(lfree.iter().map(|&d| first_is_lhs.then_some(d)));
-            out_map.extend(rfree.iter().map(|&d| (!first_is_lhs).then_some(d)));
-            let out_spec = Tree::Leaf(Spec::Tiled(s.replicate_dims(&split).project(&out_map)));
-            let (mine_id, other_k) = if first_is_lhs { (lhs, 1) } else { (rhs, 0) };
+            let o_t = s.project(&dims.operand_from_operand(other, orank));
+            let out_spec = Tree::Leaf(Spec::Tiled(
+                s.replicate_dims(&split)
+                    .project(&dims.out_from_operand(side, out_rank)),
+            ));
             let mine_dims = self.global(b.module(), mine_id).dims().to_vec();
-            let other_dims = self.global(b.module(), other).dims().to_vec();
+            let other_dims = self.global(b.module(), other_id).dims().to_vec();
             let ty = b.module().instr(mine_id).shape.element_type();
-            let oty = b.module().instr(other).shape.element_type();
-            let o_local = self.operand(b, id, other_k, &Tree::Leaf(Spec::Tiled(o_t.clone())))?;
+            let oty = b.module().instr(other_id).shape.element_type();
+            let o_local =
+                self.operand(b, id, other.index(), &Tree::Leaf(Spec::Tiled(o_t.clone())))?;
             // Padding may hold anything (NaN too): zero it on both sides.
             let z = built(b.scalar(ty, 0.0))?;
             let m_local = self.mask_padding(b, mine.local, &mine_dims, &s, &split, z)?;
             let oz = built(b.scalar(oty, 0.0))?;
-            let o_local = self.mask_padding(b, o_local, &other_dims, &o_t, oc, oz)?;
-            let (l, r) = if first_is_lhs {
-                (m_local, o_local)
-            } else {
-                (o_local, m_local)
+            let o_split: Vec<usize> = dims
+                .contracting
+                .iter()
+                .filter_map(|t| t.on(other))
+                .collect();
+            let o_local = self.mask_padding(b, o_local, &other_dims, &o_t, &o_split, oz)?;
+            let (l, r) = match side {
+                Side::Lhs => (m_local, o_local),
+                Side::Rhs => (o_local, m_local),
             };
             let partial_shape = local_shape(&i.shape, &out_spec);
             let d = self.clone_with(b, &i, &[l, r], partial_shape)?;
@@ -129,16 +305,89 @@ impl Engine<'_> {
             self.set(id, out, own);
             return Ok(());
         }
-        // Otherwise each operand is resharded to match the output's split.
+        // Otherwise each operand is resharded to match the result's split.
         let Tree::Leaf(Spec::Tiled(t)) = &own else {
             return self.default(b, id, own);
         };
-        let lt = Tree::Leaf(Spec::Tiled(t.project(&lmap)));
-        let rt = Tree::Leaf(Spec::Tiled(t.project(&rmap)));
+        let lrank = b.module().instr(lhs).shape.rank();
+        let rrank = b.module().instr(rhs).shape.rank();
+        let lt = Tree::Leaf(Spec::Tiled(
+            t.project(&dims.operand_from_out(Side::Lhs, lrank)),
+        ));
+        let rt = Tree::Leaf(Spec::Tiled(
+            t.project(&dims.operand_from_out(Side::Rhs, rrank)),
+        ));
+        if dims
+            .spatial
+            .iter()
+            .any(|s| s.out.is_some_and(|o| t.tiles[o] > 1))
+        {
+            return self.default(b, id, own);
+        }
         let l = self.operand(b, id, 0, &lt)?;
         let r = self.operand(b, id, 1, &rt)?;
         let out = self.clone_with(b, &i, &[l, r], local_shape(&i.shape, &own))?;
         self.set(id, out, own);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(lhs: Option<usize>, rhs: Option<usize>, out: Option<usize>) -> DimTriple {
+        DimTriple { lhs, rhs, out }
+    }
+
+    #[test]
+    fn dot_mapping_orders_result_as_batch_lhs_rhs() {
+        // [b, m, k] x [b, k, n] -> [b, m, n]
+        let dn = DotDimensionNumbers {
+            lhs_batch_dimensions: vec![0],
+            rhs_batch_dimensions: vec![0],
+            lhs_contracting_dimensions: vec![2],
+            rhs_contracting_dimensions: vec![1],
+        };
+        let m = DimsMapping::of_dot(&dn, 3, 3);
+        assert_eq!(m.batch, vec![t(Some(0), Some(0), Some(0))]);
+        assert_eq!(m.contracting, vec![t(Some(2), Some(1), None)]);
+        assert_eq!(m.lhs_non_contracting, vec![t(Some(1), None, Some(1))]);
+        assert_eq!(m.rhs_non_contracting, vec![t(None, Some(2), Some(2))]);
+        assert_eq!(
+            m.operand_from_out(Side::Rhs, 3),
+            vec![Some(0), None, Some(2)]
+        );
+        assert_eq!(
+            m.out_from_operand(Side::Lhs, 3),
+            vec![Some(0), Some(1), None]
+        );
+        assert_eq!(
+            m.operand_from_operand(Side::Rhs, 3),
+            vec![Some(0), Some(2), None]
+        );
+    }
+
+    #[test]
+    fn conv_mapping_pairs_grouped_features_as_batch() {
+        // b01f_01io->b01f with 4 feature groups (depthwise-like).
+        let dn = ConvDimensionNumbers {
+            input_batch_dimension: 0,
+            input_feature_dimension: 3,
+            input_spatial_dimensions: vec![1, 2],
+            kernel_input_feature_dimension: 2,
+            kernel_output_feature_dimension: 3,
+            kernel_spatial_dimensions: vec![0, 1],
+            output_batch_dimension: 0,
+            output_feature_dimension: 3,
+            output_spatial_dimensions: vec![1, 2],
+        };
+        let plain = DimsMapping::of_conv(&dn, 1, 1);
+        assert_eq!(plain.contracting, vec![t(Some(3), Some(2), None)]);
+        assert_eq!(plain.rhs_non_contracting, vec![t(None, Some(3), Some(3))]);
+        assert_eq!(plain.all().count(), 5);
+        let grouped = DimsMapping::of_conv(&dn, 4, 1);
+        assert_eq!(grouped.batch, vec![t(Some(3), Some(3), Some(3))]);
+        assert!(grouped.contracting.is_empty());
     }
 }

@@ -278,7 +278,11 @@ impl Engine<'_> {
                 Side::Rhs => (o_local, m_local),
             };
             let partial_shape = local_shape(&i.shape, &out_spec);
-            let d = self.clone_with(b, &i, &[l, r], partial_shape)?;
+            let l_t = match side {
+                Side::Lhs => s.clone(),
+                Side::Rhs => o_t.clone(),
+            };
+            let d = self.local_dot_like(b, &i, l, r, &l_t, partial_shape)?;
             let groups = s.groups(&split, false);
             let out_ty = i.shape.element_type();
             let reducer = built(b.reducer(out_ty, Opcode::Add))?;
@@ -311,9 +315,8 @@ impl Engine<'_> {
         };
         let lrank = b.module().instr(lhs).shape.rank();
         let rrank = b.module().instr(rhs).shape.rank();
-        let lt = Tree::Leaf(Spec::Tiled(
-            t.project(&dims.operand_from_out(Side::Lhs, lrank)),
-        ));
+        let l_t = t.project(&dims.operand_from_out(Side::Lhs, lrank));
+        let lt = Tree::Leaf(Spec::Tiled(l_t.clone()));
         let rt = Tree::Leaf(Spec::Tiled(
             t.project(&dims.operand_from_out(Side::Rhs, rrank)),
         ));
@@ -326,9 +329,25 @@ impl Engine<'_> {
         }
         let l = self.operand(b, id, 0, &lt)?;
         let r = self.operand(b, id, 1, &rt)?;
-        let out = self.clone_with(b, &i, &[l, r], local_shape(&i.shape, &own))?;
+        let out = self.local_dot_like(b, &i, l, r, &l_t, local_shape(&i.shape, &own))?;
         self.set(id, out, own);
         Ok(())
+    }
+
+    /// The per-device op of dot-like `i` on local operands `l` and `r`, the lhs split as
+    /// `lhs_tiling`, giving `shape`. Every strategy builds its local op here: a convolution's
+    /// group counts follow the split of its grouped dimension.
+    pub(super) fn local_dot_like(
+        &mut self,
+        b: &mut Builder,
+        i: &Instruction,
+        l: InstrId,
+        r: InstrId,
+        lhs_tiling: &Tiling,
+        shape: Shape,
+    ) -> Result<InstrId> {
+        let _ = lhs_tiling; // read by the convolution's group counts (being written)
+        self.clone_with(b, i, &[l, r], shape)
     }
 }
 

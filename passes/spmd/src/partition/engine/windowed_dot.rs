@@ -58,6 +58,68 @@ enum Plan {
     },
 }
 
+impl<'c> Engine<'c> {
+    /// A while loop of `trips` trips over the state `init` (built in the current computation)
+    /// with a trip counter in front; `step` builds one trip's new state from the counter and
+    /// the state (in the body). Returns the final state, counter dropped.
+    fn windowed_while(
+        &mut self,
+        b: &mut Builder,
+        init: &[InstrId],
+        trips: i64,
+        step: &mut Trip<'c, '_>,
+    ) -> Result<Vec<InstrId>> {
+        let outer = b.computation();
+        let zero = built(b.scalar(ElementType::S32, 0.0))?;
+        let mut elems = vec![zero];
+        elems.extend_from_slice(init);
+        let state0 = built(b.tuple(&elems))?;
+        let shape = b.module().instr(state0).shape.clone();
+        let name = self.origin_name(b);
+        // Condition: counter < trips.
+        let cond = self.new_computation(b, &format!("windowed_dot_cond.{name}"))?;
+        b.set_computation(cond);
+        let p = built(b.parameter(0, shape.clone(), "windowed_state"))?;
+        let k = built(b.get_tuple_element(p, 0))?;
+        let lim = built(b.scalar(ElementType::S32, trips as f64))?;
+        let lt = built(b.compare(k, lim, ComparisonDirection::Lt))?;
+        b.module_mut().set_root(cond, lt);
+        // Body: one trip.
+        let body = self.new_computation(b, &format!("windowed_dot_body.{name}"))?;
+        b.set_computation(body);
+        let p = built(b.parameter(0, shape, "windowed_state"))?;
+        let mut state = Vec::with_capacity(init.len());
+        for e in 0..init.len() {
+            state.push(built(b.get_tuple_element(p, e as i64 + 1))?);
+        }
+        let k = built(b.get_tuple_element(p, 0))?;
+        let next = step(self, b, k, &state)?;
+        let one = built(b.scalar(ElementType::S32, 1.0))?;
+        let k1 = built(b.binary(Opcode::Add, k, one))?;
+        let mut out = vec![k1];
+        out.extend(next);
+        let root = built(b.tuple(&out))?;
+        b.module_mut().set_root(body, root);
+        b.set_computation(outer);
+        let w = built(b.op(
+            Opcode::While,
+            &[state0],
+            tessera_hlo::Attrs::default(),
+            &[cond, body],
+            None,
+        ))?;
+        let mut res = Vec::with_capacity(init.len());
+        for e in 0..init.len() {
+            res.push(built(b.get_tuple_element(w, e as i64 + 1))?);
+        }
+        Ok(res)
+    }
+}
+
+/// One trip of a windowed loop: from the trip counter and the state, the next state.
+type Trip<'e, 'c> =
+    dyn FnMut(&mut Engine<'e>, &mut Builder, InstrId, &[InstrId]) -> Result<Vec<InstrId>> + 'c;
+
 /// The ring a windowed loop turns: per device its position, and the permute pairs that move
 /// every piece one step (device at position `r` receives from position `r + 1`).
 struct Ring {
@@ -282,62 +344,6 @@ impl Engine<'_> {
         order.insert(0, c);
         m.set_computation_order(order);
         Ok(c)
-    }
-
-    /// A while loop of `trips` trips over the state `init` (built in the current computation)
-    /// with a trip counter in front; `step` builds one trip's new state from the counter and
-    /// the state (in the body). Returns the final state, counter dropped.
-    fn windowed_while(
-        &mut self,
-        b: &mut Builder,
-        init: &[InstrId],
-        trips: i64,
-        step: &mut dyn FnMut(&mut Self, &mut Builder, InstrId, &[InstrId]) -> Result<Vec<InstrId>>,
-    ) -> Result<Vec<InstrId>> {
-        let outer = b.computation();
-        let zero = built(b.scalar(ElementType::S32, 0.0))?;
-        let mut elems = vec![zero];
-        elems.extend_from_slice(init);
-        let state0 = built(b.tuple(&elems))?;
-        let shape = b.module().instr(state0).shape.clone();
-        let name = self.origin_name(b);
-        // Condition: counter < trips.
-        let cond = self.new_computation(b, &format!("windowed_dot_cond.{name}"))?;
-        b.set_computation(cond);
-        let p = built(b.parameter(0, shape.clone(), "windowed_state"))?;
-        let k = built(b.get_tuple_element(p, 0))?;
-        let lim = built(b.scalar(ElementType::S32, trips as f64))?;
-        let lt = built(b.compare(k, lim, ComparisonDirection::Lt))?;
-        b.module_mut().set_root(cond, lt);
-        // Body: one trip.
-        let body = self.new_computation(b, &format!("windowed_dot_body.{name}"))?;
-        b.set_computation(body);
-        let p = built(b.parameter(0, shape, "windowed_state"))?;
-        let mut state = Vec::with_capacity(init.len());
-        for e in 0..init.len() {
-            state.push(built(b.get_tuple_element(p, e as i64 + 1))?);
-        }
-        let k = built(b.get_tuple_element(p, 0))?;
-        let next = step(self, b, k, &state)?;
-        let one = built(b.scalar(ElementType::S32, 1.0))?;
-        let k1 = built(b.binary(Opcode::Add, k, one))?;
-        let mut out = vec![k1];
-        out.extend(next);
-        let root = built(b.tuple(&out))?;
-        b.module_mut().set_root(body, root);
-        b.set_computation(outer);
-        let w = built(b.op(
-            Opcode::While,
-            &[state0],
-            tessera_hlo::Attrs::default(),
-            &[cond, body],
-            None,
-        ))?;
-        let mut res = Vec::with_capacity(init.len());
-        for e in 0..init.len() {
-            res.push(built(b.get_tuple_element(w, e as i64 + 1))?);
-        }
-        Ok(res)
     }
 
     /// `((pos + k) mod ring) * size` as an s32 scalar on each device, `k` an s32 scalar.

@@ -89,7 +89,7 @@ CASES = [
      "bidirectional on a ring of 4: one piece each way before, the far piece after; no trip is left for a loop",
      4, "f32[4,8,4,8]", "{devices=[1,4,1,1]<=[4]}", "f32[4,12,4,8]", "{devices=[1,4,1,1]<=[4]}", B0C2, "f32[4,8,12]", "{devices=[1,1,4]<=[4]}", BIDI),
     ("rhs-non-contracting-no-shared-sharding", "EinsumRHSWindowedNonContractingNoSharedSharding-like",
-     "the lhs split along its batch dimension instead: it is resharded to its free dimension first (an all-to-all), then windowed",
+     "the lhs split along its batch dimension instead: an all-to-all onto the ring and the loop would move more than the all-gather, so the lhs is all-gathered",
      4, "f32[4,8,4,8]", "{devices=[4,1,1,1]<=[4]}", "f32[4,12,4,8]", "{devices=[1,4,1,1]<=[4]}", B0C2, "f32[4,8,12]", "{devices=[1,1,4]<=[4]}", []),
     ("rhs-non-contracting-device-order", "EinsumRHSWindowedNonContracting-like",
      "an explicit device order {3,1,0,2} on all three: the ring follows it",
@@ -287,7 +287,7 @@ def main():
 
 EXTRA = [
     ("two-dots-share-operand", "EinsumRHSWindowedNonContractingNoDoubleAG-like",
-     "two dots windowed over the same rhs: two loops, no all-gather of the shared operand", 4,
+     "two dots read the same rhs: one all-gather serves both, where a loop per dot would move the rhs twice; not windowed", 4,
      """ENTRY %entry (a: f32[8,8], b: f32[8,8], w: f32[12,8]) -> (f32[8,12], f32[8,12]) {
   %a = f32[8,8] parameter(0), sharding={devices=[4,1]<=[4]}
   %b = f32[8,8] parameter(1), sharding={devices=[4,1]<=[4]}

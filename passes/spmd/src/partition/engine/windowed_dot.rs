@@ -319,6 +319,30 @@ impl Engine<'_> {
                 if bytes(&global, &want) <= threshold {
                     continue;
                 }
+                // Not when the loop would move more than the gather: a reshard onto the
+                // ring first, or an operand that several dots read (one gather serves
+                // them all; a loop per dot would move it again for each).
+                let dots = m
+                    .users(oid)
+                    .iter()
+                    .filter(|&&u| m.instr(u).opcode == Opcode::Dot)
+                    .count();
+                if dots > 1 {
+                    continue;
+                }
+                let elem = global.element_type().byte_size() as i64;
+                let (src, gd) = (Spec::Tiled(cur.clone()), global.dims());
+                let cost = |to: &Tiling| {
+                    plan::plan(&src, &Spec::Tiled(to.clone()), gd, self.n)
+                        .map_or(i64::MAX, |p| p.bytes(gd, elem))
+                };
+                // On the operand's own ring the loop moves what the gather does.
+                let piece = bytes(&global, &other_t);
+                if other_t != *cur
+                    && cost(&other_t).saturating_add((ring - 1) * piece) > cost(&want)
+                {
+                    continue;
+                }
                 return Ok(Some(Plan::Gather {
                     mine,
                     mine_t: t.project(&dims.operand_from_out(mine, mrank)),

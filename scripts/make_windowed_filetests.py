@@ -317,6 +317,33 @@ EXTRA = [
   ROOT %dot = f32[8,12] dot(%x, %w), lhs_contracting_dims={1}, rhs_contracting_dims={1}, sharding={devices=[4,1]<=[4]}
 }
 """),
+    ("code-motion-broadcast-windowed-dim", "EinsumRHSWindowedContractingFromBroadcast-like",
+     "an accumulating loop whose sliced operand is a broadcast of a vector along the windowed dimension: the vector enters the loop and each window broadcasts its slice (code motion); the whole rhs is never built", 4,
+     """ENTRY %entry (x: f32[8,16], v: f32[12]) -> f32[8,12] {
+  %x = f32[8,16] parameter(0), sharding={devices=[1,4]<=[4]}
+  %v = f32[12] parameter(1), sharding={replicated}
+  %w = f32[16,12] broadcast(%v), dimensions={1}, sharding={devices=[4,1]<=[4]}
+  ROOT %dot = f32[8,12] dot(%x, %w), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={devices=[1,4]<=[4]}
+}
+"""),
+    ("code-motion-broadcast-other-dim", "EinsumLHSWindowedContractingFromBroadcast-like",
+     "the sliced operand is a broadcast of a vector along its contracting dimension only: each window is a broadcast of the vector to the window's shape, nothing sliced (code motion)", 4,
+     """ENTRY %entry (x: f32[16,12], v: f32[16]) -> f32[8,12] {
+  %v = f32[16] parameter(1), sharding={devices=[4]<=[4]}
+  %a = f32[8,16] broadcast(%v), dimensions={1}, sharding={devices=[1,4]<=[4]}
+  %x = f32[16,12] parameter(0), sharding={devices=[4,1]<=[4]}
+  ROOT %dot = f32[8,12] dot(%a, %x), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={devices=[4,1]<=[4]}
+}
+"""),
+    ("code-motion-uneven", "EinsumRHSWindowedContractingFromBroadcast-like",
+     "code motion with a windowed dimension of 10 on 4 devices: the vector is padded to 12 before the loop", 4,
+     """ENTRY %entry (x: f32[8,16], v: f32[10]) -> f32[8,10] {
+  %x = f32[8,16] parameter(0), sharding={devices=[1,4]<=[4]}
+  %v = f32[10] parameter(1), sharding={replicated}
+  %w = f32[16,10] broadcast(%v), dimensions={1}, sharding={devices=[4,1]<=[4]}
+  ROOT %dot = f32[8,10] dot(%x, %w), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={devices=[1,4]<=[4]}
+}
+"""),
     ("inside-while", "EinsumLHSWindowedNonContracting-like",
      "the dot inside a while body (a layer loop): the windowed loop is nested in the partitioned body", 4,
      """%cond (p: (s32[], f32[8,8], f32[8,8])) -> pred[] {

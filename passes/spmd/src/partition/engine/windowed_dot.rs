@@ -623,7 +623,43 @@ impl Engine<'_> {
             false => (ol, ml),
         };
         let hdims = b.module().instr(hl).shape.dims().to_vec();
-        if hdims[hd] < win * ring {
+        // Code motion (XLA's `DoCodeMotionForWindowedDotGeneralLoops`, for the computations
+        // that only feed the loop's operand): a holder that is a broadcast of something
+        // smaller enters the loop as that operand, and each window broadcasts only its own
+        // slice; the whole holder is never built.
+        let motion = {
+            let hi = b.module().instr(hl);
+            let bytes = |x: &Instruction| x.shape.as_array().map_or(0, |a| a.byte_size());
+            match (hi.opcode, hi.operands(), hi.attrs.dimensions.as_ref()) {
+                (Opcode::Broadcast, &[src], Some(bd))
+                    if bytes(b.module().instr(src)) < bytes(hi) =>
+                {
+                    let bd: Vec<i64> = bd.clone();
+                    let j = bd.iter().position(|&x| x as usize == hd);
+                    Some((src, bd, j))
+                }
+                _ => None,
+            }
+        };
+        if let Some((src, _, j)) = &motion {
+            hl = *src;
+            // The source's dimension that becomes the windowed one, padded to whole windows.
+            if let Some(j) = *j {
+                let sdims = b.module().instr(hl).shape.dims().to_vec();
+                if sdims[j] < win * ring {
+                    let sty = b.module().instr(hl).shape.element_type();
+                    let z = built(b.scalar(sty, 0.0))?;
+                    let pads: Vec<PaddingDim> = (0..sdims.len())
+                        .map(|x| PaddingDim {
+                            low: 0,
+                            high: if x == j { win * ring - sdims[x] } else { 0 },
+                            interior: 0,
+                        })
+                        .collect();
+                    hl = built(b.pad(hl, z, &pads))?;
+                }
+            }
+        } else if hdims[hd] < win * ring {
             let hty = b.module().instr(hl).shape.element_type();
             let z = built(b.scalar(hty, 0.0))?;
             let pads: Vec<PaddingDim> = (0..hdims.len())
@@ -655,10 +691,26 @@ impl Engine<'_> {
             let k1 = built(b.binary(Opcode::Add, k, one))?;
             let start = this.window_start(b, &ring_of.pos, k1, ring, win)?;
             let z = built(b.scalar(ElementType::S32, 0.0))?;
-            let starts: Vec<InstrId> = (0..hrank)
-                .map(|x| if x == hd { start } else { z })
-                .collect();
-            let hw = built(b.dynamic_slice(h, &starts, &hsizes))?;
+            let hw = match &motion {
+                None => {
+                    let starts: Vec<InstrId> = (0..hrank)
+                        .map(|x| if x == hd { start } else { z })
+                        .collect();
+                    built(b.dynamic_slice(h, &starts, &hsizes))?
+                }
+                Some((_, bd, j)) => {
+                    let mut src = h;
+                    if let Some(j) = *j {
+                        let mut sizes = b.module().instr(h).shape.dims().to_vec();
+                        sizes[j] = win;
+                        let starts: Vec<InstrId> = (0..sizes.len())
+                            .map(|x| if x == j { start } else { z })
+                            .collect();
+                        src = built(b.dynamic_slice(h, &starts, &sizes))?;
+                    }
+                    built(b.broadcast(src, &hsizes, bd))?
+                }
+            };
             let (l, r) = match holder {
                 Side::Lhs => (hw, f),
                 Side::Rhs => (f, hw),

@@ -20,6 +20,9 @@
 //!   `R - 1` permutes of one result piece: the bytes of a reduce-scatter, half those of the
 //!   all-reduce the simple strategy emits.
 //!
+//! Code motion: an accumulating loop's sliced operand that is a broadcast of something
+//! smaller enters the loop as that operand; each window broadcasts only its slice.
+//!
 //! Variants (pass options): `unroll_windowed_einsum` does two steps per trip;
 //! `bidirectional_windowed_einsum` (gather-like loops on rings of 3 or more) sends pieces both
 //! ways around the ring, two windows per trip and half the trips. In every trip the permute

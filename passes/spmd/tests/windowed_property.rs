@@ -13,7 +13,7 @@ use tessera_pass::Pass;
 use tessera_runtime::harness;
 use tessera_spmd::SpmdPartitioning;
 
-use common::{assert_batch_equal, case_count, Gen};
+use common::{assert_batch_equal, batch_module, case_count, Gen};
 
 struct Case {
     what: String,
@@ -116,27 +116,20 @@ fn case(g: &mut Gen, k: usize, first: usize, n: i64) -> Case {
 }
 
 fn module_text(n: i64, cases: &[Case]) -> String {
-    let mut params = Vec::new();
-    let mut body = String::new();
-    for c in cases {
-        for s in &c.params {
-            params.push(format!("p{}: {s}", params.len()));
-        }
-        body += &c.body;
-    }
-    let shapes: Vec<&str> = cases.iter().map(|c| c.result_shape.as_str()).collect();
-    let outs: Vec<String> = (0..cases.len())
-        .map(|k| format!("{} %c{k}", cases[k].result_shape))
+    let params: Vec<String> = cases.iter().flat_map(|c| c.params.clone()).collect();
+    let body: String = cases.iter().map(|c| c.body.as_str()).collect();
+    let results: Vec<(String, String, String)> = cases
+        .iter()
+        .enumerate()
+        .map(|(k, c)| {
+            (
+                c.result_shape.clone(),
+                format!("%c{k}"),
+                c.result_sharding.clone(),
+            )
+        })
         .collect();
-    let shardings: Vec<&str> = cases.iter().map(|c| c.result_sharding.as_str()).collect();
-    format!(
-        "HloModule windowed_cases, num_partitions={n}\n\nENTRY %main ({}) -> ({}) {{\n{body}  ROOT %t = ({}) tuple({}), sharding={{{}}}\n}}\n",
-        params.join(", "),
-        shapes.join(", "),
-        shapes.join(", "),
-        outs.join(", "),
-        shardings.join(", ")
-    )
+    batch_module("windowed_cases", n, "", &params, &body, &results)
 }
 
 #[test]

@@ -720,6 +720,53 @@ impl Engine<'_> {
             };
             this.local_dot_like(b, &i, l, r, &lhs_t, own_shape.clone())
         };
+        if self.windowed.bidirectional && ring >= 3 {
+            // Two accumulators: the forward one visits devices w+h .. w+1 of window w's
+            // ring, the backward one w-h2 .. w-1; both end on w, which adds its own piece.
+            // Step s: forward window (pos - h + s), backward (pos + h2 - s); `partial`
+            // takes the window's offset minus one.
+            let h = (ring - 1) / 2;
+            let h2 = ring - 1 - h;
+            let back = self.real_pairs(&ring_of.reversed());
+            let at = |b: &mut Builder, v: i64| Self::step_index(b, None, 1, v);
+            let k = at(b, ring - h - 1)?;
+            let fa0 = partial(self, b, hl, fixed, k)?;
+            let k = at(b, h2 - 1)?;
+            let ba0 = partial(self, b, hl, fixed, k)?;
+            let mut state = vec![hl, fixed, fa0, ba0];
+            if h > 1 {
+                state = self.windowed_while(b, &state, h - 1, &mut |this, b, trip, st| {
+                    let (hh, f, fa, ba) = (st[0], st[1], st[2], st[3]);
+                    let fm = this.creator.collective_permute(b, fa, &pairs)?;
+                    let bm = this.creator.collective_permute(b, ba, &back)?;
+                    let c = built(b.scalar(ElementType::S32, (ring - h) as f64))?;
+                    let kf = built(b.binary(Opcode::Add, trip, c))?;
+                    let pf = partial(this, b, hh, f, kf)?;
+                    let c = built(b.scalar(ElementType::S32, (h2 - 2) as f64))?;
+                    let kb = built(b.binary(Opcode::Subtract, c, trip))?;
+                    let pb = partial(this, b, hh, f, kb)?;
+                    let fa = built(b.binary(Opcode::Add, fm, pf))?;
+                    let ba = built(b.binary(Opcode::Add, bm, pb))?;
+                    Ok(vec![hh, f, fa, ba])
+                })?;
+            }
+            let (mut fa, mut ba) = (state[2], state[3]);
+            // The backward chain's extra step on an even ring.
+            for st in h.max(1)..h2 {
+                let bm = self.creator.collective_permute(b, ba, &back)?;
+                let k = at(b, h2 - 1 - st)?;
+                let pb = partial(self, b, hl, fixed, k)?;
+                ba = built(b.binary(Opcode::Add, bm, pb))?;
+            }
+            fa = self.creator.collective_permute(b, fa, &pairs)?;
+            ba = self.creator.collective_permute(b, ba, &back)?;
+            let k = at(b, -1)?;
+            let own = partial(self, b, hl, fixed, k)?;
+            let sum = built(b.binary(Opcode::Add, fa, ba))?;
+            let acc = built(b.binary(Opcode::Add, sum, own))?;
+            self.permute_note(b, own, ring - 1, "partial sums, both ways");
+            return Ok(acc);
+        }
         let per = if self.windowed.unroll { 2 } else { 1 };
         let k0 = Self::step_index(b, None, 1, 0)?;
         let acc0 = partial(self, b, hl, fixed, k0)?;

@@ -43,7 +43,7 @@ pub struct SpmdOptions {
     pub max_windowed_einsum_iteration: i64,
     /// Two windows per trip of a windowed loop (XLA's `unroll_windowed_einsum`).
     pub unroll_windowed_einsum: bool,
-    /// Gather-like windowed loops send pieces both ways around the ring (XLA's
+    /// Windowed loops send pieces (or partial sums) both ways around the ring (XLA's
     /// `bidirectional_windowed_einsum`).
     pub bidirectional_windowed_einsum: bool,
     /// XLA's `windowed_einsum_use_multiple_streams`: a GPU scheduling hint; accepted and
@@ -120,7 +120,7 @@ impl PassOptions for SpmdOptions {
         OptionDoc {
             key: "bidirectional_windowed_einsum",
             default: "false",
-            doc: "gather-like windowed loops send pieces both ways around the ring",
+            doc: "windowed loops send pieces (or partial sums) both ways around the ring",
         },
         OptionDoc {
             key: "windowed_einsum_use_multiple_streams",

@@ -24,8 +24,8 @@
 //! smaller enters the loop as that operand; each window broadcasts only its slice.
 //!
 //! Variants (pass options): `unroll_windowed_einsum` does two steps per trip;
-//! `bidirectional_windowed_einsum` (gather-like loops on rings of 3 or more) sends pieces both
-//! ways around the ring, two windows per trip and half the trips. In every trip the permute
+//! `bidirectional_windowed_einsum` (rings of 3 or more) sends pieces, or partial sums, both
+//! ways around the ring: two windows per trip and half the trips. In every trip the permute
 //! reads the same piece the dot reads, so the two are independent and may overlap.
 
 use super::dot::{DimsMapping, Side};

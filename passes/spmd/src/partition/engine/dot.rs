@@ -220,6 +220,10 @@ impl Engine<'_> {
         own: Tree,
         dims: &DimsMapping,
     ) -> Result<()> {
+        if let Some(out) = self.windowed_dot(b, id, &own, dims)? {
+            self.set(id, out, own);
+            return Ok(());
+        }
         let i = b.module().instr(id).clone();
         let (lhs, rhs) = (i.operands()[0], i.operands()[1]);
         let out_rank = i.shape.rank();

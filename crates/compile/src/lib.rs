@@ -4,8 +4,8 @@
 //! The pipeline is the one a frontend needs and nothing else:
 //!
 //! ```text
-//! verify -> sharding-propagation -> [variable-dedup] -> spmd-partitioning -> schedule
-//!        -> [rematerialization] -> verify
+//! verify -> [shardy-import] -> sharding-propagation -> [variable-dedup] -> spmd-partitioning
+//!        -> schedule -> [rematerialization] -> verify
 //! ```
 //!
 //! [`compile`] runs it; [`verify_on_devices`] runs the original and the result on PJRT devices
@@ -53,6 +53,7 @@
 //!
 //! See docs/compile.md.
 
+mod shardy;
 mod verify;
 
 use std::collections::BTreeMap;
@@ -72,9 +73,11 @@ use tessera_remat::{
 };
 use tessera_spmd::{PropagationOptions, SpmdOptions, SpmdPartitioning, SpmdReport};
 
+pub use shardy::{has_shardy_shape_calls, import_shardy};
 pub use verify::{verify_on_devices, Verification, VerifyOptions, VerifyReference};
 
-/// The passes of the pipeline, in order (their registry names).
+/// The passes of the pipeline, in order (their registry names; `shardy-import` runs before
+/// them when the module has Shardy's shape custom-calls, see [`import_shardy`]).
 pub const PIPELINE: [&str; 5] = [
     "sharding-propagation",
     "variable-dedup",
@@ -587,13 +590,14 @@ fn settings(options: &CompileOptions, module: &Module) -> Result<PassSettings> {
     })
 }
 
-/// The first `xla.sdy.*` custom-call of `module`, described.
+/// The first `xla.sdy.*` custom-call of `module` that [`import_shardy`] does not rewrite,
+/// described.
 fn shardy_custom_call(module: &Module) -> Option<String> {
     module.computations().iter().find_map(|&c| {
         module.comp(c).instructions().iter().find_map(|&id| {
             let i = module.instr(id);
             let t = &i.attrs.custom_call.as_ref()?.target;
-            t.starts_with("xla.sdy.")
+            (t.starts_with("xla.sdy.") && shardy::shape_call_target(module, id).is_none())
                 .then(|| format!("%{} is a custom-call to {t}", i.name()))
         })
     })
@@ -719,7 +723,10 @@ pub fn compile_with_progress(
     let start = Instant::now();
     let s = settings(options, &module)?;
     let each = options.verify_each_pass;
-    let passes = 3 + usize::from(options.dedup) + usize::from(s.remat.memory_limit.is_some());
+    let passes = 3
+        + usize::from(options.dedup)
+        + usize::from(s.remat.memory_limit.is_some())
+        + usize::from(has_shardy_shape_calls(&module));
     let mut run = Runner {
         stages: Vec::new(),
         progress,
@@ -734,6 +741,14 @@ pub fn compile_with_progress(
     };
     run.verify(&module, "", true)?;
     module.config.num_partitions = options.num_partitions;
+    if has_shardy_shape_calls(&module) {
+        run.stage("shardy-import", || {
+            Ok(((), import_shardy(&mut module)? > 0))
+        })?;
+        if each {
+            run.verify(&module, "shardy-import", false)?;
+        }
+    }
 
     let prop = run.stage("sharding-propagation", || {
         let (changed, r) = tessera_spmd::propagate(&mut module, &s.propagation)

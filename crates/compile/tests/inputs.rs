@@ -1,0 +1,86 @@
+//! Inputs as users have them, beyond testdata's model dumps: jax's `lower().as_text()` in
+//! Shardy mode (jax's default: shard_map as `xla.sdy.*` custom-calls with the shardings in
+//! frontend attributes, the result sharding as `xla.sdy.FuncResultSharding`), checked
+//! against the same function lowered in GSPMD mode; and HLO that TensorFlow's tf2xla produced
+//! (the corpus's `tfcompile` module, and a fixture made with TensorFlow).
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use tessera_compile::{compile, parse_input, verify_on_devices, CompileOptions, VerifyOptions};
+use tessera_runtime::Client;
+
+fn client() -> &'static Client {
+    static CLIENT: OnceLock<Client> = OnceLock::new();
+    CLIENT.get_or_init(|| {
+        Client::cpu(8).unwrap_or_else(|e| panic!("cannot create the PJRT CPU client: {e}"))
+    })
+}
+
+fn data(rel: &str) -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata")).join(rel)
+}
+
+fn load(path: &std::path::Path) -> tessera_hlo::Module {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    parse_input(&bytes, &path.display().to_string()).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Compiles `name`'s Shardy-mode lowering for 8 devices and runs it against two references:
+/// XLA's partitioning of the same input (after our import of the Shardy calls) and, not
+/// depending on that import at all, the GSPMD-mode lowering of the same function (XLA's
+/// partitioning where it has a shard_map, else one device).
+fn shardy_against_gspmd(name: &str) {
+    let shardy = load(&data(&format!("compile/{name}.shardy.hlo")));
+    let gspmd = load(&data(&format!("compile/{name}.gspmd.hlo")));
+    let compiled =
+        compile(shardy.clone(), &CompileOptions::new(8)).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        compiled
+            .report
+            .stages
+            .iter()
+            .any(|s| s.name == "shardy-import"),
+        "{:?}",
+        compiled.report.stages
+    );
+    let text = tessera_hlo::text::print_module(&compiled.module, &Default::default());
+    assert!(
+        !text
+            .replace("xla.sdy.manual_computation_body", "")
+            .contains("xla.sdy"),
+        "{text}"
+    );
+    for reference in [&shardy, &gspmd] {
+        let v = verify_on_devices(client(), reference, &compiled, &VerifyOptions::default())
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(v.passed(), "{name} against {}: {v}", reference.name);
+    }
+}
+
+#[test]
+fn shard_map_in_shardy_mode_as_jax_lowers_it() {
+    shardy_against_gspmd("shard_map2");
+}
+
+#[test]
+fn result_sharding_in_shardy_mode_as_jax_lowers_it() {
+    shardy_against_gspmd("constraint");
+}
+
+/// A module tf2xla (tfcompile) produced, from XLA's tree: `XLA_Args`/`XLA_Retvals`
+/// metadata, TensorFlow op types, a conditional with tuple arguments. No shardings: compiled
+/// for 2 devices, everything replicated, and equal.
+#[test]
+fn tensorflow_module_from_the_corpus() {
+    let Some(root) = tessera_corpus::root_or_skip("the tf2xla module of the corpus") else {
+        return;
+    };
+    let path = root.join("xla/hlo/translate/hlo_to_mhlo/tests/if_conditional.hlo");
+    let m = load(&path);
+    assert_eq!(m.name, "tfcompile.0");
+    let compiled = compile(m.clone(), &CompileOptions::new(2)).unwrap_or_else(|e| panic!("{e}"));
+    let v = verify_on_devices(client(), &m, &compiled, &VerifyOptions::default())
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(v.passed(), "{v}");
+}

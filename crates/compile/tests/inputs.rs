@@ -84,3 +84,16 @@ fn tensorflow_module_from_the_corpus() {
         .unwrap_or_else(|e| panic!("{e}"));
     assert!(v.passed(), "{v}");
 }
+
+/// A TensorFlow training step as tf2xla produced it (scripts/make_tf_input.py), sharded for 8
+/// devices by TensorFlow's own `xla_sharding` annotations: compiled, equal to the original on
+/// one device.
+#[test]
+fn tensorflow_training_step_sharded_by_tensorflow() {
+    let m = load(&data("compile/tf_mlp_step.hlo"));
+    let compiled = compile(m.clone(), &CompileOptions::new(8)).unwrap_or_else(|e| panic!("{e}"));
+    assert!(compiled.report.collective_bytes() > 0);
+    let v = verify_on_devices(client(), &m, &compiled, &VerifyOptions::default())
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(v.passed(), "{v}");
+}

@@ -216,3 +216,25 @@ fn incompatible_settings_are_refused_by_name() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("bad.hlo:4:"), "{err}");
 }
+
+/// The 48-layer transformer step (17k instructions) through the command as users run it, on
+/// 8 devices: compiled, reported and verified against the original on one device. Minutes in
+/// a release build (most of it PJRT compiling the two 17k-instruction programs; docs/compile.md
+/// has a run's figures): `cargo test --release -p tessera-cli --test compile_cli -- --ignored`.
+#[test]
+#[ignore = "minutes: PJRT compiles two 17k-instruction programs"]
+fn transformer48_compiles_and_verifies_on_8_devices() {
+    let o = tessera(&[
+        "compile",
+        &data("models/transformer48.before-propagation.hlo"),
+        "--num-partitions",
+        "8",
+        "--verify",
+        "--report",
+        "-o",
+        &scratch("transformer48.hlo"),
+    ]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("equivalent on 8 devices"), "{t}");
+}

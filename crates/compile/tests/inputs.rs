@@ -4,27 +4,10 @@
 //! against the same function lowered in GSPMD mode; and HLO that TensorFlow's tf2xla produced
 //! (the corpus's `tfcompile` module, and a fixture made with TensorFlow).
 
-use std::path::PathBuf;
-use std::sync::OnceLock;
+mod common;
 
-use tessera_compile::{compile, parse_input, verify_on_devices, CompileOptions, VerifyOptions};
-use tessera_runtime::Client;
-
-fn client() -> &'static Client {
-    static CLIENT: OnceLock<Client> = OnceLock::new();
-    CLIENT.get_or_init(|| {
-        Client::cpu(8).unwrap_or_else(|e| panic!("cannot create the PJRT CPU client: {e}"))
-    })
-}
-
-fn data(rel: &str) -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata")).join(rel)
-}
-
-fn load(path: &std::path::Path) -> tessera_hlo::Module {
-    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    parse_input(&bytes, &path.display().to_string()).unwrap_or_else(|e| panic!("{e}"))
-}
+use common::{client, data, load_path as load};
+use tessera_compile::{compile, verify_on_devices, CompileOptions, VerifyOptions};
 
 /// Compiles `name`'s Shardy-mode lowering for 8 devices and runs it against two references:
 /// XLA's partitioning of the same input (after our import of the Shardy calls) and, not

@@ -3,27 +3,11 @@
 //! original on one; under a memory limit too. transformer48 (17k instructions) is left to
 //! `--ignored` (minutes in a debug build; docs/compile.md has its release-build figures).
 
-use std::path::PathBuf;
-use std::sync::OnceLock;
+mod common;
 
+use common::{client, data, load};
 use tessera_compile::{compile, parse_input, verify_on_devices, CompileOptions, VerifyOptions};
-use tessera_runtime::{Client, Tolerance};
-
-fn client() -> &'static Client {
-    static CLIENT: OnceLock<Client> = OnceLock::new();
-    CLIENT.get_or_init(|| {
-        Client::cpu(8).unwrap_or_else(|e| panic!("cannot create the PJRT CPU client: {e}"))
-    })
-}
-
-fn data(rel: &str) -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata")).join(rel)
-}
-
-fn load(rel: &str) -> tessera_hlo::Module {
-    let bytes = std::fs::read(data(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"));
-    parse_input(&bytes, rel).unwrap_or_else(|e| panic!("{e}"))
-}
+use tessera_runtime::Tolerance;
 
 /// Every model jax lowered for testdata, as users hand it over: testdata/models (XLA's own
 /// propagation mode), XLA's dump files before propagation in both of jax's modes (with the

@@ -82,6 +82,7 @@ impl RematFloor {
 }
 
 /// The floor of each measured computation and its details at the floor's position.
+#[derive(Default)]
 struct CompFloor {
     bytes: i64,
     any_schedule: i64,
@@ -104,14 +105,7 @@ pub fn remat_floor(module: &Module, mem: &ModuleMemory) -> RematFloor {
             entry = Some(f);
         }
     }
-    let f = entry.unwrap_or(CompFloor {
-        bytes: 0,
-        any_schedule: 0,
-        at: None,
-        local: 0,
-        pinned: 0,
-        callee: 0,
-    });
+    let f = entry.unwrap_or_default();
     RematFloor {
         bytes: f.bytes + mem.output_bytes,
         any_schedule: f.any_schedule + mem.output_bytes,
@@ -196,14 +190,7 @@ fn computation_floor(
         delta[b.start] += b.allocated;
         delta[b.end + 1] -= b.allocated;
     }
-    let mut best = CompFloor {
-        bytes: 0,
-        any_schedule: 0,
-        at: None,
-        local: 0,
-        pinned: 0,
-        callee: 0,
-    };
+    let mut best = CompFloor::default();
     let mut pinned_live = 0i64;
     for p in 0..n {
         pinned_live += delta[p];

@@ -225,10 +225,10 @@ fn incompatible_settings_are_refused_by_name() {
 /// differ from one device (largest difference 2.1e-4, in updated parameters of the first
 /// layers, which 48 layers of backward pass accumulate; docs/spmd-partitioning.md found the
 /// partitioned module bit-identical to XLA's own partitioning, so summation order); 1e-3 both
-/// ways passes (the largest difference is a fifth of it). That it is only rounding (the f64 run that showed it for
-/// scan_loop) is not checked here.
+/// ways passes (the largest difference is a fifth of it). That it is only rounding (the f64
+/// run that showed it for scan_loop) is not checked here.
 #[test]
-#[ignore = "minutes: PJRT compiles two 17k-instruction programs"]
+#[ignore = "long: PJRT compiles two 17k-instruction programs"]
 fn transformer48_compiles_and_verifies_on_8_devices() {
     let o = tessera(&[
         "compile",

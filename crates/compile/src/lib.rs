@@ -4,8 +4,8 @@
 //! The pipeline is the one a frontend needs and nothing else:
 //!
 //! ```text
-//! verify -> sharding-propagation -> [variable-dedup] -> spmd-partitioning -> schedule
-//!        -> [rematerialization] -> verify
+//! verify -> [shardy-import] -> sharding-propagation -> [variable-dedup] -> spmd-partitioning
+//!        -> schedule -> [rematerialization] -> verify
 //! ```
 //!
 //! [`compile`] runs it; [`verify_on_devices`] runs the original and the result on PJRT devices
@@ -53,6 +53,7 @@
 //!
 //! See docs/compile.md.
 
+mod shardy;
 mod verify;
 
 use std::collections::BTreeMap;
@@ -66,12 +67,17 @@ use tessera_pass::options::PassOptions;
 use tessera_pass::{PassError, Registry};
 use tessera_remat::schedule::ScheduleOptions;
 use tessera_remat::schedule_memory::{module_memory, MemoryOptions};
-use tessera_remat::{RematOptions, RematSummary, Rematerialization, SchedulePass};
+use tessera_remat::{
+    remat_floor, RematMode, RematOptions, RematSummary, Rematerialization, SchedulePass,
+    SchedulerKind,
+};
 use tessera_spmd::{PropagationOptions, SpmdOptions, SpmdPartitioning, SpmdReport};
 
+pub use shardy::{has_shardy_shape_calls, import_shardy};
 pub use verify::{verify_on_devices, Verification, VerifyOptions, VerifyReference};
 
-/// The passes of the pipeline, in order (their registry names).
+/// The passes of the pipeline, in order (their registry names; `shardy-import` runs before
+/// them when the module has Shardy's shape custom-calls, see [`import_shardy`]).
 pub const PIPELINE: [&str; 5] = [
     "sharding-propagation",
     "variable-dedup",
@@ -140,6 +146,10 @@ pub struct CompileOptions {
     /// Also schedule the module before partitioning to report its one-device peak
     /// ([`PeakMemory::unpartitioned`]); costs about a third of the pipeline's time.
     pub measure_unpartitioned: bool,
+    /// Under a memory limit the first try does not meet (and the floor allows), try the other
+    /// schedulers and rematerialization of blocks too (see [`REMAT_TRIES`]); a scheduler or
+    /// block setting given in `pass_options` is kept fixed.
+    pub search_remat_settings: bool,
 }
 
 impl CompileOptions {
@@ -153,6 +163,7 @@ impl CompileOptions {
             pass_options: Vec::new(),
             verify_each_pass: false,
             measure_unpartitioned: false,
+            search_remat_settings: true,
         }
     }
 
@@ -206,6 +217,39 @@ pub struct PeakMemory {
     /// Parameter bytes per device (not part of the peaks).
     pub parameters: i64,
     pub limit: Option<i64>,
+    /// With a limit: the bytes no rematerialization can go below along the best schedule
+    /// tried (`tessera_remat::floor`; outputs included).
+    pub floor: Option<i64>,
+    /// With a limit: the floor that holds for any schedule.
+    pub floor_any_schedule: Option<i64>,
+}
+
+/// Block settings of the rematerialization search after the first try: chains of up to 16
+/// instructions recomputed together (a value whose operands are gone too), with up to 8 times
+/// the single-instruction effort spent on them.
+pub const REMAT_BLOCKS: (usize, i64) = (16, 8);
+
+/// The schedulers the search tries, in order, after the configured one.
+pub const REMAT_TRIES: [SchedulerKind; 4] = [
+    SchedulerKind::Default,
+    SchedulerKind::List,
+    SchedulerKind::PostOrder,
+    SchedulerKind::Dfs,
+];
+
+/// One try of the memory-limit search: a scheduler, rematerialization block settings, and
+/// what they gave.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RematTry {
+    pub scheduler: SchedulerKind,
+    pub block_size_limit: usize,
+    pub block_rematerialization_factor: i64,
+    /// Peak along the schedule, before rematerialization.
+    pub scheduled: i64,
+    /// The floor along that schedule (`tessera_remat::RematFloor::bytes`).
+    pub floor: i64,
+    /// Peak after rematerialization (`None`: not run, the floor is above the limit).
+    pub peak: Option<i64>,
 }
 
 /// Collectives of one kind in the output module, with the bytes each device receives
@@ -233,6 +277,11 @@ pub struct CompileReport {
     pub spmd: SpmdReport,
     pub dedup: Option<DedupReport>,
     pub remat: Option<RematSummary>,
+    /// With a limit: every scheduler and block setting tried, in order; the last one that ran
+    /// rematerialization with the lowest peak is the result.
+    pub remat_tries: Vec<RematTry>,
+    /// With a limit: the floor of the schedule the result has, described (where, what).
+    pub floor: Option<String>,
     /// Instructions sharding propagation left without a sharding.
     pub undecided: Vec<String>,
     /// Everything a pass warned about, one line each.
@@ -288,6 +337,12 @@ impl CompileReport {
                 let _ = writeln!(o, "  (no limit)");
             }
         }
+        if let (Some(f), Some(a)) = (p.floor, p.floor_any_schedule) {
+            let _ = writeln!(
+                o,
+                "  floor of rematerialization:     {f:>14}  (any schedule: {a})"
+            );
+        }
         let _ = writeln!(o, "  parameters per device:          {:>14}", p.parameters);
         let count: usize = self.collectives.values().map(|c| c.count).sum();
         let _ = writeln!(
@@ -306,6 +361,24 @@ impl CompileReport {
         }
         if let Some(r) = &self.remat {
             let _ = writeln!(o, "\nrematerialization:");
+            if let Some(f) = &self.floor {
+                let _ = writeln!(o, "  floor: {f}");
+            }
+            for t in &self.remat_tries {
+                let _ = writeln!(
+                    o,
+                    "  try: schedule {}, blocks {}x{}: scheduled {}, floor {}, {}",
+                    t.scheduler,
+                    t.block_size_limit,
+                    t.block_rematerialization_factor,
+                    t.scheduled,
+                    t.floor,
+                    match t.peak {
+                        Some(p) => format!("rematerialized {p}"),
+                        None => "not run (floor above the limit)".into(),
+                    }
+                );
+            }
             for line in r.report().lines() {
                 let _ = writeln!(o, "  {line}");
             }
@@ -398,6 +471,10 @@ struct PassSettings {
     spmd: SpmdOptions,
     schedule: ScheduleOptions,
     remat: RematOptions,
+    /// `schedule.scheduler` given: the remat search keeps it.
+    fixed_scheduler: bool,
+    /// `rematerialization.block_*` given: the remat search keeps them.
+    fixed_blocks: bool,
 }
 
 fn settings(options: &CompileOptions, module: &Module) -> Result<PassSettings> {
@@ -498,7 +575,10 @@ fn settings(options: &CompileOptions, module: &Module) -> Result<PassSettings> {
         _ => {}
     }
     let dedup = DedupOptions::from_pairs("variable-dedup", pairs("variable-dedup"))?;
+    let given = |p: &str, key: &str| pairs(p).iter().any(|(k, _)| k.starts_with(key));
     Ok(PassSettings {
+        fixed_scheduler: given("schedule", "scheduler"),
+        fixed_blocks: given("rematerialization", "block_"),
         propagation: PropagationOptions::from_pairs(
             "sharding-propagation",
             pairs("sharding-propagation"),
@@ -510,13 +590,14 @@ fn settings(options: &CompileOptions, module: &Module) -> Result<PassSettings> {
     })
 }
 
-/// The first `xla.sdy.*` custom-call of `module`, described.
+/// The first `xla.sdy.*` custom-call of `module` that [`import_shardy`] does not rewrite,
+/// described.
 fn shardy_custom_call(module: &Module) -> Option<String> {
     module.computations().iter().find_map(|&c| {
         module.comp(c).instructions().iter().find_map(|&id| {
             let i = module.instr(id);
             let t = &i.attrs.custom_call.as_ref()?.target;
-            t.starts_with("xla.sdy.")
+            (t.starts_with("xla.sdy.") && shardy::shape_call_target(module, id).is_none())
                 .then(|| format!("%{} is a custom-call to {t}", i.name()))
         })
     })
@@ -640,9 +721,12 @@ pub fn compile_with_progress(
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<Compiled> {
     let start = Instant::now();
-    let mut s = settings(options, &module)?;
+    let s = settings(options, &module)?;
     let each = options.verify_each_pass;
-    let passes = 3 + usize::from(options.dedup) + usize::from(s.remat.memory_limit.is_some());
+    let passes = 3
+        + usize::from(options.dedup)
+        + usize::from(s.remat.memory_limit.is_some())
+        + usize::from(has_shardy_shape_calls(&module));
     let mut run = Runner {
         stages: Vec::new(),
         progress,
@@ -657,6 +741,14 @@ pub fn compile_with_progress(
     };
     run.verify(&module, "", true)?;
     module.config.num_partitions = options.num_partitions;
+    if has_shardy_shape_calls(&module) {
+        run.stage("shardy-import", || {
+            Ok(((), import_shardy(&mut module)? > 0))
+        })?;
+        if each {
+            run.verify(&module, "shardy-import", false)?;
+        }
+    }
 
     let prop = run.stage("sharding-propagation", || {
         let (changed, r) = tessera_spmd::propagate(&mut module, &s.propagation)
@@ -735,6 +827,8 @@ pub fn compile_with_progress(
         ));
     }
 
+    // The searches of a memory limit reschedule the partitioned module.
+    let unscheduled = s.remat.memory_limit.map(|_| module.clone());
     run.stage("schedule", || {
         let mut p =
             <SchedulePass as tessera_pass::registry::RegisteredPass>::with_options(s.schedule);
@@ -747,23 +841,35 @@ pub fn compile_with_progress(
     }
     let (partitioned, parameters) = peak_of(&module)?;
     let mut after_remat = partitioned;
-    if let Some(limit) = s.remat.memory_limit {
-        let summary = run.stage("rematerialization", || {
-            let mut r = Rematerialization::new(std::mem::take(&mut s.remat));
-            let summary = r
-                .run_with_summary(&mut module)
-                .map_err(|e| pass_error("rematerialization", e))?;
-            let changed = summary.instructions_rematerialized > 0;
-            Ok((summary, changed))
+    let mut floors = None;
+    if let (Some(limit), Some(unscheduled)) = (s.remat.memory_limit, unscheduled) {
+        let (best, summary, tries, floor) = run.stage("rematerialization", || {
+            let r = remat_search(module.clone(), unscheduled, &s, options, limit)?;
+            let changed = r.1.instructions_rematerialized > 0;
+            Ok((r, changed))
         })?;
+        module = best;
         if each {
             run.verify(&module, "rematerialization", false)?;
         }
         after_remat = peak_of(&module)?.0;
         if after_remat > limit {
+            let why = if limit < floor.any_schedule {
+                format!("no schedule can: the floor is {} bytes", floor.any_schedule)
+            } else if limit < floor.bytes {
+                format!(
+                    "the floor of every schedule tried is above it (lowest {} bytes)",
+                    floor.bytes
+                )
+            } else {
+                format!(
+                    "the floor ({} bytes) allows it; the greedy search stopped above",
+                    floor.bytes
+                )
+            };
             report.warnings.push(format!(
                 "rematerialization: the per-device peak is {after_remat} bytes, above \
-                 --memory-limit {limit}{}",
+                 --memory-limit {limit}{}: {why}",
                 summary
                     .over_limit
                     .first()
@@ -771,7 +877,10 @@ pub fn compile_with_progress(
                     .unwrap_or_default()
             ));
         }
+        report.floor = Some(floor.described);
+        floors = Some((floor.bytes, floor.any_schedule));
         report.remat = Some(summary);
+        report.remat_tries = tries;
     }
     if !each {
         let last = if report.remat.is_some() {
@@ -790,6 +899,8 @@ pub fn compile_with_progress(
         limit: options
             .memory_limit
             .or(report.remat.as_ref().and_then(|r| r.memory_limit)),
+        floor: floors.map(|f| f.0),
+        floor_any_schedule: floors.map(|f| f.1),
     };
     report.collectives = collective_traffic(&module, options.num_partitions);
     report.spmd = spmd_report;
@@ -801,6 +912,121 @@ pub fn compile_with_progress(
         argument_map,
         report,
     })
+}
+
+/// Rematerialization under `limit`: the configured scheduler and block settings first; while
+/// the limit is not met and the floor allows it, blocks of [`REMAT_BLOCKS`] and the other
+/// schedulers of [`REMAT_TRIES`] (what the options fix stays fixed). Returns the module with
+/// the lowest peak (the first that meets the limit), its summary, every try, and the floor:
+/// the lowest along the schedules tried, `any_schedule` for any.
+/// The floor of the search, described in the terms of the schedule it was found along.
+struct Floor {
+    bytes: i64,
+    any_schedule: i64,
+    described: String,
+}
+
+fn remat_search(
+    scheduled: Module,
+    unscheduled: Module,
+    s: &PassSettings,
+    options: &CompileOptions,
+    limit: i64,
+) -> Result<(Module, RematSummary, Vec<RematTry>, Floor)> {
+    let search = options.search_remat_settings;
+    let configured = (
+        s.remat.block_size_limit,
+        s.remat.block_rematerialization_factor,
+    );
+    let mut blocks = vec![configured];
+    if search && !s.fixed_blocks && configured.0 < REMAT_BLOCKS.0 {
+        blocks.push(REMAT_BLOCKS);
+    }
+    let mut schedulers = vec![s.schedule.scheduler];
+    if search && !s.fixed_scheduler {
+        schedulers.extend(REMAT_TRIES.iter().filter(|&&k| k != s.schedule.scheduler));
+    }
+    // The floor holds in recompute mode; compression can hold a pinned value compact.
+    let floor_of = |f: &tessera_remat::RematFloor| match s.remat.mode {
+        RematMode::Recompute => f.bytes,
+        _ => f.any_schedule,
+    };
+    let mut tries = Vec::new();
+    let mut best: Option<(Module, RematSummary, i64)> = None;
+    let mut lowest_floor: Option<Floor> = None;
+    let mut scheduled = Some(scheduled);
+    'outer: for (k, &scheduler) in schedulers.iter().enumerate() {
+        let base = match scheduled.take() {
+            Some(m) if k == 0 => m,
+            _ => {
+                let mut m = unscheduled.clone();
+                tessera_remat::schedule_module(&mut m, scheduler, &shape_size)
+                    .map_err(|e| CompileError::Pass(format!("schedule ({scheduler}): {e}")))?;
+                m
+            }
+        };
+        let mem = module_memory(&base, None, &shape_size, MemoryOptions::default())
+            .map_err(|e| CompileError::Pass(format!("memory accounting: {e}")))?;
+        let floor = remat_floor(&base, &mem);
+        if lowest_floor
+            .as_ref()
+            .is_none_or(|f| floor_of(&floor) < f.bytes)
+        {
+            lowest_floor = Some(Floor {
+                bytes: floor_of(&floor),
+                any_schedule: floor.any_schedule,
+                described: format!("schedule {scheduler}: {}", floor.describe(&base)),
+            });
+        }
+        for (j, &(size, factor)) in blocks.iter().enumerate() {
+            let mut t = RematTry {
+                scheduler,
+                block_size_limit: size,
+                block_rematerialization_factor: factor,
+                scheduled: mem.peak_bytes,
+                floor: floor_of(&floor),
+                peak: None,
+            };
+            // The first try always runs (its result is the answer when nothing can meet the
+            // limit); the others only where this schedule's floor allows the limit.
+            let first = k == 0 && j == 0;
+            if !first && t.floor > limit {
+                tries.push(t);
+                continue;
+            }
+            let mut m = base.clone();
+            let mut o = s.remat.clone();
+            o.block_size_limit = size;
+            o.block_rematerialization_factor = factor;
+            // The pass logs a warning when it misses the limit; the report says it once, for
+            // the result, with the floor.
+            let summary = tracing::subscriber::with_default(
+                tracing::subscriber::NoSubscriber::default(),
+                || Rematerialization::new(o).run_with_summary(&mut m),
+            )
+            .map_err(|e| pass_error("rematerialization", e))?;
+            let peak = peak_of(&m)?.0;
+            t.peak = Some(peak);
+            tries.push(t);
+            if best.as_ref().is_none_or(|b| peak < b.2) {
+                best = Some((m, summary, peak));
+            }
+            if peak <= limit {
+                break 'outer;
+            }
+            if first && limit < floor.any_schedule {
+                // No schedule can meet it: keep the first try.
+                break 'outer;
+            }
+        }
+    }
+    let (m, summary, _) = best.expect("the first try always runs");
+    Ok((
+        m,
+        summary,
+        tries,
+        lowest_floor.expect("the first schedule is always measured"),
+    ))
 }
 
 fn pass_error(pass: &str, e: PassError) -> CompileError {

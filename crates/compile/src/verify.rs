@@ -83,6 +83,17 @@ pub fn verify_on_devices(
             client.devices().len()
         )));
     }
+    // The plugin's XLA reads Shardy's shape custom-calls only in its Shardy pipeline: give
+    // it what compile partitioned.
+    let imported;
+    let original = if crate::has_shardy_shape_calls(original) {
+        let mut m = original.clone();
+        crate::import_shardy(&mut m)?;
+        imported = m;
+        &imported
+    } else {
+        original
+    };
     let mut inputs = harness::random_inputs(original, options.seed)?;
     harness::share_resource_inputs(original, &mut inputs)?;
     let manual = harness::manual_region(original);

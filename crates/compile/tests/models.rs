@@ -3,27 +3,11 @@
 //! original on one; under a memory limit too. transformer48 (17k instructions) is left to
 //! `--ignored` (minutes in a debug build; docs/compile.md has its release-build figures).
 
-use std::path::PathBuf;
-use std::sync::OnceLock;
+mod common;
 
+use common::{client, data, load};
 use tessera_compile::{compile, parse_input, verify_on_devices, CompileOptions, VerifyOptions};
-use tessera_runtime::{Client, Tolerance};
-
-fn client() -> &'static Client {
-    static CLIENT: OnceLock<Client> = OnceLock::new();
-    CLIENT.get_or_init(|| {
-        Client::cpu(8).unwrap_or_else(|e| panic!("cannot create the PJRT CPU client: {e}"))
-    })
-}
-
-fn data(rel: &str) -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata")).join(rel)
-}
-
-fn load(rel: &str) -> tessera_hlo::Module {
-    let bytes = std::fs::read(data(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"));
-    parse_input(&bytes, rel).unwrap_or_else(|e| panic!("{e}"))
-}
+use tessera_runtime::Tolerance;
 
 /// Every model jax lowered for testdata, as users hand it over: testdata/models (XLA's own
 /// propagation mode), XLA's dump files before propagation in both of jax's modes (with the
@@ -48,9 +32,20 @@ const MODELS: &[&str] = &[
     "dumps/cond.gspmd.before-propagation.txt",
     "dumps/cond.shardy.before-propagation.txt",
     "dumps/shard_map.gspmd.before-propagation.txt",
+    "dumps/shard_map.shardy.before-propagation.txt",
     "examples/transformer_train_step.hlo",
     "examples/mlp_train_step.hlo",
 ];
+
+/// Models whose 70% limit is above the floor but which the greedy search does not bring there
+/// (docs/compile.md, *A 70% memory limit*, says what stops it). Each still must say so in a
+/// warning and compute the same.
+const GREEDY_SHORT: &[(&str, &str)] = &[(
+    "examples/transformer_train_step.hlo",
+    "the activations the backward pass reads are live at the peak; recomputing them needs \
+     chains of operands that are not consecutive in the schedule, and no block or \
+     scheduler tried reaches below 73% (floor 64%)",
+)];
 
 /// The float tolerance for a model: the default, except for the recurrent cell (scan_loop),
 /// whose six steps of tanh(h @ w + x) amplify the other summation order of the split dot
@@ -104,6 +99,23 @@ fn check(rel: &str, limit_fraction: Option<f64>) -> Result<String, String> {
                 p.partitioned, p.after_remat
             ));
         }
+        // The floor is a floor, and where the limit is above it the limit is met (but where
+        // the greedy search is known to stop short, see GREEDY_SHORT).
+        let (floor, any) = (p.floor.unwrap_or(0), p.floor_any_schedule.unwrap_or(0));
+        if p.after_remat < any || any > floor {
+            return Err(format!(
+                "peak {} below the floor {any} (along the schedule {floor})",
+                p.after_remat
+            ));
+        }
+        let short = GREEDY_SHORT.iter().any(|(m, _)| *m == rel);
+        if limit >= floor && p.after_remat > limit && !short {
+            return Err(format!(
+                "limit {limit} is above the floor {floor} but not met: peak {}\n{}",
+                p.after_remat,
+                compiled.report.render()
+            ));
+        }
     }
     Ok(format!(
         "peak {} -> {}{}, {} bytes of collectives",
@@ -111,7 +123,10 @@ fn check(rel: &str, limit_fraction: Option<f64>) -> Result<String, String> {
         p.after_remat,
         match options.memory_limit {
             Some(l) if p.after_remat <= l => format!(" (limit {l} met)"),
-            Some(l) => format!(" (limit {l} NOT reachable)"),
+            Some(l) => format!(
+                " (limit {l} NOT met; floor {})",
+                p.floor.unwrap_or_default()
+            ),
             None => String::new(),
         },
         compiled.report.collective_bytes()
@@ -143,25 +158,41 @@ fn every_model_under_70_percent_of_its_peak() {
     run_all(Some(0.7));
 }
 
-/// A limit rematerialization can reach (the block's floor is about 86% of its peak): met,
-/// and the rematerialized program still computes the same.
+/// A limit rematerialization can reach only with the search (the first try, default schedule
+/// and single instructions, stops at 86%): met, and the program still computes the same.
 #[test]
-fn a_reachable_limit_is_met() {
+fn a_limit_the_first_try_misses_is_met() {
     let rel = "models/transformer_block.before-propagation.hlo";
-    let s = check(rel, Some(0.9)).unwrap_or_else(|e| panic!("{e}"));
+    let s = check(rel, Some(0.7)).unwrap_or_else(|e| panic!("{e}"));
     assert!(s.contains("met)") && !s.contains("NOT"), "{s}");
 }
 
-/// Shardy's own custom-calls (jax's Shardy mode before XLA's shardy-xla pass) are refused
-/// with the reason and what to hand over instead.
+/// Shardy's custom-calls other than the shard_map shape calls and the result sharding are
+/// refused with the reason and what to hand over instead; so is a shard_map manual over only
+/// some mesh axes.
 #[test]
-fn shardy_custom_calls_are_refused() {
-    let m = load("dumps/shard_map.shardy.before-propagation.txt");
+fn other_shardy_custom_calls_are_refused() {
+    let text = std::fs::read_to_string(data("compile/constraint.shardy.hlo")).unwrap();
+    let m = parse_input(
+        text.replace("xla.sdy.FuncResultSharding", "xla.sdy.ShardingGroup")
+            .as_bytes(),
+        "group.hlo",
+    )
+    .unwrap();
     let e = compile(m, &CompileOptions::new(8)).unwrap_err().to_string();
     assert!(
-        e.contains("xla.sdy.") && e.contains("before spmd-partitioning"),
+        e.contains("xla.sdy.ShardingGroup") && e.contains("before spmd-partitioning"),
         "{e}"
     );
+    let text = std::fs::read_to_string(data("compile/shard_map2.shardy.hlo")).unwrap();
+    let partial = text.replace(
+        r#"manual_axes{\"data\", \"model\"}"#,
+        r#"manual_axes{\"model\"}"#,
+    );
+    assert_ne!(partial, text);
+    let m = parse_input(partial.as_bytes(), "partial.hlo").unwrap();
+    let e = compile(m, &CompileOptions::new(8)).unwrap_err().to_string();
+    assert!(e.contains("manual over") && e.contains("whole mesh"), "{e}");
 }
 
 #[test]

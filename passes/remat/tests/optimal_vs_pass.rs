@@ -86,3 +86,28 @@ fn pass_is_never_better_than_the_optimum() {
         "{met} {optimal} {infeasible}"
     );
 }
+
+/// The floor (`tessera_remat::remat_floor`) is a true lower bound: a limit one byte below it
+/// is infeasible for the exhaustive optimum, on every DAG. How often the floor itself is
+/// feasible says how tight it is.
+#[test]
+fn nothing_goes_below_the_floor() {
+    let (mut tight, mut runs) = (0, 0);
+    for seed in 0..80u64 {
+        let m = gen::random_dag(10 + (seed % 15) as usize, 1 + (seed % 3) as usize, 16, seed);
+        let p = Problem::from_module(&m, &shape_size).unwrap();
+        let mem = peak_memory(&m, m.schedule.as_ref().unwrap(), &shape_size).unwrap();
+        let floor = tessera_remat::remat_floor(&m, &mem);
+        assert!(floor.any_schedule <= floor.bytes && floor.bytes <= mem.peak_bytes);
+        match p.solve(floor.bytes - 1, 1 << 21) {
+            Optimum::Infeasible => {}
+            other => panic!("seed {seed}: below the floor {}: {other:?}", floor.bytes),
+        }
+        runs += 1;
+        if matches!(p.solve(floor.bytes, 1 << 21), Optimum::Found { .. }) {
+            tight += 1;
+        }
+    }
+    eprintln!("the floor was feasible (tight) on {tight} of {runs} DAGs");
+    assert!(tight > 0);
+}

@@ -346,8 +346,44 @@ impl Engine<'_> {
         lhs_tiling: &Tiling,
         shape: Shape,
     ) -> Result<InstrId> {
-        let _ = lhs_tiling; // read by the convolution's group counts (being written)
-        self.clone_with(b, i, &[l, r], shape)
+        // A grouped convolution's local op holds 1/k of the groups when its grouped lhs
+        // dimension (input feature for feature groups, input batch for batch groups; groups
+        // are contiguous runs along it) is split k ways; a split that cuts a group cannot run
+        // locally and is the caller's error.
+        let grouped = match i.attrs.conv_dims.as_deref() {
+            Some(dn) if i.opcode == Opcode::Convolution => {
+                if i.attrs.feature_group_count > 1 {
+                    Some((
+                        dn.input_feature_dimension,
+                        i.attrs.feature_group_count,
+                        true,
+                    ))
+                } else if i.attrs.batch_group_count > 1 {
+                    Some((dn.input_batch_dimension, i.attrs.batch_group_count, false))
+                } else {
+                    None
+                }
+            }
+            _ => None,
+        };
+        let Some((d, groups, feature)) = grouped else {
+            return self.clone_with(b, i, &[l, r], shape);
+        };
+        let k = lhs_tiling.tiles.get(d as usize).copied().unwrap_or(1);
+        if groups % k != 0 {
+            return Err(fail(format!(
+                "%{}: {} groups cannot be split {k} ways along lhs dimension {d}",
+                i.name(),
+                groups
+            )));
+        }
+        let mut c = i.clone();
+        if feature {
+            c.attrs.feature_group_count = groups / k;
+        } else {
+            c.attrs.batch_group_count = groups / k;
+        }
+        self.clone_with(b, &c, &[l, r], shape)
     }
 }
 

@@ -87,6 +87,10 @@ fn spatial(labels: &[char]) -> Vec<usize> {
         .collect()
 }
 
+/// One spatial dimension's window as drawn: size, stride, padding low and high, lhs (base)
+/// dilation, rhs (window) dilation, reversal.
+type WinDraw = (i64, i64, i64, i64, i64, i64, bool);
+
 struct Case {
     text: String,
     /// The same convolution for the one-device reference run: with negative padding, the
@@ -160,9 +164,7 @@ fn case(g: &mut Gen, k: usize, n: i64) -> Option<Case> {
         'f' => out_feat,
         d => out_sp[digit(d)],
     });
-    let x = |f: &dyn Fn(&(i64, i64, i64, i64, i64, i64, bool)) -> String| {
-        window.iter().map(f).collect::<Vec<_>>().join("x")
-    };
+    let x = |f: &dyn Fn(&WinDraw) -> String| window.iter().map(f).collect::<Vec<_>>().join("x");
     let win_text = format!(
         "size={} stride={} pad={} lhs_dilate={} rhs_dilate={} rhs_reversal={}",
         x(&|w| w.0.to_string()),

@@ -150,6 +150,15 @@ impl Conv {
         map
     }
 
+    /// The kernel's dimension `i` -> the lhs's (batch, contracting and spatial).
+    fn rhs_from_lhs(&self) -> Vec<Option<usize>> {
+        let mut map = self.dims.operand_from_operand(Side::Rhs, self.rhs.len());
+        for s in &self.dims.spatial {
+            map[s.rhs.expect("spatial")] = s.lhs;
+        }
+        map
+    }
+
     /// Can the tiled-rhs strategy run along spatial dimension `k` (no base dilation, no
     /// reversal: a kernel piece's window positions are then a plain range)?
     fn rhs_splittable(&self, k: usize) -> bool {
@@ -296,18 +305,30 @@ impl Engine<'_> {
                 plans.push(Plan::Windowed(from_lhs));
             }
         }
+        // The kernel split along spatial dimensions: as it is, or (XLA's tiled lhs and rhs
+        // with a reshard) as the lhs is.
+        let keep: Vec<usize> = (0..c.dims.spatial.len())
+            .filter(|&k| !c.rhs_splittable(k))
+            .filter_map(|k| c.dims.spatial[k].rhs)
+            .collect();
+        let mut kernels = Vec::new();
         if c.spatial_split(&rt, Some(Side::Rhs)) {
-            let keep: Vec<usize> = (0..c.dims.spatial.len())
-                .filter(|&k| !c.rhs_splittable(k))
-                .filter_map(|k| c.dims.spatial[k].rhs)
-                .collect();
-            let r = c.sanitize_rhs(&rt);
+            kernels.push(rt.clone());
+        }
+        if c.spatial_split(&lt, Some(Side::Lhs)) {
+            kernels.push(lt.project(&c.rhs_from_lhs()));
+        }
+        for r in kernels {
+            let r = c.sanitize_rhs(&r);
             let r = if keep.is_empty() {
                 r
             } else {
                 r.replicate_dims(&keep)
             };
-            if c.spatial_split(&r, Some(Side::Rhs)) {
+            let seen = plans
+                .iter()
+                .any(|p| matches!(p, Plan::TiledRhs(x) if *x == r));
+            if c.spatial_split(&r, Some(Side::Rhs)) && !seen {
                 plans.push(Plan::TiledRhs(r));
             }
         }
@@ -422,7 +443,11 @@ impl Engine<'_> {
                     .project(&c.dims.out_from_operand(Side::Rhs, c.out.len()));
                 let g: i64 = summed.iter().map(|&d| r.tiles[d]).product();
                 let part_bytes = part.shard_dims(&c.out).iter().product::<i64>() * e;
-                mv(lt, &l_t, &c.lhs) + halo + 2 * part_bytes * (g - 1) / g + mv(&part, t, &c.out)
+                mv(lt, &l_t, &c.lhs)
+                    + mv(rt, r, &c.rhs)
+                    + halo
+                    + 2 * part_bytes * (g - 1) / g
+                    + mv(&part, t, &c.out)
             }
         }
     }

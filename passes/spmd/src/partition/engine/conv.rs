@@ -268,6 +268,31 @@ impl Engine<'_> {
         if c.lhs.contains(&0) || c.rhs.contains(&0) || c.out.contains(&0) {
             return self.default(b, id, own);
         }
+        // Dimension numbers out of range (a module the verifier would refuse): nothing to
+        // partition by, the default path handles it as written.
+        let in_range =
+            |dims: &[i64], rank: usize| dims.iter().all(|&d| d >= 0 && (d as usize) < rank);
+        let (lr, rr, or) = (c.lhs.len(), c.rhs.len(), c.out.len());
+        let ok = in_range(&dn.input_spatial_dimensions, lr)
+            && in_range(&[dn.input_batch_dimension, dn.input_feature_dimension], lr)
+            && in_range(&dn.kernel_spatial_dimensions, rr)
+            && in_range(
+                &[
+                    dn.kernel_input_feature_dimension,
+                    dn.kernel_output_feature_dimension,
+                ],
+                rr,
+            )
+            && in_range(&dn.output_spatial_dimensions, or)
+            && in_range(
+                &[dn.output_batch_dimension, dn.output_feature_dimension],
+                or,
+            )
+            && dn.kernel_spatial_dimensions.len() == win.dims.len()
+            && dn.output_spatial_dimensions.len() == win.dims.len();
+        if !ok {
+            return self.default(b, id, own);
+        }
         let (lrank, rrank) = (c.lhs.len(), c.rhs.len());
         let lv = self.value(b.module(), lhs)?;
         let rv = self.value(b.module(), rhs)?;

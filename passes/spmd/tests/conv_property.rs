@@ -17,47 +17,9 @@ use tessera_spmd::SpmdPartitioning;
 mod common;
 use common::{assert_batch_equal, case_count, Gen};
 
-/// A random sharding of an array with `rank` dimensions on `n` devices; the dimensions in
-/// `favour` take a split more often (each is offered twice).
+/// A random sharding with the spatial dimensions `favour` split more often.
 fn sharding(g: &mut Gen, rank: usize, favour: &[usize], n: i64) -> String {
-    if g.below(10) == 0 {
-        return "{replicated}".to_string();
-    }
-    let mut tiles = vec![1i64; rank];
-    let mut repl = 1;
-    let mut left = n;
-    let slots = rank + 1 + favour.len();
-    while left > 1 {
-        let slot = g.below(slots as u64) as usize;
-        if slot > rank {
-            tiles[favour[slot - rank - 1]] *= 2;
-        } else if slot == rank {
-            repl *= 2;
-        } else {
-            tiles[slot] *= 2;
-        }
-        left /= 2;
-    }
-    let mut dims: Vec<String> = tiles.iter().map(i64::to_string).collect();
-    if repl > 1 {
-        dims.push(repl.to_string());
-    }
-    let suffix = if repl > 1 {
-        " last_tile_dim_replicate"
-    } else {
-        ""
-    };
-    let devices = if g.below(3) == 0 {
-        let mut d: Vec<i64> = (0..n).collect();
-        for i in (1..d.len()).rev() {
-            let j = g.below(i as u64 + 1) as usize;
-            d.swap(i, j);
-        }
-        d.iter().map(i64::to_string).collect::<Vec<_>>().join(",")
-    } else {
-        format!("<=[{n}]")
-    };
-    format!("{{devices=[{}]{devices}{suffix}}}", dims.join(","))
+    common::favoured_sharding(g, rank, favour, 10, n)
 }
 
 fn shape(dims: &[i64]) -> String {

@@ -23,7 +23,7 @@
 use tessera_hlo::attrs::{ConvDimensionNumbers, WindowDim};
 
 use super::super::spec::ceil_div;
-use super::dot::{DimsMapping, Side};
+use super::dot::{DimTriple, DimsMapping, Side};
 use super::window::{linear, Part, Windowed};
 use super::*;
 
@@ -122,41 +122,45 @@ impl Conv {
         })
     }
 
+    /// `map` (a [`Tiling::project`] map between two arrays of the op) with the spatial
+    /// triples added: entry `at(triple)` names `from(triple)`.
+    fn with_spatial(
+        &self,
+        mut map: Vec<Option<usize>>,
+        at: fn(&DimTriple) -> Option<usize>,
+        from: fn(&DimTriple) -> Option<usize>,
+    ) -> Vec<Option<usize>> {
+        for s in &self.dims.spatial {
+            if let Some(d) = at(s) {
+                map[d] = from(s);
+            }
+        }
+        map
+    }
+
     /// The lhs's dimension `i` -> the result's (batch, lhs non-contracting and spatial), for
     /// [`Tiling::project`] from the result to the lhs.
     fn lhs_from_out(&self) -> Vec<Option<usize>> {
-        let mut map = self.dims.operand_from_out(Side::Lhs, self.lhs.len());
-        for s in &self.dims.spatial {
-            map[s.lhs.expect("spatial")] = s.out;
-        }
-        map
+        let map = self.dims.operand_from_out(Side::Lhs, self.lhs.len());
+        self.with_spatial(map, |t| t.lhs, |t| t.out)
     }
 
     /// The result's dimension `i` -> the lhs's (the inverse of [`Conv::lhs_from_out`]).
     fn out_from_lhs(&self) -> Vec<Option<usize>> {
-        let mut map = self.dims.out_from_operand(Side::Lhs, self.out.len());
-        for s in &self.dims.spatial {
-            map[s.out.expect("spatial")] = s.lhs;
-        }
-        map
+        let map = self.dims.out_from_operand(Side::Lhs, self.out.len());
+        self.with_spatial(map, |t| t.out, |t| t.lhs)
     }
 
     /// The lhs's dimension `i` -> the kernel's (batch, contracting and spatial).
     fn lhs_from_rhs(&self) -> Vec<Option<usize>> {
-        let mut map = self.dims.operand_from_operand(Side::Lhs, self.lhs.len());
-        for s in &self.dims.spatial {
-            map[s.lhs.expect("spatial")] = s.rhs;
-        }
-        map
+        let map = self.dims.operand_from_operand(Side::Lhs, self.lhs.len());
+        self.with_spatial(map, |t| t.lhs, |t| t.rhs)
     }
 
     /// The kernel's dimension `i` -> the lhs's (batch, contracting and spatial).
     fn rhs_from_lhs(&self) -> Vec<Option<usize>> {
-        let mut map = self.dims.operand_from_operand(Side::Rhs, self.rhs.len());
-        for s in &self.dims.spatial {
-            map[s.rhs.expect("spatial")] = s.lhs;
-        }
-        map
+        let map = self.dims.operand_from_operand(Side::Rhs, self.rhs.len());
+        self.with_spatial(map, |t| t.rhs, |t| t.lhs)
     }
 
     /// Can the tiled-rhs strategy run along spatial dimension `k` (no base dilation, no
@@ -212,6 +216,15 @@ fn rhs_windowed(c: &Conv, k: usize, tiles: i64, whole: bool) -> Windowed {
         stride: wd.stride,
         span: (r - 1) * wd.window_dilation + 1,
     }
+}
+
+/// The elements of one position along dimension `d` of a piece of `dims`.
+fn elements_except(dims: &[i64], d: usize) -> i64 {
+    dims.iter()
+        .enumerate()
+        .filter(|&(j, _)| j != d)
+        .map(|(_, &x)| x)
+        .product()
 }
 
 /// The positions a halo exchange along `w` moves to a device (times the elements per
@@ -426,12 +439,7 @@ impl Engine<'_> {
                     let tiles = w.tiles[s.out.expect("spatial")];
                     if tiles > 1 {
                         let wdw = out_windowed(c, k, tiles, whole[d]);
-                        let others: i64 = per
-                            .iter()
-                            .enumerate()
-                            .filter(|&(j, _)| j != d)
-                            .map(|(_, &x)| x)
-                            .product();
+                        let others = elements_except(&per, d);
                         halo += halo_positions(&wdw) * others * e;
                     }
                 }
@@ -447,12 +455,7 @@ impl Engine<'_> {
                     if r.tiles[kd] > 1 {
                         summed.push(kd);
                         let wdw = rhs_windowed(c, k, r.tiles[kd], whole[d]);
-                        let others: i64 = per
-                            .iter()
-                            .enumerate()
-                            .filter(|&(j, _)| j != d)
-                            .map(|(_, &x)| x)
-                            .product();
+                        let others = elements_except(&per, d);
                         halo += halo_positions(&wdw) * others * e;
                     }
                 }

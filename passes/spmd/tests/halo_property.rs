@@ -21,43 +21,7 @@ use common::{assert_batch_equal, batch_module, case_count, Gen};
 /// dimensions (the first dimension favoured) and replication, in iota or shuffled order;
 /// now and then replicated.
 fn sharding(g: &mut Gen, rank: usize, n: i64) -> String {
-    if g.below(8) == 0 {
-        return "{replicated}".to_string();
-    }
-    let mut tiles = vec![1i64; rank];
-    let mut repl = 1;
-    let mut left = n;
-    while left > 1 {
-        let slot = g.below(rank as u64 + 2) as usize;
-        if slot > rank {
-            tiles[0] *= 2;
-        } else if slot == rank {
-            repl *= 2;
-        } else {
-            tiles[slot] *= 2;
-        }
-        left /= 2;
-    }
-    let mut dims: Vec<String> = tiles.iter().map(i64::to_string).collect();
-    if repl > 1 {
-        dims.push(repl.to_string());
-    }
-    let suffix = if repl > 1 {
-        " last_tile_dim_replicate"
-    } else {
-        ""
-    };
-    let devices = if g.below(3) == 0 {
-        let mut d: Vec<i64> = (0..n).collect();
-        for i in (1..d.len()).rev() {
-            let j = g.below(i as u64 + 1) as usize;
-            d.swap(i, j);
-        }
-        d.iter().map(i64::to_string).collect::<Vec<_>>().join(",")
-    } else {
-        format!("<=[{n}]")
-    };
-    format!("{{devices=[{}]{devices}{suffix}}}", dims.join(","))
+    common::favoured_sharding(g, rank, &[0], 8, n)
 }
 
 fn shape(dims: &[i64]) -> String {

@@ -76,27 +76,7 @@ pub fn random_sharding(g: &mut Gen, rank: usize, n: i64) -> String {
         1 => return "{replicated}".to_string(),
         _ => {}
     }
-    let mut tiles = vec![1i64; rank];
-    let mut repl = 1;
-    let mut left = n;
-    while left > 1 {
-        let slot = g.below(rank as u64 + 1) as usize;
-        if slot == rank {
-            repl *= 2;
-        } else {
-            tiles[slot] *= 2;
-        }
-        left /= 2;
-    }
-    let mut dims: Vec<String> = tiles.iter().map(i64::to_string).collect();
-    if repl > 1 {
-        dims.push(repl.to_string());
-    }
-    let suffix = if repl > 1 {
-        " last_tile_dim_replicate"
-    } else {
-        ""
-    };
+    let (tiles, repl) = split_devices(g, rank, &[], n);
     let devices = match g.below(3) {
         0 => format!("<=[{n}]"),
         // A device mesh read in transposed order: [a, n/a] T(1,0).
@@ -109,6 +89,42 @@ pub fn random_sharding(g: &mut Gen, rank: usize, n: i64) -> String {
             }
             d.iter().map(i64::to_string).collect::<Vec<_>>().join(",")
         }
+    };
+    tiled_text(&tiles, repl, &devices)
+}
+
+/// `n` devices split in halves over the `rank` dimensions and replication, each halving
+/// landing on a dimension, on replication, or on a dimension of `favour` (offered once more
+/// each): the tiles per dimension and the replication factor.
+fn split_devices(g: &mut Gen, rank: usize, favour: &[usize], n: i64) -> (Vec<i64>, i64) {
+    let mut tiles = vec![1i64; rank];
+    let mut repl = 1;
+    let mut left = n;
+    let slots = rank + 1 + favour.len();
+    while left > 1 {
+        let slot = g.below(slots as u64) as usize;
+        if slot > rank {
+            tiles[favour[slot - rank - 1]] *= 2;
+        } else if slot == rank {
+            repl *= 2;
+        } else {
+            tiles[slot] *= 2;
+        }
+        left /= 2;
+    }
+    (tiles, repl)
+}
+
+/// The text of a tiled sharding (replication as the last tile dimension) over `devices`.
+fn tiled_text(tiles: &[i64], repl: i64, devices: &str) -> String {
+    let mut dims: Vec<String> = tiles.iter().map(i64::to_string).collect();
+    if repl > 1 {
+        dims.push(repl.to_string());
+    }
+    let suffix = if repl > 1 {
+        " last_tile_dim_replicate"
+    } else {
+        ""
     };
     format!("{{devices=[{}]{devices}{suffix}}}", dims.join(","))
 }
@@ -142,4 +158,32 @@ pub fn batch_module(
         outs.join(", "),
         shardings.join(", ")
     )
+
+/// A random sharding of a rank-`rank` array on `n` devices, now and then (one in
+/// `replicated_one_in`) replicated: the devices split over the dimensions and replication, the
+/// dimensions in `favour` offered once more each (so windowed or spatial dimensions are split
+/// more often), in iota or shuffled order.
+#[allow(dead_code)] // not every test binary favours dimensions
+pub fn favoured_sharding(
+    g: &mut Gen,
+    rank: usize,
+    favour: &[usize],
+    replicated_one_in: u64,
+    n: i64,
+) -> String {
+    if g.below(replicated_one_in) == 0 {
+        return "{replicated}".to_string();
+    }
+    let (tiles, repl) = split_devices(g, rank, favour, n);
+    let devices = if g.below(3) == 0 {
+        let mut d: Vec<i64> = (0..n).collect();
+        for i in (1..d.len()).rev() {
+            let j = g.below(i as u64 + 1) as usize;
+            d.swap(i, j);
+        }
+        d.iter().map(i64::to_string).collect::<Vec<_>>().join(",")
+    } else {
+        format!("<=[{n}]")
+    };
+    tiled_text(&tiles, repl, &devices)
 }

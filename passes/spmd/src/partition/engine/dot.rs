@@ -350,8 +350,70 @@ impl Engine<'_> {
         lhs_tiling: &Tiling,
         shape: Shape,
     ) -> Result<InstrId> {
-        let _ = lhs_tiling; // read by the convolution's group counts (being written)
-        self.clone_with(b, i, &[l, r], shape)
+        let dn = match i.attrs.conv_dims.as_deref() {
+            Some(dn) if i.opcode == Opcode::Convolution => dn,
+            _ => return self.clone_with(b, i, &[l, r], shape),
+        };
+        let mut c = i.clone();
+        // A grouped convolution's local op holds 1/k of the groups when its grouped lhs
+        // dimension (input feature for feature groups, input batch for batch groups; groups
+        // are contiguous runs along it) is split k ways; a split that cuts a group cannot run
+        // locally and is the caller's error.
+        let grouped = if i.attrs.feature_group_count > 1 {
+            Some((dn.input_feature_dimension, i.attrs.feature_group_count))
+        } else if i.attrs.batch_group_count > 1 {
+            Some((dn.input_batch_dimension, i.attrs.batch_group_count))
+        } else {
+            None
+        };
+        if let Some((d, groups)) = grouped {
+            let k = lhs_tiling.tiles.get(d as usize).copied().unwrap_or(1);
+            if groups % k != 0 {
+                return Err(fail(format!(
+                    "%{}: {groups} groups cannot be split {k} ways along lhs dimension {d}",
+                    i.name()
+                )));
+            }
+            if i.attrs.feature_group_count > 1 {
+                c.attrs.feature_group_count = groups / k;
+            } else {
+                c.attrs.batch_group_count = groups / k;
+            }
+        }
+        // Negative padding becomes an explicit pad of the lhs (with the base dilation as
+        // interior padding): the PJRT CPU plugin's convolution with negative padding reads out
+        // of bounds (docs/spmd-convolution.md), its pad does not.
+        let mut l = l;
+        if let Some(win) = c.attrs.window.as_deref() {
+            if win
+                .dims
+                .iter()
+                .any(|w| w.padding_low < 0 || w.padding_high < 0)
+            {
+                let rank = b.module().instr(l).shape.rank();
+                let mut pads = vec![PaddingDim::default(); rank];
+                let mut local = win.clone();
+                for (k, w) in win.dims.iter().enumerate() {
+                    if w.padding_low >= 0 && w.padding_high >= 0 {
+                        continue;
+                    }
+                    let d = dn.input_spatial_dimensions[k] as usize;
+                    pads[d] = PaddingDim {
+                        low: w.padding_low,
+                        high: w.padding_high,
+                        interior: w.base_dilation - 1,
+                    };
+                    local.dims[k].padding_low = 0;
+                    local.dims[k].padding_high = 0;
+                    local.dims[k].base_dilation = 1;
+                }
+                let ty = b.module().instr(l).shape.element_type();
+                let zero = built(b.scalar(ty, 0.0))?;
+                l = built(b.pad(l, zero, &pads))?;
+                c.attrs.window = Some(Box::new(local));
+            }
+        }
+        self.clone_with(b, &c, &[l, r], shape)
     }
 }
 

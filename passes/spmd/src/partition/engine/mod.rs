@@ -30,6 +30,7 @@ use super::spec::{Spec, Tiling};
 use super::{CollectiveNote, CollectiveOps, SpmdOptions, SpmdReport};
 
 mod control;
+mod conv;
 mod custom_call;
 mod dot;
 mod feeds;
@@ -555,6 +556,7 @@ impl Engine<'_> {
             Opcode::Reshape => self.reshape(b, id, own),
             Opcode::Reduce => self.reduce(b, id, own),
             Opcode::Dot => self.dot(b, id, own),
+            Opcode::Convolution => self.convolution(b, id, own),
             Opcode::Tuple => self.tuple(b, id, own),
             Opcode::GetTupleElement => self.get_tuple_element(b, id, own),
             Opcode::OptimizationBarrier => self.barrier(b, id),

@@ -473,7 +473,7 @@ impl Engine<'_> {
     /// `x`'s dimension `d` holds `shard` elements per tile of an array of `size` (or all of it,
     /// `whole`); the output has `out_size` positions, `out_shard` per tile.
     #[allow(clippy::too_many_arguments)]
-    fn dilated_piece(
+    pub(super) fn dilated_piece(
         &mut self,
         b: &mut Builder,
         x: InstrId,

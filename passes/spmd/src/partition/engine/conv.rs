@@ -1,0 +1,663 @@
+//! Convolution (XLA's `convolution_handler.cc`, behaviour only). Three ways, chosen by the
+//! bytes each device would receive:
+//!
+//! - **dot-like**: no spatial dimension is split anywhere (operands or result) and the
+//!   grouped dimension's split keeps whole groups: the convolution is a dot in disguise
+//!   ([`DimsMapping::of_conv`]) and goes through [`Engine::dot_like`];
+//! - **windowed output** (XLA's `ReshardAsWindowedInput` on the lhs): the result keeps a
+//!   tiling (its own, or the lhs's carried to the result); the lhs takes that tiling on its
+//!   batch and spatial dimensions and, along each split spatial dimension, each device fetches
+//!   the input window its output piece reads by halo exchange ([`Windowed::plan`],
+//!   `windowed_piece`, `dilated_piece` for base dilation); the kernel is replicated along its
+//!   spatial dimensions; the local convolution runs without padding or base dilation;
+//! - **tiled lhs and rhs** (`HandleConvolutionTiledLhsAndRhs`: a kernel split along a spatial
+//!   dimension, as in a backprop-filter convolution whose "kernel" is the output gradient):
+//!   each device holds a piece of the kernel's window positions and fetches, again by halo,
+//!   the input those positions meet for every output position; the local convolutions are
+//!   partial sums, all-reduced over the devices that split the kernel (its spatial and input
+//!   feature dimensions).
+//!
+//! Positions outside the input (padding, negative padding, uneven shards) read zero; kernel
+//! padding of an uneven split is zeroed before it multiplies anything.
+
+use tessera_hlo::attrs::{ConvDimensionNumbers, WindowDim};
+
+use super::super::spec::ceil_div;
+use super::dot::{DimTriple, DimsMapping, Side};
+use super::window::{linear, Part, Windowed};
+use super::*;
+
+/// What one strategy would cost and how to run it.
+#[derive(Clone, Debug)]
+enum Plan {
+    /// Through [`Engine::dot_like`] (no spatial dimension of the result is split).
+    DotLike,
+    /// The result computed with this tiling (lhs windowed along split spatial dimensions).
+    Windowed(Tiling),
+    /// The kernel kept split as this tiling (spatial dimensions included); partial sums.
+    TiledRhs(Tiling),
+}
+
+/// The facts of one convolution every strategy reads.
+struct Conv {
+    dn: ConvDimensionNumbers,
+    win: Vec<WindowDim>,
+    fg: i64,
+    bg: i64,
+    dims: DimsMapping,
+    lhs: Vec<i64>,
+    rhs: Vec<i64>,
+    out: Vec<i64>,
+    ty: ElementType,
+}
+
+impl Conv {
+    /// `t` (a tiling of the result) with the dimensions a local convolution cannot keep split
+    /// made whole: a grouped dimension split into pieces that cut groups, and the output batch
+    /// of a batch-grouped convolution (every output batch row reads every group).
+    fn sanitize_out(&self, t: &Tiling) -> Tiling {
+        let of = self.dn.output_feature_dimension as usize;
+        let ob = self.dn.output_batch_dimension as usize;
+        let mut drop = Vec::new();
+        if self.fg > 1 && self.fg % t.tiles[of] != 0 {
+            drop.push(of);
+        }
+        if self.bg > 1 {
+            if self.bg % t.tiles[of] != 0 {
+                drop.push(of);
+            }
+            if t.tiles[ob] > 1 {
+                drop.push(ob);
+            }
+        }
+        if drop.is_empty() {
+            t.clone()
+        } else {
+            t.replicate_dims(&drop)
+        }
+    }
+
+    /// The grouped dimension of the lhs (input feature with feature groups, input batch with
+    /// batch groups), with its group count.
+    fn lhs_grouped(&self) -> Option<(usize, i64)> {
+        if self.fg > 1 {
+            Some((self.dn.input_feature_dimension as usize, self.fg))
+        } else if self.bg > 1 {
+            Some((self.dn.input_batch_dimension as usize, self.bg))
+        } else {
+            None
+        }
+    }
+
+    /// `t` (a tiling of the kernel) with a grouped output feature split that cuts groups made
+    /// whole, and with the kernel's input feature whole under feature groups (it holds one
+    /// group's features).
+    fn sanitize_rhs(&self, t: &Tiling) -> Tiling {
+        let ko = self.dn.kernel_output_feature_dimension as usize;
+        let ki = self.dn.kernel_input_feature_dimension as usize;
+        let groups = self.fg.max(self.bg);
+        let mut drop = Vec::new();
+        if groups > 1 && groups % t.tiles[ko] != 0 {
+            drop.push(ko);
+        }
+        if self.fg > 1 && t.tiles[ki] > 1 {
+            drop.push(ki);
+        }
+        if drop.is_empty() {
+            t.clone()
+        } else {
+            t.replicate_dims(&drop)
+        }
+    }
+
+    /// Does `t` (of operand `side`, or of the result when `side` is `None`) split a spatial
+    /// dimension?
+    fn spatial_split(&self, t: &Tiling, side: Option<Side>) -> bool {
+        self.dims.spatial.iter().any(|s| {
+            let d = match side {
+                Some(side) => s.on(side),
+                None => s.out,
+            };
+            d.is_some_and(|d| t.tiles[d] > 1)
+        })
+    }
+
+    /// `map` (a [`Tiling::project`] map between two arrays of the op) with the spatial
+    /// triples added: entry `at(triple)` names `from(triple)`.
+    fn with_spatial(
+        &self,
+        mut map: Vec<Option<usize>>,
+        at: fn(&DimTriple) -> Option<usize>,
+        from: fn(&DimTriple) -> Option<usize>,
+    ) -> Vec<Option<usize>> {
+        for s in &self.dims.spatial {
+            if let Some(d) = at(s) {
+                map[d] = from(s);
+            }
+        }
+        map
+    }
+
+    /// The lhs's dimension `i` -> the result's (batch, lhs non-contracting and spatial), for
+    /// [`Tiling::project`] from the result to the lhs.
+    fn lhs_from_out(&self) -> Vec<Option<usize>> {
+        let map = self.dims.operand_from_out(Side::Lhs, self.lhs.len());
+        self.with_spatial(map, |t| t.lhs, |t| t.out)
+    }
+
+    /// The result's dimension `i` -> the lhs's (the inverse of [`Conv::lhs_from_out`]).
+    fn out_from_lhs(&self) -> Vec<Option<usize>> {
+        let map = self.dims.out_from_operand(Side::Lhs, self.out.len());
+        self.with_spatial(map, |t| t.out, |t| t.lhs)
+    }
+
+    /// The lhs's dimension `i` -> the kernel's (batch, contracting and spatial).
+    fn lhs_from_rhs(&self) -> Vec<Option<usize>> {
+        let map = self.dims.operand_from_operand(Side::Lhs, self.lhs.len());
+        self.with_spatial(map, |t| t.lhs, |t| t.rhs)
+    }
+
+    /// The kernel's dimension `i` -> the lhs's (batch, contracting and spatial).
+    fn rhs_from_lhs(&self) -> Vec<Option<usize>> {
+        let map = self.dims.operand_from_operand(Side::Rhs, self.rhs.len());
+        self.with_spatial(map, |t| t.rhs, |t| t.lhs)
+    }
+
+    /// Can the tiled-rhs strategy run along spatial dimension `k` (no base dilation, no
+    /// reversal: a kernel piece's window positions are then a plain range)?
+    fn rhs_splittable(&self, k: usize) -> bool {
+        let w = &self.win[k];
+        w.base_dilation == 1 && !w.window_reversal
+    }
+}
+
+/// Per-dimension halo of the lhs for the windowed-output strategy: the [`Windowed`] of lhs
+/// dimension `d` (output split `tiles` ways along spatial `k`), or `None` when the window
+/// has base dilation (fetched through `dilated_piece`).
+fn out_windowed(c: &Conv, k: usize, tiles: i64, whole: bool) -> Windowed {
+    let wd = &c.win[k];
+    let s = &c.dims.spatial[k];
+    let (d, o) = (s.lhs.expect("spatial"), s.out.expect("spatial"));
+    let size = c.lhs[d];
+    let out_shard = ceil_div(c.out[o], tiles);
+    let span = (wd.size - 1) * wd.window_dilation + 1;
+    Windowed {
+        whole,
+        size,
+        tiles,
+        shard: if whole { size } else { ceil_div(size, tiles) },
+        shift: 0,
+        lo: linear(tiles, -wd.padding_low, out_shard * wd.stride),
+        out_shard,
+        out_size: c.out[o],
+        stride: wd.stride,
+        span,
+    }
+}
+
+/// The lhs window of the tiled-rhs strategy along spatial `k`: tile `j` holds kernel
+/// positions `[j*r, (j+1)*r)` and computes every output position.
+fn rhs_windowed(c: &Conv, k: usize, tiles: i64, whole: bool) -> Windowed {
+    let wd = &c.win[k];
+    let s = &c.dims.spatial[k];
+    let (d, o) = (s.lhs.expect("spatial"), s.out.expect("spatial"));
+    let size = c.lhs[d];
+    let r = ceil_div(wd.size, tiles);
+    Windowed {
+        whole,
+        size,
+        tiles,
+        shard: if whole { size } else { ceil_div(size, tiles) },
+        shift: 0,
+        lo: linear(tiles, -wd.padding_low, r * wd.window_dilation),
+        out_shard: c.out[o],
+        // Every tile computes every output position (with its own kernel piece).
+        out_size: tiles * c.out[o],
+        stride: wd.stride,
+        span: (r - 1) * wd.window_dilation + 1,
+    }
+}
+
+/// The elements of one position along dimension `d` of a piece of `dims`.
+fn elements_except(dims: &[i64], d: usize) -> i64 {
+    dims.iter()
+        .enumerate()
+        .filter(|&(j, _)| j != d)
+        .map(|(_, &x)| x)
+        .product()
+}
+
+/// The positions a halo exchange along `w` moves to a device (times the elements per
+/// position, for bytes).
+fn halo_positions(w: &Windowed) -> i64 {
+    let p = w.plan();
+    if w.whole {
+        return 0;
+    }
+    if p.gather {
+        return (w.tiles - 1) * w.shard;
+    }
+    p.parts
+        .iter()
+        .map(|part| match part {
+            Part::From { start, end, to, .. } if !to.is_empty() => end - start,
+            _ => 0,
+        })
+        .sum()
+}
+
+impl Engine<'_> {
+    pub(super) fn convolution(&mut self, b: &mut Builder, id: InstrId, own: Tree) -> Result<()> {
+        let i = b.module().instr(id).clone();
+        let (Some(dn), Some(win)) = (i.attrs.conv_dims.as_deref(), i.attrs.window.as_deref())
+        else {
+            return self.default(b, id, own);
+        };
+        let Tree::Leaf(Spec::Tiled(t)) = &own else {
+            return self.default(b, id, own);
+        };
+        if i.operands().len() != 2
+            || !i.shape.is_array()
+            || win.dims.len() != dn.input_spatial_dimensions.len()
+        {
+            return self.default(b, id, own);
+        }
+        let (lhs, rhs) = (i.operands()[0], i.operands()[1]);
+        let (fg, bg) = (
+            i.attrs.feature_group_count.max(1),
+            i.attrs.batch_group_count.max(1),
+        );
+        let c = Conv {
+            dn: dn.clone(),
+            win: win.dims.clone(),
+            fg,
+            bg,
+            dims: DimsMapping::of_conv(dn, fg, bg),
+            lhs: self.global(b.module(), lhs).dims().to_vec(),
+            rhs: self.global(b.module(), rhs).dims().to_vec(),
+            out: i.shape.dims().to_vec(),
+            ty: i.shape.element_type(),
+        };
+        if c.lhs.contains(&0) || c.rhs.contains(&0) || c.out.contains(&0) {
+            return self.default(b, id, own);
+        }
+        // Dimension numbers out of range (a module the verifier would refuse): nothing to
+        // partition by, the default path handles it as written.
+        let in_range =
+            |dims: &[i64], rank: usize| dims.iter().all(|&d| d >= 0 && (d as usize) < rank);
+        let (lr, rr, or) = (c.lhs.len(), c.rhs.len(), c.out.len());
+        let ok = in_range(&dn.input_spatial_dimensions, lr)
+            && in_range(&[dn.input_batch_dimension, dn.input_feature_dimension], lr)
+            && in_range(&dn.kernel_spatial_dimensions, rr)
+            && in_range(
+                &[
+                    dn.kernel_input_feature_dimension,
+                    dn.kernel_output_feature_dimension,
+                ],
+                rr,
+            )
+            && in_range(&dn.output_spatial_dimensions, or)
+            && in_range(
+                &[dn.output_batch_dimension, dn.output_feature_dimension],
+                or,
+            )
+            && dn.kernel_spatial_dimensions.len() == win.dims.len()
+            && dn.output_spatial_dimensions.len() == win.dims.len();
+        if !ok {
+            return self.default(b, id, own);
+        }
+        let (lrank, rrank) = (c.lhs.len(), c.rhs.len());
+        let lv = self.value(b.module(), lhs)?;
+        let rv = self.value(b.module(), rhs)?;
+        let lt = indexed::tiling_of(&lv.tree)
+            .cloned()
+            .unwrap_or_else(|| Tiling::replicated(lrank, self.n));
+        let rt = indexed::tiling_of(&rv.tree)
+            .cloned()
+            .unwrap_or_else(|| Tiling::replicated(rrank, self.n));
+        let t = t.clone();
+
+        // A dot in disguise: nothing spatial is split and every grouped split keeps groups.
+        let groups_kept = c.sanitize_out(&t) == t
+            && c.sanitize_rhs(&rt) == rt
+            && c.lhs_grouped().is_none_or(|(d, g)| g % lt.tiles[d] == 0);
+        let dot_like = groups_kept && !c.spatial_split(&t, None);
+        if dot_like
+            && !c.spatial_split(&lt, Some(Side::Lhs))
+            && !c.spatial_split(&rt, Some(Side::Rhs))
+        {
+            return self.dot_like(b, id, own, &c.dims);
+        }
+
+        // The candidates, each costed by the bytes a device receives.
+        let mut plans = vec![Plan::Windowed(c.sanitize_out(&t))];
+        if dot_like {
+            plans.push(Plan::DotLike);
+        }
+        if c.spatial_split(&lt, Some(Side::Lhs)) {
+            let from_lhs = c.sanitize_out(&lt.project(&c.out_from_lhs()));
+            if !plans
+                .iter()
+                .any(|p| matches!(p, Plan::Windowed(w) if *w == from_lhs))
+            {
+                plans.push(Plan::Windowed(from_lhs));
+            }
+        }
+        // The kernel split along spatial dimensions: as it is, or (XLA's tiled lhs and rhs
+        // with a reshard) as the lhs is.
+        let keep: Vec<usize> = (0..c.dims.spatial.len())
+            .filter(|&k| !c.rhs_splittable(k))
+            .filter_map(|k| c.dims.spatial[k].rhs)
+            .collect();
+        let mut kernels = Vec::new();
+        if c.spatial_split(&rt, Some(Side::Rhs)) {
+            kernels.push(rt.clone());
+        }
+        if c.spatial_split(&lt, Some(Side::Lhs)) {
+            kernels.push(lt.project(&c.rhs_from_lhs()));
+        }
+        for r in kernels {
+            let r = c.sanitize_rhs(&r);
+            let r = if keep.is_empty() {
+                r
+            } else {
+                r.replicate_dims(&keep)
+            };
+            let seen = plans
+                .iter()
+                .any(|p| matches!(p, Plan::TiledRhs(x) if *x == r));
+            if c.spatial_split(&r, Some(Side::Rhs)) && !seen {
+                plans.push(Plan::TiledRhs(r));
+            }
+        }
+        let mut best: Option<(i64, usize)> = None;
+        for (k, p) in plans.iter().enumerate() {
+            let cost = self.conv_cost(&c, p, &lt, &rt, &t);
+            if best.is_none_or(|(b, _)| cost < b) {
+                best = Some((cost, k));
+            }
+        }
+        let (_, k) = best.expect("one candidate at least");
+        let (local, tree) = match plans.swap_remove(k) {
+            Plan::DotLike => return self.dot_like(b, id, own, &c.dims),
+            Plan::Windowed(w) => self.conv_windowed(b, &i, &c, &w)?,
+            Plan::TiledRhs(r) => self.conv_tiled_rhs(b, &i, &c, &r)?,
+        };
+        let v = Value { local, tree };
+        let out = self.reshard(b, &v, &i.shape, &own)?;
+        self.set(id, out, own);
+        Ok(())
+    }
+
+    /// Bytes a device receives under plan `p`: operand reshards, halos, the partial sums'
+    /// all-reduce, and the result's reshard to `t`.
+    fn conv_cost(&self, c: &Conv, p: &Plan, lt: &Tiling, rt: &Tiling, t: &Tiling) -> i64 {
+        let e = c.ty.byte_size() as i64;
+        let mv = |s: &Tiling, d: &Tiling, dims: &[i64]| self.move_bytes(s, d, dims, c.ty);
+        match p {
+            Plan::DotLike => {
+                // dot_like's strategies: an operand split on contracting dimensions (and not
+                // on spatial ones) keeps its split, the other follows, partial sums
+                // all-reduced; otherwise both operands take the result's split.
+                let mut best = self.conv_cost(c, &Plan::Windowed(t.clone()), lt, rt, t);
+                for (side, mine) in [(Side::Lhs, lt), (Side::Rhs, rt)] {
+                    let split: Vec<usize> = c
+                        .dims
+                        .contracting
+                        .iter()
+                        .filter_map(|d| d.on(side))
+                        .filter(|&d| mine.tiles[d] > 1)
+                        .collect();
+                    if split.is_empty() || c.spatial_split(mine, Some(side)) {
+                        continue;
+                    }
+                    let other = side.other();
+                    let (odims, otile) = match other {
+                        Side::Lhs => (&c.lhs, lt),
+                        Side::Rhs => (&c.rhs, rt),
+                    };
+                    let o_t = mine.project(&c.dims.operand_from_operand(other, odims.len()));
+                    let part = mine
+                        .replicate_dims(&split)
+                        .project(&c.dims.out_from_operand(side, c.out.len()));
+                    let g: i64 = split.iter().map(|&d| mine.tiles[d]).product();
+                    let part_bytes = part.shard_dims(&c.out).iter().product::<i64>() * e;
+                    let cost = mv(otile, &o_t, odims)
+                        + 2 * part_bytes * (g - 1) / g
+                        + mv(&part, t, &c.out);
+                    best = best.min(cost);
+                }
+                best
+            }
+            Plan::Windowed(w) => {
+                let (l_t, whole) = self.conv_lhs_target(c, lt, &w.project(&c.lhs_from_out()));
+                let r_t = w.project(&c.dims.operand_from_out(Side::Rhs, c.rhs.len()));
+                let per: Vec<i64> = l_t.shard_dims(&c.lhs);
+                let mut halo = 0;
+                for (k, s) in c.dims.spatial.iter().enumerate() {
+                    let d = s.lhs.expect("spatial");
+                    let tiles = w.tiles[s.out.expect("spatial")];
+                    if tiles > 1 {
+                        let wdw = out_windowed(c, k, tiles, whole[d]);
+                        let others = elements_except(&per, d);
+                        halo += halo_positions(&wdw) * others * e;
+                    }
+                }
+                mv(lt, &l_t, &c.lhs) + mv(rt, &r_t, &c.rhs) + halo + mv(w, t, &c.out)
+            }
+            Plan::TiledRhs(r) => {
+                let (l_t, whole) = self.conv_lhs_target(c, lt, &r.project(&c.lhs_from_rhs()));
+                let per: Vec<i64> = l_t.shard_dims(&c.lhs);
+                let mut halo = 0;
+                let mut summed = Vec::new();
+                for (k, s) in c.dims.spatial.iter().enumerate() {
+                    let (d, kd) = (s.lhs.expect("spatial"), s.rhs.expect("spatial"));
+                    if r.tiles[kd] > 1 {
+                        summed.push(kd);
+                        let wdw = rhs_windowed(c, k, r.tiles[kd], whole[d]);
+                        let others = elements_except(&per, d);
+                        halo += halo_positions(&wdw) * others * e;
+                    }
+                }
+                summed.extend(
+                    c.dims
+                        .contracting
+                        .iter()
+                        .filter_map(|t| t.rhs)
+                        .filter(|&d| r.tiles[d] > 1),
+                );
+                let part = r
+                    .replicate_dims(&summed)
+                    .project(&c.dims.out_from_operand(Side::Rhs, c.out.len()));
+                let g: i64 = summed.iter().map(|&d| r.tiles[d]).product();
+                let part_bytes = part.shard_dims(&c.out).iter().product::<i64>() * e;
+                mv(lt, &l_t, &c.lhs)
+                    + mv(rt, r, &c.rhs)
+                    + halo
+                    + 2 * part_bytes * (g - 1) / g
+                    + mv(&part, t, &c.out)
+            }
+        }
+    }
+
+    /// The lhs tiling to reshard to for windowing along `target`'s split spatial dimensions:
+    /// spatial dimensions the lhs already holds whole stay whole (each device cuts its window
+    /// from them). Returns the tiling and which dimensions are held whole.
+    fn conv_lhs_target(&self, c: &Conv, lt: &Tiling, target: &Tiling) -> (Tiling, Vec<bool>) {
+        let mut whole: Vec<usize> = c
+            .dims
+            .spatial
+            .iter()
+            .filter_map(|s| s.lhs)
+            .filter(|&d| target.tiles[d] > 1 && lt.tiles[d] == 1)
+            .collect();
+        // Keeping them whole saves the halos but not always the reshard (a batch split that
+        // must first be undone): taken only when the reshard moves no more.
+        if !whole.is_empty() {
+            let kept = target.replicate_dims(&whole);
+            if self.move_bytes(lt, &kept, &c.lhs, c.ty) > self.move_bytes(lt, target, &c.lhs, c.ty)
+            {
+                whole.clear();
+            }
+        }
+        let mut flags = vec![false; c.lhs.len()];
+        for &d in &whole {
+            flags[d] = true;
+        }
+        if whole.is_empty() {
+            (target.clone(), flags)
+        } else {
+            (target.replicate_dims(&whole), flags)
+        }
+    }
+
+    /// The lhs resharded for windowing along `target`'s split spatial dimensions (see
+    /// [`Engine::conv_lhs_target`]), with the dimensions it holds whole.
+    fn conv_lhs(
+        &mut self,
+        b: &mut Builder,
+        c: &Conv,
+        lhs: InstrId,
+        target: &Tiling,
+    ) -> Result<(InstrId, Vec<bool>)> {
+        let v = self.value(b.module(), lhs)?;
+        let lt = indexed::tiling_of(&v.tree)
+            .cloned()
+            .unwrap_or_else(|| Tiling::replicated(c.lhs.len(), self.n));
+        let (t, whole) = self.conv_lhs_target(c, &lt, target);
+        Ok((self.operand_of(b, lhs, &t)?, whole))
+    }
+
+    /// The windowed-output strategy with result tiling `w`: returns the local result and its
+    /// spec.
+    fn conv_windowed(
+        &mut self,
+        b: &mut Builder,
+        i: &Instruction,
+        c: &Conv,
+        w: &Tiling,
+    ) -> Result<(InstrId, Tree)> {
+        let (lhs, rhs) = (i.operands()[0], i.operands()[1]);
+        let target = w.project(&c.lhs_from_out());
+        let (mut x, whole) = self.conv_lhs(b, c, lhs, &target)?;
+        let r_t = w.project(&c.dims.operand_from_out(Side::Rhs, c.rhs.len()));
+        let r = self.operand_of(b, rhs, &r_t)?;
+        let zero = built(b.scalar(b.module().instr(x).shape.element_type(), 0.0))?;
+        let mut local_win = i.attrs.window.as_deref().cloned().expect("checked");
+        for (k, s) in c.dims.spatial.iter().enumerate() {
+            let d = s.lhs.expect("spatial");
+            if target.tiles[d] <= 1 {
+                continue;
+            }
+            let wd = c.win[k];
+            let tiles = target.tiles[d];
+            let ww = out_windowed(c, k, tiles, whole[d]);
+            x = if wd.base_dilation > 1 {
+                let width = ww.width();
+                let elements = (ww.size, ww.shard, ww.whole);
+                let out = (ww.out_shard, ww.out_size);
+                let bd = wd.base_dilation;
+                self.dilated_piece(b, x, &target, d, elements, bd, &ww.lo, width, out, zero)?
+            } else {
+                self.windowed_piece(b, x, &target, d, &ww, Some(zero))?
+            };
+            local_win.dims[k] = WindowDim {
+                padding_low: 0,
+                padding_high: 0,
+                base_dilation: 1,
+                ..wd
+            };
+        }
+        let mut local = i.clone();
+        local.attrs.window = Some(Box::new(local_win));
+        let tree = Tree::Leaf(Spec::Tiled(w.clone()));
+        let shape = local_shape(&i.shape, &tree);
+        // The lhs tiling the local op sees: `target` (held-whole dimensions are spatial, which
+        // never carry groups).
+        let out = self.local_dot_like(b, &local, x, r, &target, shape)?;
+        Ok((out, tree))
+    }
+
+    /// The tiled-rhs strategy: the kernel kept as `r` (split along some spatial dimensions),
+    /// the lhs fetched per kernel piece, partial sums all-reduced.
+    fn conv_tiled_rhs(
+        &mut self,
+        b: &mut Builder,
+        i: &Instruction,
+        c: &Conv,
+        r: &Tiling,
+    ) -> Result<(InstrId, Tree)> {
+        let (lhs, rhs) = (i.operands()[0], i.operands()[1]);
+        let target = r.project(&c.lhs_from_rhs());
+        let (mut x, whole) = self.conv_lhs(b, c, lhs, &target)?;
+        let mut k_local = self.operand_of(b, rhs, r)?;
+        let lty = b.module().instr(x).shape.element_type();
+        let rty = b.module().instr(k_local).shape.element_type();
+        let lzero = built(b.scalar(lty, 0.0))?;
+        let rzero = built(b.scalar(rty, 0.0))?;
+        // Kernel padding of an uneven split and padding of split contracting dimensions
+        // multiply nothing.
+        let mut summed: Vec<usize> = c
+            .dims
+            .spatial
+            .iter()
+            .filter_map(|s| s.rhs)
+            .filter(|&d| r.tiles[d] > 1)
+            .collect();
+        let contracting: Vec<usize> = c
+            .dims
+            .contracting
+            .iter()
+            .filter_map(|t| t.rhs)
+            .filter(|&d| r.tiles[d] > 1)
+            .collect();
+        summed.extend(&contracting);
+        k_local = self.mask_padding(b, k_local, &c.rhs, r, &summed, rzero)?;
+        let lhs_contracting: Vec<usize> = c.dims.contracting.iter().filter_map(|t| t.lhs).collect();
+        x = self.mask_padding(b, x, &c.lhs, &target, &lhs_contracting, lzero)?;
+        let mut local_win = i.attrs.window.as_deref().cloned().expect("checked");
+        for (k, s) in c.dims.spatial.iter().enumerate() {
+            let (d, kd) = (s.lhs.expect("spatial"), s.rhs.expect("spatial"));
+            if r.tiles[kd] <= 1 {
+                continue;
+            }
+            let ww = rhs_windowed(c, k, r.tiles[kd], whole[d]);
+            x = self.windowed_piece(b, x, &target, d, &ww, Some(lzero))?;
+            local_win.dims[k] = WindowDim {
+                size: ceil_div(c.win[k].size, r.tiles[kd]),
+                padding_low: 0,
+                padding_high: 0,
+                ..c.win[k]
+            };
+        }
+        let mut local = i.clone();
+        local.attrs.window = Some(Box::new(local_win));
+        let part = r
+            .replicate_dims(&summed)
+            .project(&c.dims.out_from_operand(Side::Rhs, c.out.len()));
+        let tree = Tree::Leaf(Spec::Tiled(part.clone()));
+        let shape = local_shape(&i.shape, &tree);
+        let d = self.local_dot_like(b, &local, x, k_local, &target, shape)?;
+        let groups = r.groups(&summed, false);
+        let out_ty = i.shape.element_type();
+        let reducer = built(b.reducer(out_ty, Opcode::Add))?;
+        let real = self.real_groups(&groups);
+        let sum = self.creator.all_reduce(b, d, reducer, &real)?;
+        let g = groups[0].len() as i64;
+        let out_bytes = b.module().instr(sum).shape.byte_size(8);
+        self.report.collectives.push(CollectiveNote {
+            original: i.name().to_string(),
+            collective: "all-reduce",
+            reason: "partial sums of a convolution over a split kernel".to_string(),
+            bytes: 2 * out_bytes * (g - 1) / g,
+        });
+        Ok((sum, tree))
+    }
+
+    /// Original instruction `op`'s value resharded to tiling `t`.
+    fn operand_of(&mut self, b: &mut Builder, op: InstrId, t: &Tiling) -> Result<InstrId> {
+        let v = self.value(b.module(), op)?;
+        let base = self.global(b.module(), op);
+        self.reshard(b, &v, &base, &Tree::Leaf(Spec::Tiled(t.clone())))
+    }
+}

@@ -158,6 +158,7 @@ pub fn batch_module(
         outs.join(", "),
         shardings.join(", ")
     )
+}
 
 /// A random sharding of a rank-`rank` array on `n` devices, now and then (one in
 /// `replicated_one_in`) replicated: the devices split over the dimensions and replication, the

@@ -103,6 +103,18 @@ pub(super) fn tree(m: &Module, id: InstrId, n: i64) -> Result<Option<(Tree, Grou
     let Some(s) = i.sharding.as_ref() else {
         return Ok(None);
     };
+    // Asked of every instruction: answered without building a tree when no leaf has a manual
+    // subgroup (a replicated leaf on 512 devices lists 512 of them).
+    fn may_be_partial(s: &Sharding) -> bool {
+        match &s.kind {
+            ShardingKind::Tuple(l) => l.iter().any(may_be_partial),
+            ShardingKind::Named(_) => true,
+            _ => s.is_manual_subgroup(),
+        }
+    }
+    if !may_be_partial(s) {
+        return Ok(None);
+    }
     let leaves: Vec<Sharding> = match &s.kind {
         ShardingKind::Tuple(l) => l.clone(),
         _ => vec![s.clone(); i.shape.leaf_count()],

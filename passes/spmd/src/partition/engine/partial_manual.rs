@@ -169,9 +169,14 @@ fn walk(
 
 impl Engine<'_> {
     /// `groups` of local device ids as groups of real ones: one copy per manual group.
-    pub(super) fn real_groups(&self, groups: &[Vec<i64>]) -> Vec<Vec<i64>> {
+    pub(super) fn real_groups<'g>(
+        &self,
+        groups: &'g [Vec<i64>],
+    ) -> std::borrow::Cow<'g, [Vec<i64>]> {
         match &self.view {
-            None => groups.to_vec(),
+            // Outside a region the groups are the real ones (not copied: on 512 devices each
+            // group list names every device).
+            None => std::borrow::Cow::Borrowed(groups),
             Some(v) => v
                 .iter()
                 .flat_map(|real| {
@@ -179,7 +184,8 @@ impl Engine<'_> {
                         .iter()
                         .map(move |g| g.iter().map(|&l| real[l as usize]).collect())
                 })
-                .collect(),
+                .collect::<Vec<Vec<i64>>>()
+                .into(),
         }
     }
 

@@ -268,8 +268,6 @@ pub fn partition(
         let t = replicated_tree(&module.instr(root).shape, n);
         let s = tree_to_sharding(&t);
         (t, Some(s))
-    } else if root_view.is_some() {
-        (own_root, module.instr(root).sharding.clone())
     } else {
         (own_root, module.instr(root).sharding.clone())
     };

@@ -94,9 +94,10 @@ fn every_filetest_runs_equal_on_devices() {
             }
             continue;
         }
-        let inputs = harness::random_inputs(&original, 1).unwrap();
         // A manual region is an N-device program that cannot run on one device: such a file
-        // has a sibling `.reference`, the same computation written for one device.
+        // has a sibling `.reference`, the same computation written for one device. Its
+        // parameters are the global arrays (for a partially manual entry parameter, every
+        // manual subgroup's value side by side), so the inputs are drawn for it.
         let reference = path.with_extension("reference");
         let mut original = if reference.exists() {
             let t = std::fs::read_to_string(&reference).unwrap();
@@ -109,6 +110,7 @@ fn every_filetest_runs_equal_on_devices() {
         if !pass.options.allow_module_signature_change {
             replicate_entry_boundary(&mut original);
         }
+        let inputs = harness::random_inputs(&original, 1).unwrap();
         match check_equivalence(
             client(),
             &original,

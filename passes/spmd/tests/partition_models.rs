@@ -266,3 +266,83 @@ fn xla_dumps_partition_and_run_equal_beside_xla() {
     }
     assert!(failures.is_empty(), "\n{}", failures.join("\n\n"));
 }
+
+/// testdata/shard_map (scripts/make_shard_map_dumps.py): jax's shard_map manual over the
+/// "model" axis only of a 2x4 mesh (a partially manual region, `last_tile_dims={manual}`),
+/// with each collective jax emits there (psum, all_gather, ppermute, psum_scatter,
+/// all_to_all, axis_index, and all of them in one region), in both jax modes, as XLA's
+/// partitioner receives them. Tessera partitions each; the result runs on 8 devices against
+/// XLA's own partitioning (in the plugin) of the Shardy-mode module of the same function.
+/// That module is the reference for the GSPMD-mode one too: jaxlib 0.12's partitioner aborts
+/// on three of the GSPMD-mode modules (see the script), and the function is the same; its
+/// entry shardings are set to the GSPMD module's, so that XLA's result is laid out alike.
+#[test]
+fn shard_map_partial_manual_regions_partition_and_run_equal_beside_xla() {
+    use tessera_runtime::harness::Reference;
+    let filter = std::env::var("MODELS").ok();
+    let names: Vec<String> = stems(&data("shard_map"), ".before-spmd.txt")
+        .into_iter()
+        .filter(|n| filter.as_deref().is_none_or(|f| n.contains(f)))
+        .collect();
+    assert!(names.len() >= 14, "testdata/shard_map holds {names:?}");
+    let read = |s: &str| {
+        let t = std::fs::read_to_string(data(&format!("shard_map/{s}"))).unwrap();
+        parse_module(&t).unwrap()
+    };
+    let mut failures = Vec::new();
+    for name in names {
+        let before = read(&format!("{name}.before-spmd.txt"));
+        let stem = name.rsplit_once('.').unwrap().0;
+        let mut reference = read(&format!("{stem}.shardy.before-spmd.txt"));
+        let (re, be) = (reference.entry().unwrap(), before.entry().unwrap());
+        let pairs: Vec<_> = reference
+            .comp(re)
+            .parameters()
+            .zip(before.comp(be).parameters())
+            .chain([(
+                reference.comp(re).root().unwrap(),
+                before.comp(be).root().unwrap(),
+            )])
+            .collect();
+        for (r, b) in pairs {
+            reference.instr_mut(r).sharding = before.instr(b).sharding.clone();
+        }
+        let n = before.config.num_partitions;
+        let mut part = before.clone();
+        let mut pass = SpmdPartitioning::default();
+        let r = pass
+            .run(&mut part)
+            .map_err(|e| e.to_string())
+            .and_then(|_| {
+                verify(&part, &VerifyOptions::default()).map_err(|e| format!("verify: {e}"))?;
+                let inputs = harness::random_inputs(&before, 5).map_err(|e| e.to_string())?;
+                let options = CompareOptions {
+                    reference: Reference::XlaPartitioned,
+                    ..Default::default()
+                };
+                check_equivalence(client(), &reference, &part, n as usize, &inputs, options)
+                    .map_err(|e| e.to_string())
+            });
+        match r {
+            Ok(rep) if rep.passed() => {
+                let ours = collectives_of(&part, n);
+                let after = data(&format!("shard_map/{name}.after-spmd.txt"));
+                let xla = if after.exists() {
+                    let x = collectives_of(&read(&format!("{name}.after-spmd.txt")), n);
+                    format!("{} | {}", x.0, x.1)
+                } else {
+                    "XLA aborts | ".to_string()
+                };
+                eprintln!(
+                    "| {name} | {} | {} | {xla} | {} |",
+                    ours.0,
+                    ours.1,
+                    pass.report.last_resorts.len()
+                );
+            }
+            Ok(rep) => failures.push(format!("{name}:\n{rep}")),
+            Err(e) => failures.push(format!("{name}: {e}")),
+        }
+    }
+    assert!(failures.is_empty(), "\n{}", failures.join("\n\n"));
+}

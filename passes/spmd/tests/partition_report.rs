@@ -91,15 +91,17 @@ ENTRY %main () -> u32[] {
 
 #[test]
 fn unsupported_partitioned_forms_are_errors_that_name_the_instruction() {
-    // A partially manual entry parameter (XLA SubgroupManualReduce's input): such a value
-    // only exists inside a region entered through SPMDFullToShardShape.
+    // SPMDFullToShardShape whose operand has the right piece shapes but not the right
+    // placement: the operand splits rows over {0,1} and {2,3}, the region's subgroups
+    // ({0,2} and {1,3}, rows split inside) need rows over {0,2} and {1,3}.
     let e = run(r#"HloModule m, num_partitions=4
-ENTRY %main (p: f32[2,2]) -> f32[2,2] {
-  %p = f32[2,2] parameter(0), sharding={devices=[2,1,2]0,2,1,3 last_tile_dims={manual}}
-  ROOT %c = f32[2,2] copy(%p), sharding={devices=[2,1,2]0,2,1,3 last_tile_dims={manual}}
+ENTRY %main (p: f32[4,2]) -> f32[4,2] {
+  %p = f32[4,2] parameter(0), sharding={devices=[2,2]0,2,1,3}
+  %m = f32[4,1] custom-call(%p), custom_call_target="SPMDFullToShardShape", sharding={devices=[2,1,2]<=[4] last_tile_dims={manual}}
+  ROOT %f = f32[4,2] custom-call(%m), custom_call_target="SPMDShardToFullShape", sharding={devices=[2,2]<=[4]}
 }"#)
     .unwrap_err();
-    assert!(e.contains("%p") && e.contains("partially manual"), "{e}");
+    assert!(e.contains("%m") && e.contains("place"), "{e}");
     // XLA SubgroupIllegalManualAllReduce: inside a partially manual region an all-reduce over
     // devices of one manual subgroup ({0,2} hold different pieces of group 0's value).
     let e = run(r#"HloModule m, num_partitions=4

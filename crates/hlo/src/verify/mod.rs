@@ -841,11 +841,13 @@ impl<'a> Verifier<'a> {
 
     /// The groups as lists; `None` for a mesh (not checked here) or an iota that does not
     /// describe groups.
-    fn explicit_groups(&self, id: InstrId) -> Option<Vec<Vec<i64>>> {
+    fn explicit_groups(&self, id: InstrId) -> Option<std::borrow::Cow<'a, [Vec<i64>]>> {
         match self.m.instr(id).attrs.replica_groups.as_deref() {
-            None => Some(Vec::new()),
+            None => Some(std::borrow::Cow::Borrowed(&[])),
             Some(ReplicaGroups::Mesh(_)) => None,
-            Some(g) => g.groups().ok(),
+            // Explicit lists are read in place (a partitioned module holds hundreds of them).
+            Some(ReplicaGroups::Explicit(g)) => Some(std::borrow::Cow::Borrowed(g.as_slice())),
+            Some(g) => g.groups().ok().map(std::borrow::Cow::Owned),
         }
     }
 
@@ -874,13 +876,34 @@ impl<'a> Verifier<'a> {
             }
             return;
         }
-        let mut seen = HashSet::new();
-        for g in &groups {
-            if g.is_empty() {
-                self.err_instr(id, "a replica group is empty");
-                return;
+        if groups.iter().any(Vec::is_empty) {
+            self.err_instr(id, "a replica group is empty");
+            return;
+        }
+        // Valid groups name 0..n once each (n ids in all). The common case, every id in that
+        // range, is checked with a dense table: a partitioned module on 512 devices has
+        // hundreds of collectives naming every device, and hashing each id cost more than the
+        // partitioner itself.
+        let total: usize = groups.iter().map(Vec::len).sum();
+        let in_range = groups
+            .iter()
+            .flatten()
+            .all(|&r| r >= 0 && (r as usize) < total);
+        let n = if in_range {
+            let mut seen = vec![false; total];
+            for &r in groups.iter().flatten() {
+                if std::mem::replace(&mut seen[r as usize], true) {
+                    self.err_instr(
+                        id,
+                        format!("replica {r} appears more than once in the replica groups"),
+                    );
+                    return;
+                }
             }
-            for &r in g {
+            total as i64
+        } else {
+            let mut seen = HashSet::new();
+            for &r in groups.iter().flatten() {
                 if !seen.insert(r) {
                     self.err_instr(
                         id,
@@ -889,17 +912,18 @@ impl<'a> Verifier<'a> {
                     return;
                 }
             }
-        }
-        let n = seen.len() as i64;
-        for r in 0..n {
-            if !seen.contains(&r) {
-                self.err_instr(
-                    id,
-                    format!("replica {r} is not named in the replica groups"),
-                );
-                return;
+            let n = seen.len() as i64;
+            for r in 0..n {
+                if !seen.contains(&r) {
+                    self.err_instr(
+                        id,
+                        format!("replica {r} is not named in the replica groups"),
+                    );
+                    return;
+                }
             }
-        }
+            n
+        };
         let cfg = &self.m.config;
         let (limit, what) = match mode {
             GroupMode::CrossReplica | GroupMode::CrossReplicaAndPartition => {

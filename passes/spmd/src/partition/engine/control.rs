@@ -39,6 +39,13 @@ impl Engine<'_> {
             .get(k)
             .cloned()
             .ok_or_else(|| fail(format!("%{}: tuple index {k} out of range", i.name())))?;
+        // A get-tuple-element without a sharding of its own (XLA's dumps print them as the
+        // `%x#k` shorthand, which drops their sharding) keeps the element's.
+        let own = if i.sharding.is_none() {
+            sub.clone()
+        } else {
+            own
+        };
         let g = built(b.get_tuple_element(v.local, k as i64))?;
         self.renames.push((g, i.name().to_string()));
         let ev = Value {
@@ -92,7 +99,15 @@ impl Engine<'_> {
         for (k, &op) in operands.iter().enumerate() {
             let p = b.module().comp(comp).parameter(k);
             let t = match p {
-                Some(p) if b.module().instr(p).sharding.is_some() => tree_of(b.module(), p, n)?,
+                Some(p) if b.module().instr(p).sharding.is_some() => {
+                    // Inside a partially manual region the callee's parameters carry the
+                    // region's sharding, read in its view.
+                    let real = self.real_device_count();
+                    match partial_manual::tree(b.module(), p, real)? {
+                        Some((t, _)) if self.view.is_some() => t,
+                        _ => tree_of(b.module(), p, n)?,
+                    }
+                }
                 _ => self.value(b.module(), op)?.tree,
             };
             out.push(t);

@@ -38,7 +38,30 @@ impl Engine<'_> {
             "SPMDShardToFullShape" if self.holds_group_value(b, i.operands()[0]) => {
                 // Leaving a partially manual region: each device's piece of its group's value
                 // is its piece of the full value.
-                let x = self.value(b.module(), i.operands()[0])?.local;
+                let op = i.operands()[0];
+                let v = self.value(b.module(), op)?;
+                let x = v.local;
+                let real = self.real_device_count();
+                let op_shape = self.global(b.module(), op);
+                if let (Some((_, groups)), Tree::Leaf(f), Tree::Leaf(p)) = (
+                    b.module()
+                        .try_instr(op)
+                        .map(|_| partial_manual::tree(b.module(), op, real))
+                        .transpose()?
+                        .flatten(),
+                    &own,
+                    &v.tree,
+                ) {
+                    Self::check_placement(f, i.shape.dims(), p, op_shape.dims(), &groups).map_err(
+                        |e| {
+                            fail(format!(
+                                "%{}: the result's sharding does not place each device's piece \
+                                 where the partially manual operand holds it: {e}",
+                                i.name()
+                            ))
+                        },
+                    )?;
+                }
                 let want = local_shape(&i.shape, &own);
                 let have = b.module().instr(x).shape.clone();
                 if !have.same_dimensions(&want) {
@@ -100,8 +123,9 @@ impl Engine<'_> {
         b: &mut Builder,
         id: InstrId,
         own: Tree,
+        groups: &partial_manual::Groups,
     ) -> Result<()> {
-        let n = self.n;
+        let n = self.real_device_count();
         let i = b.module().instr(id).clone();
         let op = i.operands()[0];
         let op_tree = tree_of(b.module(), op, n)?;
@@ -115,6 +139,16 @@ impl Engine<'_> {
                 tessera_hlo::text::shape_to_string(&have),
                 tessera_hlo::text::shape_to_string(&want)
             )));
+        }
+        let full = self.global(b.module(), op);
+        if let (Tree::Leaf(f), Tree::Leaf(p)) = (&op_tree, &own) {
+            Self::check_placement(f, full.dims(), p, i.shape.dims(), groups).map_err(|e| {
+                fail(format!(
+                    "%{}: the operand's sharding does not place each device's piece where the \
+                     partially manual result needs it: {e}",
+                    i.name()
+                ))
+            })?;
         }
         self.set(id, x, own);
         Ok(())

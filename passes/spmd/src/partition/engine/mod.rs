@@ -202,6 +202,9 @@ struct Engine<'c> {
     /// Inside a partially manual region: the real devices of each manual group, by local
     /// device id (`n` is then the group size); see `partial_manual`.
     view: Option<partial_manual::Groups>,
+    /// Computations whose root is partially manual (an entry result with such a sharding):
+    /// the root is resharded in the view of these subgroups.
+    root_view: FxMap<CompId, partial_manual::Groups>,
     /// When and how dots become windowed loops (`windowed_dot`).
     windowed: Windowed,
 }
@@ -253,7 +256,12 @@ pub fn partition(
         let id = comp
             .parameter(p)
             .ok_or_else(|| fail(format!("entry parameter {p} is missing")))?;
-        let own = tree_of(module, id, n)?;
+        // A partially manual parameter holds each device's piece of its manual subgroup's
+        // value (XLA's SubgroupManualReduce): read in the view of its subgroups.
+        let own = match partial_manual::tree(module, id, n)? {
+            Some((t, _)) => t,
+            None => tree_of(module, id, n)?,
+        };
         param_trees.push(if keep_signature {
             replicated_tree(&module.instr(id).shape, n)
         } else {
@@ -263,7 +271,11 @@ pub fn partition(
     let root = comp
         .root()
         .ok_or_else(|| fail("spmd-partitioning: the entry computation has no root"))?;
-    let own_root = tree_of(module, root, n)?;
+    let root_view = partial_manual::tree(module, root, n)?;
+    let own_root = match &root_view {
+        Some((t, _)) => t.clone(),
+        None => tree_of(module, root, n)?,
+    };
     let (root_tree, root_sharding) = if keep_signature {
         let t = replicated_tree(&module.instr(root).shape, n);
         let s = tree_to_sharding(&t);
@@ -284,6 +296,7 @@ pub fn partition(
         globals: FxMap::default(),
         renames: Vec::new(),
         view: None,
+        root_view: FxMap::default(),
         windowed: Windowed {
             threshold_mib: options.threshold_for_windowed_einsum_mib,
             max_iterations: options.max_windowed_einsum_iteration,
@@ -295,6 +308,9 @@ pub fn partition(
             ..Default::default()
         },
     };
+    if let (Some((_, groups)), false) = (root_view, keep_signature) {
+        engine.root_view.insert(entry, groups);
+    }
     {
         let mut b = Builder::new(module, entry);
         engine.computation(&mut b, entry, &param_trees, &root_tree)?;
@@ -417,7 +433,10 @@ impl Engine<'_> {
             .expect("a computation has a root");
         let v = self.values[&old_root].clone();
         let base = self.global(b.module(), old_root);
-        let new_root = self.reshard(b, &v, &base, root)?;
+        let new_root = match self.root_view.get(&comp).cloned() {
+            Some(groups) => self.in_groups(groups, |e| e.reshard(b, &v, &base, root))?,
+            None => self.reshard(b, &v, &base, root)?,
+        };
         b.set_origin(None);
         b.module_mut().set_root(comp, new_root);
         let dead: Vec<InstrId> = old
@@ -501,10 +520,17 @@ impl Engine<'_> {
     fn instruction(&mut self, b: &mut Builder, id: InstrId, params: &[Tree]) -> Result<()> {
         let n = self.n;
         let i = b.module().instr(id);
-        if i.opcode != Opcode::Parameter {
-            if let Some((own, groups)) = partial_manual::tree(b.module(), id, n)? {
+        let real = self.real_device_count();
+        if i.opcode == Opcode::Parameter {
+            // A partially manual parameter (an entry parameter, or a callee's inside a
+            // region) takes the tree its caller or the entry read for it.
+            if let Some((own, _)) = partial_manual::tree(b.module(), id, real)? {
+                return self.dispatch(b, id, own, params);
+            }
+        } else {
+            if let Some((own, groups)) = partial_manual::tree(b.module(), id, real)? {
                 if is_manual_boundary(i) {
-                    return self.enter_partial_manual(b, id, own);
+                    return self.enter_partial_manual(b, id, own, &groups);
                 }
                 return self.in_view(b, id, own, groups, params);
             }
@@ -517,25 +543,25 @@ impl Engine<'_> {
     fn dispatch(&mut self, b: &mut Builder, id: InstrId, own: Tree, params: &[Tree]) -> Result<()> {
         let i = b.module().instr(id);
         let opcode = i.opcode;
-        if self.view.is_some() && opcode == Opcode::AllReduce && i.attrs.channel_id.is_some() {
-            return self.manual_collective_in_view(b, id, own);
-        }
-        if self.view.is_some()
-            && matches!(
-                opcode,
+        if self.view.is_some() {
+            match opcode {
+                Opcode::AllReduce if i.attrs.channel_id.is_some() => {
+                    return self.collective_in_view(b, id, own)
+                }
                 Opcode::AllGather
-                    | Opcode::AllToAll
-                    | Opcode::CollectivePermute
-                    | Opcode::ReduceScatter
-                    | Opcode::PartitionId
-            )
-        {
-            return Err(fail(format!(
-                "%{}: {} inside a partially manual region is not supported yet (an all-reduce \
-                 across the manual subgroups is)",
-                i.name(),
-                opcode.name()
-            )));
+                | Opcode::AllToAll
+                | Opcode::CollectivePermute
+                | Opcode::ReduceScatter => return self.collective_in_view(b, id, own),
+                // jax's axis_index: the real partition id, from which the program computes
+                // its place along the manual axes (the same on every device of a subgroup).
+                Opcode::PartitionId => {
+                    let i = i.clone();
+                    let out = self.clone_with(b, &i, &[], i.shape.clone())?;
+                    self.set(id, out, own);
+                    return Ok(());
+                }
+                _ => {}
+            }
         }
         if opcode == Opcode::Parameter {
             let k = i.attrs.parameter_number as usize;
@@ -856,11 +882,7 @@ impl Engine<'_> {
                 let pairs = self.real_pairs(pairs);
                 self.creator.collective_permute(b, x, &pairs)
             }
-            Step::FromMaximal { .. } if self.view.is_some() => Err(fail(format!(
-                "%{}: a value on one device inside a partially manual region",
-                self.origin_name(b)
-            ))),
-            Step::FromMaximal { device, n, .. } => {
+            Step::FromMaximal { device, .. } => {
                 let pid = self.partition_id(b)?;
                 let d = built(b.scalar(ElementType::U32, *device as f64))?;
                 let is = built(b.compare(pid, d, ComparisonDirection::Eq))?;
@@ -875,7 +897,9 @@ impl Engine<'_> {
                     Opcode::Add
                 };
                 let reducer = built(b.reducer(ty, op))?;
-                let all: Vec<i64> = (0..*n).collect();
+                // The device is a real one, also inside a partially manual region: its value
+                // goes to every device, so every manual subgroup holds it whole.
+                let all: Vec<i64> = (0..self.real_device_count()).collect();
                 self.creator.all_reduce(b, masked, reducer, &[all])
             }
         }

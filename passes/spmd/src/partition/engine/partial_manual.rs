@@ -26,6 +26,10 @@ pub(super) fn read(
     rank: usize,
     n: i64,
 ) -> std::result::Result<Option<(Tiling, Groups)>, String> {
+    if let ShardingKind::Named(named) = &s.kind {
+        // Shardy's mesh form: read as its tiled equivalent.
+        return read(&named.to_tiled(Some(rank))?, rank, n);
+    }
     let ShardingKind::Tiled(t) = &s.kind else {
         return Ok(None);
     };
@@ -99,6 +103,18 @@ pub(super) fn tree(m: &Module, id: InstrId, n: i64) -> Result<Option<(Tree, Grou
     let Some(s) = i.sharding.as_ref() else {
         return Ok(None);
     };
+    // Asked of every instruction: answered without building a tree when no leaf has a manual
+    // subgroup (a replicated leaf on 512 devices lists 512 of them).
+    fn may_be_partial(s: &Sharding) -> bool {
+        match &s.kind {
+            ShardingKind::Tuple(l) => l.iter().any(may_be_partial),
+            ShardingKind::Named(_) => true,
+            _ => s.is_manual_subgroup(),
+        }
+    }
+    if !may_be_partial(s) {
+        return Ok(None);
+    }
     let leaves: Vec<Sharding> = match &s.kind {
         ShardingKind::Tuple(l) => l.clone(),
         _ => vec![s.clone(); i.shape.leaf_count()],
@@ -153,9 +169,14 @@ fn walk(
 
 impl Engine<'_> {
     /// `groups` of local device ids as groups of real ones: one copy per manual group.
-    pub(super) fn real_groups(&self, groups: &[Vec<i64>]) -> Vec<Vec<i64>> {
+    pub(super) fn real_groups<'g>(
+        &self,
+        groups: &'g [Vec<i64>],
+    ) -> std::borrow::Cow<'g, [Vec<i64>]> {
         match &self.view {
-            None => groups.to_vec(),
+            // Outside a region the groups are the real ones (not copied: on 512 devices each
+            // group list names every device).
+            None => std::borrow::Cow::Borrowed(groups),
             Some(v) => v
                 .iter()
                 .flat_map(|real| {
@@ -163,7 +184,8 @@ impl Engine<'_> {
                         .iter()
                         .map(move |g| g.iter().map(|&l| real[l as usize]).collect())
                 })
-                .collect(),
+                .collect::<Vec<Vec<i64>>>()
+                .into(),
         }
     }
 
@@ -210,19 +232,35 @@ impl Engine<'_> {
         groups: Groups,
         params: &[Tree],
     ) -> Result<()> {
+        self.in_groups(groups, |e| e.dispatch(b, id, own, params))
+    }
+
+    /// Runs `f` in the view of the manual subgroups `groups`.
+    pub(super) fn in_groups<T>(
+        &mut self,
+        groups: Groups,
+        f: impl FnOnce(&mut Self) -> Result<T>,
+    ) -> Result<T> {
         let saved_n = self.n;
+        let real = self.real_device_count();
+        let m = groups.len().max(1) as i64;
         let saved_view = self.view.replace(groups);
-        self.n = saved_n / self.view.as_ref().map_or(1, |v| v.len() as i64);
-        let r = self.dispatch(b, id, own, params);
+        self.n = real / m;
+        let r = f(self);
         self.n = saved_n;
         self.view = saved_view;
         r
     }
 
-    /// A collective written inside a partially manual region: kept as written when each of
-    /// its groups combines devices holding the same local piece in different manual groups
-    /// (a psum over the manual axis); the operand is brought to the result's tiling first.
-    pub(super) fn manual_collective_in_view(
+    /// A collective written inside a partially manual region (jax's psum, all_gather,
+    /// psum_scatter, all_to_all, ppermute over the manual axes): kept as written. Each of its
+    /// groups (or permute pairs) must join devices that hold the same local piece in
+    /// different manual subgroups; then the collective acts on the pieces as it acts on the
+    /// subgroups' values, provided the dimensions it gathers, scatters or exchanges are whole
+    /// in the piece. So the operands take the result's tiling with those dimensions
+    /// unsplit, the collective is cloned on them, and its result is resharded to its own
+    /// sharding.
+    pub(super) fn collective_in_view(
         &mut self,
         b: &mut Builder,
         id: InstrId,
@@ -236,35 +274,151 @@ impl Engine<'_> {
                 local_of.insert(d, (k, l));
             }
         }
-        let groups = match i.attrs.replica_groups.as_ref().map(|g| g.groups()) {
-            Some(Ok(g)) => g,
-            Some(Err(e)) => return Err(fail(format!("%{}: {e}", i.name()))),
-            None => Vec::new(),
-        };
-        if groups.is_empty() {
-            return Err(fail(format!(
-                "%{}: a collective in a partially manual region needs explicit replica groups",
+        let bad = |what: String| {
+            fail(format!(
+                "%{}: a collective in a partially manual region must combine devices that hold \
+                 the same piece in different manual subgroups; {what} does not",
                 i.name()
-            )));
-        }
-        for g in &groups {
-            let ls: Vec<_> = g.iter().filter_map(|d| local_of.get(d)).collect();
-            let same_piece = ls.len() == g.len() && ls.iter().all(|(_, l)| *l == ls[0].1);
-            let ks: HashSet<usize> = ls.iter().map(|(k, _)| *k).collect();
-            if !same_piece || ks.len() != g.len() {
+            ))
+        };
+        if i.opcode == Opcode::CollectivePermute {
+            let pairs = i.attrs.source_target_pairs.clone().unwrap_or_default();
+            for &(s, t) in &pairs {
+                match (local_of.get(&s), local_of.get(&t)) {
+                    (Some(a), Some(c)) if a.1 == c.1 => {}
+                    _ => return Err(bad(format!("the pair {{{s},{t}}}"))),
+                }
+            }
+        } else {
+            let groups = match i.attrs.replica_groups.as_ref().map(|g| g.groups()) {
+                Some(Ok(g)) => g,
+                Some(Err(e)) => return Err(fail(format!("%{}: {e}", i.name()))),
+                None => Vec::new(),
+            };
+            if groups.is_empty() {
                 return Err(fail(format!(
-                    "%{}: a collective in a partially manual region must combine devices that \
-                     hold the same piece in different manual subgroups; group {g:?} does not",
+                    "%{}: a collective in a partially manual region needs explicit replica groups",
                     i.name()
                 )));
             }
+            for g in &groups {
+                let ls: Vec<_> = g.iter().filter_map(|d| local_of.get(d)).collect();
+                let same_piece = ls.len() == g.len() && ls.iter().all(|(_, l)| *l == ls[0].1);
+                let ks: HashSet<usize> = ls.iter().map(|(k, _)| *k).collect();
+                if !same_piece || ks.len() != g.len() {
+                    return Err(bad(format!("group {g:?}")));
+                }
+            }
         }
-        let mut ops = Vec::with_capacity(i.operands().len());
-        for k in 0..i.operands().len() {
-            ops.push(self.operand(b, id, k, &own)?);
+        // The dimensions the collective moves data along must be whole in each piece.
+        let moved: Vec<usize> = match i.opcode {
+            Opcode::AllGather | Opcode::ReduceScatter | Opcode::AllToAll => i
+                .attrs
+                .dimensions
+                .iter()
+                .flatten()
+                .map(|&d| d as usize)
+                .collect(),
+            _ => Vec::new(),
+        };
+        let whole = |t: &Tree| -> Tree {
+            match t {
+                Tree::Leaf(Spec::Tiled(tl))
+                    if moved.iter().any(|&d| tl.tiles.get(d) > Some(&1)) =>
+                {
+                    Tree::Leaf(Spec::Tiled(tl.replicate_dims(&moved)))
+                }
+                other => other.clone(),
+            }
+        };
+        let work = whole(&own);
+        let nops = i.operands().len();
+        let mut ops = Vec::with_capacity(nops);
+        for k in 0..nops {
+            // A variadic collective: operand k takes element k of the result's tree.
+            let target = match &work {
+                Tree::Tuple(e) if nops > 1 && e.len() == nops => e[k].clone(),
+                t => t.clone(),
+            };
+            ops.push(self.operand(b, id, k, &target)?);
         }
-        let out = self.clone_with(b, &i, &ops, local_shape(&i.shape, &own))?;
-        self.set(id, out, own);
+        let out = self.clone_with(b, &i, &ops, local_shape(&i.shape, &work))?;
+        if work == own {
+            self.set(id, out, own);
+            return Ok(());
+        }
+        let v = Value {
+            local: out,
+            tree: work,
+        };
+        let local = self.reshard(b, &v, &i.shape, &own)?;
+        self.set(id, local, own);
+        Ok(())
+    }
+
+    /// The real devices of the module, whatever the view.
+    pub(super) fn real_device_count(&self) -> i64 {
+        match &self.view {
+            None => self.n,
+            Some(v) => v.iter().map(|g| g.len() as i64).sum(),
+        }
+    }
+
+    /// Checks that `full` (a tiling of the whole array of `full_dims` over every device) puts
+    /// on each device the piece that `part` (a tiling of one manual subgroup's array of
+    /// `part_dims` over the subgroup's local devices, `groups`) gives it, with each
+    /// subgroup's array one block of the whole: the placement, not only the shapes, of
+    /// `SPMDFullToShardShape` and `SPMDShardToFullShape` into and out of a partially manual
+    /// region. `Err` says which device holds what.
+    pub(super) fn check_placement(
+        full: &Spec,
+        full_dims: &[i64],
+        part: &Spec,
+        part_dims: &[i64],
+        groups: &Groups,
+    ) -> std::result::Result<(), String> {
+        let (Spec::Tiled(f), Spec::Tiled(p)) = (full, part) else {
+            return Ok(());
+        };
+        if f.rank() != full_dims.len() || p.rank() != part_dims.len() || f.rank() != p.rank() {
+            return Err("ranks differ".to_string());
+        }
+        let fshard = f.shard_dims(full_dims);
+        let pshard = p.shard_dims(part_dims);
+        if fshard != pshard {
+            return Err(format!("pieces of {fshard:?} and {pshard:?}"));
+        }
+        let fstarts = f.starts(full_dims);
+        let pstarts = p.starts(part_dims);
+        for (k, real) in groups.iter().enumerate() {
+            let mut offset: Option<Vec<i64>> = None;
+            for (l, &d) in real.iter().enumerate() {
+                let (Some(fs), Some(ps)) = (fstarts.get(d as usize), pstarts.get(l)) else {
+                    return Err(format!("device {d} is not one of the tiling's devices"));
+                };
+                let o: Vec<i64> = fs.iter().zip(ps).map(|(a, c)| a - c).collect();
+                let block = o
+                    .iter()
+                    .zip(part_dims)
+                    .all(|(&x, &s)| x >= 0 && (s == 0 || x % s == 0));
+                if !block {
+                    return Err(format!(
+                        "device {d} holds the piece at {fs:?} of the whole array, which is not \
+                         the piece at {ps:?} of a block of manual subgroup {k}"
+                    ));
+                }
+                match &offset {
+                    None => offset = Some(o),
+                    Some(prev) if *prev == o => {}
+                    Some(prev) => {
+                        return Err(format!(
+                            "manual subgroup {k}'s devices hold pieces of different blocks \
+                             ({prev:?} and {o:?}); device {d} is at {fs:?}"
+                        ))
+                    }
+                }
+            }
+        }
         Ok(())
     }
 }

@@ -163,6 +163,16 @@ pub(in crate::partition::engine) fn move_bytes(
     plan::plan(src, dst, dims, n).map_or(i64::MAX / 4, |p| p.bytes(dims, elem))
 }
 
+/// A sharding an axis may take its split from: the lhs, the rhs or the result.
+struct Source<'a> {
+    name: &'static str,
+    tiling: &'a Tiling,
+    /// Axis -> the source's dimension.
+    map: Vec<Option<usize>>,
+    /// Each device's tile index in the source.
+    idx: Vec<Vec<i64>>,
+}
+
 /// Above this many axis combinations only whole-source candidates are tried.
 const MAX_COMBINATIONS: usize = 512;
 
@@ -223,8 +233,7 @@ pub(in crate::partition::engine) fn candidates(
 ) -> Vec<Candidate> {
     let space = Space::new(dims, shapes.lhs.len(), shapes.rhs.len(), shapes.out.len());
     let axes = space.axes.len();
-    // The sources: (name, tiling, axis -> its dimension), with each device's tile indices.
-    let mut sources: Vec<(&str, &Tiling, Vec<Option<usize>>, Vec<Vec<i64>>)> = Vec::new();
+    let mut sources: Vec<Source> = Vec::new();
     for (name, spec, side) in [("lhs", lhs, 0), ("rhs", rhs, 1), ("out", own, 2)] {
         let Spec::Tiled(t) = spec else { continue };
         if t.num_devices() != n || t.is_replicated() {
@@ -240,16 +249,21 @@ pub(in crate::partition::engine) fn candidates(
             })
             .map(|d| d.filter(|&d| d < t.rank()))
             .collect();
-        sources.push((name, t, map, t.tile_indices()));
+        sources.push(Source {
+            name,
+            tiling: t,
+            map,
+            idx: t.tile_indices(),
+        });
     }
     // Per axis: the splits it may take (source index, tiles), then whole.
     let mut options: Vec<Vec<Option<(usize, i64)>>> = Vec::with_capacity(axes);
     for k in 0..axes {
         let mut o: Vec<Option<(usize, i64)>> = Vec::new();
-        for (s, (_, t, map, _)) in sources.iter().enumerate() {
-            if let Some(d) = map[k] {
-                if t.tiles[d] > 1 {
-                    o.push(Some((s, t.tiles[d])));
+        for (s, src) in sources.iter().enumerate() {
+            if let Some(d) = src.map[k] {
+                if src.tiling.tiles[d] > 1 {
+                    o.push(Some((s, src.tiling.tiles[d])));
                 }
             }
         }
@@ -304,8 +318,8 @@ pub(in crate::partition::engine) fn candidates(
                     .enumerate()
                     .map(|(k, o)| match o {
                         Some((s, _)) => {
-                            let (_, _, map, ti) = &sources[*s];
-                            ti[dev][map[k].expect("a split axis has a dimension")]
+                            let src = &sources[*s];
+                            src.idx[dev][src.map[k].expect("a split axis has a dimension")]
                         }
                         None => 0,
                     })
@@ -328,7 +342,13 @@ pub(in crate::partition::engine) fn candidates(
             .iter()
             .enumerate()
             .filter_map(|(k, o)| {
-                o.map(|(s, t)| format!("{} {t} ways from the {}", space.axis_name(k), sources[s].0))
+                o.map(|(s, t)| {
+                    format!(
+                        "{} {t} ways from the {}",
+                        space.axis_name(k),
+                        sources[s].name
+                    )
+                })
             })
             .collect();
         let what = if what.is_empty() {

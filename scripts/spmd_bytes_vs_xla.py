@@ -52,20 +52,62 @@ def group_size(line, n):
     return n
 
 
+COMP = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s*[(]")
+WHILE = re.compile(r"\bwhile\(.*condition=%?([\w.\-]+), body=%?([\w.\-]+)")
+
+
+def trips(text):
+    """Each while body's trip count (times its caller's), for the loops whose condition
+    compares the counter with one s32 constant (Tessera's windowed loops, XLA's too); other
+    bodies count once."""
+    comps, cur = {}, None
+    for line in text.splitlines():
+        m = COMP.match(line)
+        if m and line.rstrip().endswith("{"):
+            cur = m.group(1)
+            comps[cur] = []
+        elif cur:
+            comps[cur].append(line)
+    count = {}
+    for name, lines in comps.items():
+        for line in lines:
+            m = WHILE.search(line)
+            if not m:
+                continue
+            consts = [int(c) for l in comps.get(m.group(1), [])
+                      for c in re.findall(r"s32\[\] constant\((\d+)\)", l)]
+            count[m.group(2)] = (name, consts[0] if len(consts) == 1 else 1)
+
+    def times(name, depth=0):
+        if name not in count or depth > 20:
+            return 1
+        caller, k = count[name]
+        return k * times(caller, depth + 1)
+
+    return comps, times
+
+
 def moved(text, n):
-    """(collectives, bytes each device receives) of a partitioned module's text."""
+    """(collectives, bytes each device receives) of a partitioned module's text; a
+    collective in a while body counts once per trip."""
+    comps, times = trips(text)
+    where = {}
+    for name, lines in comps.items():
+        for line in lines:
+            where[line] = name
     count, total = 0, 0
     for line in text.splitlines():
         m = LINE.match(line)
         if not m:
             continue
+        k = times(where[line]) if line in where else 1
         shape, kind = m.group(1), m.group(2)
         out = shape_bytes(shape)
         if kind == "collective-permute" and "-start" in line:
             out //= 2  # the start's tuple holds the operand and the result
         g = group_size(line, n)
-        count += 1
-        total += {
+        count += k
+        total += k * {
             "all-gather": out * (g - 1) // g,
             "all-reduce": 2 * out * (g - 1) // g,
             "reduce-scatter": out * (g - 1),
@@ -98,8 +140,13 @@ def main(paths):
     for path in paths:
         text = open(path).read()
         n = int(re.search(r"num_partitions=(\d+)", text).group(1))
-        ours = subprocess.run([tessera, "opt", path, "--passes", "spmd-partitioning"],
-                              check=True, capture_output=True, text=True).stdout
+        # The file's own RUN-line options (e.g. the windowed-einsum threshold) apply.
+        opts = [w for line in text.splitlines() if line.startswith("// RUN:")
+                for w in re.findall(r"--pass-option\s+(spmd-partitioning\.\S+)", line)]
+        args = [tessera, "opt", path, "--passes", "spmd-partitioning"]
+        for o in opts:
+            args += ["--pass-option", o]
+        ours = subprocess.run(args, check=True, capture_output=True, text=True).stdout
         oc, ob = moved(ours, n)
         try:
             xc_, xb = moved(xla_after(text, n), n)

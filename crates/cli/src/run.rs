@@ -20,8 +20,9 @@
 //! inputs are drawn once per resource; a later `arg<i>.npy` of a resource may be left out). A
 //! deduplicated module (with a `tessera.argument_map`) takes the original's arguments, fed to
 //! its parameters through the map, so `tessera compare IN OUT` compares a module with its
-//! deduplicated form; `--xla-spmd` lets the plugin's own SPMD partitioner partition a sharded
-//! OUT (Tessera's partitioner is not on main yet).
+//! deduplicated form; `--partition-with-xla` runs a still-sharded OUT through the plugin's own
+//! SPMD partitioner instead of as a per-device program (`--reference xla-spmd` is about the
+//! other side: what OUT is compared with).
 
 use std::path::{Path, PathBuf};
 
@@ -85,7 +86,7 @@ pub struct CompareArgs {
     /// the PJRT plugin's own SPMD partitioner for --devices instead of running it as a
     /// per-device module.
     #[arg(long)]
-    pub xla_spmd: bool,
+    pub partition_with_xla: bool,
 }
 
 /// `--reference` of `tessera compare`.
@@ -412,7 +413,7 @@ pub fn compare(args: &CompareArgs, parse: ParseFn) -> Result<(String, bool)> {
             ReferenceArg::XlaSpmd => Reference::XlaPartitioned,
         },
     };
-    let check = if args.xla_spmd {
+    let check = if args.partition_with_xla {
         harness::check_equivalence_xla
     } else {
         harness::check_equivalence
@@ -506,7 +507,7 @@ mod tests {
                 rtol: None,
                 atol: None,
                 reference: ReferenceArg::SingleDevice,
-                xla_spmd: false,
+                partition_with_xla: false,
             },
             no_text,
         )
@@ -531,7 +532,7 @@ mod tests {
             rtol: None,
             atol: None,
             reference: ReferenceArg::SingleDevice,
-            xla_spmd: false,
+            partition_with_xla: false,
         };
         let (report, ok) = compare(&args, parse_text).unwrap();
         assert!(ok, "{report}");
@@ -560,7 +561,7 @@ mod tests {
             rtol: None,
             atol: None,
             reference,
-            xla_spmd: false,
+            partition_with_xla: false,
         };
         let models = [
             "mlp",

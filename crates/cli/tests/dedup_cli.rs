@@ -3,7 +3,7 @@
 //! for a sharded IN, OUT partitioned for 4 devices by XLA's own partitioner (Tessera's is not
 //! on main yet: the fixture `train_step_sharded.dedup.after_spmd.hlo`, made by
 //! scripts/make_dedup_partitioned.py) then `tessera compare IN OUT_PARTITIONED --devices 4`,
-//! and OUT itself with `--xla-spmd`. `tessera run` feeds OUT the original's argument files
+//! and OUT itself with `--partition-with-xla`. `tessera run` feeds OUT the original's argument files
 //! through its argument map.
 
 use std::path::{Path, PathBuf};
@@ -165,7 +165,7 @@ fn opt_then_compare_sharded_on_four_devices() {
         out.to_str().unwrap(),
         "--devices",
         "4",
-        "--xla-spmd",
+        "--partition-with-xla",
     ]);
     let t = text(&o);
     assert!(o.status.success(), "{t}");

@@ -617,8 +617,9 @@ pub fn run_original(
     Ok(outs.pop().unwrap_or_default())
 }
 
-/// Splits `inputs` by the original's parameter shardings, runs the partitioned module on
-/// `num_devices` devices, and assembles its outputs by the original's root sharding.
+/// Splits `inputs` by the parameter shardings, runs the partitioned module on `num_devices`
+/// devices, and assembles its outputs by the root sharding: the partitioned module's own where
+/// it carries them (the shardings it was partitioned to), else the original's.
 pub fn run_partitioned(
     client: &Client,
     original: &Module,
@@ -627,8 +628,19 @@ pub fn run_partitioned(
     inputs: &[HostValue],
 ) -> Result<Vec<sharded::Assembled>> {
     // A deduplicated partitioned module takes the original's arguments through its map.
-    let (shapes, shardings) = merged_parameters(original, partitioned)?;
+    let (shapes, mut shardings) = merged_parameters(original, partitioned)?;
     let part_shapes = entry_parameter_shapes(partitioned)?;
+    // A partitioned module keeps, on its parameters, the shardings they were partitioned to
+    // (ours and XLA's both print them); propagation may have chosen one the original did not
+    // have, and the pieces follow the partitioned module's.
+    if let Some(e) = partitioned.entry() {
+        for (k, p) in partitioned.comp(e).parameters().enumerate() {
+            let i = partitioned.instr(p);
+            if let (Some(s), Some(shape)) = (i.sharding.as_ref(), shapes.get(k)) {
+                shardings[k] = tiled(partitioned, i.name(), shape, Some(s))?;
+            }
+        }
+    }
     if part_shapes.len() != shapes.len() {
         return Err(module_error(
             partitioned,
@@ -784,13 +796,21 @@ fn split_values(
     Ok(args)
 }
 
-/// Assembles per-device flattened outputs of `ran` by the root sharding of `original`.
+/// Assembles per-device flattened outputs of `ran` by its root sharding, or by the original's
+/// when `ran` carries none.
 fn assemble_outputs(
     original: &Module,
     ran: &Module,
     outs: &[Vec<HostArray>],
 ) -> Result<Vec<sharded::Assembled>> {
-    let (root_shape, root_sharding) = root_shape_and_sharding(original)?;
+    let (root_shape, mut root_sharding) = root_shape_and_sharding(original)?;
+    // As for parameters: the sharding the ran module's root was partitioned to, when it says.
+    if let Some(root) = ran.entry().and_then(|e| ran.comp(e).root()) {
+        let i = ran.instr(root);
+        if let Some(s) = i.sharding.as_ref() {
+            root_sharding = tiled(ran, i.name(), &root_shape, Some(s))?;
+        }
+    }
     let leaves = leaf_shapes(&root_shape)?;
     let leaf_shardings = sharded::leaf_shardings(&root_shape, &root_sharding)?;
     let mut result = Vec::with_capacity(leaves.len());

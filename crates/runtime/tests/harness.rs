@@ -129,6 +129,29 @@ fn hand_partitioned_sum_is_equivalent() {
 }
 
 #[test]
+fn pieces_follow_the_shardings_the_partitioned_module_carries() {
+    // Propagation may give the root a sharding the original lacked (jax's outputs often have
+    // none): the partitioned module's own root sharding says how its pieces lie.
+    let (mut orig, _) = sum_module(8, None);
+    let (mut part, _) = sum_module(8, Some(4));
+    let root = |m: &Module| m.comp(m.entry().unwrap()).root().unwrap();
+    let r = root(&orig);
+    let chosen = orig.instr_mut(r).sharding.take();
+    let r = root(&part);
+    part.instr_mut(r).sharding = chosen;
+    let report = check_equivalence(
+        client(),
+        &orig,
+        &part,
+        2,
+        &inputs(8),
+        CompareOptions::default(),
+    )
+    .unwrap();
+    assert!(report.passed(), "{report}");
+}
+
+#[test]
 fn sum_without_its_all_reduce_is_caught() {
     let (orig, _) = sum_module(8, None);
     let (mut part, ar) = sum_module(8, Some(4));

@@ -15,7 +15,7 @@ use tessera_runtime::harness;
 use tessera_spmd::SpmdPartitioning;
 
 mod common;
-use common::{assert_batch_equal, case_count, Gen};
+use common::{assert_batch_equal, batch_module, case_count, Gen};
 
 /// A random sharding of a rank-`rank` array on `n` devices: the devices split over the
 /// dimensions (the first dimension favoured) and replication, in iota or shuffled order;
@@ -292,28 +292,22 @@ fn case(g: &mut Gen, k: usize, first: usize, n: i64) -> Option<Case> {
 const REDUCERS: &str = "%add (a: s32[], b: s32[]) -> s32[] {\n  %a = s32[] parameter(0)\n  %b = s32[] parameter(1)\n  ROOT %r = s32[] add(%a, %b)\n}\n\n%max (x: s32[], y: s32[]) -> s32[] {\n  %x = s32[] parameter(0)\n  %y = s32[] parameter(1)\n  ROOT %m = s32[] maximum(%x, %y)\n}\n\n%ge (g0: s32[], g1: s32[]) -> pred[] {\n  %g0 = s32[] parameter(0)\n  %g1 = s32[] parameter(1)\n  ROOT %c = pred[] compare(%g0, %g1), direction=GE\n}\n\n%le (l0: s32[], l1: s32[]) -> pred[] {\n  %l0 = s32[] parameter(0)\n  %l1 = s32[] parameter(1)\n  ROOT %c = pred[] compare(%l0, %l1), direction=LE\n}\n\n";
 
 fn module_text(n: i64, cases: &[Case]) -> String {
-    let mut params = Vec::new();
-    let mut body = String::new();
-    for c in cases {
-        for (s, _) in &c.params {
-            params.push(format!("p{}: {s}", params.len()));
-        }
-        body += &c.body;
-    }
-    let shapes: Vec<&str> = cases.iter().map(|c| c.result_shape.as_str()).collect();
-    let outs: Vec<String> = cases
+    let params: Vec<String> = cases
         .iter()
-        .map(|c| format!("{} {}", c.result_shape, c.result))
+        .flat_map(|c| c.params.iter().map(|(s, _)| s.clone()))
         .collect();
-    let shardings: Vec<&str> = cases.iter().map(|c| c.result_sharding.as_str()).collect();
-    format!(
-        "HloModule halo_cases, num_partitions={n}\n\n{REDUCERS}ENTRY %main ({}) -> ({}) {{\n{body}  ROOT %t = ({}) tuple({}), sharding={{{}}}\n}}\n",
-        params.join(", "),
-        shapes.join(", "),
-        shapes.join(", "),
-        outs.join(", "),
-        shardings.join(", ")
-    )
+    let body: String = cases.iter().map(|c| c.body.as_str()).collect();
+    let results: Vec<(String, String, String)> = cases
+        .iter()
+        .map(|c| {
+            (
+                c.result_shape.clone(),
+                c.result.clone(),
+                c.result_sharding.clone(),
+            )
+        })
+        .collect();
+    batch_module("halo_cases", n, REDUCERS, &params, &body, &results)
 }
 
 #[test]

@@ -53,7 +53,7 @@ fn check(file: &str) -> Result<String, String> {
     // The multi-block transformers' gradients are sums over the batch split on "data": on
     // 8 devices they are summed in another order than on one, and a few small elements land
     // up to 5.5e-6 away (4e-3 relative), past f32's default tolerance. XLA's own partitioning
-    // of the same module lands exactly there too (`tessera compare --xla-spmd` gives the same
+    // of the same module lands exactly there too (`tessera compare --partition-with-xla` gives the same
     // errors), and ours equals XLA's exactly: so these are checked against XLA's partitioning
     // of the original on the same devices, with the default tolerance.
     let reference = if file.contains("transformer4") {

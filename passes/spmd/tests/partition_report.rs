@@ -173,3 +173,61 @@ ENTRY %main (p: f32[8,2]) -> f32[8,2] {
     assert_eq!(ps.parameters[0].dims(), &[4, 2]);
     assert_eq!(ps.result.dims(), &[4, 2]);
 }
+
+#[test]
+fn windowed_einsum_options_and_report() {
+    let pairs = |kv: &[(&str, &str)]| -> Vec<(String, String)> {
+        kv.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    let o = SpmdOptions::from_pairs(
+        "spmd-partitioning",
+        &pairs(&[
+            ("threshold_for_windowed_einsum_mib", "0"),
+            ("max_windowed_einsum_iteration", "4"),
+            ("unroll_windowed_einsum", "true"),
+            ("bidirectional_windowed_einsum", "true"),
+            ("windowed_einsum_use_multiple_streams", "true"),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(o.threshold_for_windowed_einsum_mib, 0);
+    assert_eq!(o.max_windowed_einsum_iteration, 4);
+    assert!(o.unroll_windowed_einsum && o.bidirectional_windowed_einsum);
+    for (k, v) in [
+        ("max_windowed_einsum_iteration", "-1"),
+        ("unroll_windowed_einsum", "maybe"),
+        ("threshold_for_windowed_einsum_mib", "x"),
+    ] {
+        let e = SpmdOptions::from_pairs("spmd-partitioning", &pairs(&[(k, v)]));
+        assert!(e.is_err(), "{k}={v} was accepted");
+    }
+    // The loop is reported as one collective-permute line with the bytes of all its steps:
+    // three steps of an f32[2,8] rhs piece (64 bytes).
+    let text = r#"HloModule m, num_partitions=4
+ENTRY %main (x: f32[8,8], w: f32[8,8]) -> f32[8,8] {
+  %x = f32[8,8] parameter(0), sharding={devices=[4,1]<=[4]}
+  %w = f32[8,8] parameter(1), sharding={devices=[4,1]<=[4]}
+  ROOT %d = f32[8,8] dot(%x, %w), lhs_contracting_dims={1}, rhs_contracting_dims={1}, sharding={devices=[4,1]<=[4]}
+}"#;
+    let mut m = parse_module(text).unwrap();
+    let mut p = SpmdPartitioning::default();
+    p.options.threshold_for_windowed_einsum_mib = 0;
+    p.run(&mut m).unwrap();
+    let c = &p.report.collectives;
+    assert_eq!(c.len(), 1, "{c:?}");
+    assert_eq!(
+        (c[0].collective, c[0].original.as_str()),
+        ("collective-permute", "d")
+    );
+    assert!(
+        c[0].reason.starts_with("windowed einsum"),
+        "{}",
+        c[0].reason
+    );
+    assert_eq!(c[0].bytes, 3 * 64);
+    // The default threshold leaves the same dot to the all-gather.
+    let p = run(text).unwrap();
+    assert_eq!(p.report.collectives[0].collective, "all-gather");
+}

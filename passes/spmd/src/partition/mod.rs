@@ -34,9 +34,21 @@ pub struct SpmdOptions {
     /// How many of the largest instructions the memory report lists (XLA's
     /// `report_instruction_count`, default 5).
     pub report_instruction_count: i64,
-    /// Windowed einsum threshold in MiB (XLA's option, default 256; dots take the simple
-    /// strategies here and do not read it yet).
+    /// Windowed einsum threshold in MiB (XLA's option, default 256): a dot whose simple
+    /// strategy would all-gather an operand (or all-reduce a partial result) larger than this
+    /// per device becomes a loop over collective-permutes (docs/spmd-windowed-einsum.md).
     pub threshold_for_windowed_einsum_mib: i64,
+    /// Windowed loops longer than this many steps are not built (XLA's
+    /// `max_windowed_einsum_iteration`, default 32).
+    pub max_windowed_einsum_iteration: i64,
+    /// Two windows per trip of a windowed loop (XLA's `unroll_windowed_einsum`).
+    pub unroll_windowed_einsum: bool,
+    /// Windowed loops send pieces (or partial sums) both ways around the ring (XLA's
+    /// `bidirectional_windowed_einsum`).
+    pub bidirectional_windowed_einsum: bool,
+    /// XLA's `windowed_einsum_use_multiple_streams`: a GPU scheduling hint; accepted and
+    /// without effect here (the CPU plugin has one stream).
+    pub windowed_einsum_use_multiple_streams: bool,
     /// May the entry's parameter and result shapes change (XLA's
     /// `allow_module_signature_change`)? When true (the default here, and what every XLA
     /// pipeline that partitions whole programs sets: the CPU and GPU compilers' partitioner,
@@ -58,6 +70,10 @@ impl Default for SpmdOptions {
             conv_halo_exchange_always_on_lhs: true,
             report_instruction_count: 5,
             threshold_for_windowed_einsum_mib: 256,
+            max_windowed_einsum_iteration: 32,
+            unroll_windowed_einsum: false,
+            bidirectional_windowed_einsum: false,
+            windowed_einsum_use_multiple_streams: false,
             allow_module_signature_change: true,
             explain: false,
         }
@@ -89,7 +105,27 @@ impl PassOptions for SpmdOptions {
         OptionDoc {
             key: "threshold_for_windowed_einsum_mib",
             default: "256",
-            doc: "XLA's windowed einsum threshold; dots take the simple strategies for now",
+            doc: "a dot that would gather (or all-reduce) more MiB than this per device becomes a windowed loop",
+        },
+        OptionDoc {
+            key: "max_windowed_einsum_iteration",
+            default: "32",
+            doc: "windowed loops of more steps than this are not built",
+        },
+        OptionDoc {
+            key: "unroll_windowed_einsum",
+            default: "false",
+            doc: "two windows per trip of a windowed loop",
+        },
+        OptionDoc {
+            key: "bidirectional_windowed_einsum",
+            default: "false",
+            doc: "windowed loops send pieces (or partial sums) both ways around the ring",
+        },
+        OptionDoc {
+            key: "windowed_einsum_use_multiple_streams",
+            default: "false",
+            doc: "XLA's GPU stream hint; accepted, no effect on CPU",
         },
         OptionDoc {
             key: "allow_module_signature_change",
@@ -120,6 +156,14 @@ impl PassOptions for SpmdOptions {
             "report_instruction_count" => self.report_instruction_count = count(value)?,
             "threshold_for_windowed_einsum_mib" => {
                 self.threshold_for_windowed_einsum_mib = count(value)?
+            }
+            "max_windowed_einsum_iteration" => self.max_windowed_einsum_iteration = count(value)?,
+            "unroll_windowed_einsum" => self.unroll_windowed_einsum = parse_bool(value)?,
+            "bidirectional_windowed_einsum" => {
+                self.bidirectional_windowed_einsum = parse_bool(value)?
+            }
+            "windowed_einsum_use_multiple_streams" => {
+                self.windowed_einsum_use_multiple_streams = parse_bool(value)?
             }
             "allow_module_signature_change" => {
                 self.allow_module_signature_change = parse_bool(value)?

@@ -112,3 +112,34 @@ pub fn random_sharding(g: &mut Gen, rank: usize, n: i64) -> String {
     };
     format!("{{devices=[{}]{devices}{suffix}}}", dims.join(","))
 }
+
+/// The text of one executed batch: module `name` on `n` devices with the computations
+/// `prelude` (reducers the cases call), an entry taking `params` (`p<k>: shape`, in order),
+/// running `body`, and returning the tuple of `results` (shape, `%name`, sharding), each
+/// output keeping its sharding.
+#[allow(dead_code)] // not every test binary builds batches this way
+pub fn batch_module(
+    name: &str,
+    n: i64,
+    prelude: &str,
+    params: &[String],
+    body: &str,
+    results: &[(String, String, String)],
+) -> String {
+    let shapes: Vec<&str> = results.iter().map(|r| r.0.as_str()).collect();
+    let outs: Vec<String> = results.iter().map(|r| format!("{} {}", r.0, r.1)).collect();
+    let shardings: Vec<&str> = results.iter().map(|r| r.2.as_str()).collect();
+    let params: Vec<String> = params
+        .iter()
+        .enumerate()
+        .map(|(k, s)| format!("p{k}: {s}"))
+        .collect();
+    format!(
+        "HloModule {name}, num_partitions={n}\n\n{prelude}ENTRY %main ({}) -> ({}) {{\n{body}  ROOT %t = ({}) tuple({}), sharding={{{}}}\n}}\n",
+        params.join(", "),
+        shapes.join(", "),
+        shapes.join(", "),
+        outs.join(", "),
+        shardings.join(", ")
+    )
+}

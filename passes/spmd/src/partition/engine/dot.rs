@@ -233,8 +233,10 @@ impl Engine<'_> {
         own: Tree,
         dims: &DimsMapping,
     ) -> Result<()> {
-        // Windowed einsum (engine/windowed_dot.rs) is tried here first, when
-        // `threshold_for_windowed_einsum_mib` allows.
+        if let Some(out) = self.windowed_dot(b, id, &own, dims)? {
+            self.set(id, out, own);
+            return Ok(());
+        }
         let i = b.module().instr(id).clone();
         let (lhs, rhs) = (i.operands()[0], i.operands()[1]);
         let lv = self.value(b.module(), lhs)?;

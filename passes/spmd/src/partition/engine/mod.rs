@@ -39,6 +39,7 @@ mod reduce;
 mod shape_ops;
 mod sort;
 mod window;
+mod windowed_dot;
 
 /// Stack left before a nested computation walk grows a new segment: one level (instruction,
 /// handler, reshard) stays well inside it even in debug builds.
@@ -200,6 +201,16 @@ struct Engine<'c> {
     /// Inside a partially manual region: the real devices of each manual group, by local
     /// device id (`n` is then the group size); see `partial_manual`.
     view: Option<partial_manual::Groups>,
+    /// When and how dots become windowed loops (`windowed_dot`).
+    windowed: Windowed,
+}
+
+/// The windowed-einsum options, as the engine reads them.
+struct Windowed {
+    threshold_mib: i64,
+    max_iterations: i64,
+    unroll: bool,
+    bidirectional: bool,
 }
 
 /// Partitions `module` for `options`' device counts; the collectives come from `creator`.
@@ -272,6 +283,12 @@ pub fn partition(
         globals: FxMap::default(),
         renames: Vec::new(),
         view: None,
+        windowed: Windowed {
+            threshold_mib: options.threshold_for_windowed_einsum_mib,
+            max_iterations: options.max_windowed_einsum_iteration,
+            unroll: options.unroll_windowed_einsum,
+            bidirectional: options.bidirectional_windowed_einsum,
+        },
         report: SpmdReport {
             num_partitions: n,
             ..Default::default()

@@ -1,0 +1,805 @@
+//! Windowed einsum (the seed's `WindowedDotGeneralLoop`): a dot whose simple strategy would
+//! all-gather a large operand, or all-reduce a large partial result, becomes a loop over
+//! collective-permutes in which each trip computes one window of the dot while the next
+//! piece travels around a ring of devices. See docs/spmd-windowed-einsum.md.
+//!
+//! Two shapes of loop:
+//! - **gather-like** (XLA's "LHS windowed" and "RHS windowed" non-contracting cases): the
+//!   result is split like one operand (`mine`); the other operand is split along one of its
+//!   non-contracting dimensions `d` over a ring of `R` devices and would have to be
+//!   all-gathered along `d`. Instead each device keeps its piece of `mine`, multiplies it with
+//!   the piece of the other operand it holds, writes the product into window
+//!   `(r + k) mod R` of the result along `d`'s result dimension, and passes the piece on to
+//!   its ring neighbour. `R - 1` permutes of one piece each: the bytes of the all-gather,
+//!   never the whole gathered operand in memory.
+//! - **reduce-scatter-like** (the contracting case): both operands are split along one
+//!   contracting dimension over a ring of `R` devices and the result is split over the same
+//!   ring along a non-contracting dimension `o`. Each device computes the partial sum of one
+//!   result window from its contracting piece, adds it to the accumulator it received and
+//!   passes it on; after `R` steps each device holds the complete sum of its own window.
+//!   `R - 1` permutes of one result piece: the bytes of a reduce-scatter, half those of the
+//!   all-reduce the simple strategy emits.
+//!
+//! Code motion: an accumulating loop's sliced operand that is a broadcast of something
+//! smaller enters the loop as that operand; each window broadcasts only its slice.
+//!
+//! Variants (pass options): `unroll_windowed_einsum` does two steps per trip;
+//! `bidirectional_windowed_einsum` (rings of 3 or more) sends pieces, or partial sums, both
+//! ways around the ring: two windows per trip and half the trips. In every trip the permute
+//! reads the same piece the dot reads, so the two are independent and may overlap.
+
+use super::dot::{DimsMapping, Side};
+use super::*;
+
+/// One windowed loop, decided before anything is built.
+enum Plan {
+    /// See the module docs.
+    Gather {
+        /// The operand whose split the result keeps.
+        mine: Side,
+        mine_t: Tiling,
+        /// The other operand's windowed tiling: split along `d` into `ring` pieces.
+        other_t: Tiling,
+        d: usize,
+        /// The result dimension of `d`.
+        o: usize,
+        ring: i64,
+    },
+    /// See the module docs.
+    Accumulate {
+        /// The operand split on the contracting dimension whose split is kept.
+        mine: Side,
+        mine_t: Tiling,
+        other_t: Tiling,
+        /// The contracting dimension on each side.
+        c: (usize, usize),
+        /// The side holding the result's split dimension `o`, and that dimension there.
+        holder: Side,
+        hd: usize,
+        o: usize,
+        ring: i64,
+    },
+}
+
+impl<'c> Engine<'c> {
+    /// A while loop of `trips` trips over the state `init` (built in the current computation)
+    /// with a trip counter in front; `step` builds one trip's new state from the counter and
+    /// the state (in the body). Returns the final state, counter dropped.
+    fn windowed_while(
+        &mut self,
+        b: &mut Builder,
+        init: &[InstrId],
+        trips: i64,
+        step: &mut Trip<'c, '_>,
+    ) -> Result<Vec<InstrId>> {
+        let outer = b.computation();
+        let zero = built(b.scalar(ElementType::S32, 0.0))?;
+        let mut elems = vec![zero];
+        elems.extend_from_slice(init);
+        let state0 = built(b.tuple(&elems))?;
+        let shape = b.module().instr(state0).shape.clone();
+        let name = self.origin_name(b);
+        // Condition: counter < trips.
+        let cond = self.new_computation(b, &format!("windowed_dot_cond.{name}"))?;
+        b.set_computation(cond);
+        let p = built(b.parameter(0, shape.clone(), "windowed_state"))?;
+        let k = built(b.get_tuple_element(p, 0))?;
+        let lim = built(b.scalar(ElementType::S32, trips as f64))?;
+        let lt = built(b.compare(k, lim, ComparisonDirection::Lt))?;
+        b.module_mut().set_root(cond, lt);
+        // Body: one trip.
+        let body = self.new_computation(b, &format!("windowed_dot_body.{name}"))?;
+        b.set_computation(body);
+        let p = built(b.parameter(0, shape, "windowed_state"))?;
+        let mut state = Vec::with_capacity(init.len());
+        for e in 0..init.len() {
+            state.push(built(b.get_tuple_element(p, e as i64 + 1))?);
+        }
+        let k = built(b.get_tuple_element(p, 0))?;
+        let next = step(self, b, k, &state)?;
+        let one = built(b.scalar(ElementType::S32, 1.0))?;
+        let k1 = built(b.binary(Opcode::Add, k, one))?;
+        let mut out = vec![k1];
+        out.extend(next);
+        let root = built(b.tuple(&out))?;
+        b.module_mut().set_root(body, root);
+        b.set_computation(outer);
+        let w = built(b.op(
+            Opcode::While,
+            &[state0],
+            tessera_hlo::Attrs::default(),
+            &[cond, body],
+            None,
+        ))?;
+        let mut res = Vec::with_capacity(init.len());
+        for e in 0..init.len() {
+            res.push(built(b.get_tuple_element(w, e as i64 + 1))?);
+        }
+        Ok(res)
+    }
+}
+
+/// One trip of a windowed loop: from the trip counter and the state, the next state.
+type Trip<'e, 'c> =
+    dyn FnMut(&mut Engine<'e>, &mut Builder, InstrId, &[InstrId]) -> Result<Vec<InstrId>> + 'c;
+
+/// The ring a windowed loop turns: per device its position, and the permute pairs that move
+/// every piece one step (device at position `r` receives from position `r + 1`).
+struct Ring {
+    pos: Vec<i64>,
+    pairs: Vec<(i64, i64)>,
+}
+
+impl Ring {
+    /// The ring along data dimension `d` of `t` (one ring per group of devices that differ
+    /// only in their tile along `d`).
+    fn along(t: &Tiling, d: usize) -> Ring {
+        let mut pos = vec![0; t.num_devices() as usize];
+        for (dev, idx) in t.tile_indices().into_iter().enumerate() {
+            pos[dev] = idx[d];
+        }
+        let mut pairs = Vec::new();
+        for g in t.groups(&[d], false).iter() {
+            for r in 0..g.len() {
+                pairs.push((g[(r + 1) % g.len()], g[r]));
+            }
+        }
+        pairs.sort_unstable_by_key(|&(_, t)| t);
+        Ring { pos, pairs }
+    }
+
+    /// The pairs that move every piece one step the other way.
+    fn reversed(&self) -> Vec<(i64, i64)> {
+        let mut p: Vec<(i64, i64)> = self.pairs.iter().map(|&(s, t)| (t, s)).collect();
+        p.sort_unstable_by_key(|&(_, t)| t);
+        p
+    }
+}
+
+impl Engine<'_> {
+    /// Partitions dot `id` as a windowed loop when the options allow it and one fits; the
+    /// returned local value holds `own`. `None`: the caller's strategies apply.
+    pub(super) fn windowed_dot(
+        &mut self,
+        b: &mut Builder,
+        id: InstrId,
+        own: &Tree,
+        dims: &DimsMapping,
+    ) -> Result<Option<InstrId>> {
+        if !dims.spatial.is_empty() {
+            return Ok(None);
+        }
+        let Tree::Leaf(Spec::Tiled(t)) = own else {
+            return Ok(None);
+        };
+        let Some(plan) = self.windowed_plan(b, id, t, dims)? else {
+            return Ok(None);
+        };
+        let out = match plan {
+            Plan::Gather { .. } => self.gather_loop(b, id, t, &plan)?,
+            Plan::Accumulate { .. } => self.accumulate_loop(b, id, t, &plan)?,
+        };
+        Ok(Some(out))
+    }
+
+    /// The loop to build, if any: the accumulating one first (it halves the all-reduce's
+    /// bytes), then the gathering one (the all-gather's bytes without its memory).
+    fn windowed_plan(
+        &self,
+        b: &Builder,
+        id: InstrId,
+        t: &Tiling,
+        dims: &DimsMapping,
+    ) -> Result<Option<Plan>> {
+        let m = b.module();
+        let i = m.instr(id);
+        let ops = [i.operands()[0], i.operands()[1]];
+        let out_rank = i.shape.rank();
+        let threshold = self.windowed.threshold_mib.saturating_mul(1 << 20);
+        let max_ring = self.windowed.max_iterations;
+        let bytes = |global: &Shape, tl: &Tiling| -> i64 {
+            let elem = global.element_type().byte_size() as i64;
+            tl.shard_dims(global.dims()).iter().product::<i64>() * elem
+        };
+        // Reduce-scatter-like: one contracting dimension split over a ring that also splits
+        // the result along one non-contracting dimension.
+        for side in [Side::Lhs, Side::Rhs] {
+            let v = self.value(m, ops[side.index()])?;
+            let Tree::Leaf(Spec::Tiled(s)) = &v.tree else {
+                continue;
+            };
+            let split: Vec<&super::dot::DimTriple> = dims
+                .contracting
+                .iter()
+                .filter(|tr| tr.on(side).is_some_and(|d| s.tiles[d] > 1))
+                .collect();
+            if split.len() != 1 {
+                continue;
+            }
+            let (c_mine, c_other) = (
+                split[0].on(side).expect("filtered"),
+                split[0]
+                    .on(side.other())
+                    .expect("a contracting dim is on both sides"),
+            );
+            let ring = s.tiles[c_mine];
+            let partial = s
+                .replicate_dims(&[c_mine])
+                .project(&dims.out_from_operand(side, out_rank));
+            for (holder, tr) in dims
+                .lhs_non_contracting
+                .iter()
+                .map(|tr| (Side::Lhs, tr))
+                .chain(dims.rhs_non_contracting.iter().map(|tr| (Side::Rhs, tr)))
+            {
+                let (Some(o), Some(hd)) = (tr.out, tr.on(holder)) else {
+                    continue;
+                };
+                if t.tiles[o] != ring || t.replicate_dims(&[o]) != partial {
+                    continue;
+                }
+                let (pt, ps) = (t.tile_indices(), s.tile_indices());
+                if pt.iter().zip(&ps).any(|(a, b)| a[o] != b[c_mine]) {
+                    continue;
+                }
+                let out_bytes = bytes(&i.shape, &partial);
+                if out_bytes <= threshold || ring > max_ring || ring < 2 {
+                    continue;
+                }
+                let orank = m.instr(ops[side.other().index()]).shape.rank();
+                let other_t = s.project(&dims.operand_from_operand(side.other(), orank));
+                return Ok(Some(Plan::Accumulate {
+                    mine: side,
+                    mine_t: s.clone(),
+                    other_t,
+                    c: match side {
+                        Side::Lhs => (c_mine, c_other),
+                        Side::Rhs => (c_other, c_mine),
+                    },
+                    holder,
+                    hd,
+                    o,
+                    ring,
+                }));
+            }
+        }
+        // Gather-like: the result keeps `mine`'s split; the other operand is split along a
+        // non-contracting dimension whose result dimension is whole.
+        for mine in [Side::Lhs, Side::Rhs] {
+            let other = mine.other();
+            let (mid, oid) = (ops[mine.index()], ops[other.index()]);
+            let (mrank, orank) = (m.instr(mid).shape.rank(), m.instr(oid).shape.rank());
+            let want = t.project(&dims.operand_from_out(other, orank));
+            if want.repl < 2 {
+                continue;
+            }
+            let v = self.value(m, oid)?;
+            let Tree::Leaf(Spec::Tiled(cur)) = &v.tree else {
+                continue;
+            };
+            let nc = match other {
+                Side::Lhs => &dims.lhs_non_contracting,
+                Side::Rhs => &dims.rhs_non_contracting,
+            };
+            // Nothing to gather when the operand already lies as the dot needs it.
+            if cur.is_replicated() || *cur == want {
+                continue;
+            }
+            let global = self.global(m, oid);
+            // The operand's own split dimension first; else any free dimension, the operand
+            // resharded onto the ring first.
+            let mut order: Vec<&super::dot::DimTriple> = nc.iter().collect();
+            order.sort_by_key(|tr| tr.on(other).map_or(1, |d| (cur.tiles[d] < 2) as u8));
+            for tr in order {
+                let (Some(d), Some(o)) = (tr.on(other), tr.out) else {
+                    continue;
+                };
+                if want.tiles[d] != 1 {
+                    continue;
+                }
+                // The operand's own split when it is the ring (no reshard), else the ring
+                // the result's replication groups make.
+                let other_t = if cur.replicate_dims(&[d]) == want {
+                    cur.clone()
+                } else {
+                    let idx: Vec<Vec<i64>> = {
+                        let mut idx = vec![Vec::new(); want.num_devices() as usize];
+                        for (p, &dev) in want.devices.iter().enumerate() {
+                            let mut ti = want.tile_index_at(p);
+                            ti[d] = p as i64 % want.repl;
+                            idx[dev as usize] = ti;
+                        }
+                        idx
+                    };
+                    let mut tiles = want.tiles.clone();
+                    tiles[d] = want.repl;
+                    Tiling::from_tile_indices(tiles, 1, &idx)
+                };
+                let ring = other_t.tiles[d];
+                if global.dims()[d] < ring || ring > max_ring {
+                    continue;
+                }
+                if bytes(&global, &want) <= threshold {
+                    continue;
+                }
+                // Not when the loop would move more than the gather: a reshard onto the
+                // ring first, or an operand that several dots read (one gather serves
+                // them all; a loop per dot would move it again for each).
+                let dots = m
+                    .users(oid)
+                    .iter()
+                    .filter(|&&u| m.instr(u).opcode == Opcode::Dot)
+                    .count();
+                if dots > 1 {
+                    continue;
+                }
+                let elem = global.element_type().byte_size() as i64;
+                let (src, gd) = (Spec::Tiled(cur.clone()), global.dims());
+                let cost = |to: &Tiling| {
+                    plan::plan(&src, &Spec::Tiled(to.clone()), gd, self.n)
+                        .map_or(i64::MAX, |p| p.bytes(gd, elem))
+                };
+                // On the operand's own ring the loop moves what the gather does.
+                let piece = bytes(&global, &other_t);
+                if other_t != *cur
+                    && cost(&other_t).saturating_add((ring - 1) * piece) > cost(&want)
+                {
+                    continue;
+                }
+                return Ok(Some(Plan::Gather {
+                    mine,
+                    mine_t: t.project(&dims.operand_from_out(mine, mrank)),
+                    other_t,
+                    d,
+                    o,
+                    ring,
+                }));
+            }
+        }
+        Ok(None)
+    }
+
+    /// A new computation, placed before every other (callees come before their callers).
+    fn new_computation(&mut self, b: &mut Builder, name: &str) -> Result<CompId> {
+        let m = b.module_mut();
+        let name = m.unique_computation_name(name);
+        let c = m
+            .add_computation(name)
+            .map_err(|e| fail(format!("windowed einsum: {e}")))?;
+        let mut order = m.computations().to_vec();
+        order.retain(|&x| x != c);
+        order.insert(0, c);
+        m.set_computation_order(order);
+        Ok(c)
+    }
+
+    /// `((pos + k) mod ring) * size` as an s32 scalar on each device, `k` an s32 scalar.
+    fn window_start(
+        &mut self,
+        b: &mut Builder,
+        pos: &[i64],
+        k: InstrId,
+        ring: i64,
+        size: i64,
+    ) -> Result<InstrId> {
+        let r = self.table(b, pos)?;
+        let s = built(b.binary(Opcode::Add, r, k))?;
+        let n = built(b.scalar(ElementType::S32, ring as f64))?;
+        let w = built(b.binary(Opcode::Remainder, s, n))?;
+        let z = built(b.scalar(ElementType::S32, size as f64))?;
+        built(b.binary(Opcode::Multiply, w, z))
+    }
+
+    /// Step index `k` as an s32 scalar: `trip * per + j` in a loop body, `j` outside.
+    fn step_index(b: &mut Builder, trip: Option<InstrId>, per: i64, j: i64) -> Result<InstrId> {
+        let jc = built(b.scalar(ElementType::S32, j as f64))?;
+        let Some(trip) = trip else {
+            return Ok(jc);
+        };
+        if per == 1 {
+            return match j {
+                0 => Ok(trip),
+                _ => built(b.binary(Opcode::Add, trip, jc)),
+            };
+        }
+        let pc = built(b.scalar(ElementType::S32, per as f64))?;
+        let base = built(b.binary(Opcode::Multiply, trip, pc))?;
+        built(b.binary(Opcode::Add, base, jc))
+    }
+
+    fn permute_note(&mut self, b: &Builder, piece: InstrId, count: i64, what: &str) {
+        let bytes = b
+            .module()
+            .instr(piece)
+            .shape
+            .as_array()
+            .map_or(0, |a| a.byte_size());
+        self.report.collectives.push(CollectiveNote {
+            original: self.origin_name(b),
+            collective: "collective-permute",
+            reason: format!("windowed einsum ({what}), {count} steps around the ring"),
+            bytes: bytes * count,
+        });
+    }
+
+    /// The gather-like loop; see the module docs.
+    fn gather_loop(
+        &mut self,
+        b: &mut Builder,
+        id: InstrId,
+        t: &Tiling,
+        plan: &Plan,
+    ) -> Result<InstrId> {
+        let Plan::Gather {
+            mine,
+            mine_t,
+            other_t,
+            d,
+            o,
+            ring,
+        } = plan
+        else {
+            unreachable!("gather_loop takes a gather plan")
+        };
+        let (mine, d, o, ring) = (*mine, *d, *o, *ring);
+        let i = b.module().instr(id).clone();
+        let ml = self.operand(
+            b,
+            id,
+            mine.index(),
+            &Tree::Leaf(Spec::Tiled(mine_t.clone())),
+        )?;
+        let ol = self.operand(
+            b,
+            id,
+            mine.other().index(),
+            &Tree::Leaf(Spec::Tiled(other_t.clone())),
+        )?;
+        let ring_of = Ring::along(other_t, d);
+        let piece = b.module().instr(ol).shape.dims()[d];
+        let own_shape = local_shape(&i.shape, &Tree::Leaf(Spec::Tiled(t.clone())));
+        let mut frag_shape = own_shape.clone();
+        set_dim(&mut frag_shape, o, piece);
+        let mut acc_shape = own_shape.clone();
+        set_dim(&mut acc_shape, o, piece * ring);
+        let out_ty = i.shape.element_type();
+        let zero = built(b.scalar(out_ty, 0.0))?;
+        let acc0 = broadcast_scalar(b, zero, acc_shape.dims())?;
+        let lhs_t = match mine {
+            Side::Lhs => mine_t.clone(),
+            Side::Rhs => other_t.clone(),
+        };
+        let bidirectional = self.windowed.bidirectional && ring >= 3;
+        let per = if self.windowed.unroll { 2 } else { 1 };
+        let rank = own_shape.rank();
+        let pairs = self.real_pairs(&ring_of.pairs);
+        let back = self.real_pairs(&ring_of.reversed());
+        // One window: the product of `mine` with the piece at ring offset `k` from the
+        // device's own, written into the accumulator.
+        let window = |this: &mut Self,
+                      b: &mut Builder,
+                      acc: InstrId,
+                      m: InstrId,
+                      p: InstrId,
+                      k: InstrId|
+         -> Result<InstrId> {
+            let (l, r) = match mine {
+                Side::Lhs => (m, p),
+                Side::Rhs => (p, m),
+            };
+            let f = this.local_dot_like(b, &i, l, r, &lhs_t, frag_shape.clone())?;
+            let start = this.window_start(b, &ring_of.pos, k, ring, piece)?;
+            let z = built(b.scalar(ElementType::S32, 0.0))?;
+            let starts: Vec<InstrId> = (0..rank).map(|x| if x == o { start } else { z }).collect();
+            built(b.dynamic_update_slice(acc, f, &starts))
+        };
+        let acc = if bidirectional {
+            // Trip j (1-based) multiplies the pieces j steps ahead and j steps behind, while
+            // both move one step further.
+            let h = (ring - 1) / 2;
+            let k0 = Self::step_index(b, None, 1, 0)?;
+            let mut acc = window(self, b, acc0, ml, ol, k0)?;
+            let fwd = self.creator.collective_permute(b, ol, &pairs)?;
+            let bwd = self.creator.collective_permute(b, ol, &back)?;
+            let mut state = vec![ml, fwd, bwd, acc];
+            if h > 1 {
+                state = self.windowed_while(b, &state, h - 1, &mut |this, b, trip, s| {
+                    let (m, f, bw, a) = (s[0], s[1], s[2], s[3]);
+                    let f2 = this.creator.collective_permute(b, f, &pairs)?;
+                    let b2 = this.creator.collective_permute(b, bw, &back)?;
+                    let one = built(b.scalar(ElementType::S32, 1.0))?;
+                    let j = built(b.binary(Opcode::Add, trip, one))?;
+                    let a = window(this, b, a, m, f, j)?;
+                    let rj = built(b.scalar(ElementType::S32, ring as f64))?;
+                    let back_j = built(b.binary(Opcode::Subtract, rj, j))?;
+                    let a = window(this, b, a, m, bw, back_j)?;
+                    Ok(vec![m, f2, b2, a])
+                })?;
+            }
+            let (f, bw) = (state[1], state[2]);
+            acc = state[3];
+            let kh = Self::step_index(b, None, 1, h)?;
+            acc = window(self, b, acc, ml, f, kh)?;
+            let kb = Self::step_index(b, None, 1, ring - h)?;
+            acc = window(self, b, acc, ml, bw, kb)?;
+            if ring % 2 == 0 {
+                let f2 = self.creator.collective_permute(b, f, &pairs)?;
+                let kl = Self::step_index(b, None, 1, h + 1)?;
+                acc = window(self, b, acc, ml, f2, kl)?;
+            }
+            acc
+        } else {
+            // Step k multiplies the piece k steps ahead while passing it on; the last step
+            // (after the loop) only multiplies.
+            let trips = (ring - 1) / per;
+            let mut state = vec![ml, ol, acc0];
+            if trips > 0 {
+                state = self.windowed_while(b, &state, trips, &mut |this, b, trip, s| {
+                    let (m, mut p, mut a) = (s[0], s[1], s[2]);
+                    for j in 0..per {
+                        let next = this.creator.collective_permute(b, p, &pairs)?;
+                        let k = Self::step_index(b, Some(trip), per, j)?;
+                        a = window(this, b, a, m, p, k)?;
+                        p = next;
+                    }
+                    Ok(vec![m, p, a])
+                })?;
+            }
+            let (mut p, mut a) = (state[1], state[2]);
+            for k in trips * per..ring {
+                let next = if k < ring - 1 {
+                    Some(self.creator.collective_permute(b, p, &pairs)?)
+                } else {
+                    None
+                };
+                let kc = Self::step_index(b, None, 1, k)?;
+                a = window(self, b, a, ml, p, kc)?;
+                if let Some(n) = next {
+                    p = n;
+                }
+            }
+            a
+        };
+        self.permute_note(b, ol, ring - 1, "operand pieces");
+        // The accumulator holds `ring` whole pieces: cut the padding of the last one.
+        let ext = own_shape.dims()[o];
+        if piece * ring == ext {
+            return Ok(acc);
+        }
+        let mut limits = acc_shape.dims().to_vec();
+        limits[o] = ext;
+        built(b.slice(acc, &vec![0; rank], &limits, &vec![1; rank]))
+    }
+
+    /// The reduce-scatter-like loop; see the module docs.
+    fn accumulate_loop(
+        &mut self,
+        b: &mut Builder,
+        id: InstrId,
+        t: &Tiling,
+        plan: &Plan,
+    ) -> Result<InstrId> {
+        let Plan::Accumulate {
+            mine,
+            mine_t,
+            other_t,
+            c,
+            holder,
+            hd,
+            o,
+            ring,
+        } = plan
+        else {
+            unreachable!("accumulate_loop takes an accumulate plan")
+        };
+        let (mine, holder, hd, o, ring) = (*mine, *holder, *hd, *o, *ring);
+        let i = b.module().instr(id).clone();
+        let other = mine.other();
+        let (mid, oid) = (i.operands()[mine.index()], i.operands()[other.index()]);
+        let mv = self.value(b.module(), mid)?;
+        let ol = self.operand(
+            b,
+            id,
+            other.index(),
+            &Tree::Leaf(Spec::Tiled(other_t.clone())),
+        )?;
+        // Contracting padding may hold anything: zero it on both sides.
+        let (mdims, odims) = (
+            self.global(b.module(), mid).dims().to_vec(),
+            self.global(b.module(), oid).dims().to_vec(),
+        );
+        let (cm, co) = match mine {
+            Side::Lhs => (c.0, c.1),
+            Side::Rhs => (c.1, c.0),
+        };
+        let mty = b.module().instr(mid).shape.element_type();
+        let oty = b.module().instr(oid).shape.element_type();
+        let mz = built(b.scalar(mty, 0.0))?;
+        let ml = self.mask_padding(b, mv.local, &mdims, mine_t, &[cm], mz)?;
+        let oz = built(b.scalar(oty, 0.0))?;
+        let ol = self.mask_padding(b, ol, &odims, other_t, &[co], oz)?;
+        // The holder's split dimension, padded to whole windows.
+        let own_shape = local_shape(&i.shape, &Tree::Leaf(Spec::Tiled(t.clone())));
+        let win = own_shape.dims()[o];
+        let (mut hl, fixed) = match holder == mine {
+            true => (ml, ol),
+            false => (ol, ml),
+        };
+        let hdims = b.module().instr(hl).shape.dims().to_vec();
+        // Code motion (XLA's `DoCodeMotionForWindowedDotGeneralLoops`, for the computations
+        // that only feed the loop's operand): a holder that is a broadcast of something
+        // smaller enters the loop as that operand, and each window broadcasts only its own
+        // slice; the whole holder is never built.
+        let motion = {
+            let hi = b.module().instr(hl);
+            let bytes = |x: &Instruction| x.shape.as_array().map_or(0, |a| a.byte_size());
+            match (hi.opcode, hi.operands(), hi.attrs.dimensions.as_ref()) {
+                (Opcode::Broadcast, &[src], Some(bd))
+                    if bytes(b.module().instr(src)) < bytes(hi) =>
+                {
+                    let bd: Vec<i64> = bd.clone();
+                    let j = bd.iter().position(|&x| x as usize == hd);
+                    Some((src, bd, j))
+                }
+                _ => None,
+            }
+        };
+        if let Some((src, _, j)) = &motion {
+            hl = *src;
+            // The source's dimension that becomes the windowed one, padded to whole windows.
+            if let Some(j) = *j {
+                let sdims = b.module().instr(hl).shape.dims().to_vec();
+                if sdims[j] < win * ring {
+                    let sty = b.module().instr(hl).shape.element_type();
+                    let z = built(b.scalar(sty, 0.0))?;
+                    let pads: Vec<PaddingDim> = (0..sdims.len())
+                        .map(|x| PaddingDim {
+                            low: 0,
+                            high: if x == j { win * ring - sdims[x] } else { 0 },
+                            interior: 0,
+                        })
+                        .collect();
+                    hl = built(b.pad(hl, z, &pads))?;
+                }
+            }
+        } else if hdims[hd] < win * ring {
+            let hty = b.module().instr(hl).shape.element_type();
+            let z = built(b.scalar(hty, 0.0))?;
+            let pads: Vec<PaddingDim> = (0..hdims.len())
+                .map(|x| PaddingDim {
+                    low: 0,
+                    high: if x == hd { win * ring - hdims[x] } else { 0 },
+                    interior: 0,
+                })
+                .collect();
+            hl = built(b.pad(hl, z, &pads))?;
+        }
+        let mut hsizes = hdims.clone();
+        hsizes[hd] = win;
+        let ring_of = Ring::along(mine_t, cm);
+        let pairs = self.real_pairs(&ring_of.pairs);
+        let lhs_t = match mine {
+            Side::Lhs => mine_t.clone(),
+            Side::Rhs => other_t.clone(),
+        };
+        let hrank = hdims.len();
+        // The partial sum of window `(pos + k + 1) mod ring` from this device's piece.
+        let partial = |this: &mut Self,
+                       b: &mut Builder,
+                       h: InstrId,
+                       f: InstrId,
+                       k: InstrId|
+         -> Result<InstrId> {
+            let one = built(b.scalar(ElementType::S32, 1.0))?;
+            let k1 = built(b.binary(Opcode::Add, k, one))?;
+            let start = this.window_start(b, &ring_of.pos, k1, ring, win)?;
+            let z = built(b.scalar(ElementType::S32, 0.0))?;
+            let hw = match &motion {
+                None => {
+                    let starts: Vec<InstrId> = (0..hrank)
+                        .map(|x| if x == hd { start } else { z })
+                        .collect();
+                    built(b.dynamic_slice(h, &starts, &hsizes))?
+                }
+                Some((_, bd, j)) => {
+                    let mut src = h;
+                    if let Some(j) = *j {
+                        let mut sizes = b.module().instr(h).shape.dims().to_vec();
+                        sizes[j] = win;
+                        let starts: Vec<InstrId> = (0..sizes.len())
+                            .map(|x| if x == j { start } else { z })
+                            .collect();
+                        src = built(b.dynamic_slice(h, &starts, &sizes))?;
+                    }
+                    built(b.broadcast(src, &hsizes, bd))?
+                }
+            };
+            let (l, r) = match holder {
+                Side::Lhs => (hw, f),
+                Side::Rhs => (f, hw),
+            };
+            this.local_dot_like(b, &i, l, r, &lhs_t, own_shape.clone())
+        };
+        if self.windowed.bidirectional && ring >= 3 {
+            // Two accumulators: the forward one visits devices w+h .. w+1 of window w's
+            // ring, the backward one w-h2 .. w-1; both end on w, which adds its own piece.
+            // Step s: forward window (pos - h + s), backward (pos + h2 - s); `partial`
+            // takes the window's offset minus one.
+            let h = (ring - 1) / 2;
+            let h2 = ring - 1 - h;
+            let back = self.real_pairs(&ring_of.reversed());
+            let at = |b: &mut Builder, v: i64| Self::step_index(b, None, 1, v);
+            let k = at(b, ring - h - 1)?;
+            let fa0 = partial(self, b, hl, fixed, k)?;
+            let k = at(b, h2 - 1)?;
+            let ba0 = partial(self, b, hl, fixed, k)?;
+            let mut state = vec![hl, fixed, fa0, ba0];
+            if h > 1 {
+                state = self.windowed_while(b, &state, h - 1, &mut |this, b, trip, st| {
+                    let (hh, f, fa, ba) = (st[0], st[1], st[2], st[3]);
+                    let fm = this.creator.collective_permute(b, fa, &pairs)?;
+                    let bm = this.creator.collective_permute(b, ba, &back)?;
+                    let c = built(b.scalar(ElementType::S32, (ring - h) as f64))?;
+                    let kf = built(b.binary(Opcode::Add, trip, c))?;
+                    let pf = partial(this, b, hh, f, kf)?;
+                    let c = built(b.scalar(ElementType::S32, (h2 - 2) as f64))?;
+                    let kb = built(b.binary(Opcode::Subtract, c, trip))?;
+                    let pb = partial(this, b, hh, f, kb)?;
+                    let fa = built(b.binary(Opcode::Add, fm, pf))?;
+                    let ba = built(b.binary(Opcode::Add, bm, pb))?;
+                    Ok(vec![hh, f, fa, ba])
+                })?;
+            }
+            let (mut fa, mut ba) = (state[2], state[3]);
+            // The backward chain's extra step on an even ring.
+            for st in h.max(1)..h2 {
+                let bm = self.creator.collective_permute(b, ba, &back)?;
+                let k = at(b, h2 - 1 - st)?;
+                let pb = partial(self, b, hl, fixed, k)?;
+                ba = built(b.binary(Opcode::Add, bm, pb))?;
+            }
+            fa = self.creator.collective_permute(b, fa, &pairs)?;
+            ba = self.creator.collective_permute(b, ba, &back)?;
+            let k = at(b, -1)?;
+            let own = partial(self, b, hl, fixed, k)?;
+            let sum = built(b.binary(Opcode::Add, fa, ba))?;
+            let acc = built(b.binary(Opcode::Add, sum, own))?;
+            self.permute_note(b, own, ring - 1, "partial sums, both ways");
+            return Ok(acc);
+        }
+        let per = if self.windowed.unroll { 2 } else { 1 };
+        let k0 = Self::step_index(b, None, 1, 0)?;
+        let acc0 = partial(self, b, hl, fixed, k0)?;
+        let trips = (ring - 1) / per;
+        let mut state = vec![hl, fixed, acc0];
+        if trips > 0 {
+            state = self.windowed_while(b, &state, trips, &mut |this, b, trip, s| {
+                let (h, f, mut a) = (s[0], s[1], s[2]);
+                for j in 0..per {
+                    let moved = this.creator.collective_permute(b, a, &pairs)?;
+                    let k = Self::step_index(b, Some(trip), per, j)?;
+                    let one = built(b.scalar(ElementType::S32, 1.0))?;
+                    let k = built(b.binary(Opcode::Add, k, one))?;
+                    let p = partial(this, b, h, f, k)?;
+                    a = built(b.binary(Opcode::Add, moved, p))?;
+                }
+                Ok(vec![h, f, a])
+            })?;
+        }
+        let mut acc = state[2];
+        for k in trips * per + 1..ring {
+            let moved = self.creator.collective_permute(b, acc, &pairs)?;
+            let kc = Self::step_index(b, None, 1, k)?;
+            let p = partial(self, b, hl, fixed, kc)?;
+            acc = built(b.binary(Opcode::Add, moved, p))?;
+        }
+        self.permute_note(b, acc0, ring - 1, "partial sums");
+        Ok(acc)
+    }
+}
+
+fn set_dim(shape: &mut Shape, d: usize, v: i64) {
+    if let Shape::Array(a) = shape {
+        a.dims[d] = v;
+    }
+}

@@ -219,6 +219,16 @@ pub trait CollectiveOps {
         x: InstrId,
         pairs: &[(i64, i64)],
     ) -> Result<InstrId>;
+    /// Reduce-scatter along `dimension` within each group, combining with the binary `op`
+    /// (`add`, `or`, ...): the k-th member keeps the k-th piece of the combined value.
+    fn reduce_scatter(
+        &mut self,
+        b: &mut Builder,
+        x: InstrId,
+        dimension: i64,
+        op: Opcode,
+        groups: &[Vec<i64>],
+    ) -> Result<InstrId>;
 }
 
 /// The default collectives: the builder's helpers, channel ids from the builder's one counter
@@ -316,6 +326,22 @@ impl CollectiveOps for DefaultCollectives {
     ) -> Result<InstrId> {
         built(b.collective_permute(x, pairs))
     }
+
+    fn reduce_scatter(
+        &mut self,
+        b: &mut Builder,
+        x: InstrId,
+        dimension: i64,
+        op: Opcode,
+        groups: &[Vec<i64>],
+    ) -> Result<InstrId> {
+        built(b.reduce_scatter(
+            x,
+            dimension,
+            op,
+            tessera_hlo::attrs::ReplicaGroups::explicit(self.global(groups)),
+        ))
+    }
 }
 
 /// One collective the partitioner emitted: for which original instruction, why, and the
@@ -344,6 +370,9 @@ pub struct SpmdReport {
     /// device), `report_instruction_count` of each (the seed's `SpmdLogger` memory report).
     pub largest_before: Vec<(String, i64)>,
     pub largest_after: Vec<(String, i64)>,
+    /// The strategy the cost model chose for each dot-like instruction and why (its bytes and
+    /// peak against the runner-up).
+    pub choices: Vec<String>,
 }
 
 impl SpmdReport {
@@ -377,6 +406,12 @@ impl SpmdReport {
                 "  {} for %{} ({}): {} bytes",
                 c.collective, c.original, c.reason, c.bytes
             );
+        }
+        if !self.choices.is_empty() {
+            let _ = writeln!(out, "{} strategies chosen by cost:", self.choices.len());
+            for c in &self.choices {
+                let _ = writeln!(out, "  {c}");
+            }
         }
         let _ = writeln!(out, "{} last-resort reshards:", self.last_resorts.len());
         for l in &self.last_resorts {

@@ -1,16 +1,21 @@
 //! Dot and every op that is a dot in disguise (convolution without split spatial dimensions):
 //! [`DimsMapping`] says which dimensions of the two operands and the result correspond, and
-//! [`Engine::dot_like`] partitions through the simple strategies (aligned batch /
-//! non-contracting dims, sharded contracting dims, otherwise both operands resharded to the
-//! result's split).
+//! [`Engine::dot_like`] partitions by the cheapest of every candidate tiling of the dot's
+//! iteration space ([`candidates`]: batch, contracting and free dimensions split from either
+//! operand or the result, partial sums all-reduced or reduce-scattered), by the bytes each
+//! device receives, then peak bytes.
 
 use super::*;
-use tessera_hlo::attrs::{ConvDimensionNumbers, DotDimensionNumbers};
+use tessera_hlo::attrs::{ConvDimensionNumbers, DotDimensionNumbers, PaddingDim};
+
+mod candidates;
+
+use candidates::{Combine, Shapes};
 
 /// One dimension of a dot-like op seen from each side: the operand dimensions it is on and the
 /// result dimension it becomes (`None` where it does not occur: a contracting dimension has no
 /// result dimension, a non-contracting one is on one operand only).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(super) struct DimTriple {
     pub lhs: Option<usize>,
     pub rhs: Option<usize>,
@@ -18,7 +23,7 @@ pub(super) struct DimTriple {
 }
 
 /// The dimension classes of a dot-like op (XLA's `DotConvolutionDimsInfo`).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub(super) struct DimsMapping {
     /// On both operands and the result.
     pub batch: Vec<DimTriple>,
@@ -34,12 +39,14 @@ pub(super) struct DimsMapping {
 }
 
 /// Which operand.
+#[allow(dead_code)] // windowed einsum's and the convolution handler's (being written)
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Side {
     Lhs,
     Rhs,
 }
 
+#[allow(dead_code)] // windowed einsum's and the convolution handler's (being written)
 impl DimTriple {
     fn new(lhs: Option<usize>, rhs: Option<usize>, out: Option<usize>) -> Self {
         DimTriple { lhs, rhs, out }
@@ -53,6 +60,7 @@ impl DimTriple {
     }
 }
 
+#[allow(dead_code)] // windowed einsum's and the convolution handler's (being written)
 impl Side {
     pub fn other(self) -> Side {
         match self {
@@ -148,6 +156,7 @@ impl DimsMapping {
             .chain(&self.spatial)
     }
 
+    #[allow(dead_code)] // windowed einsum's (being written)
     /// Operand `side`'s dimension `i` -> the result dimension it becomes (batch and
     /// non-contracting; spatial and contracting dimensions map to nothing), for
     /// [`Tiling::project`] from the result to the operand.
@@ -166,6 +175,7 @@ impl DimsMapping {
         map
     }
 
+    #[allow(dead_code)] // windowed einsum's (being written)
     /// The result's dimension `i` -> operand `side`'s dimension (batch and the side's own
     /// non-contracting dimensions), for [`Tiling::project`] from the operand to the result.
     pub fn out_from_operand(&self, side: Side, out_rank: usize) -> Vec<Option<usize>> {
@@ -183,6 +193,7 @@ impl DimsMapping {
         map
     }
 
+    #[allow(dead_code)] // windowed einsum's (being written)
     /// Operand `to`'s dimension `i` -> the other operand's dimension (batch and contracting),
     /// for [`Tiling::project`] from one operand to the other.
     pub fn operand_from_operand(&self, to: Side, rank: usize) -> Vec<Option<usize>> {
@@ -212,7 +223,9 @@ impl Engine<'_> {
     }
 
     /// Partitions dot-like instruction `id` (two operands, dimensions as `dims` says; a
-    /// convolution only when none of its spatial dimensions is split) without a halo.
+    /// convolution only when none of its spatial dimensions is split) without a halo: the
+    /// cheapest candidate of [`candidates::choose`] is built, and its choice recorded in the
+    /// report.
     pub(super) fn dot_like(
         &mut self,
         b: &mut Builder,
@@ -226,115 +239,103 @@ impl Engine<'_> {
         }
         let i = b.module().instr(id).clone();
         let (lhs, rhs) = (i.operands()[0], i.operands()[1]);
-        let out_rank = i.shape.rank();
         let lv = self.value(b.module(), lhs)?;
         let rv = self.value(b.module(), rhs)?;
-        // An operand split on contracting dimensions keeps its split; the other is brought to
-        // the same contracting (and batch) split; local op, then a sum over the devices that
-        // hold different contracting pieces. The result keeps that operand's batch and
-        // non-contracting split.
-        for (side, mine) in [(Side::Lhs, &lv), (Side::Rhs, &rv)] {
-            let Tree::Leaf(Spec::Tiled(s)) = &mine.tree else {
-                continue;
-            };
-            let split: Vec<usize> = dims
-                .contracting
-                .iter()
-                .filter_map(|t| t.on(side))
-                .filter(|&d| s.tiles[d] > 1)
-                .collect();
-            if split.is_empty()
-                || dims
-                    .spatial
-                    .iter()
-                    .any(|t| t.on(side).is_some_and(|d| s.tiles[d] > 1))
-            {
-                continue;
-            }
-            let other = side.other();
-            let other_id = i.operands()[other.index()];
-            let mine_id = i.operands()[side.index()];
-            let orank = b.module().instr(other_id).shape.rank();
-            let s = s.clone();
-            let o_t = s.project(&dims.operand_from_operand(other, orank));
-            let out_spec = Tree::Leaf(Spec::Tiled(
-                s.replicate_dims(&split)
-                    .project(&dims.out_from_operand(side, out_rank)),
-            ));
-            let mine_dims = self.global(b.module(), mine_id).dims().to_vec();
-            let other_dims = self.global(b.module(), other_id).dims().to_vec();
-            let ty = b.module().instr(mine_id).shape.element_type();
-            let oty = b.module().instr(other_id).shape.element_type();
-            let o_local =
-                self.operand(b, id, other.index(), &Tree::Leaf(Spec::Tiled(o_t.clone())))?;
-            // Padding may hold anything (NaN too): zero it on both sides.
-            let z = built(b.scalar(ty, 0.0))?;
-            let m_local = self.mask_padding(b, mine.local, &mine_dims, &s, &split, z)?;
-            let oz = built(b.scalar(oty, 0.0))?;
-            let o_split: Vec<usize> = dims
-                .contracting
-                .iter()
-                .filter_map(|t| t.on(other))
-                .collect();
-            let o_local = self.mask_padding(b, o_local, &other_dims, &o_t, &o_split, oz)?;
-            let (l, r) = match side {
-                Side::Lhs => (m_local, o_local),
-                Side::Rhs => (o_local, m_local),
-            };
-            let partial_shape = local_shape(&i.shape, &out_spec);
-            let l_t = match side {
-                Side::Lhs => s.clone(),
-                Side::Rhs => o_t.clone(),
-            };
-            let d = self.local_dot_like(b, &i, l, r, &l_t, partial_shape)?;
-            let groups = s.groups(&split, false);
-            let out_ty = i.shape.element_type();
-            let reducer = built(b.reducer(out_ty, Opcode::Add))?;
-            let real = self.real_groups(&groups);
-            let sum = self.creator.all_reduce(b, d, reducer, &real)?;
-            let g = groups[0].len() as i64;
-            let out_bytes = b
-                .module()
-                .instr(sum)
-                .shape
-                .as_array()
-                .map_or(0, |a| a.byte_size());
-            self.report.collectives.push(CollectiveNote {
-                original: i.name().to_string(),
-                collective: "all-reduce",
-                reason: "partial sums of a dot over split contracting dimensions".to_string(),
-                bytes: 2 * out_bytes * (g - 1) / g,
-            });
-            let v = Value {
-                local: sum,
-                tree: out_spec,
-            };
-            let out = self.reshard(b, &v, &i.shape, &own)?;
-            self.set(id, out, own);
-            return Ok(());
-        }
-        // Otherwise each operand is resharded to match the result's split.
-        let Tree::Leaf(Spec::Tiled(t)) = &own else {
+        let (Tree::Leaf(ls), Tree::Leaf(rs), Tree::Leaf(os)) = (&lv.tree, &rv.tree, &own) else {
             return self.default(b, id, own);
         };
-        let lrank = b.module().instr(lhs).shape.rank();
-        let rrank = b.module().instr(rhs).shape.rank();
-        let l_t = t.project(&dims.operand_from_out(Side::Lhs, lrank));
-        let lt = Tree::Leaf(Spec::Tiled(l_t.clone()));
-        let rt = Tree::Leaf(Spec::Tiled(
-            t.project(&dims.operand_from_out(Side::Rhs, rrank)),
-        ));
-        if dims
-            .spatial
-            .iter()
-            .any(|s| s.out.is_some_and(|o| t.tiles[o] > 1))
-        {
+        if matches!(ls, Spec::Manual) || matches!(rs, Spec::Manual) || matches!(os, Spec::Manual) {
             return self.default(b, id, own);
         }
-        let l = self.operand(b, id, 0, &lt)?;
-        let r = self.operand(b, id, 1, &rt)?;
-        let out = self.local_dot_like(b, &i, l, r, &l_t, local_shape(&i.shape, &own))?;
-        self.set(id, out, own);
+        let lg = self.global(b.module(), lhs);
+        let rg = self.global(b.module(), rhs);
+        let (Shape::Array(la), Shape::Array(ra), Shape::Array(oa)) = (&lg, &rg, &i.shape) else {
+            return self.default(b, id, own);
+        };
+        let shapes = Shapes {
+            lhs: la.dims.to_vec(),
+            rhs: ra.dims.to_vec(),
+            out: oa.dims.to_vec(),
+            elem: [la.ty, ra.ty, oa.ty].map(|t| t.byte_size() as i64),
+        };
+        let Some(choice) = candidates::choose(dims, &shapes, ls, rs, os, self.n) else {
+            return self.default(b, id, own);
+        };
+        let c = &choice.best;
+        self.report.choices.push(format!(
+            "%{}: {} ({} bytes received per device, peak {} bytes; {} candidates{})",
+            i.name(),
+            c.what,
+            c.bytes,
+            c.peak,
+            choice.considered,
+            choice
+                .runner_up
+                .as_ref()
+                .map_or(String::new(), |(bytes, peak, what)| format!(
+                    "; next: {what}, {bytes} bytes, peak {peak}"
+                ))
+        ));
+        let mut l = self.operand(b, id, 0, &Tree::Leaf(Spec::Tiled(c.lhs.clone())))?;
+        let mut r = self.operand(b, id, 1, &Tree::Leaf(Spec::Tiled(c.rhs.clone())))?;
+        if !c.contracting.is_empty() {
+            // Padding may hold anything (NaN too): zeroed on both sides of a split sum.
+            let lsplit: Vec<usize> = dims.contracting.iter().filter_map(|t| t.lhs).collect();
+            let rsplit: Vec<usize> = dims.contracting.iter().filter_map(|t| t.rhs).collect();
+            let z = built(b.scalar(la.ty, 0.0))?;
+            l = self.mask_padding(b, l, &shapes.lhs, &c.lhs, &lsplit, z)?;
+            let z = built(b.scalar(ra.ty, 0.0))?;
+            r = self.mask_padding(b, r, &shapes.rhs, &c.rhs, &rsplit, z)?;
+        }
+        let partial_shape = local_shape(&i.shape, &Tree::Leaf(Spec::Tiled(c.partial.clone())));
+        let mut out = self.local_dot_like(b, &i, l, r, &c.lhs, partial_shape)?;
+        let op = if oa.ty == ElementType::Pred {
+            Opcode::Or
+        } else {
+            Opcode::Add
+        };
+        let groups = c.iter.groups(&c.contracting, false);
+        let g = groups.first().map_or(1, |g| g.len() as i64);
+        let elem = shapes.elem[2];
+        match c.combine {
+            Combine::Nothing => {}
+            Combine::AllReduce => {
+                let bytes = c.partial.shard_dims(&shapes.out).iter().product::<i64>() * elem;
+                let reducer = built(b.reducer(oa.ty, op))?;
+                let real = self.real_groups(&groups);
+                out = self.creator.all_reduce(b, out, reducer, &real)?;
+                self.report.collectives.push(CollectiveNote {
+                    original: i.name().to_string(),
+                    collective: "all-reduce",
+                    reason: format!("partial sums of a dot: {}", c.what),
+                    bytes: 2 * bytes * (g - 1) / g,
+                });
+            }
+            Combine::ReduceScatter { dim, padded } => {
+                let have = b.module().instr(out).shape.dims()[dim];
+                if padded > have {
+                    let z = built(b.scalar(oa.ty, 0.0))?;
+                    let mut pads = vec![PaddingDim::default(); shapes.out.len()];
+                    pads[dim].high = padded - have;
+                    out = built(b.pad(out, z, &pads))?;
+                }
+                let real = self.real_groups(&groups);
+                out = self.creator.reduce_scatter(b, out, dim as i64, op, &real)?;
+                let bytes = c.result.shard_dims(&shapes.out).iter().product::<i64>() * elem;
+                self.report.collectives.push(CollectiveNote {
+                    original: i.name().to_string(),
+                    collective: "reduce-scatter",
+                    reason: format!("partial sums of a dot: {}", c.what),
+                    bytes: bytes * (g - 1),
+                });
+            }
+        }
+        let v = Value {
+            local: out,
+            tree: Tree::Leaf(Spec::Tiled(c.result.clone())),
+        };
+        let local = self.reshard(b, &v, &i.shape, &own)?;
+        self.set(id, local, own);
         Ok(())
     }
 

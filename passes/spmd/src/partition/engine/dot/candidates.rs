@@ -1,0 +1,559 @@
+//! The candidate partitionings of a dot-like op and their costs (pure: no IR).
+//!
+//! A dot's work is an *iteration space* with one axis per batch, contracting, lhs-free and
+//! rhs-free dimension (spatial dimensions are never split here). A candidate is one tiling of
+//! that space over the devices: from it follow the tiling each operand must hold (the space
+//! projected on its dimensions), the piece of the result each device computes, and, when a
+//! contracting axis is split, how the partial sums are combined (an all-reduce over the
+//! devices that hold different contracting pieces, or a reduce-scatter that also splits one
+//! result dimension among them).
+//!
+//! Every strategy of XLA's dot handler is such a tiling: batch-partitioned operands (batch
+//! axes split), one side's free dimensions split with the other operand replicated or
+//! resharded (free axes split), contracting split on both sides (contracting axes split, then
+//! all-reduce or reduce-scatter), several dimensions of each class, and the partial matches in
+//! which the devices form groups along one operand's split and each group splits further by
+//! another's (a mixed tiling: some axes taken from the lhs, some from the rhs or the result).
+//! Candidates are built axis by axis: each axis takes its split from the lhs, the rhs or the
+//! result sharding (whichever has one on it) or stays whole; a combination is kept when the
+//! per-device tile indices it gives form a tiling (every tile held by equally many devices).
+//!
+//! The cost of a candidate is the bytes each device receives (ORACLE.md's formulas, the
+//! resharding planner's figures): both operands resharded to what the candidate needs, the
+//! combine, and the result resharded to its own sharding; ties go to the smaller peak (the
+//! local operands and result), then to the first enumerated. Decisions are remembered per
+//! (shardings, dimensions, shapes): a model repeats the same few dots many times.
+
+use std::cell::RefCell;
+use std::sync::Arc;
+
+use hashbrown::HashTable;
+
+use super::super::super::plan;
+use super::super::super::spec::{fx, ravel, Memo, MemoTable, Spec, Tiling};
+use super::{DimTriple, DimsMapping};
+
+/// How the local results are combined.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(in crate::partition::engine) enum Combine {
+    /// No contracting axis is split: the local results are the result's pieces.
+    Nothing,
+    /// All-reduce of the partial sums over the devices with different contracting pieces.
+    AllReduce,
+    /// Reduce-scatter of the partial sums along result dimension `dim` (padded with zeros to
+    /// `padded` first when the piece does not divide).
+    ReduceScatter { dim: usize, padded: i64 },
+}
+
+/// One way to partition a dot-like op.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(in crate::partition::engine) struct Candidate {
+    /// The tiling of the iteration space (axes as in [`Space`]).
+    pub iter: Tiling,
+    pub lhs: Tiling,
+    pub rhs: Tiling,
+    /// The tiling of the local results before they are combined (contracting axes folded
+    /// into the replication).
+    pub partial: Tiling,
+    pub combine: Combine,
+    /// The axes along which partial sums are combined.
+    pub contracting: Vec<usize>,
+    /// The result's tiling after the combine.
+    pub result: Tiling,
+    /// Where each split axis took its split from, for the report.
+    pub what: String,
+    /// Bytes each device receives for the whole candidate, and its peak local bytes.
+    pub bytes: i64,
+    pub peak: i64,
+}
+
+/// A chosen candidate, how many were costed and the runner-up's cost.
+#[derive(Clone, Debug)]
+pub(in crate::partition::engine) struct Choice {
+    pub best: Candidate,
+    pub considered: usize,
+    pub runner_up: Option<(i64, i64, String)>,
+}
+
+/// The iteration space of a dot-like op.
+#[derive(Clone, Debug)]
+pub(in crate::partition::engine) struct Space {
+    /// Axis `k`'s dimension on each side (batch, contracting, lhs-free, rhs-free in order).
+    pub axes: Vec<DimTriple>,
+    /// Class of each axis: 0 batch, 1 contracting, 2 lhs-free, 3 rhs-free.
+    pub class: Vec<u8>,
+    /// Lhs dimension -> axis (`None`: spatial, never split).
+    pub lhs_map: Vec<Option<usize>>,
+    pub rhs_map: Vec<Option<usize>>,
+    pub out_map: Vec<Option<usize>>,
+}
+
+impl Space {
+    pub fn new(dims: &DimsMapping, lrank: usize, rrank: usize, orank: usize) -> Space {
+        let mut axes = Vec::new();
+        let mut class = Vec::new();
+        for (c, v) in [
+            &dims.batch,
+            &dims.contracting,
+            &dims.lhs_non_contracting,
+            &dims.rhs_non_contracting,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            for t in v {
+                axes.push(*t);
+                class.push(c as u8);
+            }
+        }
+        let mut lhs_map = vec![None; lrank];
+        let mut rhs_map = vec![None; rrank];
+        let mut out_map = vec![None; orank];
+        for (k, t) in axes.iter().enumerate() {
+            if let Some(d) = t.lhs.filter(|&d| d < lrank) {
+                lhs_map[d] = Some(k);
+            }
+            if let Some(d) = t.rhs.filter(|&d| d < rrank) {
+                rhs_map[d] = Some(k);
+            }
+            if let Some(d) = t.out.filter(|&d| d < orank) {
+                out_map[d] = Some(k);
+            }
+        }
+        Space {
+            axes,
+            class,
+            lhs_map,
+            rhs_map,
+            out_map,
+        }
+    }
+
+    fn axis_name(&self, k: usize) -> String {
+        let c = ["batch", "contracting", "lhs-free", "rhs-free"][self.class[k] as usize];
+        let nth = self.class[..k]
+            .iter()
+            .filter(|&&x| x == self.class[k])
+            .count();
+        format!("{c}{nth}")
+    }
+}
+
+/// The shapes and element sizes of a dot-like op.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(in crate::partition::engine) struct Shapes {
+    pub lhs: Vec<i64>,
+    pub rhs: Vec<i64>,
+    pub out: Vec<i64>,
+    /// Bytes per element of lhs, rhs and result.
+    pub elem: [i64; 3],
+}
+
+/// Bytes each device receives to move an array of `dims` from `src` to `dst`.
+pub(in crate::partition::engine) fn move_bytes(
+    src: &Spec,
+    dst: &Spec,
+    dims: &[i64],
+    elem: i64,
+    n: i64,
+) -> i64 {
+    if src == dst {
+        return 0;
+    }
+    plan::plan(src, dst, dims, n).map_or(i64::MAX / 4, |p| p.bytes(dims, elem))
+}
+
+/// A sharding an axis may take its split from: the lhs, the rhs or the result.
+struct Source<'a> {
+    name: &'static str,
+    tiling: &'a Tiling,
+    /// Axis -> the source's dimension.
+    map: Vec<Option<usize>>,
+    /// Each device's tile index in the source.
+    idx: Vec<Vec<i64>>,
+}
+
+/// Above this many axis combinations only whole-source candidates are tried.
+const MAX_COMBINATIONS: usize = 512;
+
+/// The cheapest candidate for a dot with operands held as `lhs` and `rhs` and a result wanted
+/// as `own`, on `n` devices; `None` when no tiling of the iteration space exists.
+pub(in crate::partition::engine) fn choose(
+    dims: &DimsMapping,
+    shapes: &Shapes,
+    lhs: &Spec,
+    rhs: &Spec,
+    own: &Spec,
+    n: i64,
+) -> Option<Arc<Choice>> {
+    type Key = (DimsMapping, Shapes, Spec, Spec, Spec, i64);
+    thread_local! {
+        static CHOICES: RefCell<MemoTable<Key, Option<Arc<Choice>>>> =
+            const { RefCell::new(HashTable::new()) };
+    }
+    let key = (dims, shapes, lhs, rhs, own, n);
+    let h = fx(&key);
+    let known = CHOICES.with(|c| {
+        c.borrow()
+            .find(h, |e| {
+                (&e.key.0, &e.key.1, &e.key.2, &e.key.3, &e.key.4, e.key.5) == key
+            })
+            .map(|e| e.value.clone())
+    });
+    if let Some(c) = known {
+        return c;
+    }
+    let out = choose_uncached(dims, shapes, lhs, rhs, own, n).map(Arc::new);
+    CHOICES.with(|c| {
+        Memo::insert(
+            &mut c.borrow_mut(),
+            h,
+            (
+                dims.clone(),
+                shapes.clone(),
+                lhs.clone(),
+                rhs.clone(),
+                own.clone(),
+                n,
+            ),
+            out.clone(),
+        )
+    });
+    out
+}
+
+/// Every candidate, costed, in enumeration order.
+pub(in crate::partition::engine) fn candidates(
+    dims: &DimsMapping,
+    shapes: &Shapes,
+    lhs: &Spec,
+    rhs: &Spec,
+    own: &Spec,
+    n: i64,
+) -> Vec<Candidate> {
+    let space = Space::new(dims, shapes.lhs.len(), shapes.rhs.len(), shapes.out.len());
+    let axes = space.axes.len();
+    let mut sources: Vec<Source> = Vec::new();
+    for (name, spec, side) in [("lhs", lhs, 0), ("rhs", rhs, 1), ("out", own, 2)] {
+        let Spec::Tiled(t) = spec else { continue };
+        if t.num_devices() != n || t.is_replicated() {
+            continue;
+        }
+        let map: Vec<Option<usize>> = space
+            .axes
+            .iter()
+            .map(|a| match side {
+                0 => a.lhs,
+                1 => a.rhs,
+                _ => a.out,
+            })
+            .map(|d| d.filter(|&d| d < t.rank()))
+            .collect();
+        sources.push(Source {
+            name,
+            tiling: t,
+            map,
+            idx: t.tile_indices(),
+        });
+    }
+    // Per axis: the splits it may take (source index, tiles), then whole.
+    let mut options: Vec<Vec<Option<(usize, i64)>>> = Vec::with_capacity(axes);
+    for k in 0..axes {
+        let mut o: Vec<Option<(usize, i64)>> = Vec::new();
+        for (s, src) in sources.iter().enumerate() {
+            if let Some(d) = src.map[k] {
+                if src.tiling.tiles[d] > 1 {
+                    o.push(Some((s, src.tiling.tiles[d])));
+                }
+            }
+        }
+        o.push(None);
+        options.push(o);
+    }
+    let total = options
+        .iter()
+        .try_fold(1usize, |acc, o| acc.checked_mul(o.len()))
+        .unwrap_or(usize::MAX);
+    let mut assignments: Vec<Vec<Option<(usize, i64)>>> = Vec::new();
+    if total <= MAX_COMBINATIONS {
+        let mut idx = vec![0usize; axes];
+        'next: loop {
+            assignments.push((0..axes).map(|k| options[k][idx[k]]).collect());
+            for k in (0..axes).rev() {
+                idx[k] += 1;
+                if idx[k] < options[k].len() {
+                    continue 'next;
+                }
+                idx[k] = 0;
+            }
+            break;
+        }
+    } else {
+        for s in 0..sources.len() {
+            assignments.push(
+                (0..axes)
+                    .map(|k| {
+                        options[k]
+                            .iter()
+                            .copied()
+                            .find(|o| o.is_some_and(|(x, _)| x == s))
+                            .flatten()
+                    })
+                    .collect(),
+            );
+        }
+        assignments.push(vec![None; axes]);
+    }
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for a in assignments {
+        let tiles: Vec<i64> = a.iter().map(|o| o.map_or(1, |(_, t)| t)).collect();
+        let num: i64 = tiles.iter().product();
+        if num == 0 || n % num != 0 {
+            continue;
+        }
+        let idx: Vec<Vec<i64>> = (0..n as usize)
+            .map(|dev| {
+                a.iter()
+                    .enumerate()
+                    .map(|(k, o)| match o {
+                        Some((s, _)) => {
+                            let src = &sources[*s];
+                            src.idx[dev][src.map[k].expect("a split axis has a dimension")]
+                        }
+                        None => 0,
+                    })
+                    .collect()
+            })
+            .collect();
+        let repl = n / num;
+        let mut count = vec![0i64; num as usize];
+        for i in &idx {
+            count[ravel(i, &tiles) as usize] += 1;
+        }
+        if count.iter().any(|&c| c != repl) {
+            continue;
+        }
+        let iter = Tiling::from_tile_indices(tiles, repl, &idx);
+        if !seen.insert(iter.clone()) {
+            continue;
+        }
+        let what: Vec<String> = a
+            .iter()
+            .enumerate()
+            .filter_map(|(k, o)| {
+                o.map(|(s, t)| {
+                    format!(
+                        "{} {t} ways from the {}",
+                        space.axis_name(k),
+                        sources[s].name
+                    )
+                })
+            })
+            .collect();
+        let what = if what.is_empty() {
+            "nothing split (every device computes the whole dot)".to_string()
+        } else {
+            what.join(", ")
+        };
+        out.extend(costed(&space, shapes, lhs, rhs, own, n, iter, &what));
+    }
+    out
+}
+
+/// The candidates of iteration tiling `iter`: one per way of combining its partial sums.
+#[allow(clippy::too_many_arguments)]
+fn costed(
+    space: &Space,
+    shapes: &Shapes,
+    lhs: &Spec,
+    rhs: &Spec,
+    own: &Spec,
+    n: i64,
+    iter: Tiling,
+    what: &str,
+) -> Vec<Candidate> {
+    let l = iter.project(&space.lhs_map);
+    let r = iter.project(&space.rhs_map);
+    let partial = iter.project(&space.out_map);
+    let contracting: Vec<usize> = (0..space.axes.len())
+        .filter(|&k| space.class[k] == 1 && iter.tiles[k] > 1)
+        .collect();
+    let [el, er, eo] = shapes.elem;
+    let local = |t: &Tiling, dims: &[i64]| t.shard_dims(dims).iter().product::<i64>();
+    let operands = move_bytes(lhs, &Spec::Tiled(l.clone()), &shapes.lhs, el, n)
+        + move_bytes(rhs, &Spec::Tiled(r.clone()), &shapes.rhs, er, n);
+    let partial_elems = local(&partial, &shapes.out);
+    let peak = local(&l, &shapes.lhs) * el + local(&r, &shapes.rhs) * er + partial_elems * eo;
+    let finish =
+        |result: &Tiling| move_bytes(&Spec::Tiled(result.clone()), own, &shapes.out, eo, n);
+    let make = |combine: Combine, result: Tiling, combine_bytes: i64, how: &str| Candidate {
+        iter: iter.clone(),
+        lhs: l.clone(),
+        rhs: r.clone(),
+        partial: partial.clone(),
+        combine,
+        contracting: contracting.clone(),
+        bytes: operands + combine_bytes + finish(&result),
+        result,
+        what: format!("{what}{how}"),
+        peak,
+    };
+    if contracting.is_empty() {
+        return vec![make(Combine::Nothing, partial.clone(), 0, "")];
+    }
+    let g: i64 = contracting.iter().map(|&k| iter.tiles[k]).product();
+    let mut out = vec![make(
+        Combine::AllReduce,
+        partial.clone(),
+        2 * partial_elems * eo * (g - 1) / g,
+        "; partial sums all-reduced",
+    )];
+    // Reduce-scatter along result dimension `o`: member j of a contracting group keeps the
+    // j-th piece of its local result along `o`, which is the global piece i*g+j when the
+    // local piece (size s1) is exactly g global pieces (or `o` was whole).
+    let ti = iter.tile_indices();
+    for o in 0..shapes.out.len() {
+        let d = shapes.out[o];
+        let t = partial.tiles[o];
+        let s1 = partial.shard_dims(&shapes.out)[o];
+        let s2 = (d + t * g - 1) / (t * g);
+        if d < t * g || (t > 1 && s1 != g * s2) {
+            continue;
+        }
+        let ctiles: Vec<i64> = contracting.iter().map(|&k| iter.tiles[k]).collect();
+        let mut tiles = partial.tiles.clone();
+        tiles[o] *= g;
+        let idx: Vec<Vec<i64>> = ti
+            .iter()
+            .map(|it| {
+                let c: Vec<i64> = contracting.iter().map(|&k| it[k]).collect();
+                let j = ravel(&c, &ctiles);
+                let mut v: Vec<i64> = space
+                    .out_map
+                    .iter()
+                    .map(|a| a.map_or(0, |k| it[k]))
+                    .collect();
+                v[o] = v[o] * g + j;
+                v
+            })
+            .collect();
+        let result = Tiling::from_tile_indices(tiles, iter.repl, &idx);
+        let rs_bytes = local(&result, &shapes.out) * eo * (g - 1);
+        out.push(make(
+            Combine::ReduceScatter {
+                dim: o,
+                padded: g * s2,
+            },
+            result,
+            rs_bytes,
+            &format!("; partial sums reduce-scattered along result dimension {o}"),
+        ));
+    }
+    out
+}
+
+fn choose_uncached(
+    dims: &DimsMapping,
+    shapes: &Shapes,
+    lhs: &Spec,
+    rhs: &Spec,
+    own: &Spec,
+    n: i64,
+) -> Option<Choice> {
+    let all = candidates(dims, shapes, lhs, rhs, own, n);
+    let considered = all.len();
+    let mut order: Vec<usize> = (0..all.len()).collect();
+    order.sort_by_key(|&k| (all[k].bytes, all[k].peak, k));
+    let runner_up = order
+        .get(1)
+        .map(|&k| (all[k].bytes, all[k].peak, all[k].what.clone()));
+    let best = all.into_iter().nth(*order.first()?)?;
+    Some(Choice {
+        best,
+        considered,
+        runner_up,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessera_hlo::attrs::DotDimensionNumbers;
+
+    fn matmul() -> DimsMapping {
+        let dn = DotDimensionNumbers {
+            lhs_batch_dimensions: vec![],
+            rhs_batch_dimensions: vec![],
+            lhs_contracting_dimensions: vec![1],
+            rhs_contracting_dimensions: vec![0],
+        };
+        DimsMapping::of_dot(&dn, 2, 2)
+    }
+
+    fn shapes(m: i64, k: i64, n: i64) -> Shapes {
+        Shapes {
+            lhs: vec![m, k],
+            rhs: vec![k, n],
+            out: vec![m, n],
+            elem: [4, 4, 4],
+        }
+    }
+
+    fn tiled(tiles: Vec<i64>, repl: i64) -> Spec {
+        let n = tiles.iter().product::<i64>() * repl;
+        Spec::Tiled(Tiling::new(tiles, repl, (0..n).collect::<Vec<_>>()))
+    }
+
+    #[test]
+    fn contracting_split_with_split_result_reduce_scatters() {
+        // [m, k] x [k, n] with k split 4 ways on both sides, result rows split 4 ways: the
+        // reduce-scatter moves half what the all-reduce and slice would.
+        let c = choose(
+            &matmul(),
+            &shapes(16, 32, 8),
+            &tiled(vec![1, 4], 1),
+            &tiled(vec![4, 1], 1),
+            &tiled(vec![4, 1], 1),
+            4,
+        )
+        .unwrap();
+        assert!(matches!(
+            c.best.combine,
+            Combine::ReduceScatter { dim: 0, .. }
+        ));
+        assert_eq!(c.best.bytes, 16 * 8 * 4 / 4 * 3);
+    }
+
+    #[test]
+    fn aligned_splits_move_nothing() {
+        // Rows of the lhs and columns of the rhs on a 2x2 mesh, the result split the same.
+        let c = choose(
+            &matmul(),
+            &shapes(8, 8, 8),
+            &tiled(vec![2, 1], 2),
+            &Spec::Tiled(Tiling::new(vec![1, 2], 2, vec![0, 2, 1, 3])),
+            &tiled(vec![2, 2], 1),
+            4,
+        )
+        .unwrap();
+        assert_eq!(c.best.bytes, 0);
+        assert_eq!(c.best.combine, Combine::Nothing);
+    }
+
+    #[test]
+    fn mixed_tilings_need_equal_groups() {
+        // Lhs rows split 2 (replicated in pairs), result columns split 4: taking rows from the
+        // lhs and columns from the result is not a tiling of 4 devices (8 tiles).
+        let all = candidates(
+            &matmul(),
+            &shapes(8, 8, 8),
+            &tiled(vec![2, 1], 2),
+            &Spec::replicated(2, 4),
+            &tiled(vec![1, 4], 1),
+            4,
+        );
+        assert!(all.iter().all(|c| c.iter.num_tiles() <= 4));
+        assert!(all.iter().any(|c| c.iter.tiles == vec![1, 2, 1]));
+    }
+}

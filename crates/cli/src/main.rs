@@ -195,9 +195,13 @@ fn run(cli: Cli) -> Result<()> {
             let bytes = read_input(&file)?;
             let module = tessera_hlo::proto::from_proto_bytes(&bytes)
                 .with_context(|| format!("{file}: bad HloModuleProto"))?;
-            tessera_hlo::text::check_reparses(&module)
-                .map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
-            if !no_verify {
+            if no_verify {
+                // The one path that prints a module the verifier has not accepted (a wrong
+                // operand or callee count prints as text the parser refuses): it must still
+                // print as text that reads back.
+                tessera_hlo::text::check_reparses(&module)
+                    .map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
+            } else {
                 check_verifies(&module, &file)?;
             }
             write_output(None, &print_module(&module, &print_options(short)))

@@ -106,11 +106,8 @@ pub fn parse_text(text: &str) -> std::result::Result<Module, String> {
 pub fn load_module(path: &Path, parse: ParseFn) -> Result<Module> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
     let m = if path.extension().is_some_and(|e| e == "pb") {
-        let m = tessera_hlo::proto::from_proto_bytes(&bytes)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-        tessera_hlo::text::check_reparses(&m)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-        m
+        tessera_hlo::proto::from_proto_bytes(&bytes)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
     } else {
         let text = crate::utf8_text(bytes, &path.display().to_string())?;
         parse(&text).map_err(|e| anyhow::anyhow!("{}:{e}", path.display()))?

@@ -107,7 +107,25 @@ impl NameTable {
     }
 
     pub fn remove(&mut self, name: &str) {
-        let h = hash(name);
+        self.remove_hashed(hash(name), name);
+    }
+
+    /// Removes many names, visiting the table in the order of their buckets (the low bits of
+    /// their hashes) instead of at random: once the table outgrows the caches, a sweep in
+    /// bucket order costs far fewer cache misses than one random probe per name (removing
+    /// the 100,000 names of a 50,000-deep chain's dead callees after `inline`).
+    pub fn remove_many<'a>(&mut self, names: impl IntoIterator<Item = &'a str>) {
+        // hashbrown's bucket count: a power of two of which 7/8 is the capacity (tables of
+        // 8 buckets and more); the bucket is the hash's low bits.
+        let mask = (self.table.capacity() / 7 * 8).next_power_of_two() as u64 - 1;
+        let mut hashed: Vec<(u64, &str)> = names.into_iter().map(|n| (hash(n), n)).collect();
+        hashed.sort_unstable_by_key(|&(h, _)| h & mask);
+        for (h, name) in hashed {
+            self.remove_hashed(h, name);
+        }
+    }
+
+    fn remove_hashed(&mut self, h: u64, name: &str) {
         let arena = &self.arena;
         if let Ok(entry) = self.table.find_entry(h, |e| {
             &arena[e.start as usize..(e.start + e.len) as usize] == name
@@ -149,6 +167,9 @@ mod tests {
         assert_eq!((t.get("add"), t.get("mul")), (Some(3), Some(2)));
         t.remove("add");
         assert!(!t.contains("add"));
+        t.remove_many(["mul", "absent"]);
+        assert!(!t.contains("mul"));
+        t.set("mul", 2);
         assert!(t.contains("mul"));
         assert!(t.insert_new("add", 1));
         assert_eq!(t.get("add"), Some(1));

@@ -267,6 +267,49 @@ impl Opcode {
         )
     }
 
+    /// The collectives that take `replica_groups=` (and `channel_id=`).
+    pub fn takes_replica_groups(self) -> bool {
+        use Opcode::*;
+        matches!(
+            self,
+            AllGather
+                | AllGatherStart
+                | AllReduce
+                | AllReduceStart
+                | ReduceScatter
+                | AllToAll
+                | RaggedAllToAll
+                | CollectiveBroadcast
+        )
+    }
+
+    /// The unary operations that take `result_accuracy=`.
+    pub fn takes_result_accuracy(self) -> bool {
+        use Opcode::*;
+        matches!(
+            self,
+            Acos | Acosh
+                | Asin
+                | Asinh
+                | Atanh
+                | Expm1
+                | Log
+                | Log1p
+                | Logistic
+                | Sqrt
+                | Cbrt
+                | Rsqrt
+                | Tanh
+                | Erf
+                | Sin
+                | Sinh
+                | Cos
+                | Cosh
+                | Tan
+                | Exp
+        )
+    }
+
     /// Collective communication operations (synchronous and the start of asynchronous ones).
     pub fn is_collective(self) -> bool {
         use Opcode::*;

@@ -284,18 +284,38 @@ fn generated_modules_compute_the_same_after_rematerialization() {
     for seed in 0..3 {
         cases.push((format!("dag_30_{seed}"), gen::random_dag(30, 2, 16, seed)));
     }
-    for (name, m) in cases {
+    for (name, m) in &cases {
         for search in [SearchKind::Fast, SearchKind::Faithful] {
-            let (out, n) = remat(&m, 0.6, search, 4);
+            let (out, n) = remat(m, 0.6, search, 4);
             if name.starts_with("chain") || name.starts_with("ladder") {
                 assert!(n > 0, "{name} {search:?}: nothing rematerialized");
             }
             if n > 0 {
-                let err = max_error(&m, &out, 11).unwrap_or_else(|e| panic!("{name}: {e}"));
+                let err = max_error(m, &out, 11).unwrap_or_else(|e| panic!("{name}: {e}"));
                 assert_eq!(err, 0.0, "{name} {search:?}");
             }
         }
     }
+    // The faithful scan capped after 50 candidates: the fast search takes over mid-walk
+    // (`faithful_effort_limit`); the result computes the same.
+    let (name, m) = &cases[0];
+    let mut probe = Rematerialization::new(RematOptions::default());
+    let peak = probe.run_with_summary(&mut m.clone()).unwrap().peak_before;
+    let mut out = m.clone();
+    let s = Rematerialization::new(RematOptions {
+        memory_limit: Some(peak * 6 / 10),
+        search: SearchKind::Faithful,
+        faithful_effort_limit: Some(50),
+        ..RematOptions::default()
+    })
+    .run_with_summary(&mut out)
+    .unwrap();
+    assert!(
+        s.search_degraded && s.instructions_rematerialized > 10,
+        "{s:?}"
+    );
+    let err = max_error(m, &out, 12).unwrap_or_else(|e| panic!("{name} capped: {e}"));
+    assert_eq!(err, 0.0, "{name} capped");
 }
 
 #[test]

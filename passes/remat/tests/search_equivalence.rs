@@ -417,3 +417,130 @@ fn random_graphs_compress_the_same_with_both_searches() {
     assert!(compressed > 40, "only {compressed} graphs compressed");
     eprintln!("{compressed} of 240 random graphs compressed, {recomputed} recomputed");
 }
+
+/// `faithful_effort_limit`: a faithful run that reaches its cap halfway (or at once) goes on
+/// with the fast search from where it is, so it still chooses as both searches do, blocks
+/// and compressions included, and says so in its summary.
+#[test]
+fn a_capped_faithful_search_goes_on_as_the_fast_search_would() {
+    let mut degraded = 0;
+    for seed in 0..120u64 {
+        let mut g = Lcg(seed ^ 0xca9);
+        let compressing = seed % 2 == 1;
+        let text = if compressing {
+            random_module(seed)
+                .replace("f32[256]{0}", "f32[64,2]{1,0}")
+                .replace("f32[256]", "f32[64,2]")
+        } else {
+            random_mixed_module(seed)
+        };
+        let base = parse_module(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let opts = RematOptions {
+            memory_limit: Some(if compressing { 16384 } else { 1024 } * (1 + g.below(10) as i64)),
+            block_size_limit: [1, 2, 4][g.below(3) as usize],
+            block_rematerialization_factor: 2,
+            mode: if compressing {
+                RematMode::RecomputeAndCompress
+            } else {
+                RematMode::Recompute
+            },
+            size_function: if compressing {
+                SizeFunction::PadMinorTo64
+            } else {
+                SizeFunction::Default
+            },
+            compact_shape: if compressing {
+                CompactShape::SwapMinor
+            } else {
+                CompactShape::Identity
+            },
+            search: SearchKind::Faithful,
+            faithful_effort_limit: None,
+            ..RematOptions::default()
+        };
+        let mut m = base.clone();
+        let full = Rematerialization::new(opts.clone())
+            .run_with_summary(&mut m)
+            .unwrap();
+        assert!(!full.search_degraded);
+        let reference = run_with(&mut base.clone(), opts.clone());
+        for cap in [0, full.scan_effort / 2] {
+            let capped = RematOptions {
+                faithful_effort_limit: Some(cap),
+                ..opts.clone()
+            };
+            assert_eq!(
+                run_with(&mut base.clone(), capped.clone()),
+                reference,
+                "seed {seed}, cap {cap}, {opts:?}\n{text}"
+            );
+            let s = Rematerialization::new(capped)
+                .run_with_summary(&mut base.clone())
+                .unwrap();
+            // The cap is checked before each pick: a run degrades when it needs a pick after
+            // the scan reached the cap (with a cap of 0, at its first pick).
+            assert!(s.scan_effort <= full.scan_effort, "seed {seed}, cap {cap}");
+            if s.search_degraded {
+                assert!(s.scan_effort >= cap, "seed {seed}, cap {cap}");
+                assert!(s.report().contains("reached its effort limit"));
+                degraded += 1;
+            } else {
+                assert_eq!(s.scan_effort, full.scan_effort, "seed {seed}, cap {cap}");
+                assert!(cap > 0 || full.scan_effort == 0, "seed {seed}");
+            }
+        }
+    }
+    assert!(
+        degraded > 120,
+        "only {degraded} of 240 capped runs degraded"
+    );
+}
+
+/// A module on which the scan is quadratic: a 30,000-instruction forward/backward chain
+/// under half its peak, where each of thousands of steps scans thousands of held values
+/// (the scan's effort, which the summary counts, is in the tens of millions). Capped, the
+/// scan evaluates at most its cap plus one step's candidates, and the result is the fast
+/// search's.
+#[test]
+fn the_faithful_scan_is_capped_on_a_module_that_makes_it_quadratic() {
+    let base = tessera_remat::gen::chain(30_000, 16);
+    let mut m = base.clone();
+    let peak = Rematerialization::new(RematOptions::default())
+        .run_with_summary(&mut m)
+        .unwrap()
+        .peak_before;
+    let cap = 200_000;
+    let opts = |search, cap| RematOptions {
+        memory_limit: Some(peak / 2),
+        search,
+        faithful_effort_limit: cap,
+        ..RematOptions::default()
+    };
+    let mut fast_m = base.clone();
+    let fast = Rematerialization::new(opts(SearchKind::Fast, None))
+        .run_with_summary(&mut fast_m)
+        .unwrap();
+    let mut capped_m = base.clone();
+    let capped = Rematerialization::new(opts(SearchKind::Faithful, Some(cap)))
+        .run_with_summary(&mut capped_m)
+        .unwrap();
+    let lane = tessera_remat::gen::entry_size(&base) as i64;
+    assert!(capped.search_degraded);
+    assert!(
+        capped.scan_effort <= cap + lane,
+        "the scan evaluated {} candidates past its cap of {cap}",
+        capped.scan_effort
+    );
+    // What the uncapped scan would have evaluated (the fast search counts it).
+    assert!(
+        fast.effort > 50 * cap,
+        "the module is not quadratic enough: {} candidates",
+        fast.effort
+    );
+    assert_eq!(
+        print_module(&capped_m, &PrintOptions::default()),
+        print_module(&fast_m, &PrintOptions::default())
+    );
+    assert_eq!(capped.peak_after, fast.peak_after);
+    assert!(capped.instructions_rematerialized > 1000);
+}

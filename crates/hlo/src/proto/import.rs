@@ -729,6 +729,11 @@ fn instruction_from_proto(
             i.attrs.outfeed_shape = Some(Box::new(m.instr(o).shape.clone()));
         }
     }
+    if let Some(field) = super::fields::misplaced_field(&i) {
+        return Err(e(format!(
+            "the field `{field}` is set, but a {opcode} cannot carry it"
+        )));
+    }
     // The import writes every field; keep the rare groups unallocated when they stayed empty.
     i.attrs.rare.shrink();
     i.rare.shrink();
@@ -966,23 +971,8 @@ fn attrs_from_proto(
     a.channel_id = has("channel_id").then_some(p.channel_id);
     a.replica_groups = replica_groups_from_proto(p)?.map(Box::new);
     a.use_global_device_ids = p.use_global_device_ids;
+    // On a custom-call, XLA's constrain_layout means "operand layouts given" (below).
     a.constrain_layout = p.constrain_layout && op != Opcode::CustomCall;
-    if a.constrain_layout
-        && !matches!(
-            op,
-            Opcode::AllGather
-                | Opcode::AllGatherStart
-                | Opcode::AllReduce
-                | Opcode::AllReduceStart
-                | Opcode::ReduceScatter
-                | Opcode::AllToAll
-        )
-    {
-        // The text has no place for it on other opcodes.
-        return Err(format!(
-            "constrain_layout is set on {op}, which cannot carry it"
-        ));
-    }
     if has("source_target_pairs") {
         a.source_target_pairs = Some(
             p.source_target_pairs

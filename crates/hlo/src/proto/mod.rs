@@ -16,6 +16,7 @@
 pub mod messages;
 
 mod export;
+mod fields;
 mod import;
 mod values;
 

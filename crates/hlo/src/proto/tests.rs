@@ -462,12 +462,20 @@ fn presence_the_xla_fields_cannot_tell_survives() {
     let mut n = Instruction::new("n", Opcode::Negate, f32v(&[4])).with_operands(&[p]);
     n.metadata = Some(OpMetadata::default());
     n.backend_config = Some(String::new());
-    n.attrs.dimensions = Some(vec![]);
-    n.attrs.channel_id = Some(0);
-    n.attrs.async_execution_thread = Some(String::new());
     n.attrs.statistics_viz = Some("{visualizing_index=1,stat-0=5e-1}".into());
     n.attrs.original_value = Some("{\"p\" {}}".into());
     let n = m.add_instruction(e, n).unwrap();
+    // An empty dimensions list and channel id 0 on an all-to-all, an empty thread name on an
+    // async-start: each opcode can carry the field (`proto/fields.rs`).
+    let mut a2a = Instruction::new("a2a", Opcode::AllToAll, f32v(&[4])).with_operands(&[n]);
+    a2a.attrs.dimensions = Some(vec![]);
+    a2a.attrs.channel_id = Some(0);
+    let a2a = m.add_instruction(e, a2a).unwrap();
+    let mut start = Instruction::new("start", Opcode::AsyncStart, f32v(&[4]))
+        .with_operands(&[a2a])
+        .with_called(&[br]);
+    start.attrs.async_execution_thread = Some(String::new());
+    m.add_instruction(e, start).unwrap();
     // A broadcast without dimensions and a domain of another kind.
     let b = m
         .add_instruction(
@@ -487,7 +495,6 @@ fn presence_the_xla_fields_cannot_tell_survives() {
         target: "foo".into(),
         ..Default::default()
     }));
-    cc.attrs.constrain_layout = true;
     let cc = m.add_instruction(e, cc).unwrap();
     // A conditional written with branch_computations although its selector is a pred.
     let mut cond = Instruction::new("cond", Opcode::Conditional, f32v(&[4]))
@@ -504,20 +511,13 @@ fn presence_the_xla_fields_cannot_tell_survives() {
     m.config.entry_computation_layout = Some(ps);
     m.config.spmd_parameters_shardings = Some(vec![]);
     let proto = round_trip(&m);
-    let ext = proto.computations[1].instructions[2]
-        .tessera
-        .as_ref()
-        .unwrap();
-    assert_eq!(
-        ext.present,
-        vec![
-            "dimensions",
-            "metadata",
-            "backend_config",
-            "async_execution_thread",
-            "channel_id"
-        ]
-    );
+    let present = |k: usize| {
+        let i = &proto.computations[1].instructions[k];
+        i.tessera.as_ref().unwrap().present.clone()
+    };
+    assert_eq!(present(2), vec!["metadata", "backend_config"]);
+    assert_eq!(present(3), vec!["dimensions", "channel_id"]);
+    assert_eq!(present(4), vec!["async_execution_thread"]);
 }
 
 #[test]
@@ -1106,6 +1106,74 @@ fn malformed_protos_are_refused_by_name() {
             .to_string(),
         "cannot decode the protobuf bytes: byte 2: invalid wire type 7 (field 1)"
     );
+}
+
+/// Fields set on an opcode that cannot carry them (the text has no place for them there) are
+/// refused by the reader, naming the instruction and the field (`proto/fields.rs`).
+#[test]
+fn misplaced_fields_are_refused_by_name() {
+    type Set = fn(&mut pb::HloInstructionProto);
+    let cases: &[(&str, Set)] = &[
+        ("gather_slice_sizes", |i| i.gather_slice_sizes = vec![1]),
+        ("channel_id", |i| i.channel_id = 3),
+        ("constrain_layout", |i| i.constrain_layout = true),
+        ("use_global_device_ids", |i| i.use_global_device_ids = true),
+        ("dimensions", |i| i.dimensions = vec![0]),
+        ("slice_dimensions", |i| {
+            i.slice_dimensions = vec![pb::SliceDimensions {
+                start: 0,
+                limit: 1,
+                stride: 1,
+            }]
+        }),
+        ("window", |i| i.window = Some(pb::Window::default())),
+        ("dot_dimension_numbers", |i| {
+            i.dot_dimension_numbers = Some(pb::DotDimensionNumbers::default())
+        }),
+        ("precision_config.operand_precision", |i| {
+            i.precision_config = Some(pb::PrecisionConfig {
+                operand_precision: vec![1],
+                ..Default::default()
+            })
+        }),
+        ("tuple_index", |i| i.tuple_index = 2),
+        ("comparison_direction", |i| {
+            i.comparison_direction = "LT".into()
+        }),
+        ("fusion_kind", |i| i.fusion_kind = "kLoop".into()),
+        ("is_stable", |i| i.is_stable = true),
+        ("epsilon", |i| i.epsilon = 0.5),
+        ("fft_length", |i| i.fft_length = vec![4]),
+        ("is_host_transfer", |i| i.is_host_transfer = true),
+        ("cross_program_prefetch_index", |i| {
+            i.cross_program_prefetch_index = Some(1)
+        }),
+        ("called_computation_ids", |i| {
+            i.called_computation_ids = vec![0]
+        }),
+        ("literal", |i| {
+            i.literal = Some(Box::new(pb::LiteralProto {
+                shape: Some(values::shape_to_proto(&Shape::scalar(F32))),
+                f32s: vec![1.0],
+                ..Default::default()
+            }))
+        }),
+    ];
+    for (field, set) in cases {
+        let mut p = small_proto();
+        set(&mut p.computations[0].instructions[1]);
+        expect_error(
+            &p,
+            &format!("%n (id 1): the field `{field}` is set, but a negate cannot carry it"),
+        );
+    }
+    // The same fields where they belong are read (the round-trip tests above cover them);
+    // a parameter may still carry its number, and a default value is never misplaced.
+    let mut p = small_proto();
+    p.computations[0].instructions[1].is_stable = false;
+    p.computations[0].instructions[1].channel_id = 0;
+    module_from_proto(&p).unwrap();
+    assert!(super::fields::fields().count() > 50);
 }
 
 /// XLA's HloModuleProto lists a while's called computations as `[body, condition]`.

@@ -114,9 +114,12 @@ pub fn is_valid_name(name: &str) -> bool {
     !name.is_empty() && name.bytes().all(cursor::is_name_byte)
 }
 
-/// Checks that `module` prints as text that parses again. A module read from a proto can hold
-/// what the text has no spelling for (an attribute on an opcode that cannot carry it); the
-/// error names the instruction (or the line) and the parser's complaint.
+/// Checks that `module` prints as text that parses again; the error names the instruction (or
+/// the line) and the parser's complaint. The proto reader refuses fields on opcodes that
+/// cannot carry them (`proto/fields.rs`), and a module the verifier accepts prints as text
+/// that parses; what is left is a module read from a proto that the verifier has not
+/// accepted (`tessera from-proto --no-verify`: an operand or callee count the text cannot
+/// spell), which is what this is for.
 pub fn check_reparses(module: &Module) -> Result<(), String> {
     let printed = print_module(module, &PrintOptions::default());
     let Err(e) = parse_module(&printed) else {

@@ -1779,39 +1779,8 @@ impl<'a> Parser<'a> {
             _ => {}
         }
         let a = &mut instr.attrs;
-        let unary_accuracy = matches!(
-            op,
-            Acos | Acosh
-                | Asin
-                | Asinh
-                | Atanh
-                | Expm1
-                | Log
-                | Log1p
-                | Logistic
-                | Sqrt
-                | Cbrt
-                | Rsqrt
-                | Tanh
-                | Erf
-                | Sin
-                | Sinh
-                | Cos
-                | Cosh
-                | Tan
-                | Exp
-        );
-        let collective = matches!(
-            op,
-            AllGather
-                | AllGatherStart
-                | AllReduce
-                | AllReduceStart
-                | ReduceScatter
-                | AllToAll
-                | RaggedAllToAll
-                | CollectiveBroadcast
-        );
+        let unary_accuracy = op.takes_result_accuracy();
+        let collective = op.takes_replica_groups();
         let dot_like = matches!(op, Dot | RaggedDot | ScaledDot);
         match (key, op) {
             ("result_accuracy", _) if unary_accuracy => {
@@ -2426,17 +2395,7 @@ impl<'a> Parser<'a> {
         instr.called = called;
         // XLA's defaults for attributes that it always prints.
         let a = &mut instr.attrs;
-        let takes_groups = matches!(
-            op,
-            AllGather
-                | AllGatherStart
-                | AllReduce
-                | AllReduceStart
-                | ReduceScatter
-                | AllToAll
-                | RaggedAllToAll
-                | CollectiveBroadcast
-        );
+        let takes_groups = op.takes_replica_groups();
         if takes_groups && a.replica_groups.is_none() {
             a.replica_groups = Some(Box::new(ReplicaGroups::Explicit(Vec::new())));
         }

@@ -234,7 +234,7 @@ fn inline_body(module: &mut Module, call: InstrId) -> Result<Vec<InstrId>> {
         }
         let ops: Vec<InstrId> = src.operands().iter().map(|o| map[o]).collect();
         let copy = src.clone().with_operands(&ops);
-        let name = module.unique_name(copy.name());
+        let name = module.unique_copy_name(copy.name());
         let copy = copy.with_name(name);
         let nid = module.add_instruction(caller, copy)?;
         map.insert(id, nid);

@@ -61,6 +61,10 @@ pub enum RematMode {
     RecomputeAndCompress,
 }
 
+/// The default [`RematOptions::faithful_effort_limit`]: 20 million candidates, a few seconds
+/// of scanning (release build) before the fast search takes over.
+pub const DEFAULT_FAITHFUL_EFFORT_LIMIT: i64 = 20_000_000;
+
 /// How candidates are found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SearchKind {
@@ -105,6 +109,11 @@ pub struct RematOptions {
     pub block_rematerialization_factor: i64,
     pub mode: RematMode,
     pub search: SearchKind,
+    /// With `search: Faithful`, the candidates the scan may evaluate in one run (summed over
+    /// every computation); past it, the walk goes on with the fast search (which makes the
+    /// scan's choices at a cost that does not grow with the express lane), so a module can
+    /// no longer make the quadratic scan run unbounded. `None`: no cap.
+    pub faithful_effort_limit: Option<i64>,
     pub size_function: SizeFunction,
     pub compact_shape: CompactShape,
     /// Report the summary as remarks (printed after the module by `tessera opt`).
@@ -131,6 +140,7 @@ impl Default for RematOptions {
             block_rematerialization_factor: 1,
             mode: RematMode::Recompute,
             search: SearchKind::Fast,
+            faithful_effort_limit: Some(DEFAULT_FAITHFUL_EFFORT_LIMIT),
             size_function: SizeFunction::Default,
             compact_shape: CompactShape::Identity,
             print_summary: false,
@@ -172,6 +182,11 @@ impl PassOptions for RematOptions {
             key: "search",
             default: "fast",
             doc: "fast (priority queue) | faithful (the seed's scan)",
+        },
+        OptionDoc {
+            key: "faithful_effort_limit",
+            default: "20000000",
+            doc: "candidates the faithful scan may evaluate before the fast search takes over (none: no cap)",
         },
         OptionDoc {
             key: "size_function",
@@ -252,6 +267,12 @@ impl PassOptions for RematOptions {
                     _ => return Err(format!("expected fast or faithful, found `{value}`")),
                 }
             }
+            "faithful_effort_limit" => {
+                self.faithful_effort_limit = match value {
+                    "none" => None,
+                    v => Some(nonneg(v)?),
+                }
+            }
             "size_function" => {
                 self.size_function = match value {
                     "default" => SizeFunction::Default,
@@ -312,6 +333,11 @@ pub struct RematSummary {
     pub effort: i64,
     /// Entries the fast search popped from its queue.
     pub queue_pops: i64,
+    /// Candidates the faithful scan itself evaluated (0 with the fast search).
+    pub scan_effort: i64,
+    /// True if the faithful scan reached `faithful_effort_limit` and the fast search made
+    /// the remaining choices.
+    pub search_degraded: bool,
     /// The largest block rematerialized at once.
     pub max_block_size: usize,
     /// True if the module had no schedule and the pass used post-order.
@@ -350,6 +376,13 @@ impl RematSummary {
             "limit met: {}",
             if self.limit_met { "yes" } else { "no" }
         );
+        if self.search_degraded {
+            let _ = writeln!(
+                s,
+                "search: the faithful scan reached its effort limit after {} candidates; the fast search made the remaining choices",
+                self.scan_effort
+            );
+        }
         if let Some(p) = self.reverted {
             let _ = writeln!(
                 s,
@@ -500,6 +533,8 @@ impl Rematerialization {
             remat_count: 0,
             net_added: 0,
             effort: 0,
+            scan_effort: 0,
+            degraded: false,
             queue_pops: 0,
             max_block: 0,
             over_limit: Vec::new(),
@@ -570,6 +605,8 @@ impl Rematerialization {
         summary.net_instructions_added = st.net_added;
         summary.effort = st.effort;
         summary.queue_pops = st.queue_pops;
+        summary.scan_effort = st.scan_effort;
+        summary.search_degraded = st.degraded;
         summary.max_block_size = st.max_block;
         summary.computations = st.computations.clone();
         summary.limit_met = self.options.memory_limit.is_none_or(|l| after <= l);
@@ -715,6 +752,10 @@ struct State<'a> {
     remat_count: i64,
     net_added: i64,
     effort: i64,
+    /// Candidates the faithful scan evaluated, against `faithful_effort_limit`.
+    scan_effort: i64,
+    /// Set once the scan reached `faithful_effort_limit`: every walk uses the fast search.
+    degraded: bool,
     queue_pops: i64,
     max_block: usize,
     over_limit: Vec<OverLimit>,
@@ -920,7 +961,7 @@ impl<'a> State<'a> {
         self.check(module, &t)?;
         let peak = t.memory_usage();
         let item = t.list.first();
-        let use_fast = self.opts.search == SearchKind::Fast;
+        let use_fast = self.opts.search == SearchKind::Fast || self.degraded;
         let peak_before = self.peak[c.index()].unwrap_or(0);
         let compress = (use_fast && self.opts.mode != RematMode::Recompute)
             .then(|| CompressIndex::new(memory_limit, peak_before));
@@ -990,6 +1031,9 @@ impl<'a> State<'a> {
             let mut first_effort = 0i64;
             let mut second_effort = 0i64;
             while f.t.memory_usage() + callee > memory_limit {
+                if !f.use_fast && self.over_effort_limit() {
+                    self.degrade(module, f);
+                }
                 let pick = if f.use_fast {
                     if let Some(ci) = f.compress.as_mut() {
                         ci.absorb_revivals(&f.t);
@@ -1055,6 +1099,9 @@ impl<'a> State<'a> {
                         guard,
                     )
                 };
+                if !f.use_fast {
+                    self.scan_effort += pick.effort;
+                }
                 let (count, added) =
                     self.apply_pick(module, &mut f.t, &pick, &mut f.remat_moves)?;
                 if f.use_fast {
@@ -1110,6 +1157,47 @@ impl<'a> State<'a> {
             return Ok(());
         }
         self.end_item(module, f)
+    }
+
+    /// True once the faithful scan has used up `faithful_effort_limit` (it latches
+    /// `degraded`, so every later walk opens with the fast search).
+    fn over_effort_limit(&mut self) -> bool {
+        if self
+            .opts
+            .faithful_effort_limit
+            .is_some_and(|l| self.scan_effort >= l)
+        {
+            self.degraded = true;
+        }
+        self.degraded
+    }
+
+    /// Switches a walk from the scan to the fast search at its current item: the queue (and,
+    /// in a compressing mode, the compression index) built from the items finished so far,
+    /// which is the state the fast search would have reached walking them.
+    fn degrade(&mut self, module: &Module, f: &mut Frame<'a>) {
+        f.use_fast = true;
+        f.queue.rebuild(&mut f.t, module, &mut f.cache);
+        if self.opts.mode != RematMode::Recompute {
+            let mut ci = CompressIndex::new(f.memory_limit, f.peak_before);
+            let (size_fn, compact_fn) = (self.size_fn, self.compact_fn);
+            let mut compact_size = |i: InstrId| size_fn(&compact_fn(&module.instr(i).shape));
+            let in_progress = f.t.in_progress();
+            let mut it = f.t.list.first();
+            while it != NIL {
+                if f.t.list.item(it).placed && it != in_progress {
+                    ci.on_finished(&f.t, module, &mut f.cache, it, &mut compact_size);
+                }
+                it = f.t.list.next(it);
+            }
+            f.compress = Some(ci);
+        }
+        tracing::debug!(
+            "rematerialization of {}: the faithful scan reached its effort limit ({} candidates); \
+             the fast search goes on",
+            module.comp(f.c).name(),
+            self.scan_effort
+        );
     }
 
     /// Ends `f.item` (its callees rematerialized, if they were) and moves to the next.

@@ -631,14 +631,11 @@ pub fn run_partitioned(
     let (shapes, mut shardings) = merged_parameters(original, partitioned)?;
     let part_shapes = entry_parameter_shapes(partitioned)?;
     // A partitioned module keeps, on its parameters, the shardings they were partitioned to
-    // (ours and XLA's both print them); propagation may have chosen one the original did not
-    // have, and the pieces follow the partitioned module's.
-    if let Some(e) = partitioned.entry() {
-        for (k, p) in partitioned.comp(e).parameters().enumerate() {
-            let i = partitioned.instr(p);
-            if let (Some(s), Some(shape)) = (i.sharding.as_ref(), shapes.get(k)) {
-                shardings[k] = tiled(partitioned, i.name(), shape, Some(s))?;
-            }
+    // (ours and XLA's both print them). Where the original gave a parameter none, propagation
+    // chose one, and the pieces follow the partitioned module's.
+    for (k, s, name) in declared_where_original_has_none(original, partitioned, Slot::Parameters) {
+        if let Some(shape) = shapes.get(k) {
+            shardings[k] = tiled(partitioned, &name, shape, Some(&s))?;
         }
     }
     if part_shapes.len() != shapes.len() {
@@ -759,6 +756,59 @@ pub fn merged_parameters(
     ))
 }
 
+/// Which entry instructions [`declared_where_original_has_none`] looks at.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Slot {
+    Parameters,
+    Root,
+}
+
+/// The shardings `ran` declares on its entry parameters (with their numbers) or root where the
+/// same instruction of `original` has none: the ones propagation chose. Empty for a module
+/// with an argument map (its parameters are not the original's). Where the original has a
+/// sharding it stays the reference: a partitioned module may restate it in a form relative to
+/// its own shapes (partially manual parameters do).
+fn declared_where_original_has_none(
+    original: &Module,
+    ran: &Module,
+    slot: Slot,
+) -> Vec<(usize, Sharding, String)> {
+    let (Some(oe), Some(re)) = (original.entry(), ran.entry()) else {
+        return Vec::new();
+    };
+    let (oc, rc) = (original.comp(oe), ran.comp(re));
+    let pairs: Vec<(usize, InstrId, InstrId)> = match slot {
+        Slot::Root => oc
+            .root()
+            .zip(rc.root())
+            .map(|(o, r)| (0, o, r))
+            .into_iter()
+            .collect(),
+        Slot::Parameters => {
+            if tessera_hlo::resource::argument_map(ran)
+                .ok()
+                .flatten()
+                .is_some()
+            {
+                return Vec::new();
+            }
+            oc.parameters()
+                .zip(rc.parameters())
+                .enumerate()
+                .map(|(k, (o, r))| (k, o, r))
+                .collect()
+        }
+    };
+    pairs
+        .into_iter()
+        .filter(|&(_, o, _)| original.instr(o).sharding.is_none())
+        .filter_map(|(k, _, r)| {
+            let i = ran.instr(r);
+            i.sharding.clone().map(|s| (k, s, i.name().to_string()))
+        })
+        .collect()
+}
+
 fn split_values(
     m: &Module,
     shapes: &[Shape],
@@ -804,12 +854,10 @@ fn assemble_outputs(
     outs: &[Vec<HostArray>],
 ) -> Result<Vec<sharded::Assembled>> {
     let (root_shape, mut root_sharding) = root_shape_and_sharding(original)?;
-    // As for parameters: the sharding the ran module's root was partitioned to, when it says.
-    if let Some(root) = ran.entry().and_then(|e| ran.comp(e).root()) {
-        let i = ran.instr(root);
-        if let Some(s) = i.sharding.as_ref() {
-            root_sharding = tiled(ran, i.name(), &root_shape, Some(s))?;
-        }
+    // As for parameters: the sharding the ran module's root was partitioned to, where the
+    // original's root has none.
+    if let Some((_, s, name)) = declared_where_original_has_none(original, ran, Slot::Root).pop() {
+        root_sharding = tiled(ran, &name, &root_shape, Some(&s))?;
     }
     let leaves = leaf_shapes(&root_shape)?;
     let leaf_shardings = sharded::leaf_shardings(&root_shape, &root_sharding)?;

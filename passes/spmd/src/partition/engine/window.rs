@@ -1157,6 +1157,27 @@ impl Engine<'_> {
         if rdims.iter().any(|&d| d >= t.rank()) || dims.contains(&0) {
             return self.default(b, id, own);
         }
+        // Evenly split reversed dimensions: the operand is taken with those tiles in mirrored
+        // order, so that each device's local reverse is its own piece of the result (no
+        // exchange when the operand already is in that order, e.g. a reversed device order).
+        let split: Vec<usize> = rdims.iter().copied().filter(|&d| t.tiles[d] > 1).collect();
+        if !split.is_empty() && split.iter().all(|&d| dims[d] % t.tiles[d] == 0) {
+            let idx: Vec<Vec<i64>> = t
+                .tile_indices()
+                .into_iter()
+                .map(|mut ix| {
+                    for &d in &split {
+                        ix[d] = t.tiles[d] - 1 - ix[d];
+                    }
+                    ix
+                })
+                .collect();
+            let mirrored = Tiling::from_tile_indices(t.tiles.clone(), t.repl, &idx);
+            let x = self.operand(b, id, 0, &Tree::Leaf(Spec::Tiled(mirrored)))?;
+            let r = self.clone_with(b, &i, &[x], local_shape(&i.shape, &own))?;
+            self.set(id, r, own);
+            return Ok(());
+        }
         let x = self.operand(b, id, 0, &own)?;
         let mut r = self.clone_with(b, &i, &[x], local_shape(&i.shape, &own))?;
         for &d in &rdims {

@@ -296,7 +296,10 @@ impl Engine<'_> {
             }
         }
         let mut l = candidates.swap_remove(best.expect("one candidate at least").1);
-        l.parallel = par.into_iter().filter(|&o| l.operand.tiles[o] > 1).collect();
+        l.parallel = par
+            .into_iter()
+            .filter(|&o| l.operand.tiles[o] > 1)
+            .collect();
         let x_op = self.operand(b, id, 0, &Tree::Leaf(Spec::Tiled(l.operand.clone())))?;
         let mut x_idx = self.operand(b, id, 1, &Tree::Leaf(Spec::Tiled(l.indices.clone())))?;
         if !l.parallel.is_empty() {
@@ -542,7 +545,20 @@ impl Engine<'_> {
                 parallel,
             }
         };
-        let candidates = [keep_dims(&t_own), keep_dims(&tilings[0])];
+        // The indices' split carried onto the operand along the batching and parallel
+        // dimensions (a replicated operand is then cut locally instead of the indices and
+        // updates being gathered).
+        let mut from_idx: Vec<Option<usize>> = vec![None; g.operand.len()];
+        for (d, o) in Self::indices_to_operand(&gp).into_iter().enumerate() {
+            if let Some(o) = o {
+                from_idx[o] = Some(d);
+            }
+        }
+        let candidates = [
+            keep_dims(&t_own),
+            keep_dims(&tilings[0]),
+            keep_dims(&tilings[k].project(&from_idx)),
+        ];
         let elem = |s: &Shape| s.element_type();
         let mut best: Option<(i64, usize)> = None;
         for (c, l) in candidates.iter().enumerate() {
@@ -560,7 +576,7 @@ impl Engine<'_> {
                 best = Some((cost, c));
             }
         }
-        let (best_cost, best_k) = best.expect("two candidates");
+        let (best_cost, best_k) = best.expect("three candidates");
         if k == 1 {
             if let Some(plan) = self.index_passthrough_plan(b, &i, &g, &tilings) {
                 if plan.cost < best_cost {

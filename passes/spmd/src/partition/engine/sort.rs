@@ -84,6 +84,21 @@ impl Engine<'_> {
             Tree::Tuple(e) => e.first().and_then(tiling_leaf),
         };
         let (Some(have), Some(want)) = (tiling_leaf(&v.tree), own_leaf) else {
+            // Everything on one device (operands and results): that device computes it as it is.
+            if let Some(dev) = maximal_device(&own) {
+                let all_there = i.operands().iter().all(|&o| {
+                    self.values
+                        .get(&o)
+                        .is_some_and(|x| maximal_device(&x.tree) == Some(dev))
+                });
+                if all_there {
+                    let ops: Vec<InstrId> =
+                        i.operands().iter().map(|o| self.values[o].local).collect();
+                    let out = self.clone_with(b, &i, &ops, i.shape.clone())?;
+                    self.set(id, out, own);
+                    return Ok(());
+                }
+            }
             return self.default(b, id, own);
         };
         let rank = shape.rank();
@@ -166,7 +181,11 @@ impl Engine<'_> {
             }
             for &s in m.users(u) {
                 let si = m.instr(s);
-                let Some(dims) = si.attrs.slice.as_deref().filter(|_| si.opcode == Opcode::Slice)
+                let Some(dims) = si
+                    .attrs
+                    .slice
+                    .as_deref()
+                    .filter(|_| si.opcode == Opcode::Slice)
                 else {
                     return Ok(false);
                 };
@@ -215,10 +234,7 @@ impl Engine<'_> {
             let to = Tree::Leaf(Spec::Tiled(whole.clone()));
             gathered.push(self.reshard(b, &part, &Shape::array(*ty, &cand), &to)?);
         }
-        let mut a = tessera_hlo::attrs::Attrs::default();
-        a.dimensions = Some(vec![d as i64]);
-        a.is_stable = true;
-        let sorted = built(b.op(Opcode::Sort, &gathered, a, &[cmp], None))?;
+        let sorted = stable_sort(b, &gathered, d, cmp)?;
         let mut padding = vec![PaddingDim::default(); local.len()];
         padding[d].high = n - k * pieces;
         let mut parts = Vec::with_capacity(2);
@@ -326,10 +342,7 @@ impl Engine<'_> {
             let to = Tree::Leaf(Spec::Tiled(whole.clone()));
             gathered.push(self.reshard(b, &part, &Shape::array(ty, &cand), &to)?);
         }
-        let mut a = tessera_hlo::attrs::Attrs::default();
-        a.dimensions = Some(vec![d as i64]);
-        a.is_stable = true;
-        let sorted = built(b.op(Opcode::Sort, &gathered, a, &[cmp], None))?;
+        let sorted = stable_sort(b, &gathered, d, cmp)?;
         let mut out_local = whole.shard_dims(vals.dims());
         out_local[d] = k;
         let zeros = vec![0i64; rank];
@@ -365,6 +378,30 @@ impl Engine<'_> {
         let whole: Vec<usize> = (rank - trailing..rank).collect();
         // rfft/irfft change the last size: only batch dimensions stay split, as for the others.
         self.along_whole_dims(b, id, own, &whole)
+    }
+}
+
+/// `sort(xs), dimensions={d}, is_stable=true, to_apply=cmp`: the second stage of a top-k.
+fn stable_sort(b: &mut Builder, xs: &[InstrId], d: usize, cmp: CompId) -> Result<InstrId> {
+    let a = tessera_hlo::attrs::Attrs {
+        dimensions: Some(vec![d as i64]),
+        is_stable: true,
+        ..Default::default()
+    };
+    built(b.op(Opcode::Sort, xs, a, &[cmp], None))
+}
+
+/// The device of a value held whole by one device (every leaf on the same one).
+fn maximal_device(t: &Tree) -> Option<i64> {
+    match t {
+        Tree::Leaf(Spec::Maximal(d)) => Some(*d),
+        Tree::Tuple(e) => {
+            let first = maximal_device(e.first()?)?;
+            e.iter()
+                .all(|x| maximal_device(x) == Some(first))
+                .then_some(first)
+        }
+        _ => None,
     }
 }
 

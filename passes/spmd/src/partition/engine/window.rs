@@ -1282,6 +1282,32 @@ impl Engine<'_> {
     /// the update is replicated along the dimensions it covers in part, and each device
     /// takes the part that lands in its shard: the update padded by a shard on both sides,
     /// dynamic-sliced at (shard start - clamped start), selected where it lands.
+    /// `x` (an original broadcast of a scalar) made locally as the piece of tiling `t`, when
+    /// the scalar is held by every device; `None` otherwise.
+    fn local_broadcast_of_scalar(
+        &mut self,
+        b: &mut Builder,
+        x: InstrId,
+        t: &Tiling,
+    ) -> Result<Option<InstrId>> {
+        let xi = b.module().instr(x).clone();
+        let Some(&s) = xi.operands().first() else {
+            return Ok(None);
+        };
+        if xi.opcode != Opcode::Broadcast || b.module().instr(s).shape.rank() != 0 {
+            return Ok(None);
+        }
+        let Some(v) = self.values.get(&s).cloned() else {
+            return Ok(None);
+        };
+        let whole = matches!(&v.tree, Tree::Leaf(Spec::Tiled(st)) if st.num_devices() == self.n);
+        if !whole {
+            return Ok(None);
+        }
+        let local = t.shard_dims(xi.shape.dims());
+        Ok(Some(broadcast_scalar(b, v.local, &local)?))
+    }
+
     pub(super) fn dynamic_update_slice(
         &mut self,
         b: &mut Builder,
@@ -1317,7 +1343,12 @@ impl Engine<'_> {
             return Ok(());
         }
         let u_tiling = t.replicate_dims(&split_partial);
-        let mut u = self.operand(b, id, 1, &Tree::Leaf(Spec::Tiled(u_tiling)))?;
+        // An update that is a broadcast of a scalar every device holds is rebuilt locally at
+        // the size it is needed instead of being gathered.
+        let mut u = match self.local_broadcast_of_scalar(b, i.operands()[1], &u_tiling)? {
+            Some(x) => x,
+            None => self.operand(b, id, 1, &Tree::Leaf(Spec::Tiled(u_tiling)))?,
+        };
         let ty = i.shape.element_type();
         let shard = t.shard_dims(&dims);
         let starts = t.starts(&dims);

@@ -333,8 +333,25 @@ impl Engine<'_> {
         let mut cand = xs.dims().to_vec();
         cand[d] = k * pieces;
         let whole = t.replicate_dims(&[d]);
+        // Only the values read (every user takes element 0): the positions stay home and the
+        // second sort orders the values with placeholder positions (equal values are equal
+        // whatever order ties take).
+        let values_only = {
+            let m = b.module();
+            let users = m.users(id);
+            !users.is_empty()
+                && users.iter().all(|&u| {
+                    let ui = m.instr(u);
+                    ui.opcode == Opcode::GetTupleElement && ui.attrs.tuple_index == 0
+                })
+        };
         let mut gathered = Vec::with_capacity(2);
         for (local, ty) in [(lv, ty), (li, ElementType::S32)] {
+            if values_only && ty == ElementType::S32 && !gathered.is_empty() {
+                let shape = Shape::array(ElementType::S32, &whole.shard_dims(&cand));
+                gathered.push(built(b.iota(shape, d as i64))?);
+                continue;
+            }
             let part = Value {
                 local,
                 tree: Tree::Leaf(Spec::Tiled(t.clone())),

@@ -243,15 +243,30 @@ impl Engine<'_> {
             let zero = built(b.scalar(*ty, 0.0))?;
             parts.push(built(b.pad(g, zero, &padding))?);
         }
-        let tuple = built(b.tuple(&parts))?;
+        self.set_top_k_pair(b, id, &parts, whole, own)?;
+        Ok(true)
+    }
+
+    /// The (values, positions) pair of a two-stage top-k, each held as `whole`, as the value
+    /// of `id` resharded to `own`.
+    fn set_top_k_pair(
+        &mut self,
+        b: &mut Builder,
+        id: InstrId,
+        parts: &[InstrId],
+        whole: Tiling,
+        own: &Tree,
+    ) -> Result<()> {
+        let tuple = built(b.tuple(parts))?;
         let leaf = Tree::Leaf(Spec::Tiled(whole));
         let v = Value {
             local: tuple,
             tree: Tree::Tuple(vec![leaf.clone(), leaf]),
         };
-        let local = self.reshard(b, &v, &i.shape, own)?;
+        let shape = b.module().instr(id).shape.clone();
+        let local = self.reshard(b, &v, &shape, own)?;
         self.set(id, local, own.clone());
-        Ok(true)
+        Ok(())
     }
 
     /// The `topk` instruction and the `TopK` custom-call: the last dimension whole, or, for a
@@ -369,14 +384,7 @@ impl Engine<'_> {
             let g = built(b.get_tuple_element(sorted, e))?;
             parts.push(built(b.slice(g, &zeros, &out_local, &ones))?);
         }
-        let tuple = built(b.tuple(&parts))?;
-        let leaf = Tree::Leaf(Spec::Tiled(whole));
-        let v = Value {
-            local: tuple,
-            tree: Tree::Tuple(vec![leaf.clone(), leaf]),
-        };
-        let local = self.reshard(b, &v, &i.shape, own)?;
-        self.set(id, local, own.clone());
+        self.set_top_k_pair(b, id, &parts, whole, own)?;
         Ok(true)
     }
 

@@ -4,8 +4,10 @@
 //! result (tiled, partially replicated, replicated, maximal; 2, 4 and 8 devices) and random
 //! scatter combiners (add, max, min on s32, so that comparisons are exact). The random
 //! indices lie in [-8, 8) and the operand dimensions in 1..=6, so indices out of range on
-//! both sides are common. Many cases go into one module, which is partitioned and executed on
-//! PJRT against the original on one device.
+//! both sides are common. In about one case in six one collapsed index component is an iota
+//! along an indices dimension of its operand dimension's size, concatenated with the rest of
+//! the indices (an implicit parallel dimension: the index-parallel route). Many cases go into
+//! one module, which is partitioned and executed on PJRT against the original on one device.
 //!
 //! `GATHER_SCATTER_CASES=N` changes the number of cases (default 600, four executed modules,
 //! to keep CI short; `GATHER_SCATTER_CASES=3000` is the full run).
@@ -39,6 +41,8 @@ struct Case {
     out_shape: String,
     out_sharding: String,
     about: String,
+    /// One index component is an iota (an implicit parallel dimension).
+    iota: bool,
 }
 
 fn pick_distinct(g: &mut Gen, from: &[usize], k: usize) -> Vec<usize> {
@@ -65,6 +69,9 @@ struct Dn {
     ivd: usize,
     offset: Vec<usize>,
     output: Vec<i64>,
+    /// An index component made an iota along an indices dimension of its operand dimension's
+    /// size (an implicit parallel dimension): (component, indices dimension).
+    iota: Option<(usize, usize)>,
 }
 
 fn random_dn(g: &mut Gen) -> Dn {
@@ -106,6 +113,21 @@ fn random_dn(g: &mut Gen) -> Dn {
         batch[p] = operand[ob[0]];
         batch_pos = Some(p);
     }
+    // Sometimes one collapsed index component becomes an iota along a batch dimension of its
+    // operand dimension's size: the partitioner's index-parallel route.
+    let mut iota_at = None;
+    let free: Vec<usize> = (0..b).filter(|&p| Some(p) != batch_pos).collect();
+    if !free.is_empty() && g.below(3) == 0 {
+        let comps: Vec<usize> = (0..index_map.len())
+            .filter(|&c| collapsed.contains(&index_map[c]))
+            .collect();
+        if !comps.is_empty() {
+            let c = comps[g.below(comps.len() as u64) as usize];
+            let p = free[g.below(free.len() as u64) as usize];
+            batch[p] = operand[index_map[c]];
+            iota_at = Some((c, p));
+        }
+    }
     let ivd = g.below(b as u64 + 1) as usize;
     let mut indices = batch.clone();
     indices.insert(ivd, index_map.len() as i64);
@@ -129,7 +151,9 @@ fn random_dn(g: &mut Gen) -> Dn {
             k += 1;
         }
     }
+    let iota = iota_at.map(|(c, p)| (c, if p < ivd { p } else { p + 1 }));
     Dn {
+        iota,
         operand,
         index_map,
         collapsed,
@@ -141,6 +165,54 @@ fn random_dn(g: &mut Gen) -> Dn {
         offset,
         output,
     }
+}
+
+/// The indices `%i{k}` as the op reads them: the parameter `%p{k}` itself, or with component
+/// `c` replaced by an iota along indices dimension `d` (a concatenate along the index vector).
+fn indices_text(d: &Dn, k: usize, si: &str) -> String {
+    let pi = shape(&d.indices);
+    let Some((c, dim)) = d.iota else {
+        return format!("  %i{k} = {pi} copy(%p{k}), sharding={si}\n");
+    };
+    let len = d.indices[d.ivd] as usize;
+    let piece = |from: usize, to: usize| {
+        let mut dims = d.indices.clone();
+        dims[d.ivd] = (to - from) as i64;
+        let ranges: Vec<String> = d
+            .indices
+            .iter()
+            .enumerate()
+            .map(|(e, &size)| {
+                if e == d.ivd {
+                    format!("[{from}:{to}]")
+                } else {
+                    format!("[0:{size}]")
+                }
+            })
+            .collect();
+        (shape(&dims), ranges.join(", "))
+    };
+    let mut text = String::new();
+    let mut parts = Vec::new();
+    if c > 0 {
+        let (sh, r) = piece(0, c);
+        text += &format!("  %lo{k} = {sh} slice(%p{k}), slice={{{r}}}, sharding={si}\n");
+        parts.push(format!("%lo{k}"));
+    }
+    let (sh, _) = piece(c, c + 1);
+    text += &format!("  %io{k} = {sh} iota(), iota_dimension={dim}, sharding={si}\n");
+    parts.push(format!("%io{k}"));
+    if c + 1 < len {
+        let (sh, r) = piece(c + 1, len);
+        text += &format!("  %hi{k} = {sh} slice(%p{k}), slice={{{r}}}, sharding={si}\n");
+        parts.push(format!("%hi{k}"));
+    }
+    text += &format!(
+        "  %i{k} = {pi} concatenate({}), dimensions={{{}}}, sharding={si}\n",
+        parts.join(", "),
+        d.ivd
+    );
+    text
 }
 
 fn gather_case(g: &mut Gen, k: usize, first: usize, n: i64) -> Case {
@@ -162,8 +234,9 @@ fn gather_case(g: &mut Gen, k: usize, first: usize, n: i64) -> Case {
     };
     let out = shape(&d.output);
     let body = format!(
-        "  %o{k} = {po} parameter({first}), sharding={so}\n  %i{k} = {pi} parameter({}), sharding={si}\n  %r{k} = {out} gather(%o{k}, %i{k}), offset_dims={{{}}}, collapsed_slice_dims={{{}}}, start_index_map={{{}}}{batching}, index_vector_dim={}, slice_sizes={{{}}}, sharding={sr}\n",
+        "  %o{k} = {po} parameter({first}), sharding={so}\n  %p{k} = {pi} parameter({}), sharding={si}\n{}  %r{k} = {out} gather(%o{k}, %i{k}), offset_dims={{{}}}, collapsed_slice_dims={{{}}}, start_index_map={{{}}}{batching}, index_vector_dim={}, slice_sizes={{{}}}, sharding={sr}\n",
         first + 1,
+        indices_text(&d, k, &si),
         list(&d.offset),
         list(&d.collapsed),
         list(&d.index_map),
@@ -171,8 +244,9 @@ fn gather_case(g: &mut Gen, k: usize, first: usize, n: i64) -> Case {
         d.slice.iter().map(i64::to_string).collect::<Vec<_>>().join(","),
     );
     Case {
-        params: vec![format!("o{k}: {po}"), format!("i{k}: {pi}")],
+        params: vec![format!("o{k}: {po}"), format!("p{k}: {pi}")],
         about: format!("gather {body}"),
+        iota: d.iota.is_some(),
         body,
         out_shape: out,
         out_sharding: sr,
@@ -199,8 +273,9 @@ fn scatter_case(g: &mut Gen, k: usize, first: usize, n: i64) -> Case {
         )
     };
     let body = format!(
-        "  %o{k} = {po} parameter({first}), sharding={so}\n  %i{k} = {pi} parameter({}), sharding={si}\n  %u{k} = {pu} parameter({}), sharding={su}\n  %r{k} = {po} scatter(%o{k}, %i{k}, %u{k}), update_window_dims={{{}}}, inserted_window_dims={{{}}}, scatter_dims_to_operand_dims={{{}}}{batching}, index_vector_dim={}, to_apply=%{comb}, sharding={sr}\n",
+        "  %o{k} = {po} parameter({first}), sharding={so}\n  %p{k} = {pi} parameter({}), sharding={si}\n{}  %u{k} = {pu} parameter({}), sharding={su}\n  %r{k} = {po} scatter(%o{k}, %i{k}, %u{k}), update_window_dims={{{}}}, inserted_window_dims={{{}}}, scatter_dims_to_operand_dims={{{}}}{batching}, index_vector_dim={}, to_apply=%{comb}, sharding={sr}\n",
         first + 1,
+        indices_text(&d, k, &si),
         first + 2,
         list(&d.offset),
         list(&d.collapsed),
@@ -210,10 +285,11 @@ fn scatter_case(g: &mut Gen, k: usize, first: usize, n: i64) -> Case {
     Case {
         params: vec![
             format!("o{k}: {po}"),
-            format!("i{k}: {pi}"),
+            format!("p{k}: {pi}"),
             format!("u{k}: {pu}"),
         ],
         about: format!("scatter {body}"),
+        iota: d.iota.is_some(),
         body,
         out_shape: po,
         out_sharding: sr,
@@ -260,6 +336,7 @@ fn random_gathers_and_scatters_run_equal() {
     let mut g = Gen(harness::Rng::new(15));
     let mut done = 0;
     let mut strategies = 0;
+    let mut iotas = 0;
     while done < total {
         let n = [2i64, 4, 8][(done / per_module) % 3];
         let count = per_module.min(total - done);
@@ -274,6 +351,7 @@ fn random_gathers_and_scatters_run_equal() {
             next_param += c.params.len();
             cases.push(c);
         }
+        iotas += cases.iter().filter(|c| c.iota).count();
         let text = module_text(n, &cases);
         let original = parse_module(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
         let mut part = original.clone();
@@ -293,6 +371,6 @@ fn random_gathers_and_scatters_run_equal() {
         done += count;
     }
     eprintln!(
-        "{done} gather/scatter cases executed and equal; {strategies} partitioned by a strategy, the rest (maximal shardings) by the default"
+        "{done} gather/scatter cases executed and equal ({iotas} with an iota index component); {strategies} partitioned by a strategy, the rest (maximal shardings) by the default"
     );
 }

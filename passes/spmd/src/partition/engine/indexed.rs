@@ -21,7 +21,7 @@
 //! with the resharding of the result to its own sharding; the cheapest is emitted.
 
 use super::*;
-use crate::gather_scatter::GatherScatter;
+use crate::gather_scatter::{self, GatherScatter};
 
 /// A candidate layout of a gather or scatter.
 struct Layout {
@@ -35,6 +35,10 @@ struct Layout {
     /// Operand dimensions along which each device holds a piece of an indexed, one-element
     /// slice (the trivially sliced strategy).
     trivial: Vec<usize>,
+    /// Operand dimensions that are implicit parallel dimensions split here: the index
+    /// component of each is an iota along an indices dimension split the same way, so each
+    /// device's indices point into its own piece once moved by the piece's start.
+    parallel: Vec<usize>,
 }
 
 /// The tiling of a single-array value (`None` for tuples, maximal and manual values).
@@ -164,6 +168,7 @@ impl Engine<'_> {
             out: base,
             updates: None,
             trivial: Vec::new(),
+            parallel: Vec::new(),
         }
     }
 
@@ -193,7 +198,50 @@ impl Engine<'_> {
             operand: t,
             updates: None,
             trivial,
+            parallel: Vec::new(),
         })
+    }
+
+    /// `g` with the implicit parallel dimensions of `indices` (index components that are
+    /// iotas along an indices dimension of the operand dimension's size, XLA's
+    /// `GetGatherScatterBatchParallelDims`) counted as batching dimensions, for the layout maps
+    /// only, and the operand dimensions that are such. Only collapsed operand dimensions count,
+    /// so the window dimensions keep their order.
+    fn with_parallel(
+        &self,
+        b: &Builder,
+        g: &GatherScatter,
+        indices: InstrId,
+    ) -> (GatherScatter, Vec<usize>) {
+        let m = b.module();
+        let caller = |c: CompId| -> Option<InstrId> {
+            m.computations().iter().find_map(|&k| {
+                m.comp(k)
+                    .instructions()
+                    .iter()
+                    .copied()
+                    .find(|&x| m.instr(x).called.contains(&c))
+            })
+        };
+        let iotas = gather_scatter::index_component_iotas(
+            m,
+            indices,
+            g.index_vector_dim,
+            g.index_map.len(),
+            &caller,
+        );
+        let mut gp = g.clone();
+        let mut ops = Vec::new();
+        if let Some(p) = g.implicit_parallel(&iotas) {
+            for (&o, &d) in p.operand.iter().zip(&p.indices) {
+                if g.collapsed.contains(&o) {
+                    gp.operand_batching.push(o);
+                    gp.indices_batching.push(d);
+                    ops.push(o);
+                }
+            }
+        }
+        (gp, ops)
     }
 
     pub(super) fn gather(&mut self, b: &mut Builder, id: InstrId, own: Tree) -> Result<()> {
@@ -215,14 +263,15 @@ impl Engine<'_> {
         let out_dims = i.shape.dims().to_vec();
         let out_ty = i.shape.element_type();
 
-        let mut candidates = vec![Self::layout_from_output(&g, &t_own)];
-        let idx_map = Self::output_to_indices(&g);
-        candidates.push(Self::layout_from_output(&g, &t_idx.project(&idx_map)));
+        let (gp, par) = self.with_parallel(b, &g, idx);
+        let mut candidates = vec![Self::layout_from_output(&gp, &t_own)];
+        let idx_map = Self::output_to_indices(&gp);
+        candidates.push(Self::layout_from_output(&gp, &t_idx.project(&idx_map)));
         candidates.push(Self::layout_from_output(
-            &g,
-            &t_op.project(&Self::output_to_operand(&g)),
+            &gp,
+            &t_op.project(&Self::output_to_operand(&gp)),
         ));
-        if let Some(l) = Self::layout_trivial(&g, &t_op) {
+        if let Some(l) = Self::layout_trivial(&gp, &t_op) {
             candidates.push(l);
         }
         let mut best: Option<(i64, usize)> = None;
@@ -246,12 +295,19 @@ impl Engine<'_> {
                 best = Some((cost, k));
             }
         }
-        let l = candidates.swap_remove(best.expect("one candidate at least").1);
+        let mut l = candidates.swap_remove(best.expect("one candidate at least").1);
+        l.parallel = par
+            .into_iter()
+            .filter(|&o| l.operand.tiles[o] > 1)
+            .collect();
         let x_op = self.operand(b, id, 0, &Tree::Leaf(Spec::Tiled(l.operand.clone())))?;
         let mut x_idx = self.operand(b, id, 1, &Tree::Leaf(Spec::Tiled(l.indices.clone())))?;
+        if !l.parallel.is_empty() {
+            x_idx = self.move_indices(b, &g, x_idx, &l, &l.parallel, false)?.0;
+        }
         let mut valid = None;
         if !l.trivial.is_empty() {
-            let (moved, ok) = self.move_indices(b, &g, x_idx, &l, true)?;
+            let (moved, ok) = self.move_indices(b, &g, x_idx, &l, &l.trivial, true)?;
             x_idx = moved;
             valid = ok;
         }
@@ -311,6 +367,7 @@ impl Engine<'_> {
         g: &GatherScatter,
         x: InstrId,
         l: &Layout,
+        moved_dims: &[usize],
         clamp: bool,
     ) -> Result<(InstrId, Option<InstrId>)> {
         let shape = b.module().instr(x).shape.clone();
@@ -324,7 +381,7 @@ impl Engine<'_> {
         let mut offsets = Vec::with_capacity(starts.len() * comps);
         for s in &starts {
             for &o in &g.index_map {
-                offsets.push(if l.trivial.contains(&o) { s[o] } else { 0 });
+                offsets.push(if moved_dims.contains(&o) { s[o] } else { 0 });
             }
         }
         let vec_of = |b: &mut Builder, this: &mut Self, per: &[i64]| -> Result<InstrId> {
@@ -403,7 +460,7 @@ impl Engine<'_> {
             .index_map
             .iter()
             .map(|&o| {
-                if l.trivial.contains(&o) {
+                if moved_dims.contains(&o) {
                     shard[o]
                 } else {
                     g.operand[o] - g.slice_sizes[o] + 1
@@ -463,12 +520,13 @@ impl Engine<'_> {
         let (Some(t_own), Some(tilings)) = (leaf_own, tilings) else {
             return self.default(b, id, own);
         };
+        let (gp, par) = self.with_parallel(b, &g, ops[k]);
         let keep_dims = |t: &Tiling| -> Layout {
-            let trivial: Vec<usize> = Self::trivial_dims(&g)
+            let trivial: Vec<usize> = Self::trivial_dims(&gp)
                 .into_iter()
                 .filter(|&d| t.tiles[d] > 1)
                 .collect();
-            let op_map = Self::operand_to_output(&g);
+            let op_map = Self::operand_to_output(&gp);
             let drop: Vec<usize> = (0..g.operand.len())
                 .filter(|d| t.tiles[*d] > 1 && !trivial.contains(d) && op_map[*d].is_none())
                 .collect();
@@ -477,15 +535,30 @@ impl Engine<'_> {
             } else {
                 t.replicate_dims(&drop)
             };
+            let parallel = par.iter().copied().filter(|&o| t.tiles[o] > 1).collect();
             Layout {
-                indices: t.project(&Self::indices_to_operand(&g)),
-                updates: Some(t.project(&Self::output_to_operand(&g))),
+                indices: t.project(&Self::indices_to_operand(&gp)),
+                updates: Some(t.project(&Self::output_to_operand(&gp))),
                 out: t.clone(),
                 operand: t,
                 trivial,
+                parallel,
             }
         };
-        let candidates = [keep_dims(&t_own), keep_dims(&tilings[0])];
+        // The indices' split carried onto the operand along the batching and parallel
+        // dimensions (a replicated operand is then cut locally instead of the indices and
+        // updates being gathered).
+        let mut from_idx: Vec<Option<usize>> = vec![None; g.operand.len()];
+        for (d, o) in Self::indices_to_operand(&gp).into_iter().enumerate() {
+            if let Some(o) = o {
+                from_idx[o] = Some(d);
+            }
+        }
+        let candidates = [
+            keep_dims(&t_own),
+            keep_dims(&tilings[0]),
+            keep_dims(&tilings[k].project(&from_idx)),
+        ];
         let elem = |s: &Shape| s.element_type();
         let mut best: Option<(i64, usize)> = None;
         for (c, l) in candidates.iter().enumerate() {
@@ -503,7 +576,7 @@ impl Engine<'_> {
                 best = Some((cost, c));
             }
         }
-        let (best_cost, best_k) = best.expect("two candidates");
+        let (best_cost, best_k) = best.expect("three candidates");
         if k == 1 {
             if let Some(plan) = self.index_passthrough_plan(b, &i, &g, &tilings) {
                 if plan.cost < best_cost {
@@ -520,8 +593,9 @@ impl Engine<'_> {
             locals.push(fence_dynamic_slice(b, x)?);
         }
         let mut x_idx = self.operand(b, id, k, &Tree::Leaf(Spec::Tiled(l.indices.clone())))?;
-        if !l.trivial.is_empty() {
-            x_idx = self.move_indices(b, &g, x_idx, l, false)?.0;
+        if !l.trivial.is_empty() || !l.parallel.is_empty() {
+            let moved: Vec<usize> = l.trivial.iter().chain(&l.parallel).copied().collect();
+            x_idx = self.move_indices(b, &g, x_idx, l, &moved, false)?.0;
         }
         locals.push(x_idx);
         for j in 0..k {

@@ -1066,6 +1066,98 @@ impl Engine<'_> {
     /// Concatenate: along an unsplit dimension, local; along a split one, each operand's part
     /// of the device's output piece is fetched like a window and the parts are selected by
     /// output position.
+    /// `concatenate(slice(x, [a:n]), slice(x, [0:a]))` along an evenly split dimension of
+    /// `x`'s size is `x` rotated by `a` (XLA's `MergedSliceThenConcatRotate*`): each device's
+    /// output piece is the tail of one piece of `x` followed by the head of the next, so each
+    /// part is one collective-permute (none when it is the device's own piece). `false`
+    /// (nothing emitted) when the pattern does not hold.
+    fn rotate(&mut self, b: &mut Builder, id: InstrId, t: &Tiling, dim: usize) -> Result<bool> {
+        let m = b.module();
+        let i = m.instr(id).clone();
+        let [s0, s1] = i.operands() else {
+            return Ok(false);
+        };
+        let (i0, i1) = (m.instr(*s0), m.instr(*s1));
+        if i0.opcode != Opcode::Slice || i1.opcode != Opcode::Slice {
+            return Ok(false);
+        }
+        let (Some(&x), Some(&x1)) = (i0.operands().first(), i1.operands().first()) else {
+            return Ok(false);
+        };
+        let (Some(d0), Some(d1)) = (i0.attrs.slice.as_deref(), i1.attrs.slice.as_deref()) else {
+            return Ok(false);
+        };
+        let xs = self.global(m, x);
+        let n = xs.dims().get(dim).copied().unwrap_or(0);
+        let tiles = t.tiles[dim];
+        let whole_except_dim = |ds: &[tessera_hlo::attrs::SliceDim]| {
+            ds.iter().enumerate().all(|(e, sd)| {
+                sd.stride == 1 && (e == dim || (sd.start == 0 && sd.limit == xs.dims()[e]))
+            })
+        };
+        let a = d1[dim].limit;
+        let fits = x == x1
+            && xs.dims() == i.shape.dims()
+            && whole_except_dim(d0)
+            && whole_except_dim(d1)
+            && d0[dim].start == a
+            && d0[dim].limit == n
+            && d1[dim].start == 0
+            && a > 0
+            && a < n
+            && n % tiles == 0;
+        if !fits {
+            return Ok(false);
+        }
+        let v = self.value(b.module(), x)?;
+        let own = Tree::Leaf(Spec::Tiled(t.clone()));
+        let xl = self.reshard(b, &v, &xs, &own)?;
+        let shard = n / tiles;
+        let (q, r) = (a / shard, a % shard);
+        let mut local = t.shard_dims(xs.dims());
+        let zeros = vec![0i64; local.len()];
+        let ones = vec![1i64; local.len()];
+        let groups = t.groups(&[dim], false);
+        let mut parts = Vec::with_capacity(2);
+        // (first position in the source piece, length, how many pieces further the source is)
+        for (from, len, ahead) in [(r, shard - r, q), (0, r, q + 1)] {
+            if len == 0 {
+                continue;
+            }
+            let mut start = zeros.clone();
+            start[dim] = from;
+            local[dim] = from + len;
+            let part = built(b.slice(xl, &start, &local, &ones))?;
+            let ahead = ahead % tiles;
+            let part = if ahead == 0 {
+                part
+            } else {
+                let tl = tiles as usize;
+                let pairs: Vec<(i64, i64)> = groups
+                    .iter()
+                    .flat_map(|g| (0..tl).map(move |j| (g[(j + ahead as usize) % tl], g[j])))
+                    .collect();
+                let moved = self.creator.collective_permute(b, part, &pairs)?;
+                let bytes = b.module().instr(moved).shape.byte_size(8);
+                self.report.collectives.push(CollectiveNote {
+                    original: i.name().to_string(),
+                    collective: "collective-permute",
+                    reason: format!("rotation by {a} along dimension {dim}"),
+                    bytes,
+                });
+                moved
+            };
+            parts.push(part);
+        }
+        let out = if parts.len() == 1 {
+            parts[0]
+        } else {
+            built(b.concatenate(&parts, dim as i64))?
+        };
+        self.set(id, out, own);
+        Ok(true)
+    }
+
     pub(super) fn concatenate(&mut self, b: &mut Builder, id: InstrId, own: Tree) -> Result<()> {
         let i = b.module().instr(id).clone();
         let Tree::Leaf(Spec::Tiled(t)) = &own else {
@@ -1078,6 +1170,9 @@ impl Engine<'_> {
         let dim = dim as usize;
         if dim >= t.rank() {
             return self.default(b, id, own);
+        }
+        if self.rotate(b, id, &t, dim)? {
+            return Ok(());
         }
         let mut ops = Vec::with_capacity(i.operands().len());
         let mut wholes = Vec::with_capacity(i.operands().len());
@@ -1156,6 +1251,27 @@ impl Engine<'_> {
         let dims = i.shape.dims().to_vec();
         if rdims.iter().any(|&d| d >= t.rank()) || dims.contains(&0) {
             return self.default(b, id, own);
+        }
+        // Evenly split reversed dimensions: the operand is taken with those tiles in mirrored
+        // order, so that each device's local reverse is its own piece of the result (no
+        // exchange when the operand already is in that order, e.g. a reversed device order).
+        let split: Vec<usize> = rdims.iter().copied().filter(|&d| t.tiles[d] > 1).collect();
+        if !split.is_empty() && split.iter().all(|&d| dims[d] % t.tiles[d] == 0) {
+            let idx: Vec<Vec<i64>> = t
+                .tile_indices()
+                .into_iter()
+                .map(|mut ix| {
+                    for &d in &split {
+                        ix[d] = t.tiles[d] - 1 - ix[d];
+                    }
+                    ix
+                })
+                .collect();
+            let mirrored = Tiling::from_tile_indices(t.tiles.clone(), t.repl, &idx);
+            let x = self.operand(b, id, 0, &Tree::Leaf(Spec::Tiled(mirrored)))?;
+            let r = self.clone_with(b, &i, &[x], local_shape(&i.shape, &own))?;
+            self.set(id, r, own);
+            return Ok(());
         }
         let x = self.operand(b, id, 0, &own)?;
         let mut r = self.clone_with(b, &i, &[x], local_shape(&i.shape, &own))?;
@@ -1261,6 +1377,32 @@ impl Engine<'_> {
     /// the update is replicated along the dimensions it covers in part, and each device
     /// takes the part that lands in its shard: the update padded by a shard on both sides,
     /// dynamic-sliced at (shard start - clamped start), selected where it lands.
+    /// `x` (an original broadcast of a scalar) made locally as the piece of tiling `t`, when
+    /// the scalar is held by every device; `None` otherwise.
+    fn local_broadcast_of_scalar(
+        &mut self,
+        b: &mut Builder,
+        x: InstrId,
+        t: &Tiling,
+    ) -> Result<Option<InstrId>> {
+        let xi = b.module().instr(x).clone();
+        let Some(&s) = xi.operands().first() else {
+            return Ok(None);
+        };
+        if xi.opcode != Opcode::Broadcast || b.module().instr(s).shape.rank() != 0 {
+            return Ok(None);
+        }
+        let Some(v) = self.values.get(&s).cloned() else {
+            return Ok(None);
+        };
+        let whole = matches!(&v.tree, Tree::Leaf(Spec::Tiled(st)) if st.num_devices() == self.n);
+        if !whole {
+            return Ok(None);
+        }
+        let local = t.shard_dims(xi.shape.dims());
+        Ok(Some(broadcast_scalar(b, v.local, &local)?))
+    }
+
     pub(super) fn dynamic_update_slice(
         &mut self,
         b: &mut Builder,
@@ -1296,7 +1438,12 @@ impl Engine<'_> {
             return Ok(());
         }
         let u_tiling = t.replicate_dims(&split_partial);
-        let mut u = self.operand(b, id, 1, &Tree::Leaf(Spec::Tiled(u_tiling)))?;
+        // An update that is a broadcast of a scalar every device holds is rebuilt locally at
+        // the size it is needed instead of being gathered.
+        let mut u = match self.local_broadcast_of_scalar(b, i.operands()[1], &u_tiling)? {
+            Some(x) => x,
+            None => self.operand(b, id, 1, &Tree::Leaf(Spec::Tiled(u_tiling)))?,
+        };
         let ty = i.shape.element_type();
         let shard = t.shard_dims(&dims);
         let starts = t.starts(&dims);

@@ -201,6 +201,19 @@ impl Engine<'_> {
             let elem = global.element_type().byte_size() as i64;
             tl.shard_dims(global.dims()).iter().product::<i64>() * elem
         };
+        // Every figure compared with the threshold is a piece of an operand or of the result:
+        // when none of those is larger whole, no plan can pass it, and the per-device tables
+        // below (which grow with the device count) need not be built.
+        let whole = |s: &Shape| s.as_array().map_or(0, |a| a.byte_size());
+        let largest = ops
+            .iter()
+            .map(|&o| whole(&self.global(m, o)))
+            .chain([whole(&i.shape)])
+            .max()
+            .unwrap_or(0);
+        if largest <= threshold {
+            return Ok(None);
+        }
         // Reduce-scatter-like: one contracting dimension split over a ring that also splits
         // the result along one non-contracting dimension.
         for side in [Side::Lhs, Side::Rhs] {

@@ -10,12 +10,12 @@
 //! for a full run).
 
 use tessera_hlo::text::parse_module;
-use tessera_pass::Pass;
 use tessera_runtime::harness;
-use tessera_spmd::SpmdPartitioning;
 
 mod common;
-use common::{assert_batch_equal, case_count, Gen};
+use common::{
+    assert_batch_equal, batch_module, case_count, defaulted_with_prefix, partition_batch, Gen,
+};
 
 /// A random sharding with the spatial dimensions `favour` split more often.
 fn sharding(g: &mut Gen, rank: usize, favour: &[usize], n: i64) -> String {
@@ -206,27 +206,29 @@ fn case(g: &mut Gen, k: usize, n: i64) -> Option<Case> {
 /// The module of `cases`: the convolutions as drawn, or (`reference`) their one-device
 /// reference forms.
 fn module_text(n: i64, cases: &[Case], reference: bool) -> String {
-    let mut params = Vec::new();
-    let mut body = String::new();
-    for c in cases {
-        for s in &c.params {
-            params.push(format!("p{}: {s}", params.len()));
-        }
-        body += if reference { &c.reference } else { &c.text };
-    }
-    let shapes: Vec<&str> = cases.iter().map(|c| c.result_shape.as_str()).collect();
-    let outs: Vec<String> = (0..cases.len())
-        .map(|k| format!("{} %c{k}", cases[k].result_shape))
+    let params: Vec<String> = cases.iter().flat_map(|c| c.params.clone()).collect();
+    let body: String = cases
+        .iter()
+        .map(|c| {
+            if reference {
+                c.reference.as_str()
+            } else {
+                c.text.as_str()
+            }
+        })
         .collect();
-    let shardings: Vec<&str> = cases.iter().map(|c| c.result_sharding.as_str()).collect();
-    format!(
-        "HloModule conv_cases, num_partitions={n}\n\nENTRY %main ({}) -> ({}) {{\n{body}  ROOT %t = ({}) tuple({}), sharding={{{}}}\n}}\n",
-        params.join(", "),
-        shapes.join(", "),
-        shapes.join(", "),
-        outs.join(", "),
-        shardings.join(", ")
-    )
+    let results: Vec<(String, String, String)> = cases
+        .iter()
+        .enumerate()
+        .map(|(k, c)| {
+            (
+                c.result_shape.clone(),
+                format!("%c{k}"),
+                c.result_sharding.clone(),
+            )
+        })
+        .collect();
+    batch_module("conv_cases", n, "", &params, &body, &results)
 }
 
 #[test]
@@ -247,14 +249,10 @@ fn random_convolutions_run_equal() {
             }
         }
         let text = module_text(n, &cases, false);
-        let original = parse_module(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
         let ref_text = module_text(n, &cases, true);
         let reference = parse_module(&ref_text).unwrap_or_else(|e| panic!("{e}\n{ref_text}"));
-        let mut part = original.clone();
-        let mut pass = SpmdPartitioning::default();
-        pass.run(&mut part)
-            .unwrap_or_else(|e| panic!("{e}\n{text}"));
-        let notes = &pass.report.collectives;
+        let (_, part, report) = partition_batch(&text);
+        let notes = &report.collectives;
         halos += notes
             .iter()
             .filter(|c| c.reason.starts_with("halo"))
@@ -263,12 +261,7 @@ fn random_convolutions_run_equal() {
             .iter()
             .filter(|c| c.reason.contains("convolution over a split kernel"))
             .count();
-        defaulted += pass
-            .report
-            .defaulted
-            .iter()
-            .filter(|d| d.starts_with('c'))
-            .count();
+        defaulted += defaulted_with_prefix(&report, 'c');
         assert_batch_equal(&reference, &part, n as usize, round as u64, |k| {
             format!("c{k} {}", cases[k].what)
         });

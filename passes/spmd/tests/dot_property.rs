@@ -8,13 +8,13 @@
 //! `DOT_CASES=N` changes the number of cases (default 300 for CI; `DOT_CASES=1500` gives the
 //! issue's count for the dot).
 
-use tessera_hlo::text::parse_module;
-use tessera_pass::Pass;
 use tessera_runtime::harness;
-use tessera_spmd::SpmdPartitioning;
 
 mod common;
-use common::{assert_batch_equal, case_count, random_sharding, Gen};
+use common::{
+    assert_batch_equal, batch_module, case_count, defaulted_with_prefix, partition_batch,
+    random_sharding, Gen,
+};
 
 fn shape(dims: &[i64]) -> String {
     let d: Vec<String> = dims.iter().map(i64::to_string).collect();
@@ -144,26 +144,20 @@ fn case(g: &mut Gen, k: usize, n: i64) -> Case {
 }
 
 fn module_text(n: i64, cases: &[Case]) -> String {
-    let params: Vec<String> = cases
-        .iter()
-        .flat_map(|c| c.params.iter())
-        .enumerate()
-        .map(|(i, s)| format!("p{i}: {s}"))
-        .collect();
+    let params: Vec<String> = cases.iter().flat_map(|c| c.params.clone()).collect();
     let body: String = cases.iter().map(|c| c.body.as_str()).collect();
-    let shapes: Vec<&str> = cases.iter().map(|c| c.result_shape.as_str()).collect();
-    let outs: Vec<String> = (0..cases.len())
-        .map(|k| format!("{} %c{k}", cases[k].result_shape))
+    let results: Vec<(String, String, String)> = cases
+        .iter()
+        .enumerate()
+        .map(|(k, c)| {
+            (
+                c.result_shape.clone(),
+                format!("%c{k}"),
+                c.result_sharding.clone(),
+            )
+        })
         .collect();
-    let shardings: Vec<&str> = cases.iter().map(|c| c.result_sharding.as_str()).collect();
-    format!(
-        "HloModule dot_cases, num_partitions={n}\n\nENTRY %main ({}) -> ({}) {{\n{body}  ROOT %t = ({}) tuple({}), sharding={{{}}}\n}}\n",
-        params.join(", "),
-        shapes.join(", "),
-        shapes.join(", "),
-        outs.join(", "),
-        shardings.join(", ")
-    )
+    batch_module("dot_cases", n, "", &params, &body, &results)
 }
 
 #[test]
@@ -181,19 +175,9 @@ fn random_dots_run_equal() {
         let want = per_module.min(total - done);
         let cases: Vec<Case> = (0..want).map(|k| case(&mut g, k, n)).collect();
         let text = module_text(n, &cases);
-        let original = parse_module(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
-        let mut part = original.clone();
-        let mut pass = SpmdPartitioning::default();
-        pass.run(&mut part)
-            .unwrap_or_else(|e| panic!("{e}\n{text}"));
-        defaulted += pass
-            .report
-            .defaulted
-            .iter()
-            .filter(|d| d.starts_with('c'))
-            .count();
-        sums += pass
-            .report
+        let (original, part, report) = partition_batch(&text);
+        defaulted += defaulted_with_prefix(&report, 'c');
+        sums += report
             .collectives
             .iter()
             .filter(|c| c.reason.starts_with("partial sums of a dot"))

@@ -12,13 +12,12 @@
 //! `GATHER_SCATTER_CASES=N` changes the number of cases (default 600, four executed modules,
 //! to keep CI short; `GATHER_SCATTER_CASES=3000` is the full run).
 
-use tessera_hlo::text::parse_module;
-use tessera_pass::Pass;
 use tessera_runtime::harness;
-use tessera_spmd::SpmdPartitioning;
 
 mod common;
-use common::{assert_batch_equal, case_count, random_sharding, Gen};
+use common::{
+    assert_batch_equal, case_count, defaulted_with_prefix, partition_batch, random_sharding, Gen,
+};
 
 fn list(v: &[usize]) -> String {
     v.iter().map(usize::to_string).collect::<Vec<_>>().join(",")
@@ -353,18 +352,8 @@ fn random_gathers_and_scatters_run_equal() {
         }
         iotas += cases.iter().filter(|c| c.iota).count();
         let text = module_text(n, &cases);
-        let original = parse_module(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
-        let mut part = original.clone();
-        let mut pass = SpmdPartitioning::default();
-        pass.run(&mut part)
-            .unwrap_or_else(|e| panic!("{e}\n{text}"));
-        strategies += count
-            - pass
-                .report
-                .defaulted
-                .iter()
-                .filter(|d| d.starts_with('r'))
-                .count();
+        let (original, part, report) = partition_batch(&text);
+        strategies += count - defaulted_with_prefix(&report, 'r');
         assert_batch_equal(&original, &part, n as usize, done as u64, |k| {
             cases[k].about.to_string()
         });

@@ -9,13 +9,12 @@
 //! `HALO_CASES=N` changes the number of cases (default 600, about a minute here;
 //! `HALO_CASES=3000` gives the count).
 
-use tessera_hlo::text::parse_module;
-use tessera_pass::Pass;
 use tessera_runtime::harness;
-use tessera_spmd::SpmdPartitioning;
 
 mod common;
-use common::{assert_batch_equal, batch_module, case_count, Gen};
+use common::{
+    assert_batch_equal, batch_module, case_count, defaulted_with_prefix, partition_batch, Gen,
+};
 
 /// A random sharding of a rank-`rank` array on `n` devices: the devices split over the
 /// dimensions (the first dimension favoured) and replication, in iota or shuffled order;
@@ -296,24 +295,14 @@ fn random_windowed_ops_run_equal() {
             }
         }
         let text = module_text(n, &cases);
-        let original = parse_module(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
-        let mut part = original.clone();
-        let mut pass = SpmdPartitioning::default();
-        pass.run(&mut part)
-            .unwrap_or_else(|e| panic!("{e}\n{text}"));
-        halos += pass
-            .report
+        let (original, part, report) = partition_batch(&text);
+        halos += report
             .collectives
             .iter()
             .filter(|c| c.reason.starts_with("halo"))
             .count();
         // The cases are named c<k>; their scalar constants take the default path (free).
-        defaulted += pass
-            .report
-            .defaulted
-            .iter()
-            .filter(|d| d.starts_with('c'))
-            .count();
+        defaulted += defaulted_with_prefix(&report, 'c');
         assert_batch_equal(&original, &part, n as usize, round as u64, |k| {
             format!("c{k} {}", cases[k].what)
         });

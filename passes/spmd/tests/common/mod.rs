@@ -3,9 +3,12 @@
 
 use std::sync::OnceLock;
 
+use tessera_hlo::text::parse_module;
 use tessera_hlo::Module;
+use tessera_pass::Pass;
 use tessera_runtime::harness::{self, check_equivalence, CompareOptions};
 use tessera_runtime::Client;
+use tessera_spmd::{SpmdPartitioning, SpmdReport};
 
 pub fn client() -> &'static Client {
     static CLIENT: OnceLock<Client> = OnceLock::new();
@@ -187,4 +190,27 @@ pub fn favoured_sharding(
         format!("<=[{n}]")
     };
     tiled_text(&tiles, repl, &devices)
+}
+
+/// Parses one batch's text and partitions it with the default options (either failure panics
+/// with the text): the original, the partitioned module and the pass's report.
+#[allow(dead_code)] // the reshard test partitions per case
+pub fn partition_batch(text: &str) -> (Module, Module, SpmdReport) {
+    let original = parse_module(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let mut part = original.clone();
+    let mut pass = SpmdPartitioning::default();
+    pass.run(&mut part)
+        .unwrap_or_else(|e| panic!("{e}\n{text}"));
+    (original, part, pass.report)
+}
+
+/// How many instructions whose names start with `prefix` (a batch's cases) took the default
+/// path.
+#[allow(dead_code)] // not every test binary counts them
+pub fn defaulted_with_prefix(report: &SpmdReport, prefix: char) -> usize {
+    report
+        .defaulted
+        .iter()
+        .filter(|d| d.starts_with(prefix))
+        .count()
 }

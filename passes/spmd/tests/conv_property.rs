@@ -14,7 +14,8 @@ use tessera_runtime::harness;
 
 mod common;
 use common::{
-    assert_batch_equal, batch_module, case_count, defaulted_with_prefix, partition_batch, Gen,
+    assert_batch_equal, batch_module, case_count, defaulted_with_prefix, numbered_results,
+    partition_batch, Gen,
 };
 
 /// A random sharding with the spatial dimensions `favour` split more often.
@@ -217,17 +218,11 @@ fn module_text(n: i64, cases: &[Case], reference: bool) -> String {
             }
         })
         .collect();
-    let results: Vec<(String, String, String)> = cases
-        .iter()
-        .enumerate()
-        .map(|(k, c)| {
-            (
-                c.result_shape.clone(),
-                format!("%c{k}"),
-                c.result_sharding.clone(),
-            )
-        })
-        .collect();
+    let results = numbered_results(
+        cases
+            .iter()
+            .map(|c| (c.result_shape.as_str(), c.result_sharding.as_str())),
+    );
     batch_module("conv_cases", n, "", &params, &body, &results)
 }
 

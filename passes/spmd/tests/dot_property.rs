@@ -12,8 +12,8 @@ use tessera_runtime::harness;
 
 mod common;
 use common::{
-    assert_batch_equal, batch_module, case_count, defaulted_with_prefix, partition_batch,
-    random_sharding, Gen,
+    assert_batch_equal, batch_module, case_count, defaulted_with_prefix, numbered_results,
+    partition_batch, random_sharding, Gen,
 };
 
 fn shape(dims: &[i64]) -> String {
@@ -146,17 +146,11 @@ fn case(g: &mut Gen, k: usize, n: i64) -> Case {
 fn module_text(n: i64, cases: &[Case]) -> String {
     let params: Vec<String> = cases.iter().flat_map(|c| c.params.clone()).collect();
     let body: String = cases.iter().map(|c| c.body.as_str()).collect();
-    let results: Vec<(String, String, String)> = cases
-        .iter()
-        .enumerate()
-        .map(|(k, c)| {
-            (
-                c.result_shape.clone(),
-                format!("%c{k}"),
-                c.result_sharding.clone(),
-            )
-        })
-        .collect();
+    let results = numbered_results(
+        cases
+            .iter()
+            .map(|c| (c.result_shape.as_str(), c.result_sharding.as_str())),
+    );
     batch_module("dot_cases", n, "", &params, &body, &results)
 }
 

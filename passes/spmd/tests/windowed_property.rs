@@ -13,7 +13,7 @@ use tessera_pass::Pass;
 use tessera_runtime::harness;
 use tessera_spmd::SpmdPartitioning;
 
-use common::{assert_batch_equal, batch_module, case_count, Gen};
+use common::{assert_batch_equal, batch_module, case_count, numbered_results, Gen};
 
 struct Case {
     what: String,
@@ -118,17 +118,11 @@ fn case(g: &mut Gen, k: usize, first: usize, n: i64) -> Case {
 fn module_text(n: i64, cases: &[Case]) -> String {
     let params: Vec<String> = cases.iter().flat_map(|c| c.params.clone()).collect();
     let body: String = cases.iter().map(|c| c.body.as_str()).collect();
-    let results: Vec<(String, String, String)> = cases
-        .iter()
-        .enumerate()
-        .map(|(k, c)| {
-            (
-                c.result_shape.clone(),
-                format!("%c{k}"),
-                c.result_sharding.clone(),
-            )
-        })
-        .collect();
+    let results = numbered_results(
+        cases
+            .iter()
+            .map(|c| (c.result_shape.as_str(), c.result_sharding.as_str())),
+    );
     batch_module("windowed_cases", n, "", &params, &body, &results)
 }
 

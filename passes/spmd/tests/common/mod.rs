@@ -214,3 +214,16 @@ pub fn defaulted_with_prefix(report: &SpmdReport, prefix: char) -> usize {
         .filter(|d| d.starts_with(prefix))
         .count()
 }
+
+/// A batch's results when case `k`'s result is `%c<k>`: (shape, name, sharding) per case, for
+/// [`batch_module`].
+#[allow(dead_code)] // not every test binary numbers its results
+pub fn numbered_results<'a>(
+    cases: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> Vec<(String, String, String)> {
+    cases
+        .into_iter()
+        .enumerate()
+        .map(|(k, (shape, sharding))| (shape.to_string(), format!("%c{k}"), sharding.to_string()))
+        .collect()
+}

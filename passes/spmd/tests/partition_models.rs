@@ -118,6 +118,39 @@ fn transformer48_partitions_and_runs_equal() {
     run(&["models/transformer48.after-propagation.hlo"]);
 }
 
+/// The stems in `dir` ending in `suffix`, narrowed by the `MODELS` environment variable (a
+/// substring) when it is set.
+fn filtered_stems(dir: &std::path::Path, suffix: &str) -> Vec<String> {
+    let filter = std::env::var("MODELS").ok();
+    stems(dir, suffix)
+        .into_iter()
+        .filter(|n| filter.as_deref().is_none_or(|f| n.contains(f)))
+        .collect()
+}
+
+/// Partitions `before` with the default options, verifies the result and runs it on the
+/// devices against `reference` (random inputs drawn for `before` from `seed`): the partitioned
+/// module and the pass's report when equal, else the comparison's report or the error.
+fn partition_and_compare(
+    before: &tessera_hlo::Module,
+    reference: &tessera_hlo::Module,
+    seed: u64,
+    options: CompareOptions,
+) -> Result<(tessera_hlo::Module, tessera_spmd::SpmdReport), String> {
+    let n = before.config.num_partitions;
+    let mut part = before.clone();
+    let mut pass = SpmdPartitioning::default();
+    pass.run(&mut part).map_err(|e| e.to_string())?;
+    verify(&part, &VerifyOptions::default()).map_err(|e| format!("verify: {e}"))?;
+    let inputs = harness::random_inputs(before, seed).map_err(|e| e.to_string())?;
+    let rep = check_equivalence(client(), reference, &part, n as usize, &inputs, options)
+        .map_err(|e| e.to_string())?;
+    if !rep.passed() {
+        return Err(format!("\n{rep}"));
+    }
+    Ok((part, pass.report))
+}
+
 /// Collectives of a partitioned module and the bytes each device receives (ORACLE.md's
 /// formulas; empty replica groups mean all `n` devices).
 fn collectives_of(m: &tessera_hlo::Module, n: i64) -> (usize, i64) {
@@ -209,11 +242,7 @@ fn spmd_pairs_partition_and_run_equal_beside_xla() {
 #[test]
 fn xla_dumps_partition_and_run_equal_beside_xla() {
     use tessera_runtime::harness::{manual_region, Reference, Tolerance};
-    let filter = std::env::var("MODELS").ok();
-    let names: Vec<String> = stems(&data("dumps"), ".before-spmd.txt")
-        .into_iter()
-        .filter(|n| filter.as_deref().is_none_or(|f| n.contains(f)))
-        .collect();
+    let names = filtered_stems(&data("dumps"), ".before-spmd.txt");
     let mut failures = Vec::new();
     for name in names {
         let read = |s: &str| {
@@ -222,8 +251,6 @@ fn xla_dumps_partition_and_run_equal_beside_xla() {
         };
         let (before, after) = (read("before-spmd"), read("after-spmd"));
         let n = before.config.num_partitions;
-        let mut part = before.clone();
-        let mut pass = SpmdPartitioning::default();
         let options = CompareOptions {
             // The scan's loop carries an f32 sum over six steps, each the all-reduce of
             // per-device partial sums: summed in another order than on one device, one
@@ -238,17 +265,8 @@ fn xla_dumps_partition_and_run_equal_beside_xla() {
                 Reference::SingleDevice
             },
         };
-        let r = pass
-            .run(&mut part)
-            .map_err(|e| e.to_string())
-            .and_then(|_| {
-                verify(&part, &VerifyOptions::default()).map_err(|e| format!("verify: {e}"))?;
-                let inputs = harness::random_inputs(&before, 7).map_err(|e| e.to_string())?;
-                check_equivalence(client(), &before, &part, n as usize, &inputs, options)
-                    .map_err(|e| e.to_string())
-            });
-        match r {
-            Ok(rep) if rep.passed() => {
+        match partition_and_compare(&before, &before, 7, options) {
+            Ok((part, report)) => {
                 let ours = collectives_of(&part, n);
                 let xla = collectives_of(&after, n);
                 eprintln!(
@@ -257,10 +275,9 @@ fn xla_dumps_partition_and_run_equal_beside_xla() {
                     ours.1,
                     xla.0,
                     xla.1,
-                    pass.report.last_resorts.len()
+                    report.last_resorts.len()
                 );
             }
-            Ok(rep) => failures.push(format!("{name}:\n{rep}")),
             Err(e) => failures.push(format!("{name}: {e}")),
         }
     }
@@ -279,11 +296,7 @@ fn xla_dumps_partition_and_run_equal_beside_xla() {
 #[test]
 fn shard_map_partial_manual_regions_partition_and_run_equal_beside_xla() {
     use tessera_runtime::harness::Reference;
-    let filter = std::env::var("MODELS").ok();
-    let names: Vec<String> = stems(&data("shard_map"), ".before-spmd.txt")
-        .into_iter()
-        .filter(|n| filter.as_deref().is_none_or(|f| n.contains(f)))
-        .collect();
+    let names = filtered_stems(&data("shard_map"), ".before-spmd.txt");
     assert!(names.len() >= 14, "testdata/shard_map holds {names:?}");
     let read = |s: &str| {
         let t = std::fs::read_to_string(data(&format!("shard_map/{s}"))).unwrap();
@@ -308,23 +321,12 @@ fn shard_map_partial_manual_regions_partition_and_run_equal_beside_xla() {
             reference.instr_mut(r).sharding = before.instr(b).sharding.clone();
         }
         let n = before.config.num_partitions;
-        let mut part = before.clone();
-        let mut pass = SpmdPartitioning::default();
-        let r = pass
-            .run(&mut part)
-            .map_err(|e| e.to_string())
-            .and_then(|_| {
-                verify(&part, &VerifyOptions::default()).map_err(|e| format!("verify: {e}"))?;
-                let inputs = harness::random_inputs(&before, 5).map_err(|e| e.to_string())?;
-                let options = CompareOptions {
-                    reference: Reference::XlaPartitioned,
-                    ..Default::default()
-                };
-                check_equivalence(client(), &reference, &part, n as usize, &inputs, options)
-                    .map_err(|e| e.to_string())
-            });
-        match r {
-            Ok(rep) if rep.passed() => {
+        let options = CompareOptions {
+            reference: Reference::XlaPartitioned,
+            ..Default::default()
+        };
+        match partition_and_compare(&before, &reference, 5, options) {
+            Ok((part, report)) => {
                 let ours = collectives_of(&part, n);
                 let after = data(&format!("shard_map/{name}.after-spmd.txt"));
                 let xla = if after.exists() {
@@ -337,10 +339,9 @@ fn shard_map_partial_manual_regions_partition_and_run_equal_beside_xla() {
                     "| {name} | {} | {} | {xla} | {} |",
                     ours.0,
                     ours.1,
-                    pass.report.last_resorts.len()
+                    report.last_resorts.len()
                 );
             }
-            Ok(rep) => failures.push(format!("{name}:\n{rep}")),
             Err(e) => failures.push(format!("{name}: {e}")),
         }
     }

@@ -40,16 +40,6 @@ const MODELS: &[&str] = &[
     "examples/mlp_train_step.hlo",
 ];
 
-/// Models whose 70% limit is above the floor but which the greedy search does not bring there
-/// (docs/compile.md, *A 70% memory limit*, says what stops it). Each still must say so in a
-/// warning and compute the same.
-const GREEDY_SHORT: &[(&str, &str)] = &[(
-    "examples/transformer_train_step.hlo",
-    "the activations the backward pass reads are live at the peak; recomputing them needs \
-     chains of operands that are not consecutive in the schedule, and no block or \
-     scheduler tried reaches below 73% (floor 64%)",
-)];
-
 /// How a model is verified: as given, except the recurrent cell (scan_loop), whose six steps
 /// of tanh(h @ w + x) amplify the other summation order of the split dot beyond f32's
 /// tolerance (1 element in 256 ends 6e-5 apart): in f64 at f64's tolerance.
@@ -104,8 +94,7 @@ fn check(rel: &str, limit_fraction: Option<f64>) -> Result<String, String> {
                 p.partitioned, p.after_remat
             ));
         }
-        // The floor is a floor, and where the limit is above it the limit is met (but where
-        // the greedy search is known to stop short, see GREEDY_SHORT).
+        // The floor is a floor, and where the limit is above it the limit is met.
         let (floor, any) = (p.floor.unwrap_or(0), p.floor_any_schedule.unwrap_or(0));
         if p.after_remat < any || any > floor {
             return Err(format!(
@@ -113,8 +102,7 @@ fn check(rel: &str, limit_fraction: Option<f64>) -> Result<String, String> {
                 p.after_remat
             ));
         }
-        let short = GREEDY_SHORT.iter().any(|(m, _)| *m == rel);
-        if limit >= floor && p.after_remat > limit && !short {
+        if limit >= floor && p.after_remat > limit {
             return Err(format!(
                 "limit {limit} is above the floor {floor} but not met: peak {}\n{}",
                 p.after_remat,

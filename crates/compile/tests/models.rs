@@ -40,11 +40,13 @@ const MODELS: &[&str] = &[
     "examples/mlp_train_step.hlo",
 ];
 
-/// How a model is verified: as given, except the recurrent cell (scan_loop), whose six steps
-/// of tanh(h @ w + x) amplify the other summation order of the split dot beyond f32's
-/// tolerance (1 element in 256 ends 6e-5 apart): in f64 at f64's tolerance.
+/// How a model is verified: as given, except where the other summation order of a
+/// partitioned program adds up beyond f32's tolerance: the recurrent cell (scan_loop), whose
+/// six steps of tanh(h @ w + x) amplify the split dot's (1 element in 256 ends 6e-5 apart),
+/// and transformer48, whose gradients sum over the batch through 48 layers (144 of 433 outputs
+/// up to 2.1e-4 apart). Those in f64 at f64's tolerance (docs/compile.md, *Verifying in f64*).
 fn precision(rel: &str) -> VerifyPrecision {
-    if rel.contains("scan_loop") {
+    if rel.contains("scan_loop") || rel.contains("transformer48") {
         VerifyPrecision::F64
     } else {
         VerifyPrecision::Native

@@ -28,38 +28,9 @@
 //! ways around the ring: two windows per trip and half the trips. In every trip the permute
 //! reads the same piece the dot reads, so the two are independent and may overlap.
 
+use super::dot::candidates::Windowed as Plan;
 use super::dot::{DimsMapping, Side};
 use super::*;
-
-/// One windowed loop, decided before anything is built.
-enum Plan {
-    /// See the module docs.
-    Gather {
-        /// The operand whose split the result keeps.
-        mine: Side,
-        mine_t: Tiling,
-        /// The other operand's windowed tiling: split along `d` into `ring` pieces.
-        other_t: Tiling,
-        d: usize,
-        /// The result dimension of `d`.
-        o: usize,
-        ring: i64,
-    },
-    /// See the module docs.
-    Accumulate {
-        /// The operand split on the contracting dimension whose split is kept.
-        mine: Side,
-        mine_t: Tiling,
-        other_t: Tiling,
-        /// The contracting dimension on each side.
-        c: (usize, usize),
-        /// The side holding the result's split dimension `o`, and that dimension there.
-        holder: Side,
-        hd: usize,
-        o: usize,
-        ring: i64,
-    },
-}
 
 impl<'c> Engine<'c> {
     /// A while loop of `trips` trips over the state `init` (built in the current computation)
@@ -157,53 +128,45 @@ impl Ring {
 }
 
 impl Engine<'_> {
-    /// Partitions dot `id` as a windowed loop when the options allow it and one fits; the
-    /// returned local value holds `own`. `None`: the caller's strategies apply.
+    /// Builds windowed loop `plan` for dot `id` whose result is wanted as `t`; the returned
+    /// local value holds `t`.
     pub(super) fn windowed_dot(
         &mut self,
         b: &mut Builder,
         id: InstrId,
-        own: &Tree,
-        dims: &DimsMapping,
-    ) -> Result<Option<InstrId>> {
-        if !dims.spatial.is_empty() {
-            return Ok(None);
+        t: &Tiling,
+        plan: &Plan,
+    ) -> Result<InstrId> {
+        match plan {
+            Plan::Gather { .. } => self.gather_loop(b, id, t, plan),
+            Plan::Accumulate { .. } => self.accumulate_loop(b, id, t, plan),
         }
-        let Tree::Leaf(Spec::Tiled(t)) = own else {
-            return Ok(None);
-        };
-        let Some(plan) = self.windowed_plan(b, id, t, dims)? else {
-            return Ok(None);
-        };
-        let out = match plan {
-            Plan::Gather { .. } => self.gather_loop(b, id, t, &plan)?,
-            Plan::Accumulate { .. } => self.accumulate_loop(b, id, t, &plan)?,
-        };
-        Ok(Some(out))
     }
 
-    /// The loop to build, if any: the accumulating one first (it halves the all-reduce's
-    /// bytes), then the gathering one (the all-gather's bytes without its memory).
-    fn windowed_plan(
+    /// Every windowed loop that fits dot `id` whose result is wanted as `t` and that the
+    /// options allow: the dot's cost model weighs them against its other candidates
+    /// (accumulating loops first, then gathering ones, in operand and dimension order).
+    /// XLA's threshold rule: the operand being windowed (the result, for an accumulating
+    /// loop) is at least `threshold_for_windowed_einsum_mib` whole.
+    pub(super) fn windowed_plans(
         &self,
         b: &Builder,
         id: InstrId,
         t: &Tiling,
         dims: &DimsMapping,
-    ) -> Result<Option<Plan>> {
+    ) -> Result<Vec<Plan>> {
+        let mut plans = Vec::new();
+        if !dims.spatial.is_empty() {
+            return Ok(plans);
+        }
         let m = b.module();
         let i = m.instr(id);
         let ops = [i.operands()[0], i.operands()[1]];
         let out_rank = i.shape.rank();
         let threshold = self.windowed.threshold_mib.saturating_mul(1 << 20);
         let max_ring = self.windowed.max_iterations;
-        let bytes = |global: &Shape, tl: &Tiling| -> i64 {
-            let elem = global.element_type().byte_size() as i64;
-            tl.shard_dims(global.dims()).iter().product::<i64>() * elem
-        };
-        // Every figure compared with the threshold is a piece of an operand or of the result:
-        // when none of those is larger whole, no plan can pass it, and the per-device tables
-        // below (which grow with the device count) need not be built.
+        // When no operand and not the result reach the threshold, no plan can pass it, and
+        // the per-device tables below (which grow with the device count) need not be built.
         let whole = |s: &Shape| s.as_array().map_or(0, |a| a.byte_size());
         let largest = ops
             .iter()
@@ -211,8 +174,8 @@ impl Engine<'_> {
             .chain([whole(&i.shape)])
             .max()
             .unwrap_or(0);
-        if largest <= threshold {
-            return Ok(None);
+        if largest < threshold || max_ring < 2 {
+            return Ok(plans);
         }
         // Reduce-scatter-like: one contracting dimension split over a ring that also splits
         // the result along one non-contracting dimension.
@@ -255,13 +218,12 @@ impl Engine<'_> {
                 if pt.iter().zip(&ps).any(|(a, b)| a[o] != b[c_mine]) {
                     continue;
                 }
-                let out_bytes = bytes(&i.shape, &partial);
-                if out_bytes <= threshold || ring > max_ring || ring < 2 {
+                if whole(&i.shape) < threshold || ring > max_ring || ring < 2 {
                     continue;
                 }
                 let orank = m.instr(ops[side.other().index()]).shape.rank();
                 let other_t = s.project(&dims.operand_from_operand(side.other(), orank));
-                return Ok(Some(Plan::Accumulate {
+                plans.push(Plan::Accumulate {
                     mine: side,
                     mine_t: s.clone(),
                     other_t,
@@ -273,7 +235,7 @@ impl Engine<'_> {
                     hd,
                     o,
                     ring,
-                }));
+                });
             }
         }
         // Gather-like: the result keeps `mine`'s split; the other operand is split along a
@@ -332,12 +294,12 @@ impl Engine<'_> {
                 if global.dims()[d] < ring || ring > max_ring {
                     continue;
                 }
-                if bytes(&global, &want) <= threshold {
+                if whole(&global) < threshold {
                     continue;
                 }
-                // Not when the loop would move more than the gather: a reshard onto the
-                // ring first, or an operand that several dots read (one gather serves
-                // them all; a loop per dot would move it again for each).
+                // Not for an operand that several dots read: one gather serves them all, a
+                // loop per dot would move it again for each (the per-dot cost does not see
+                // the sharing).
                 let dots = m
                     .users(oid)
                     .iter()
@@ -346,30 +308,17 @@ impl Engine<'_> {
                 if dots > 1 {
                     continue;
                 }
-                let elem = global.element_type().byte_size() as i64;
-                let (src, gd) = (Spec::Tiled(cur.clone()), global.dims());
-                let cost = |to: &Tiling| {
-                    plan::plan(&src, &Spec::Tiled(to.clone()), gd, self.n)
-                        .map_or(i64::MAX, |p| p.bytes(gd, elem))
-                };
-                // On the operand's own ring the loop moves what the gather does.
-                let piece = bytes(&global, &other_t);
-                if other_t != *cur
-                    && cost(&other_t).saturating_add((ring - 1) * piece) > cost(&want)
-                {
-                    continue;
-                }
-                return Ok(Some(Plan::Gather {
+                plans.push(Plan::Gather {
                     mine,
                     mine_t: t.project(&dims.operand_from_out(mine, mrank)),
                     other_t,
                     d,
                     o,
                     ring,
-                }));
+                });
             }
         }
-        Ok(None)
+        Ok(plans)
     }
 
     /// A new computation, placed before every other (callees come before their callers).

@@ -61,6 +61,9 @@ pub(in crate::partition::engine) enum Windowed {
         d: usize,
         o: usize,
         ring: i64,
+        /// Bytes sent per step when the piece travels as the smaller values it is made of
+        /// (code motion), instead of the piece itself.
+        sent: Option<i64>,
     },
     /// Operand `mine` is split along one contracting dimension over rings of `ring` devices
     /// that also split the result along `o`; partial sums of result windows are passed
@@ -530,13 +533,13 @@ pub(in crate::partition::engine) fn windowed(
     let window = local(result, &shapes.out) * eo;
     let finish = move_bytes(&Spec::Tiled(result.clone()), own, &shapes.out, eo, n);
     let (moved, peak, what) = match &w {
-        Windowed::Gather { d, .. } => {
+        Windowed::Gather { d, sent, .. } => {
             let (piece, name) = match mine {
                 Side::Lhs => (rb, "rhs"),
                 Side::Rhs => (lb, "lhs"),
             };
             (
-                piece,
+                sent.unwrap_or(piece),
                 lb + rb + piece + window,
                 format!(
                     "windowed einsum: {name} pieces (its dimension {d}) passed {} steps around rings of {ring}",

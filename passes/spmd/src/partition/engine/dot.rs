@@ -260,16 +260,23 @@ impl Engine<'_> {
         // The windowed loops the options allow, costed beside the tilings: loops that leave
         // the result as its own sharding, or split like either operand (then resharded).
         let mut results: Vec<Tiling> = Vec::new();
-        let orank = shapes.out.len();
-        for (side, spec) in [(Side::Lhs, os), (Side::Lhs, ls), (Side::Rhs, rs)] {
-            let Spec::Tiled(x) = spec else { continue };
-            let r = if std::ptr::eq(spec, os) {
-                x.clone()
-            } else {
-                x.project(&dims.out_from_operand(side, orank))
+        if self.windowing_possible(b, id, dims) {
+            let orank = shapes.out.len();
+            let own_t = match os {
+                Spec::Tiled(t) => Some(t.clone()),
+                _ => None,
             };
-            if r.num_devices() == self.n && !r.is_replicated() && !results.contains(&r) {
-                results.push(r);
+            let like = |side: Side, spec: &Spec| match spec {
+                Spec::Tiled(x) => Some(x.project(&dims.out_from_operand(side, orank))),
+                _ => None,
+            };
+            for r in [own_t, like(Side::Lhs, ls), like(Side::Rhs, rs)]
+                .into_iter()
+                .flatten()
+            {
+                if r.num_devices() == self.n && !r.is_replicated() && !results.contains(&r) {
+                    results.push(r);
+                }
             }
         }
         let mut extra = Vec::new();

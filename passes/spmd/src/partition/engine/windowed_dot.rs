@@ -143,6 +143,25 @@ impl Engine<'_> {
         }
     }
 
+    /// Whether any windowed loop may be considered for dot-like `id`: the options allow
+    /// windowing, it is a dot (no spatial dimensions) and some operand or the result reaches
+    /// the threshold whole. When not, no plan can pass it, and the per-device tables the
+    /// plans need (which grow with the device count) are not built.
+    pub(super) fn windowing_possible(&self, b: &Builder, id: InstrId, dims: &DimsMapping) -> bool {
+        if !dims.spatial.is_empty() || self.windowed.max_iterations < 2 {
+            return false;
+        }
+        let m = b.module();
+        let i = m.instr(id);
+        let threshold = self.windowed.threshold_mib.saturating_mul(1 << 20);
+        let whole = |s: &Shape| s.as_array().map_or(0, |a| a.byte_size());
+        i.operands()
+            .iter()
+            .map(|&o| whole(&self.global(m, o)))
+            .chain([whole(&i.shape)])
+            .any(|x| x >= threshold)
+    }
+
     /// Every windowed loop that fits dot `id` whose result is wanted as `t` and that the
     /// options allow: the dot's cost model weighs them against its other candidates
     /// (accumulating loops first, then gathering ones, in operand and dimension order).
@@ -156,7 +175,7 @@ impl Engine<'_> {
         dims: &DimsMapping,
     ) -> Result<Vec<Plan>> {
         let mut plans = Vec::new();
-        if !dims.spatial.is_empty() {
+        if !self.windowing_possible(b, id, dims) {
             return Ok(plans);
         }
         let m = b.module();
@@ -165,18 +184,7 @@ impl Engine<'_> {
         let out_rank = i.shape.rank();
         let threshold = self.windowed.threshold_mib.saturating_mul(1 << 20);
         let max_ring = self.windowed.max_iterations;
-        // When no operand and not the result reach the threshold, no plan can pass it, and
-        // the per-device tables below (which grow with the device count) need not be built.
         let whole = |s: &Shape| s.as_array().map_or(0, |a| a.byte_size());
-        let largest = ops
-            .iter()
-            .map(|&o| whole(&self.global(m, o)))
-            .chain([whole(&i.shape)])
-            .max()
-            .unwrap_or(0);
-        if largest < threshold || max_ring < 2 {
-            return Ok(plans);
-        }
         // Reduce-scatter-like: one contracting dimension split over a ring that also splits
         // the result along one non-contracting dimension.
         for side in [Side::Lhs, Side::Rhs] {

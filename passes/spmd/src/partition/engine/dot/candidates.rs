@@ -693,6 +693,61 @@ mod tests {
     }
 
     #[test]
+    fn windowed_loops_compete_by_bytes_then_peak_and_win_ties() {
+        // [8, 8] x [8, 8]^T on 4 devices, both operands and the result split on rows: the
+        // tilings gather one operand (192 bytes); a loop passing rhs pieces around the ring
+        // moves the same bytes with a smaller peak, so it wins.
+        let dn = DotDimensionNumbers {
+            lhs_batch_dimensions: vec![],
+            rhs_batch_dimensions: vec![],
+            lhs_contracting_dimensions: vec![1],
+            rhs_contracting_dimensions: vec![1],
+        };
+        let dims = DimsMapping::of_dot(&dn, 2, 2);
+        let s = shapes(8, 8, 8);
+        let rows = tiled(vec![4, 1], 1);
+        let Spec::Tiled(t) = &rows else {
+            unreachable!()
+        };
+        let choice = choose(&dims, &s, &rows, &rows, &rows, 4).unwrap();
+        assert_eq!(choice.best.bytes, 192);
+        let lp = |sent: Option<i64>| {
+            windowed(
+                Windowed::Gather {
+                    mine: Side::Lhs,
+                    mine_t: t.clone(),
+                    other_t: t.clone(),
+                    d: 0,
+                    o: 1,
+                    ring: 4,
+                    sent,
+                },
+                &s,
+                &rows,
+                &rows,
+                t,
+                &rows,
+                4,
+            )
+        };
+        let plain = lp(None);
+        assert_eq!((plain.bytes, plain.peak), (192, 256));
+        let c = with_extra(&choice, vec![plain]);
+        assert!(matches!(c.best.combine, Combine::Windowed(_)));
+        assert_eq!(c.runner_up.as_ref().map(|r| r.0), Some(192));
+        assert_eq!(c.considered, choice.considered + 1);
+        // Sending a smaller source (code motion) makes it cheaper still.
+        assert_eq!(lp(Some(8)).bytes, 24);
+        // A loop that moves more loses to the tiling.
+        let costly = Candidate {
+            bytes: 1000,
+            ..lp(None)
+        };
+        let c = with_extra(&choice, vec![costly]);
+        assert!(!matches!(c.best.combine, Combine::Windowed(_)));
+    }
+
+    #[test]
     fn mixed_tilings_need_equal_groups() {
         // Lhs rows split 2 (replicated in pairs), result columns split 4: taking rows from the
         // lhs and columns from the result is not a tiling of 4 devices (8 tiles).

@@ -15,7 +15,14 @@
 //!   each device holds a piece of the kernel's window positions and fetches, again by halo,
 //!   the input those positions meet for every output position; the local convolutions are
 //!   partial sums, all-reduced over the devices that split the kernel (its spatial and input
-//!   feature dimensions).
+//!   feature dimensions);
+//! - **halo on the rhs** (XLA's `conv_halo_exchange_always_on_lhs=false`, only when that
+//!   option is false): the lhs keeps its spatial split, each device computes every output
+//!   position from its own input piece and fetches, by halo exchange of the *kernel*, the
+//!   kernel positions that meet that piece; partial sums all-reduced over the devices that
+//!   split the lhs's spatial (and input feature) dimensions. Cheaper than the lhs halo when
+//!   the kernel is the small side of the halo (a backprop-filter convolution whose "kernel"
+//!   is the output gradient, split like the input).
 //!
 //! Positions outside the input (padding, negative padding, uneven shards) read zero; kernel
 //! padding of an uneven split is zeroed before it multiplies anything.
@@ -36,6 +43,9 @@ enum Plan {
     Windowed(Tiling),
     /// The kernel kept split as this tiling (spatial dimensions included); partial sums.
     TiledRhs(Tiling),
+    /// The lhs kept split as this tiling (spatial dimensions included), the kernel's halo
+    /// fetched per lhs piece; partial sums.
+    HaloRhs(Tiling),
 }
 
 /// The facts of one convolution every strategy reads.
@@ -163,6 +173,51 @@ impl Conv {
         self.with_spatial(map, |t| t.rhs, |t| t.lhs)
     }
 
+    /// `l` (a tiling of the lhs) as the halo-on-rhs strategy can keep it: spatial splits the
+    /// kernel window cannot follow ([`kernel_windowed`]) made whole. `None` when no spatial
+    /// split is left or a split would cut groups.
+    fn halo_rhs_lhs(&self, l: &Tiling) -> Option<Tiling> {
+        let drop: Vec<usize> = (0..self.dims.spatial.len())
+            .filter_map(|k| {
+                let d = self.dims.spatial[k].lhs?;
+                let split = l.tiles[d] > 1;
+                (split && kernel_windowed(self, k, l.tiles[d], false).is_none()).then_some(d)
+            })
+            .collect();
+        let l = if drop.is_empty() {
+            l.clone()
+        } else {
+            l.replicate_dims(&drop)
+        };
+        if !self.spatial_split(&l, Some(Side::Lhs))
+            || self.lhs_grouped().is_some_and(|(d, g)| g % l.tiles[d] != 0)
+        {
+            return None;
+        }
+        let r = l.project(&self.rhs_from_lhs());
+        (self.sanitize_rhs(&r) == r).then_some(l)
+    }
+
+    /// The result tiling of partial sums computed from operand `side` split as `t`, the
+    /// dimensions in `summed` (that operand's) summed over: `t` without them, carried to the
+    /// result through the batch and non-contracting dimensions.
+    fn summed_out(&self, t: &Tiling, side: Side, summed: &[usize]) -> Tiling {
+        t.replicate_dims(summed)
+            .project(&self.dims.out_from_operand(side, self.out.len()))
+    }
+
+    /// The dimensions of operand `side` split as `t` whose pieces are partial sums: split
+    /// spatial and contracting ones.
+    fn summed(&self, t: &Tiling, side: Side) -> Vec<usize> {
+        self.dims
+            .spatial
+            .iter()
+            .chain(&self.dims.contracting)
+            .filter_map(|x| x.on(side))
+            .filter(|&d| t.tiles[d] > 1)
+            .collect()
+    }
+
     /// Can the tiled-rhs strategy run along spatial dimension `k` (no base dilation, no
     /// reversal: a kernel piece's window positions are then a plain range)?
     fn rhs_splittable(&self, k: usize) -> bool {
@@ -216,6 +271,55 @@ fn rhs_windowed(c: &Conv, k: usize, tiles: i64, whole: bool) -> Windowed {
         stride: wd.stride,
         span: (r - 1) * wd.window_dilation + 1,
     }
+}
+
+/// The kernel window of the halo-on-rhs strategy along spatial `k`, with the local window
+/// dimension that reads it. Lhs tile `j` holds input positions `[j*S, (j+1)*S)` and computes
+/// every output position with the kernel positions `p` that meet them
+/// (`o*stride - pad_low + p*dilation` inside its piece): `[j*S/dilation + a, .. + width)`.
+/// The start is linear in `j` (one local window for every device) only when the dilation
+/// divides `S`; `None` otherwise, and with base dilation or reversal (XLA refuses those too).
+fn kernel_windowed(c: &Conv, k: usize, tiles: i64, whole: bool) -> Option<(Windowed, WindowDim)> {
+    let wd = &c.win[k];
+    let s = &c.dims.spatial[k];
+    let (d, kd, o) = (s.lhs?, s.rhs?, s.out?);
+    if wd.base_dilation != 1 || wd.window_reversal || tiles < 2 {
+        return None;
+    }
+    let (dil, stride, pl) = (wd.window_dilation.max(1), wd.stride.max(1), wd.padding_low);
+    let shard = ceil_div(c.lhs[d], tiles);
+    if shard % dil != 0 {
+        return None;
+    }
+    let out = c.out[o];
+    // First and last kernel position (relative to j*S/dil) any output meets in the piece.
+    let first = -((-(pl - (out - 1) * stride)).div_euclid(dil));
+    let last = (shard - 1 + pl).div_euclid(dil);
+    let width = last - first + 1;
+    if width < 1 {
+        return None;
+    }
+    let ksize = c.rhs[kd];
+    let w = Windowed {
+        whole,
+        size: ksize,
+        tiles,
+        shard: if whole { ksize } else { ceil_div(ksize, tiles) },
+        shift: 0,
+        lo: linear(tiles, first, shard / dil),
+        out_shard: 1,
+        out_size: tiles,
+        stride: 1,
+        span: width,
+    };
+    let padding_low = pl - first * dil;
+    let local = WindowDim {
+        size: width,
+        padding_low,
+        padding_high: (out - 1) * stride + (width - 1) * dil + 1 - shard - padding_low,
+        ..*wd
+    };
+    Some((w, local))
 }
 
 /// The elements of one position along dimension `d` of a piece of `dims`.
@@ -334,13 +438,17 @@ impl Engine<'_> {
         if dot_like {
             plans.push(Plan::DotLike);
         }
-        if c.spatial_split(&lt, Some(Side::Lhs)) {
-            let from_lhs = c.sanitize_out(&lt.project(&c.out_from_lhs()));
+        // The result computed as either operand is split (XLA aligns the result with the lhs
+        // or the rhs and reshards it after: a grouped convolution whose result is split
+        // spatially but whose operands are split on the groups).
+        let from_rhs = rt.project(&c.dims.out_from_operand(Side::Rhs, c.out.len()));
+        for w in [lt.project(&c.out_from_lhs()), from_rhs] {
+            let w = c.sanitize_out(&w);
             if !plans
                 .iter()
-                .any(|p| matches!(p, Plan::Windowed(w) if *w == from_lhs))
+                .any(|p| matches!(p, Plan::Windowed(x) if *x == w))
             {
-                plans.push(Plan::Windowed(from_lhs));
+                plans.push(Plan::Windowed(w));
             }
         }
         // The kernel split along spatial dimensions: as it is, or (XLA's tiled lhs and rhs
@@ -370,6 +478,27 @@ impl Engine<'_> {
                 plans.push(Plan::TiledRhs(r));
             }
         }
+        // Halo on the rhs (only when XLA's option allows it): the lhs keeps its spatial split,
+        // as it is or (the kernel being the one split) as the kernel is.
+        if !self.conv_halo_on_lhs_only {
+            let mut lhs_tilings = Vec::new();
+            if c.spatial_split(&lt, Some(Side::Lhs)) {
+                lhs_tilings.push(lt.clone());
+            }
+            if c.spatial_split(&rt, Some(Side::Rhs)) {
+                lhs_tilings.push(rt.project(&c.lhs_from_rhs()));
+            }
+            for l in lhs_tilings {
+                if let Some(l) = c.halo_rhs_lhs(&l) {
+                    if !plans
+                        .iter()
+                        .any(|p| matches!(p, Plan::HaloRhs(x) if *x == l))
+                    {
+                        plans.push(Plan::HaloRhs(l));
+                    }
+                }
+            }
+        }
         let mut best: Option<(i64, usize)> = None;
         for (k, p) in plans.iter().enumerate() {
             let cost = self.conv_cost(&c, p, &lt, &rt, &t);
@@ -382,6 +511,7 @@ impl Engine<'_> {
             Plan::DotLike => return self.dot_like(b, id, own, &c.dims),
             Plan::Windowed(w) => self.conv_windowed(b, &i, &c, &w)?,
             Plan::TiledRhs(r) => self.conv_tiled_rhs(b, &i, &c, &r)?,
+            Plan::HaloRhs(l) => self.conv_halo_rhs(b, &i, &c, &l)?,
         };
         let v = Value { local, tree };
         let out = self.reshard(b, &v, &i.shape, &own)?;
@@ -430,7 +560,8 @@ impl Engine<'_> {
                 best
             }
             Plan::Windowed(w) => {
-                let (l_t, whole) = self.conv_lhs_target(c, lt, &w.project(&c.lhs_from_out()));
+                let target = w.project(&c.lhs_from_out());
+                let (l_t, whole) = self.conv_operand_target(c, Side::Lhs, lt, &target);
                 let r_t = w.project(&c.dims.operand_from_out(Side::Rhs, c.rhs.len()));
                 let per: Vec<i64> = l_t.shard_dims(&c.lhs);
                 let mut halo = 0;
@@ -446,61 +577,82 @@ impl Engine<'_> {
                 mv(lt, &l_t, &c.lhs) + mv(rt, &r_t, &c.rhs) + halo + mv(w, t, &c.out)
             }
             Plan::TiledRhs(r) => {
-                let (l_t, whole) = self.conv_lhs_target(c, lt, &r.project(&c.lhs_from_rhs()));
+                let target = r.project(&c.lhs_from_rhs());
+                let (l_t, whole) = self.conv_operand_target(c, Side::Lhs, lt, &target);
                 let per: Vec<i64> = l_t.shard_dims(&c.lhs);
                 let mut halo = 0;
-                let mut summed = Vec::new();
                 for (k, s) in c.dims.spatial.iter().enumerate() {
                     let (d, kd) = (s.lhs.expect("spatial"), s.rhs.expect("spatial"));
                     if r.tiles[kd] > 1 {
-                        summed.push(kd);
                         let wdw = rhs_windowed(c, k, r.tiles[kd], whole[d]);
                         let others = elements_except(&per, d);
                         halo += halo_positions(&wdw) * others * e;
                     }
                 }
-                summed.extend(
-                    c.dims
-                        .contracting
-                        .iter()
-                        .filter_map(|t| t.rhs)
-                        .filter(|&d| r.tiles[d] > 1),
-                );
-                let part = r
-                    .replicate_dims(&summed)
-                    .project(&c.dims.out_from_operand(Side::Rhs, c.out.len()));
-                let g: i64 = summed.iter().map(|&d| r.tiles[d]).product();
-                let part_bytes = part.shard_dims(&c.out).iter().product::<i64>() * e;
-                mv(lt, &l_t, &c.lhs)
-                    + mv(rt, r, &c.rhs)
-                    + halo
-                    + 2 * part_bytes * (g - 1) / g
-                    + mv(&part, t, &c.out)
+                let sum = self.partial_sum_cost(c, r, Side::Rhs, t);
+                mv(lt, &l_t, &c.lhs) + mv(rt, r, &c.rhs) + halo + sum
+            }
+            Plan::HaloRhs(l) => {
+                let target = l.project(&c.rhs_from_lhs());
+                let (r_t, whole) = self.conv_operand_target(c, Side::Rhs, rt, &target);
+                let per: Vec<i64> = r_t.shard_dims(&c.rhs);
+                let mut halo = 0;
+                for (k, s) in c.dims.spatial.iter().enumerate() {
+                    let (d, kd) = (s.lhs.expect("spatial"), s.rhs.expect("spatial"));
+                    if l.tiles[d] > 1 {
+                        if let Some((w, _)) = kernel_windowed(c, k, l.tiles[d], whole[kd]) {
+                            halo += halo_positions(&w) * elements_except(&per, kd) * e;
+                        }
+                    }
+                }
+                let sum = self.partial_sum_cost(c, l, Side::Lhs, t);
+                mv(lt, l, &c.lhs) + mv(rt, &r_t, &c.rhs) + halo + sum
             }
         }
     }
 
-    /// The lhs tiling to reshard to for windowing along `target`'s split spatial dimensions:
-    /// spatial dimensions the lhs already holds whole stay whole (each device cuts its window
-    /// from them). Returns the tiling and which dimensions are held whole.
-    fn conv_lhs_target(&self, c: &Conv, lt: &Tiling, target: &Tiling) -> (Tiling, Vec<bool>) {
+    /// The bytes of the partial sums of a strategy that keeps operand `side` split as `s`
+    /// (all-reduced over its split spatial and contracting dimensions) and of their reshard
+    /// to the result's tiling `t`.
+    fn partial_sum_cost(&self, c: &Conv, s: &Tiling, side: Side, t: &Tiling) -> i64 {
+        let summed = c.summed(s, side);
+        let part = c.summed_out(s, side, &summed);
+        let g: i64 = summed.iter().map(|&d| s.tiles[d]).product();
+        let part_bytes = part.shard_dims(&c.out).iter().product::<i64>() * c.ty.byte_size() as i64;
+        2 * part_bytes * (g - 1) / g + self.move_bytes(&part, t, &c.out, c.ty)
+    }
+
+    /// The tiling of operand `side` (now `cur`) to reshard to for windowing along
+    /// `target`'s split spatial dimensions: spatial dimensions the operand already holds
+    /// whole stay whole (each device cuts its window from them). Returns the tiling and
+    /// which dimensions are held whole.
+    fn conv_operand_target(
+        &self,
+        c: &Conv,
+        side: Side,
+        cur: &Tiling,
+        target: &Tiling,
+    ) -> (Tiling, Vec<bool>) {
+        let dims = match side {
+            Side::Lhs => &c.lhs,
+            Side::Rhs => &c.rhs,
+        };
         let mut whole: Vec<usize> = c
             .dims
             .spatial
             .iter()
-            .filter_map(|s| s.lhs)
-            .filter(|&d| target.tiles[d] > 1 && lt.tiles[d] == 1)
+            .filter_map(|s| s.on(side))
+            .filter(|&d| target.tiles[d] > 1 && cur.tiles[d] == 1)
             .collect();
         // Keeping them whole saves the halos but not always the reshard (a batch split that
         // must first be undone): taken only when the reshard moves no more.
         if !whole.is_empty() {
             let kept = target.replicate_dims(&whole);
-            if self.move_bytes(lt, &kept, &c.lhs, c.ty) > self.move_bytes(lt, target, &c.lhs, c.ty)
-            {
+            if self.move_bytes(cur, &kept, dims, c.ty) > self.move_bytes(cur, target, dims, c.ty) {
                 whole.clear();
             }
         }
-        let mut flags = vec![false; c.lhs.len()];
+        let mut flags = vec![false; dims.len()];
         for &d in &whole {
             flags[d] = true;
         }
@@ -511,21 +663,27 @@ impl Engine<'_> {
         }
     }
 
-    /// The lhs resharded for windowing along `target`'s split spatial dimensions (see
-    /// [`Engine::conv_lhs_target`]), with the dimensions it holds whole.
-    fn conv_lhs(
+    /// Operand `side` (original `op`) resharded for windowing along `target`'s split
+    /// spatial dimensions (see [`Engine::conv_operand_target`]), with the dimensions it holds
+    /// whole.
+    fn conv_operand(
         &mut self,
         b: &mut Builder,
         c: &Conv,
-        lhs: InstrId,
+        side: Side,
+        op: InstrId,
         target: &Tiling,
     ) -> Result<(InstrId, Vec<bool>)> {
-        let v = self.value(b.module(), lhs)?;
-        let lt = indexed::tiling_of(&v.tree)
+        let rank = match side {
+            Side::Lhs => c.lhs.len(),
+            Side::Rhs => c.rhs.len(),
+        };
+        let v = self.value(b.module(), op)?;
+        let cur = indexed::tiling_of(&v.tree)
             .cloned()
-            .unwrap_or_else(|| Tiling::replicated(c.lhs.len(), self.n));
-        let (t, whole) = self.conv_lhs_target(c, &lt, target);
-        Ok((self.operand_of(b, lhs, &t)?, whole))
+            .unwrap_or_else(|| Tiling::replicated(rank, self.n));
+        let (t, whole) = self.conv_operand_target(c, side, &cur, target);
+        Ok((self.operand_of(b, op, &t)?, whole))
     }
 
     /// The windowed-output strategy with result tiling `w`: returns the local result and its
@@ -539,7 +697,7 @@ impl Engine<'_> {
     ) -> Result<(InstrId, Tree)> {
         let (lhs, rhs) = (i.operands()[0], i.operands()[1]);
         let target = w.project(&c.lhs_from_out());
-        let (mut x, whole) = self.conv_lhs(b, c, lhs, &target)?;
+        let (mut x, whole) = self.conv_operand(b, c, Side::Lhs, lhs, &target)?;
         let r_t = w.project(&c.dims.operand_from_out(Side::Rhs, c.rhs.len()));
         let r = self.operand_of(b, rhs, &r_t)?;
         let zero = built(b.scalar(b.module().instr(x).shape.element_type(), 0.0))?;
@@ -589,7 +747,7 @@ impl Engine<'_> {
     ) -> Result<(InstrId, Tree)> {
         let (lhs, rhs) = (i.operands()[0], i.operands()[1]);
         let target = r.project(&c.lhs_from_rhs());
-        let (mut x, whole) = self.conv_lhs(b, c, lhs, &target)?;
+        let (mut x, whole) = self.conv_operand(b, c, Side::Lhs, lhs, &target)?;
         let mut k_local = self.operand_of(b, rhs, r)?;
         let lty = b.module().instr(x).shape.element_type();
         let rty = b.module().instr(k_local).shape.element_type();
@@ -597,21 +755,7 @@ impl Engine<'_> {
         let rzero = built(b.scalar(rty, 0.0))?;
         // Kernel padding of an uneven split and padding of split contracting dimensions
         // multiply nothing.
-        let mut summed: Vec<usize> = c
-            .dims
-            .spatial
-            .iter()
-            .filter_map(|s| s.rhs)
-            .filter(|&d| r.tiles[d] > 1)
-            .collect();
-        let contracting: Vec<usize> = c
-            .dims
-            .contracting
-            .iter()
-            .filter_map(|t| t.rhs)
-            .filter(|&d| r.tiles[d] > 1)
-            .collect();
-        summed.extend(&contracting);
+        let summed = c.summed(r, Side::Rhs);
         k_local = self.mask_padding(b, k_local, &c.rhs, r, &summed, rzero)?;
         let lhs_contracting: Vec<usize> = c.dims.contracting.iter().filter_map(|t| t.lhs).collect();
         x = self.mask_padding(b, x, &c.lhs, &target, &lhs_contracting, lzero)?;
@@ -632,15 +776,73 @@ impl Engine<'_> {
         }
         let mut local = i.clone();
         local.attrs.window = Some(Box::new(local_win));
-        let part = r
-            .replicate_dims(&summed)
-            .project(&c.dims.out_from_operand(Side::Rhs, c.out.len()));
-        let tree = Tree::Leaf(Spec::Tiled(part.clone()));
+        let tree = Tree::Leaf(Spec::Tiled(c.summed_out(r, Side::Rhs, &summed)));
         let shape = local_shape(&i.shape, &tree);
         let d = self.local_dot_like(b, &local, x, k_local, &target, shape)?;
-        let groups = r.groups(&summed, false);
-        let out_ty = i.shape.element_type();
-        let reducer = built(b.reducer(out_ty, Opcode::Add))?;
+        let reason = "partial sums of a convolution over a split kernel";
+        let sum = self.sum_partials(b, i, d, r, &summed, reason)?;
+        Ok((sum, tree))
+    }
+
+    /// The halo-on-rhs strategy: the lhs kept as `l` (split along some spatial dimensions),
+    /// each device fetching the kernel positions that meet its input piece
+    /// ([`kernel_windowed`]), partial sums all-reduced.
+    fn conv_halo_rhs(
+        &mut self,
+        b: &mut Builder,
+        i: &Instruction,
+        c: &Conv,
+        l: &Tiling,
+    ) -> Result<(InstrId, Tree)> {
+        let (lhs, rhs) = (i.operands()[0], i.operands()[1]);
+        let mut x = self.operand_of(b, lhs, l)?;
+        let target = l.project(&c.rhs_from_lhs());
+        let (mut k_local, whole) = self.conv_operand(b, c, Side::Rhs, rhs, &target)?;
+        let lty = b.module().instr(x).shape.element_type();
+        let rty = b.module().instr(k_local).shape.element_type();
+        let lzero = built(b.scalar(lty, 0.0))?;
+        let rzero = built(b.scalar(rty, 0.0))?;
+        // The padded ends of uneven input pieces (spatial and contracting) multiply nothing.
+        let summed = c.summed(l, Side::Lhs);
+        x = self.mask_padding(b, x, &c.lhs, l, &summed, lzero)?;
+        let mut local_win = i.attrs.window.as_deref().cloned().expect("checked");
+        for (k, s) in c.dims.spatial.iter().enumerate() {
+            let (d, kd) = (s.lhs.expect("spatial"), s.rhs.expect("spatial"));
+            if l.tiles[d] <= 1 {
+                continue;
+            }
+            let (ww, dim) = kernel_windowed(c, k, l.tiles[d], whole[kd]).ok_or_else(|| {
+                fail(format!(
+                    "%{}: no kernel window for the lhs split along spatial dimension {k}",
+                    i.name()
+                ))
+            })?;
+            k_local = self.windowed_piece(b, k_local, &target, kd, &ww, Some(rzero))?;
+            local_win.dims[k] = dim;
+        }
+        let mut local = i.clone();
+        local.attrs.window = Some(Box::new(local_win));
+        let tree = Tree::Leaf(Spec::Tiled(c.summed_out(l, Side::Lhs, &summed)));
+        let shape = local_shape(&i.shape, &tree);
+        let d = self.local_dot_like(b, &local, x, k_local, l, shape)?;
+        let reason = "partial sums of a convolution over a split input (kernel halo)";
+        let sum = self.sum_partials(b, i, d, l, &summed, reason)?;
+        Ok((sum, tree))
+    }
+
+    /// `d` (partial sums of `i` from an operand split as `t`) all-reduced over the devices
+    /// that split `t`'s dimensions `summed`.
+    fn sum_partials(
+        &mut self,
+        b: &mut Builder,
+        i: &Instruction,
+        d: InstrId,
+        t: &Tiling,
+        summed: &[usize],
+        reason: &str,
+    ) -> Result<InstrId> {
+        let groups = t.groups(summed, false);
+        let reducer = built(b.reducer(i.shape.element_type(), Opcode::Add))?;
         let real = self.real_groups(&groups);
         let sum = self.creator.all_reduce(b, d, reducer, &real)?;
         let g = groups[0].len() as i64;
@@ -648,10 +850,10 @@ impl Engine<'_> {
         self.report.collectives.push(CollectiveNote {
             original: i.name().to_string(),
             collective: "all-reduce",
-            reason: "partial sums of a convolution over a split kernel".to_string(),
+            reason: reason.to_string(),
             bytes: 2 * out_bytes * (g - 1) / g,
         });
-        Ok((sum, tree))
+        Ok(sum)
     }
 
     /// Original instruction `op`'s value resharded to tiling `t`.

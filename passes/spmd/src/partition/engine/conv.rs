@@ -1,4 +1,4 @@
-//! Convolution (XLA's `convolution_handler.cc`, behaviour only). Three ways, chosen by the
+//! Convolution (XLA's `convolution_handler.cc`, behaviour only). Four ways, chosen by the
 //! bytes each device would receive:
 //!
 //! - **dot-like**: no spatial dimension is split anywhere (operands or result) and the
@@ -861,5 +861,103 @@ impl Engine<'_> {
         let v = self.value(b.module(), op)?;
         let base = self.global(b.module(), op);
         self.reshard(b, &v, &base, &Tree::Leaf(Spec::Tiled(t.clone())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A one-spatial-dimension convolution `[b, x, f] x [x, i, o]` with window `w`.
+    fn conv1d(x: i64, k: i64, w: WindowDim) -> Conv {
+        let dn = ConvDimensionNumbers {
+            input_batch_dimension: 0,
+            input_feature_dimension: 2,
+            input_spatial_dimensions: vec![1],
+            kernel_input_feature_dimension: 1,
+            kernel_output_feature_dimension: 2,
+            kernel_spatial_dimensions: vec![0],
+            output_batch_dimension: 0,
+            output_feature_dimension: 2,
+            output_spatial_dimensions: vec![1],
+        };
+        let span = (k - 1) * w.window_dilation + 1;
+        let out = (x + w.padding_low + w.padding_high - span).div_euclid(w.stride) + 1;
+        Conv {
+            dims: DimsMapping::of_conv(&dn, 1, 1),
+            dn,
+            win: vec![w],
+            fg: 1,
+            bg: 1,
+            lhs: vec![1, x, 1],
+            rhs: vec![k, 1, 1],
+            out: vec![1, out, 1],
+            ty: ElementType::F32,
+        }
+    }
+
+    /// Every (output, kernel position) pair that reads a real input position of lhs tile `j`
+    /// finds its kernel position inside tile `j`'s kernel window, at the local position the
+    /// local window reads, and the local window yields exactly the global output count.
+    #[test]
+    fn kernel_windows_cover_every_product_once() {
+        let mut checked = 0;
+        for x in 1..=13 {
+            for k in 1..=6 {
+                for (stride, dil, pl, ph) in [
+                    (1, 1, 0, 0),
+                    (1, 1, 1, 1),
+                    (1, 2, 3, 2),
+                    (2, 1, 2, 0),
+                    (1, 2, 0, -1),
+                    (2, 2, -1, 3),
+                    (1, 3, 2, 2),
+                ] {
+                    let w = WindowDim {
+                        size: k,
+                        stride,
+                        padding_low: pl,
+                        padding_high: ph,
+                        window_dilation: dil,
+                        ..WindowDim::default()
+                    };
+                    let c = conv1d(x, k, w);
+                    let out = c.out[1];
+                    if out < 1 {
+                        continue;
+                    }
+                    for tiles in [2, 3, 4] {
+                        let Some((kw, local)) = kernel_windowed(&c, 0, tiles, false) else {
+                            assert!(ceil_div(x, tiles) % dil != 0, "refused {x} {k} {w:?}");
+                            continue;
+                        };
+                        let s = ceil_div(x, tiles);
+                        let local_span = (local.size - 1) * dil + 1;
+                        let local_out =
+                            (s + local.padding_low + local.padding_high - local_span) / stride + 1;
+                        assert_eq!(local_out, out, "{x} {k} {w:?} tiles {tiles}");
+                        for j in 0..tiles {
+                            let lo = kw.lo[j as usize];
+                            for o in 0..out {
+                                for p in 0..k {
+                                    let g = o * stride - pl + p * dil;
+                                    if g < j * s || g >= (j + 1) * s || g >= x {
+                                        continue;
+                                    }
+                                    assert!(
+                                        (lo..lo + kw.span).contains(&p),
+                                        "{x} {k} {w:?} tiles {tiles}: tile {j} misses p={p}"
+                                    );
+                                    let local_x = o * stride - local.padding_low + (p - lo) * dil;
+                                    assert_eq!(local_x, g - j * s);
+                                    checked += 1;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(checked > 1000, "{checked}");
     }
 }

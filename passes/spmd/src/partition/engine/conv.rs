@@ -27,7 +27,7 @@
 //! Positions outside the input (padding, negative padding, uneven shards) read zero; kernel
 //! padding of an uneven split is zeroed before it multiplies anything.
 
-use tessera_hlo::attrs::{ConvDimensionNumbers, WindowDim};
+use tessera_hlo::attrs::{ConvDimensionNumbers, Window, WindowDim};
 
 use super::super::spec::ceil_div;
 use super::dot::{DimTriple, DimsMapping, Side};
@@ -46,6 +46,15 @@ enum Plan {
     /// The lhs kept split as this tiling (spatial dimensions included), the kernel's halo
     /// fetched per lhs piece; partial sums.
     HaloRhs(Tiling),
+}
+
+/// Partial sums of a strategy that keeps operand `side` split as `split`: summed over its
+/// dimensions `summed`, noted with `reason`.
+struct Partial<'a> {
+    split: &'a Tiling,
+    side: Side,
+    summed: &'a [usize],
+    reason: &'static str,
 }
 
 /// The facts of one convolution every strategy reads.
@@ -273,13 +282,28 @@ fn rhs_windowed(c: &Conv, k: usize, tiles: i64, whole: bool) -> Windowed {
     }
 }
 
-/// The kernel window of the halo-on-rhs strategy along spatial `k`, with the local window
-/// dimension that reads it. Lhs tile `j` holds input positions `[j*S, (j+1)*S)` and computes
-/// every output position with the kernel positions `p` that meet them
-/// (`o*stride - pad_low + p*dilation` inside its piece): `[j*S/dilation + a, .. + width)`.
-/// The start is linear in `j` (one local window for every device) only when the dilation
-/// divides `S`; `None` otherwise, and with base dilation or reversal (XLA refuses those too).
-fn kernel_windowed(c: &Conv, k: usize, tiles: i64, whole: bool) -> Option<(Windowed, WindowDim)> {
+/// The kernel window of the halo-on-rhs strategy along spatial `k`.
+#[derive(Clone, Debug)]
+struct KernelWindow {
+    /// The kernel positions each lhs tile fetches (its window, over the kernel's dimension).
+    kernel: Windowed,
+    /// The local window dimension that reads them.
+    local: WindowDim,
+    /// Per lhs tile: how far its input piece moves right inside the local lhs (the local
+    /// padding differs per tile when the window dilation does not divide the piece; the
+    /// piece is then padded by `max_shift` on both sides and sliced per device, as XLA does).
+    shift: Vec<i64>,
+    max_shift: i64,
+}
+
+/// The kernel window of the halo-on-rhs strategy along spatial `k`. Lhs tile `j` holds input
+/// positions `[j*S, (j+1)*S)` and computes every output position with the kernel positions
+/// `p` that meet them (`o*stride - pad_low + p*dilation` inside its piece): from
+/// `ceil((j*S + pad_low - (out-1)*stride) / dilation)` to `floor((j*S + S-1 + pad_low) /
+/// dilation)`. Each tile's local padding is `pad_low + j*S - first*dilation`; when that
+/// differs between tiles (the dilation does not divide `S`), the input piece is shifted (see
+/// [`KernelWindow::shift`]). `None` with base dilation or reversal (XLA refuses those too).
+fn kernel_windowed(c: &Conv, k: usize, tiles: i64, whole: bool) -> Option<KernelWindow> {
     let wd = &c.win[k];
     let s = &c.dims.spatial[k];
     let (d, kd, o) = (s.lhs?, s.rhs?, s.out?);
@@ -288,38 +312,48 @@ fn kernel_windowed(c: &Conv, k: usize, tiles: i64, whole: bool) -> Option<(Windo
     }
     let (dil, stride, pl) = (wd.window_dilation.max(1), wd.stride.max(1), wd.padding_low);
     let shard = ceil_div(c.lhs[d], tiles);
-    if shard % dil != 0 {
-        return None;
-    }
     let out = c.out[o];
-    // First and last kernel position (relative to j*S/dil) any output meets in the piece.
-    let first = -((-(pl - (out - 1) * stride)).div_euclid(dil));
-    let last = (shard - 1 + pl).div_euclid(dil);
-    let width = last - first + 1;
+    let first: Vec<i64> = (0..tiles)
+        .map(|j| -((-(j * shard + pl - (out - 1) * stride)).div_euclid(dil)))
+        .collect();
+    let last = |j: i64| (j * shard + shard - 1 + pl).div_euclid(dil);
+    let width = (0..tiles).map(|j| last(j) - first[j as usize] + 1).max()?;
     if width < 1 {
         return None;
     }
+    let pads: Vec<i64> = (0..tiles)
+        .map(|j| pl + j * shard - first[j as usize] * dil)
+        .collect();
+    let padding_low = *pads.iter().min()?;
+    let shift: Vec<i64> = pads.iter().map(|p| p - padding_low).collect();
+    let max_shift = *shift.iter().max()?;
     let ksize = c.rhs[kd];
-    let w = Windowed {
+    let kernel = Windowed {
         whole,
         size: ksize,
         tiles,
         shard: if whole { ksize } else { ceil_div(ksize, tiles) },
         shift: 0,
-        lo: linear(tiles, first, shard / dil),
+        lo: first,
         out_shard: 1,
         out_size: tiles,
         stride: 1,
         span: width,
     };
-    let padding_low = pl - first * dil;
     let local = WindowDim {
         size: width,
         padding_low,
-        padding_high: (out - 1) * stride + (width - 1) * dil + 1 - shard - padding_low,
+        padding_high: (out - 1) * stride + (width - 1) * dil + 1
+            - (shard + max_shift)
+            - padding_low,
         ..*wd
     };
-    Some((w, local))
+    Some(KernelWindow {
+        kernel,
+        local,
+        shift,
+        max_shift,
+    })
 }
 
 /// The elements of one position along dimension `d` of a piece of `dims`.
@@ -499,10 +533,13 @@ impl Engine<'_> {
                 }
             }
         }
+        // The cheapest; a tie goes to the rhs halo (offered only when the option asks for it,
+        // XLA's choice then).
         let mut best: Option<(i64, usize)> = None;
         for (k, p) in plans.iter().enumerate() {
             let cost = self.conv_cost(&c, p, &lt, &rt, &t);
-            if best.is_none_or(|(b, _)| cost < b) {
+            let rhs_halo = matches!(p, Plan::HaloRhs(_));
+            if best.is_none_or(|(b, _)| cost < b || (cost == b && rhs_halo)) {
                 best = Some((cost, k));
             }
         }
@@ -600,8 +637,8 @@ impl Engine<'_> {
                 for (k, s) in c.dims.spatial.iter().enumerate() {
                     let (d, kd) = (s.lhs.expect("spatial"), s.rhs.expect("spatial"));
                     if l.tiles[d] > 1 {
-                        if let Some((w, _)) = kernel_windowed(c, k, l.tiles[d], whole[kd]) {
-                            halo += halo_positions(&w) * elements_except(&per, kd) * e;
+                        if let Some(kw) = kernel_windowed(c, k, l.tiles[d], whole[kd]) {
+                            halo += halo_positions(&kw.kernel) * elements_except(&per, kd) * e;
                         }
                     }
                 }
@@ -774,14 +811,13 @@ impl Engine<'_> {
                 ..c.win[k]
             };
         }
-        let mut local = i.clone();
-        local.attrs.window = Some(Box::new(local_win));
-        let tree = Tree::Leaf(Spec::Tiled(c.summed_out(r, Side::Rhs, &summed)));
-        let shape = local_shape(&i.shape, &tree);
-        let d = self.local_dot_like(b, &local, x, k_local, &target, shape)?;
-        let reason = "partial sums of a convolution over a split kernel";
-        let sum = self.sum_partials(b, i, d, r, &summed, reason)?;
-        Ok((sum, tree))
+        let partial = Partial {
+            split: r,
+            side: Side::Rhs,
+            summed: &summed,
+            reason: "partial sums of a convolution over a split kernel",
+        };
+        self.conv_partial_sums(b, i, c, (x, k_local, &target), local_win, &partial)
     }
 
     /// The halo-on-rhs strategy: the lhs kept as `l` (split along some spatial dimensions),
@@ -811,37 +847,82 @@ impl Engine<'_> {
             if l.tiles[d] <= 1 {
                 continue;
             }
-            let (ww, dim) = kernel_windowed(c, k, l.tiles[d], whole[kd]).ok_or_else(|| {
+            let kw = kernel_windowed(c, k, l.tiles[d], whole[kd]).ok_or_else(|| {
                 fail(format!(
                     "%{}: no kernel window for the lhs split along spatial dimension {k}",
                     i.name()
                 ))
             })?;
-            k_local = self.windowed_piece(b, k_local, &target, kd, &ww, Some(rzero))?;
-            local_win.dims[k] = dim;
+            k_local = self.windowed_piece(b, k_local, &target, kd, &kw.kernel, Some(rzero))?;
+            if kw.max_shift > 0 {
+                x = self.shifted_piece(b, x, l, d, &kw, lzero)?;
+            }
+            local_win.dims[k] = kw.local;
         }
-        let mut local = i.clone();
-        local.attrs.window = Some(Box::new(local_win));
-        let tree = Tree::Leaf(Spec::Tiled(c.summed_out(l, Side::Lhs, &summed)));
-        let shape = local_shape(&i.shape, &tree);
-        let d = self.local_dot_like(b, &local, x, k_local, l, shape)?;
-        let reason = "partial sums of a convolution over a split input (kernel halo)";
-        let sum = self.sum_partials(b, i, d, l, &summed, reason)?;
-        Ok((sum, tree))
+        let partial = Partial {
+            split: l,
+            side: Side::Lhs,
+            summed: &summed,
+            reason: "partial sums of a convolution over a split input (kernel halo)",
+        };
+        self.conv_partial_sums(b, i, c, (x, k_local, l), local_win, &partial)
     }
 
-    /// `d` (partial sums of `i` from an operand split as `t`) all-reduced over the devices
-    /// that split `t`'s dimensions `summed`.
-    fn sum_partials(
+    /// `x` (the local lhs, tiled by `l`) with its piece along `d` moved right by the device's
+    /// tile's `kw.shift` inside `S + max_shift` positions, zeros around: padded by `max_shift`
+    /// on both sides, then sliced at `max_shift - shift` per device.
+    fn shifted_piece(
+        &mut self,
+        b: &mut Builder,
+        x: InstrId,
+        l: &Tiling,
+        d: usize,
+        kw: &KernelWindow,
+        zero: InstrId,
+    ) -> Result<InstrId> {
+        let rank = b.module().instr(x).shape.rank();
+        let mut pads = vec![PaddingDim::default(); rank];
+        pads[d] = PaddingDim {
+            low: kw.max_shift,
+            high: kw.max_shift,
+            interior: 0,
+        };
+        let padded = built(b.pad(x, zero, &pads))?;
+        let mut sizes: Vec<i64> = b.module().instr(x).shape.dims().to_vec();
+        sizes[d] += kw.max_shift;
+        let offsets: Vec<i64> = l
+            .tile_indices()
+            .iter()
+            .map(|ix| kw.max_shift - kw.shift[ix[d] as usize])
+            .collect();
+        let mut starts = Vec::with_capacity(rank);
+        for k in 0..rank {
+            starts.push(if k == d {
+                self.table(b, &offsets)?
+            } else {
+                self.table(b, &[0])?
+            });
+        }
+        built(b.dynamic_slice(padded, &starts, &sizes))
+    }
+
+    /// The local convolution of `i` on `(lhs, kernel, lhs tiling)` with window `win`, whose
+    /// results are partial sums over `p`'s dimensions, all-reduced: the result and its spec.
+    fn conv_partial_sums(
         &mut self,
         b: &mut Builder,
         i: &Instruction,
-        d: InstrId,
-        t: &Tiling,
-        summed: &[usize],
-        reason: &str,
-    ) -> Result<InstrId> {
-        let groups = t.groups(summed, false);
+        c: &Conv,
+        (x, k, lhs_tiling): (InstrId, InstrId, &Tiling),
+        win: Window,
+        p: &Partial,
+    ) -> Result<(InstrId, Tree)> {
+        let mut local = i.clone();
+        local.attrs.window = Some(Box::new(win));
+        let tree = Tree::Leaf(Spec::Tiled(c.summed_out(p.split, p.side, p.summed)));
+        let shape = local_shape(&i.shape, &tree);
+        let d = self.local_dot_like(b, &local, x, k, lhs_tiling, shape)?;
+        let groups = p.split.groups(p.summed, false);
         let reducer = built(b.reducer(i.shape.element_type(), Opcode::Add))?;
         let real = self.real_groups(&groups);
         let sum = self.creator.all_reduce(b, d, reducer, &real)?;
@@ -850,10 +931,10 @@ impl Engine<'_> {
         self.report.collectives.push(CollectiveNote {
             original: i.name().to_string(),
             collective: "all-reduce",
-            reason: reason.to_string(),
+            reason: p.reason.to_string(),
             bytes: 2 * out_bytes * (g - 1) / g,
         });
-        Ok(sum)
+        Ok((sum, tree))
     }
 
     /// Original instruction `op`'s value resharded to tiling `t`.
@@ -898,7 +979,8 @@ mod tests {
 
     /// Every (output, kernel position) pair that reads a real input position of lhs tile `j`
     /// finds its kernel position inside tile `j`'s kernel window, at the local position the
-    /// local window reads, and the local window yields exactly the global output count.
+    /// local window reads (the piece shifted by the tile's shift), and the local window
+    /// yields exactly the global output count.
     #[test]
     fn kernel_windows_cover_every_product_once() {
         let mut checked = 0;
@@ -927,17 +1009,19 @@ mod tests {
                         continue;
                     }
                     for tiles in [2, 3, 4] {
-                        let Some((kw, local)) = kernel_windowed(&c, 0, tiles, false) else {
-                            assert!(ceil_div(x, tiles) % dil != 0, "refused {x} {k} {w:?}");
-                            continue;
-                        };
-                        let s = ceil_div(x, tiles);
+                        let kw = kernel_windowed(&c, 0, tiles, false)
+                            .unwrap_or_else(|| panic!("refused {x} {k} {w:?} tiles {tiles}"));
+                        let (local, s) = (kw.local, ceil_div(x, tiles));
                         let local_span = (local.size - 1) * dil + 1;
-                        let local_out =
-                            (s + local.padding_low + local.padding_high - local_span) / stride + 1;
+                        let local_len = s + kw.max_shift;
+                        let local_out = (local_len + local.padding_low + local.padding_high
+                            - local_span)
+                            / stride
+                            + 1;
                         assert_eq!(local_out, out, "{x} {k} {w:?} tiles {tiles}");
                         for j in 0..tiles {
-                            let lo = kw.lo[j as usize];
+                            let lo = kw.kernel.lo[j as usize];
+                            let shift = kw.shift[j as usize];
                             for o in 0..out {
                                 for p in 0..k {
                                     let g = o * stride - pl + p * dil;
@@ -945,11 +1029,12 @@ mod tests {
                                         continue;
                                     }
                                     assert!(
-                                        (lo..lo + kw.span).contains(&p),
+                                        (lo..lo + kw.kernel.span).contains(&p),
                                         "{x} {k} {w:?} tiles {tiles}: tile {j} misses p={p}"
                                     );
                                     let local_x = o * stride - local.padding_low + (p - lo) * dil;
-                                    assert_eq!(local_x, g - j * s);
+                                    assert_eq!(local_x, g - j * s + shift);
+                                    assert!((0..local_len).contains(&local_x));
                                     checked += 1;
                                 }
                             }

@@ -227,11 +227,27 @@ impl Conv {
             .collect()
     }
 
-    /// Can the tiled-rhs strategy run along spatial dimension `k` (no base dilation, no
-    /// reversal: a kernel piece's window positions are then a plain range)?
+    /// The lhs tiling that goes with kernel tiling `r` in the tiled-rhs strategy: `r`'s split
+    /// carried over, mirrored along the reversed spatial dimensions (the device holding the
+    /// kernel's tile `j` reads the input around the window offsets of tile `tiles - 1 - j`).
+    fn tiled_rhs_lhs(&self, r: &Tiling) -> Tiling {
+        let l = r.project(&self.lhs_from_rhs());
+        let reversed: Vec<usize> = (0..self.win.len())
+            .filter(|&k| self.win[k].window_reversal)
+            .filter_map(|k| self.dims.spatial[k].lhs)
+            .filter(|&d| l.tiles[d] > 1)
+            .collect();
+        if reversed.is_empty() {
+            l
+        } else {
+            mirrored(&l, &reversed)
+        }
+    }
+
+    /// Can the tiled-rhs strategy run along spatial dimension `k` (no base dilation: a
+    /// kernel piece's window positions are then a plain range, mirrored under reversal)?
     fn rhs_splittable(&self, k: usize) -> bool {
-        let w = &self.win[k];
-        w.base_dilation == 1 && !w.window_reversal
+        self.win[k].base_dilation == 1
     }
 }
 
@@ -260,20 +276,31 @@ fn out_windowed(c: &Conv, k: usize, tiles: i64, whole: bool) -> Windowed {
 }
 
 /// The lhs window of the tiled-rhs strategy along spatial `k`: tile `j` holds kernel
-/// positions `[j*r, (j+1)*r)` and computes every output position.
+/// positions `[j*r, (j+1)*r)` and computes every output position. Under reversal the window
+/// applies stored position `p` as `size-1-p`, so kernel tile `j` covers window offsets
+/// `[size - (j+1)*r, size - j*r)`, and it sits with lhs tile `i = tiles-1-j`
+/// ([`Conv::tiled_rhs_lhs`]): the start is again linear in the lhs tile, `(size - tiles*r +
+/// i*r) * dilation - pad_low` (the local op keeps the reversal; offsets below 0 meet the
+/// zeroed padding of an uneven kernel split).
 fn rhs_windowed(c: &Conv, k: usize, tiles: i64, whole: bool) -> Windowed {
     let wd = &c.win[k];
     let s = &c.dims.spatial[k];
     let (d, o) = (s.lhs.expect("spatial"), s.out.expect("spatial"));
     let size = c.lhs[d];
     let r = ceil_div(wd.size, tiles);
+    let dil = wd.window_dilation;
+    let lo = if wd.window_reversal {
+        linear(tiles, (wd.size - tiles * r) * dil - wd.padding_low, r * dil)
+    } else {
+        linear(tiles, -wd.padding_low, r * dil)
+    };
     Windowed {
         whole,
         size,
         tiles,
         shard: if whole { size } else { ceil_div(size, tiles) },
         shift: 0,
-        lo: linear(tiles, -wd.padding_low, r * wd.window_dilation),
+        lo,
         out_shard: c.out[o],
         // Every tile computes every output position (with its own kernel piece).
         out_size: tiles * c.out[o],
@@ -354,6 +381,18 @@ fn kernel_windowed(c: &Conv, k: usize, tiles: i64, whole: bool) -> Option<Kernel
         shift,
         max_shift,
     })
+}
+
+/// `t` with the tile order along each of `dims` mirrored (the device holding tile `i` holds
+/// tile `tiles - 1 - i`).
+fn mirrored(t: &Tiling, dims: &[usize]) -> Tiling {
+    let mut idx = t.tile_indices();
+    for ix in &mut idx {
+        for &d in dims {
+            ix[d] = t.tiles[d] - 1 - ix[d];
+        }
+    }
+    Tiling::from_tile_indices(t.tiles.clone(), t.repl, &idx)
 }
 
 /// The elements of one position along dimension `d` of a piece of `dims`.
@@ -496,7 +535,18 @@ impl Engine<'_> {
             kernels.push(rt.clone());
         }
         if c.spatial_split(&lt, Some(Side::Lhs)) {
-            kernels.push(lt.project(&c.rhs_from_lhs()));
+            let r = lt.project(&c.rhs_from_lhs());
+            // Under reversal the lhs's first piece meets the kernel's last one (XLA's
+            // reversed sharding): the kernel split in the mirrored device order.
+            let reversed: Vec<usize> = (0..c.win.len())
+                .filter(|&k| c.win[k].window_reversal)
+                .filter_map(|k| c.dims.spatial[k].rhs)
+                .filter(|&kd| r.tiles[kd] > 1)
+                .collect();
+            if !reversed.is_empty() {
+                kernels.push(mirrored(&r, &reversed));
+            }
+            kernels.push(r);
         }
         for r in kernels {
             let r = c.sanitize_rhs(&r);
@@ -614,7 +664,7 @@ impl Engine<'_> {
                 mv(lt, &l_t, &c.lhs) + mv(rt, &r_t, &c.rhs) + halo + mv(w, t, &c.out)
             }
             Plan::TiledRhs(r) => {
-                let target = r.project(&c.lhs_from_rhs());
+                let target = c.tiled_rhs_lhs(r);
                 let (l_t, whole) = self.conv_operand_target(c, Side::Lhs, lt, &target);
                 let per: Vec<i64> = l_t.shard_dims(&c.lhs);
                 let mut halo = 0;
@@ -783,7 +833,7 @@ impl Engine<'_> {
         r: &Tiling,
     ) -> Result<(InstrId, Tree)> {
         let (lhs, rhs) = (i.operands()[0], i.operands()[1]);
-        let target = r.project(&c.lhs_from_rhs());
+        let target = c.tiled_rhs_lhs(r);
         let (mut x, whole) = self.conv_operand(b, c, Side::Lhs, lhs, &target)?;
         let mut k_local = self.operand_of(b, rhs, r)?;
         let lty = b.module().instr(x).shape.element_type();
@@ -795,7 +845,10 @@ impl Engine<'_> {
         let summed = c.summed(r, Side::Rhs);
         k_local = self.mask_padding(b, k_local, &c.rhs, r, &summed, rzero)?;
         let lhs_contracting: Vec<usize> = c.dims.contracting.iter().filter_map(|t| t.lhs).collect();
-        x = self.mask_padding(b, x, &c.lhs, &target, &lhs_contracting, lzero)?;
+        // The lhs as held: the spatial dimensions kept whole are not split.
+        let whole_dims: Vec<usize> = (0..whole.len()).filter(|&d| whole[d]).collect();
+        let held = target.replicate_dims(&whole_dims);
+        x = self.mask_padding(b, x, &c.lhs, &held, &lhs_contracting, lzero)?;
         let mut local_win = i.attrs.window.as_deref().cloned().expect("checked");
         for (k, s) in c.dims.spatial.iter().enumerate() {
             let (d, kd) = (s.lhs.expect("spatial"), s.rhs.expect("spatial"));
@@ -1036,6 +1089,69 @@ mod tests {
                                     assert_eq!(local_x, g - j * s + shift);
                                     assert!((0..local_len).contains(&local_x));
                                     checked += 1;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(checked > 1000, "{checked}");
+    }
+
+    /// The tiled-rhs window: kernel tile `j` (stored positions `[j*r, (j+1)*r)`) sits with
+    /// lhs tile `j`, or `tiles-1-j` under reversal, and every product of a real kernel
+    /// position with a real input position is read by the local (reversed) window at the
+    /// right place of that lhs tile's window.
+    #[test]
+    fn split_kernel_windows_read_every_product() {
+        let mut checked = 0;
+        for x in 1..=12 {
+            for k in 1..=7 {
+                for (stride, dil, pl, ph) in
+                    [(1, 1, 0, 0), (1, 2, 3, 2), (2, 1, 1, 1), (1, 1, 0, -1)]
+                {
+                    for reversal in [false, true] {
+                        let w = WindowDim {
+                            size: k,
+                            stride,
+                            padding_low: pl,
+                            padding_high: ph,
+                            window_dilation: dil,
+                            window_reversal: reversal,
+                            ..WindowDim::default()
+                        };
+                        let c = conv1d(x, k, w);
+                        let out = c.out[1];
+                        if out < 1 {
+                            continue;
+                        }
+                        for tiles in [2, 3] {
+                            let win = rhs_windowed(&c, 0, tiles, false);
+                            let r = ceil_div(k, tiles);
+                            for j in 0..tiles {
+                                let i = if reversal { tiles - 1 - j } else { j };
+                                let lo = win.lo[i as usize];
+                                for p in (j * r)..((j + 1) * r).min(k) {
+                                    let q = if reversal { k - 1 - p } else { p };
+                                    let local_q = if reversal {
+                                        r - 1 - (p - j * r)
+                                    } else {
+                                        p - j * r
+                                    };
+                                    for o in 0..out {
+                                        let g = o * stride - pl + q * dil;
+                                        if !(0..x).contains(&g) {
+                                            continue;
+                                        }
+                                        assert_eq!(
+                                            lo + o * stride + local_q * dil,
+                                            g,
+                                            "{x} {k} {w:?} tiles {tiles} j {j} p {p} o {o}"
+                                        );
+                                        assert!(o * stride + local_q * dil < win.width());
+                                        checked += 1;
+                                    }
                                 }
                             }
                         }

@@ -4,7 +4,10 @@
 //! random lhs, kernel and result shardings (spatial dimensions favoured, partial replication,
 //! shuffled devices) on 2, 4 and 8 devices. Many cases go into one module, which is
 //! partitioned and executed on PJRT against the original on one device (f32, the harness's
-//! tolerance); every case must be equal and none may take the default path.
+//! tolerance); every case must be equal and none may take the default path. Every other
+//! module runs with `conv_halo_exchange_always_on_lhs=false` (XLA's option), where the
+//! handler may also exchange halos of the kernel (the rounds cycle through 2, 4 and 8
+//! devices with the option true and false).
 //!
 //! `CONV_CASES=N` changes the number of cases (default 300 to keep CI short; 1,500 or more
 //! for a full run).
@@ -15,7 +18,7 @@ use tessera_runtime::harness;
 mod common;
 use common::{
     assert_batch_equal, batch_module, case_count, defaulted_with_prefix, numbered_results,
-    partition_batch, Gen,
+    partition_batch_with, Gen,
 };
 
 /// A random sharding with the spatial dimensions `favour` split more often.
@@ -233,8 +236,17 @@ fn random_convolutions_run_equal() {
     let mut g = Gen(harness::Rng::new(14));
     let (mut done, mut round) = (0, 0);
     let (mut halos, mut partial_sums, mut defaulted) = (0, 0, 0);
+    let (mut rhs_halo_sums, mut with_option_false) = (0, 0);
     while done < total {
-        let n = [2i64, 4, 8][round % 3];
+        // (devices, conv_halo_exchange_always_on_lhs) per round.
+        let (n, on_lhs) = [
+            (2i64, true),
+            (4, false),
+            (8, true),
+            (2, false),
+            (4, true),
+            (8, false),
+        ][round % 6];
         round += 1;
         let want = per_module.min(total - done);
         let mut cases = Vec::with_capacity(want);
@@ -246,7 +258,12 @@ fn random_convolutions_run_equal() {
         let text = module_text(n, &cases, false);
         let ref_text = module_text(n, &cases, true);
         let reference = parse_module(&ref_text).unwrap_or_else(|e| panic!("{e}\n{ref_text}"));
-        let (_, part, report) = partition_batch(&text);
+        let (_, part, report) = partition_batch_with(&text, |p| {
+            p.options.conv_halo_exchange_always_on_lhs = on_lhs;
+        });
+        if !on_lhs {
+            with_option_false += want;
+        }
         let notes = &report.collectives;
         halos += notes
             .iter()
@@ -256,6 +273,10 @@ fn random_convolutions_run_equal() {
             .iter()
             .filter(|c| c.reason.contains("convolution over a split kernel"))
             .count();
+        rhs_halo_sums += notes
+            .iter()
+            .filter(|c| c.reason.contains("(kernel halo)"))
+            .count();
         defaulted += defaulted_with_prefix(&report, 'c');
         assert_batch_equal(&reference, &part, n as usize, round as u64, |k| {
             format!("c{k} {}", cases[k].what)
@@ -264,8 +285,13 @@ fn random_convolutions_run_equal() {
     }
     eprintln!(
         "{done} convolutions executed and equal; {halos} halo collectives; \
-         {partial_sums} split-kernel all-reduces; {defaulted} took the default path"
+         {partial_sums} split-kernel all-reduces; {defaulted} took the default path; \
+         {with_option_false} with conv_halo_exchange_always_on_lhs=false, \
+         {rhs_halo_sums} of them summed after a kernel halo"
     );
+    if with_option_false > 0 {
+        assert!(rhs_halo_sums > 0, "no convolution took the halo on the rhs");
+    }
     assert!(halos > done / 10, "too few halo exchanges: {halos}");
     assert!(partial_sums > 0, "no split-kernel convolution");
     assert_eq!(defaulted, 0, "convolutions took the default path");

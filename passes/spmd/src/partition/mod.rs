@@ -28,8 +28,10 @@ pub struct SpmdOptions {
     pub num_partitions: i64,
     /// Number of replicas; 0 (the default) takes the module header's `replica_count`.
     pub num_replicas: i64,
-    /// Convolution halo exchange always on the lhs (XLA's option; read, and used once
-    /// convolutions get their own handler: today they take the default path).
+    /// Convolution halos always on the lhs (XLA's option, default true). When false, a
+    /// convolution with a split spatial dimension may also keep the lhs split and exchange
+    /// halos of the kernel instead, each device summing its part of every output position;
+    /// the handler takes whichever moves fewer bytes (docs/spmd-convolution.md).
     pub conv_halo_exchange_always_on_lhs: bool,
     /// How many of the largest instructions the memory report lists (XLA's
     /// `report_instruction_count`, default 5).
@@ -95,7 +97,7 @@ impl PassOptions for SpmdOptions {
         OptionDoc {
             key: "conv_halo_exchange_always_on_lhs",
             default: "true",
-            doc: "XLA's option; convolutions take the default path for now",
+            doc: "false: a convolution may also exchange halos on the kernel (rhs), chosen by bytes",
         },
         OptionDoc {
             key: "report_instruction_count",

@@ -196,9 +196,19 @@ pub fn favoured_sharding(
 /// with the text): the original, the partitioned module and the pass's report.
 #[allow(dead_code)] // the reshard test partitions per case
 pub fn partition_batch(text: &str) -> (Module, Module, SpmdReport) {
+    partition_batch_with(text, |_| {})
+}
+
+/// [`partition_batch`] with the pass's options changed by `set` first.
+#[allow(dead_code)] // not every test binary changes options
+pub fn partition_batch_with(
+    text: &str,
+    set: impl FnOnce(&mut SpmdPartitioning),
+) -> (Module, Module, SpmdReport) {
     let original = parse_module(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
     let mut part = original.clone();
     let mut pass = SpmdPartitioning::default();
+    set(&mut pass);
     pass.run(&mut part)
         .unwrap_or_else(|e| panic!("{e}\n{text}"));
     (original, part, pass.report)

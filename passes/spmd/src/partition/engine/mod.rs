@@ -207,6 +207,9 @@ struct Engine<'c> {
     root_view: FxMap<CompId, partial_manual::Groups>,
     /// When and how dots become windowed loops (`windowed_dot`).
     windowed: Windowed,
+    /// XLA's `conv_halo_exchange_always_on_lhs`: when false, convolutions also cost halos on
+    /// the kernel (`conv`).
+    conv_halo_on_lhs_only: bool,
 }
 
 /// The windowed-einsum options, as the engine reads them.
@@ -303,6 +306,7 @@ pub fn partition(
             unroll: options.unroll_windowed_einsum,
             bidirectional: options.bidirectional_windowed_einsum,
         },
+        conv_halo_on_lhs_only: options.conv_halo_exchange_always_on_lhs,
         report: SpmdReport {
             num_partitions: n,
             ..Default::default()

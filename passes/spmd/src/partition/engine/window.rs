@@ -69,6 +69,42 @@ pub(crate) struct HaloPlan {
     pub width: i64,
     /// Does some window reach outside `[0, size)` (positions a fill value must replace)?
     pub reaches_out: bool,
+    /// Elements along the dimension that the halo parts (or the all-gather) move, summed
+    /// over the collectives, and how many collectives that takes.
+    pub moved: i64,
+    pub collectives: i64,
+}
+
+/// One move of a direct fetch: `count` elements of tile `src`'s shard, from `src_off` in it,
+/// land at `dst_pos` in tile `dst`'s window.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Move {
+    pub src: i64,
+    pub dst: i64,
+    pub src_off: i64,
+    pub dst_pos: i64,
+    pub count: i64,
+}
+
+/// Moves done together: every tile sends at most once and receives at most once, `len`
+/// elements (the longest move; shorter ones are masked at the receiver). A `local` round is
+/// each tile's part of its own shard and moves nothing; the others are one
+/// collective-permute each.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Round {
+    pub local: bool,
+    pub len: i64,
+    pub moves: Vec<Move>,
+}
+
+/// A direct fetch (XLA's way with a small window far from the device's own piece, e.g. its
+/// `SliceTo2`): each tile's window is put together from exactly the elements it reads, each
+/// sent straight from the tile that holds it, where a halo would carry everything between.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Direct {
+    pub rounds: Vec<Round>,
+    /// Elements along the dimension the collective-permutes move (summed).
+    pub moved: i64,
 }
 
 impl Windowed {
@@ -168,7 +204,14 @@ impl Windowed {
         }
         pad_high = pad_high.max(width - ext_len - pad_low);
         let offsets = raw.iter().map(|o| o.map_or(0, |o| o + pad_low)).collect();
+        let (moved, collectives) = if gather {
+            ((t - 1) * self.shard, 1)
+        } else {
+            (moved, parts.iter().filter(|p| matches!(p, Part::From { to, .. } if !to.is_empty())).count() as i64)
+        };
         HaloPlan {
+            moved,
+            collectives,
             gather,
             left,
             right,
@@ -183,6 +226,77 @@ impl Windowed {
 }
 
 impl Windowed {
+    /// The direct fetch of this dimension's windows, when it moves fewer elements than the
+    /// halo plan `halo` (and takes at most four collectives or no more than the halo's):
+    /// every tile's needed range is cut into the pieces each shard holds, and the pieces are
+    /// put into rounds greedily, longest first, so that each round's length is its first
+    /// piece's.
+    pub fn direct(&self, halo: &HaloPlan) -> Option<Direct> {
+        if self.whole || self.tiles <= 1 || halo.moved == 0 {
+            return None;
+        }
+        let mut local = Vec::new();
+        let mut remote = Vec::new();
+        for k in 0..self.tiles {
+            let Some((a, b)) = self.need(k) else {
+                continue;
+            };
+            let first = (a - self.shift).div_euclid(self.shard).max(0);
+            let last = (b - 1 - self.shift).div_euclid(self.shard).min(self.tiles - 1);
+            for s in first..=last {
+                let (x, y) = (a.max(self.start(s)), b.min(self.start(s) + self.shard));
+                if x >= y {
+                    continue;
+                }
+                let m = Move {
+                    src: s,
+                    dst: k,
+                    src_off: x - self.start(s),
+                    dst_pos: x - self.lo(k),
+                    count: y - x,
+                };
+                if s == k {
+                    local.push(m);
+                } else {
+                    remote.push(m);
+                }
+            }
+        }
+        remote.sort_by_key(|m| (-m.count, m.dst, m.src));
+        let mut rounds: Vec<Round> = Vec::new();
+        let limit = halo.collectives.max(4) as usize;
+        for m in remote {
+            let free = rounds
+                .iter()
+                .position(|r| r.moves.iter().all(|o| o.src != m.src && o.dst != m.dst));
+            match free {
+                Some(r) => rounds[r].moves.push(m),
+                None if rounds.len() == limit => return None,
+                None => rounds.push(Round {
+                    local: false,
+                    len: m.count,
+                    moves: vec![m],
+                }),
+            }
+        }
+        let moved: i64 = rounds.iter().map(|r| r.len).sum();
+        if moved >= halo.moved {
+            return None;
+        }
+        if !local.is_empty() {
+            let len = local.iter().map(|m| m.count).max().unwrap_or(0);
+            rounds.insert(
+                0,
+                Round {
+                    local: true,
+                    len,
+                    moves: local,
+                },
+            );
+        }
+        Some(Direct { rounds, moved })
+    }
+
     /// Part `[start, end)` of the tile `hops` away, with the tiles that read it.
     fn part(&self, hops: i64, start: i64, end: i64) -> Part {
         let to = (0..self.tiles)
@@ -368,6 +482,33 @@ impl Engine<'_> {
         fill: Option<InstrId>,
     ) -> Result<InstrId> {
         let plan = w.plan();
+        let tiles = t.tiles[d];
+        let index: Vec<i64> = t.tile_indices().iter().map(|ix| ix[d]).collect();
+        let mut piece = match w.direct(&plan) {
+            Some(direct) => self.direct_piece(b, x, t, d, plan.width, &direct)?,
+            None => self.halo_piece(b, x, t, d, &plan)?,
+        };
+        if let (Some(fill), true) = (fill, plan.reaches_out || w.size % tiles.max(1) != 0) {
+            let los: Vec<i64> = index.iter().map(|&k| w.lo[k as usize]).collect();
+            let valid = self.in_range(b, piece, d, &los, &[0], &[w.size])?;
+            let dims: Vec<i64> = b.module().instr(piece).shape.dims().to_vec();
+            let fills = broadcast_scalar(b, fill, &dims)?;
+            piece = built(b.select(valid, piece, fills))?;
+        }
+        Ok(piece)
+    }
+
+    /// The windows of [`Engine::windowed_piece`] by the halo plan `plan`: the parts of the
+    /// neighbours' shards around the own one (or the all-gathered dimension), padded, and
+    /// each device's window cut out.
+    fn halo_piece(
+        &mut self,
+        b: &mut Builder,
+        x: InstrId,
+        t: &Tiling,
+        d: usize,
+        plan: &HaloPlan,
+    ) -> Result<InstrId> {
         let ty = b.module().instr(x).shape.element_type();
         let groups = t.groups(&[d], false);
         let tiles = t.tiles[d];
@@ -434,36 +575,122 @@ impl Engine<'_> {
             };
             ext = built(b.pad(ext, zero, &pads))?;
         }
-        let len = b.module().instr(ext).shape.dims()[d];
         let offsets: Vec<i64> = index.iter().map(|&k| plan.offsets[k as usize]).collect();
-        let mut piece = if offsets.iter().all(|&o| o == offsets[0]) {
-            if offsets[0] == 0 && len == plan.width {
-                ext
+        self.cut(b, ext, d, &offsets, plan.width)
+    }
+
+    /// `x[offsets[device] .. + width]` along dimension `d`: a slice when every device cuts at
+    /// the same place (nothing when that is all of `x`), else a dynamic-slice at the device's
+    /// offset.
+    fn cut(
+        &mut self,
+        b: &mut Builder,
+        x: InstrId,
+        d: usize,
+        offsets: &[i64],
+        width: i64,
+    ) -> Result<InstrId> {
+        if offsets.iter().all(|&o| o == offsets[0]) {
+            return slice_dim(b, x, d, offsets[0], offsets[0] + width);
+        }
+        let dims: Vec<i64> = b.module().instr(x).shape.dims().to_vec();
+        let mut starts = Vec::with_capacity(dims.len());
+        let mut sizes = dims.clone();
+        for k in 0..dims.len() {
+            starts.push(if k == d {
+                self.table(b, offsets)?
             } else {
-                slice_dim(b, ext, d, offsets[0], offsets[0] + plan.width)?
+                self.table(b, &[0])?
+            });
+        }
+        sizes[d] = width;
+        built(b.dynamic_slice(x, &starts, &sizes))
+    }
+
+    /// The windows of [`Engine::windowed_piece`] by the direct fetch `direct`: per round, each
+    /// sending device cuts its piece out of its shard, one collective-permute carries it (none
+    /// for the local round), and the receiver shifts it to its place in the window and keeps
+    /// the positions the move covers.
+    fn direct_piece(
+        &mut self,
+        b: &mut Builder,
+        x: InstrId,
+        t: &Tiling,
+        d: usize,
+        width: i64,
+        direct: &Direct,
+    ) -> Result<InstrId> {
+        let ty = b.module().instr(x).shape.element_type();
+        let groups = t.groups(&[d], false);
+        let tiles = t.tiles[d] as usize;
+        let shard = b.module().instr(x).shape.dims()[d];
+        let index: Vec<usize> = t.tile_indices().iter().map(|ix| ix[d] as usize).collect();
+        let origin = self.origin_name(b);
+        let zero = built(b.scalar(ty, 0.0))?;
+        let mut acc: Option<InstrId> = None;
+        for round in &direct.rounds {
+            let len = round.len;
+            // Per source tile: where it cuts (moved left when the round's length would run
+            // past its shard); per target tile: where the cut piece starts in its window and
+            // which of its positions the move fills.
+            let mut cut_at = vec![0i64; tiles];
+            let mut place = vec![round.moves[0].dst_pos; tiles];
+            let mut keep = vec![(0i64, 0i64); tiles];
+            for m in &round.moves {
+                let at = m.src_off.min(shard - len);
+                cut_at[m.src as usize] = at;
+                place[m.dst as usize] = m.dst_pos - (m.src_off - at);
+                keep[m.dst as usize] = (m.dst_pos, m.dst_pos + m.count);
             }
-        } else {
-            let dims: Vec<i64> = b.module().instr(ext).shape.dims().to_vec();
-            let mut starts = Vec::with_capacity(dims.len());
-            let mut sizes = dims.clone();
-            for k in 0..dims.len() {
-                starts.push(if k == d {
-                    self.table(b, &offsets)?
-                } else {
-                    self.table(b, &[0])?
+            let per_device = |v: &[i64]| -> Vec<i64> { index.iter().map(|&k| v[k]).collect() };
+            let mut piece = self.cut(b, x, d, &per_device(&cut_at), len)?;
+            if !round.local {
+                let mut pairs = Vec::new();
+                for g in groups.iter() {
+                    for m in &round.moves {
+                        pairs.push((g[m.src as usize], g[m.dst as usize]));
+                    }
+                }
+                piece = self.creator.collective_permute(b, piece, &pairs)?;
+                let bytes = b.module().instr(piece).shape.byte_size(8);
+                self.report.collectives.push(CollectiveNote {
+                    original: origin.clone(),
+                    collective: "collective-permute",
+                    reason: format!("halo by direct fetch along dimension {d}"),
+                    bytes,
                 });
             }
-            sizes[d] = plan.width;
-            built(b.dynamic_slice(ext, &starts, &sizes))?
-        };
-        if let (Some(fill), true) = (fill, plan.reaches_out || w.size % tiles.max(1) != 0) {
-            let los: Vec<i64> = index.iter().map(|&k| w.lo[k as usize]).collect();
-            let valid = self.in_range(b, piece, d, &los, 0, w.size)?;
-            let dims: Vec<i64> = b.module().instr(piece).shape.dims().to_vec();
-            let fills = broadcast_scalar(b, fill, &dims)?;
-            piece = built(b.select(valid, piece, fills))?;
+            // Shift the piece to its place: pad it so that every target's window lies inside,
+            // then cut the window.
+            let (qmin, qmax) = (
+                place.iter().copied().min().unwrap_or(0),
+                place.iter().copied().max().unwrap_or(0),
+            );
+            let (low, high) = (qmax.max(0), (width - len - qmin).max(0));
+            if low > 0 || high > 0 {
+                let rank = b.module().instr(piece).shape.rank();
+                let mut pads = vec![PaddingDim::default(); rank];
+                pads[d] = PaddingDim {
+                    low,
+                    high,
+                    interior: 0,
+                };
+                piece = built(b.pad(piece, zero, &pads))?;
+            }
+            let starts: Vec<i64> = place.iter().map(|&q| low - q).collect();
+            let placed = self.cut(b, piece, d, &per_device(&starts), width)?;
+            acc = Some(match acc {
+                // Positions no move fills are never read: the first round needs no mask.
+                None => placed,
+                Some(prev) => {
+                    let lo: Vec<i64> = index.iter().map(|&k| keep[k].0).collect();
+                    let hi: Vec<i64> = index.iter().map(|&k| keep[k].1).collect();
+                    let mine = self.in_range(b, placed, d, &[0], &lo, &hi)?;
+                    built(b.select(mine, placed, prev))?
+                }
+            });
         }
-        Ok(piece)
+        acc.ok_or_else(|| fail("a direct fetch without moves"))
     }
 
     /// [`Engine::windowed_piece`] for a dimension read in base-dilated coordinates (element
@@ -537,23 +764,27 @@ impl Engine<'_> {
         built(b.dynamic_slice(dilated, &starts, &sizes))
     }
 
-    /// A pred array of `x`'s local shape: is `base[device] + position along d` in `[lo, hi)`?
+    /// A pred array of `x`'s local shape: is `base[device] + position along d` in
+    /// `[lo[device], hi[device])`? (A one-element `base`, `lo` or `hi` is every device's;
+    /// a base of zeros adds nothing.)
     fn in_range(
         &mut self,
         b: &mut Builder,
         x: InstrId,
         d: usize,
         base: &[i64],
-        lo: i64,
-        hi: i64,
+        lo: &[i64],
+        hi: &[i64],
     ) -> Result<InstrId> {
         let dims: Vec<i64> = b.module().instr(x).shape.dims().to_vec();
-        let iota = built(b.iota(Shape::array(ElementType::S32, &dims), d as i64))?;
-        let off = self.table(b, base)?;
-        let offs = broadcast_scalar(b, off, &dims)?;
-        let g = built(b.binary(Opcode::Add, iota, offs))?;
-        let lo_s = built(b.scalar(ElementType::S32, lo as f64))?;
-        let hi_s = built(b.scalar(ElementType::S32, hi as f64))?;
+        let mut g = built(b.iota(Shape::array(ElementType::S32, &dims), d as i64))?;
+        if base.iter().any(|&v| v != 0) {
+            let off = self.table(b, base)?;
+            let offs = broadcast_scalar(b, off, &dims)?;
+            g = built(b.binary(Opcode::Add, g, offs))?;
+        }
+        let lo_s = self.table(b, lo)?;
+        let hi_s = self.table(b, hi)?;
         let lo_b = broadcast_scalar(b, lo_s, &dims)?;
         let hi_b = broadcast_scalar(b, hi_s, &dims)?;
         let ge = built(b.compare(g, lo_b, ComparisonDirection::Ge))?;
@@ -1218,7 +1449,8 @@ impl Engine<'_> {
             acc = Some(match acc {
                 None => piece,
                 Some(prev) => {
-                    let mine = self.in_range(b, piece, dim, &base, offset, i64::from(i32::MAX))?;
+                    let mine =
+                        self.in_range(b, piece, dim, &base, &[offset], &[i64::from(i32::MAX)])?;
                     built(b.select(mine, piece, prev))?
                 }
             });
@@ -1604,8 +1836,54 @@ mod tests {
                     }
                 }
             }
-            if (0..w.size).contains(&w.lo(k)) || p.reaches_out {
-                continue;
+        }
+        if let Some(direct) = w.direct(&p) {
+            check_direct(w, &p, &direct, &tiles);
+        }
+    }
+
+    /// Simulates a direct fetch as `direct_piece` emits it and checks every real output's
+    /// window, that each round sends and receives at most once per tile, and that it moves
+    /// less than the halo plan.
+    fn check_direct(w: &Windowed, p: &HaloPlan, direct: &Direct, tiles: &[Vec<i64>]) {
+        assert!(direct.moved < p.moved, "{w:?} {direct:?}");
+        let mut windows: Vec<Vec<i64>> = vec![vec![-2; p.width as usize]; w.tiles as usize];
+        for (r, round) in direct.rounds.iter().enumerate() {
+            assert!(round.len <= w.shard && round.len > 0, "{w:?} {direct:?}");
+            let mut srcs: Vec<i64> = round.moves.iter().map(|m| m.src).collect();
+            let mut dsts: Vec<i64> = round.moves.iter().map(|m| m.dst).collect();
+            srcs.sort();
+            srcs.dedup();
+            dsts.sort();
+            dsts.dedup();
+            assert_eq!(srcs.len(), round.moves.len(), "{direct:?}");
+            assert_eq!(dsts.len(), round.moves.len(), "{direct:?}");
+            for m in &round.moves {
+                assert_eq!(round.local, m.src == m.dst, "{direct:?}");
+                let at = m.src_off.min(w.shard - round.len);
+                let sent = &tiles[m.src as usize][at as usize..(at + round.len) as usize];
+                let q = m.dst_pos - (m.src_off - at);
+                let win = &mut windows[m.dst as usize];
+                for (i, &v) in sent.iter().enumerate() {
+                    let pos = q + i as i64;
+                    let kept = (m.dst_pos..m.dst_pos + m.count).contains(&pos);
+                    if (r == 0 || kept) && (0..p.width).contains(&pos) {
+                        win[pos as usize] = v;
+                    }
+                }
+            }
+        }
+        for k in 0..w.tiles {
+            let outs = (w.out_size - k * w.out_shard).clamp(0, w.out_shard);
+            for o in 0..outs {
+                for s in 0..w.span {
+                    let pos = o * w.stride + s;
+                    let g = w.lo(k) + pos;
+                    if (0..w.size).contains(&g) {
+                        let got = windows[k as usize][pos as usize];
+                        assert_eq!(got, g, "{w:?} {direct:?} tile {k} pos {pos}");
+                    }
+                }
             }
         }
     }
@@ -1615,6 +1893,7 @@ mod tests {
         let mut g = crate::partition::plan::tests::Gen::new(15);
         let mut halo = 0;
         let mut gathers = 0;
+        let mut direct = 0;
         for _ in 0..20_000 {
             let tiles = 1 + g.next(8) as i64;
             let size = 1 + g.next(40) as i64;
@@ -1651,6 +1930,9 @@ mod tests {
             };
             check(&w);
             let p = w.plan();
+            if w.direct(&p).is_some() {
+                direct += 1;
+            }
             if p.gather {
                 gathers += 1;
             } else if p.left + p.right > 0 {
@@ -1658,8 +1940,8 @@ mod tests {
             }
         }
         assert!(
-            halo > 1000 && gathers > 100,
-            "{halo} halos, {gathers} gathers"
+            halo > 1000 && gathers > 100 && direct > 100,
+            "{halo} halos, {gathers} gathers, {direct} direct fetches"
         );
     }
 

@@ -207,7 +207,13 @@ impl Windowed {
         let (moved, collectives) = if gather {
             ((t - 1) * self.shard, 1)
         } else {
-            (moved, parts.iter().filter(|p| matches!(p, Part::From { to, .. } if !to.is_empty())).count() as i64)
+            (
+                moved,
+                parts
+                    .iter()
+                    .filter(|p| matches!(p, Part::From { to, .. } if !to.is_empty()))
+                    .count() as i64,
+            )
         };
         HaloPlan {
             moved,
@@ -242,7 +248,9 @@ impl Windowed {
                 continue;
             };
             let first = (a - self.shift).div_euclid(self.shard).max(0);
-            let last = (b - 1 - self.shift).div_euclid(self.shard).min(self.tiles - 1);
+            let last = (b - 1 - self.shift)
+                .div_euclid(self.shard)
+                .min(self.tiles - 1);
             for s in first..=last {
                 let (x, y) = (a.max(self.start(s)), b.min(self.start(s) + self.shard));
                 if x >= y {
@@ -925,8 +933,12 @@ impl Engine<'_> {
     /// (positions outside the array hold a value the select never prefers), runs them locally
     /// without padding, and keeps its own piece of the result (init elsewhere). Windows that
     /// straddle two pieces run on both devices; each keeps only what lands in its own piece.
-    /// Only for a compare select and an add scatter, without dilation and without windows that
-    /// lie wholly in the padding; otherwise the default.
+    /// A window wholly in the padding selects a filled position outside the array, so its
+    /// source lands nowhere, as in XLA. Window dilation widens the windows' span. Only for a
+    /// compare select and an add scatter, without base dilation; otherwise the default. Ties
+    /// (equal operand values in a window) are resolved as XLA:CPU resolves them without
+    /// padding, which is not always how it resolves them with padding: see
+    /// docs/spmd-windowed.md.
     pub(super) fn select_and_scatter(
         &mut self,
         b: &mut Builder,
@@ -959,17 +971,19 @@ impl Engine<'_> {
             .filter(|&d| t.tiles[d] > 1 && !trivial(&win.dims[d]))
             .collect();
         let loser = select_loser(b.module(), &i);
-        let dilated = split
+        // Window dilation only changes how far a window reaches (its span); base dilation
+        // (holes in the operand that a select must skip) takes the default.
+        let base_dilated = split.iter().any(|&d| win.dims[d].base_dilation != 1);
+        // Equal values in a window: XLA:CPU picks among them in an order that depends on the
+        // op's padding (measured, docs/spmd-windowed.md), and the local op has none along the
+        // split dimensions. Integers tie often, so a padded integer select-and-scatter stays
+        // whole; floats tie in part rarely (all-equal windows agree in any order).
+        let padded = win
+            .dims
             .iter()
-            .any(|&d| win.dims[d].base_dilation != 1 || win.dims[d].window_dilation != 1);
-        // A window wholly inside the padding: the plugin's result for those differs from
-        // the local windows' (they scatter nothing here); not understood yet, so the default.
-        let padding_only = split.iter().any(|&d| {
-            let wd = win.dims[d];
-            wd.padding_low >= wd.size
-                || (src_dims[d] - 1) * wd.stride - wd.padding_low >= in_dims[d]
-        });
-        if !split.is_empty() && (loser.is_none() || dilated || padding_only) {
+            .any(|wd| wd.padding_low != 0 || wd.padding_high != 0);
+        let tie_prone = padded && !i.shape.element_type().is_float();
+        if !split.is_empty() && (loser.is_none() || base_dilated || tie_prone) {
             return self.default(b, id, own);
         }
         let ty = i.shape.element_type();
@@ -994,9 +1008,13 @@ impl Engine<'_> {
             let wd = win.dims[d];
             let tiles = t.tiles[d];
             let (size, shard) = (in_dims[d], ceil_div(in_dims[d], tiles));
-            let (w, st, pl) = (wd.size, wd.stride, wd.padding_low);
+            let (w, st, pl) = (
+                (wd.size - 1) * wd.window_dilation + 1,
+                wd.stride,
+                wd.padding_low,
+            );
             // Windows j touching [k*shard, (k+1)*shard): j*st - pl < (k+1)*shard and
-            // j*st - pl + w > k*shard.
+            // j*st - pl + w > k*shard (w: the window's span).
             let first: Vec<i64> = (0..tiles)
                 .map(|k| (k * shard + pl - w).div_euclid(st) + 1)
                 .collect();

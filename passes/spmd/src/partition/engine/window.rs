@@ -1653,6 +1653,59 @@ impl Engine<'_> {
         Ok(Some(broadcast_scalar(b, v.local, &local)?))
     }
 
+    /// `x` (tiled like `t`) replicated along `dims` when it has one element along each of
+    /// them, so that only the first tile along them holds it: an all-reduce of the first
+    /// tile's piece masked to zero elsewhere, a piece where an all-gather would move one
+    /// (mostly padding) per device. `None` when `x` is not so, or the all-gather is cheaper
+    /// (two devices per group).
+    fn from_first_tile(
+        &mut self,
+        b: &mut Builder,
+        x: InstrId,
+        t: &Tiling,
+        dims: &[usize],
+    ) -> Result<Option<InstrId>> {
+        let v = self.value(b.module(), x)?;
+        let global = self.global(b.module(), x);
+        let fits = matches!(&v.tree, Tree::Leaf(Spec::Tiled(s)) if s == t)
+            && self.view.is_none()
+            && dims.iter().all(|&d| global.dims().get(d) == Some(&1));
+        let group: i64 = dims.iter().map(|&d| t.tiles[d]).product();
+        if !fits || group <= 2 {
+            return Ok(None);
+        }
+        let first: Vec<i64> = t
+            .tile_indices()
+            .iter()
+            .map(|ix| i64::from(dims.iter().all(|&d| ix[d] == 0)))
+            .collect();
+        let ty = global.element_type();
+        let flag = self.table(b, &first)?;
+        let one = built(b.scalar(ElementType::S32, 1.0))?;
+        let is = built(b.compare(flag, one, ComparisonDirection::Eq))?;
+        let local: Vec<i64> = b.module().instr(v.local).shape.dims().to_vec();
+        let pred = broadcast_scalar(b, is, &local)?;
+        let zero = built(b.scalar(ty, 0.0))?;
+        let zeros = broadcast_scalar(b, zero, &local)?;
+        let masked = built(b.select(pred, v.local, zeros))?;
+        let op = if ty == ElementType::Pred {
+            Opcode::Or
+        } else {
+            Opcode::Add
+        };
+        let reducer = built(b.reducer(ty, op))?;
+        let groups = t.groups(dims, false);
+        let out = self.creator.all_reduce(b, masked, reducer, &groups)?;
+        let bytes = 2 * b.module().instr(out).shape.byte_size(8) * (group - 1) / group;
+        self.report.collectives.push(CollectiveNote {
+            original: self.origin_name(b),
+            collective: "all-reduce",
+            reason: format!("the first tile's piece along dimensions {dims:?} to every tile"),
+            bytes,
+        });
+        Ok(Some(out))
+    }
+
     pub(super) fn dynamic_update_slice(
         &mut self,
         b: &mut Builder,
@@ -1692,7 +1745,10 @@ impl Engine<'_> {
         // the size it is needed instead of being gathered.
         let mut u = match self.local_broadcast_of_scalar(b, i.operands()[1], &u_tiling)? {
             Some(x) => x,
-            None => self.operand(b, id, 1, &Tree::Leaf(Spec::Tiled(u_tiling)))?,
+            None => match self.from_first_tile(b, i.operands()[1], &t, &split_partial)? {
+                Some(x) => x,
+                None => self.operand(b, id, 1, &Tree::Leaf(Spec::Tiled(u_tiling)))?,
+            },
         };
         let ty = i.shape.element_type();
         let shard = t.shard_dims(&dims);

@@ -1523,6 +1523,12 @@ impl Engine<'_> {
             self.set(id, r, own);
             return Ok(());
         }
+        if let [d] = split[..] {
+            if let Some(r) = self.reverse_by_window(b, &i, &t, d)? {
+                self.set(id, r, own);
+                return Ok(());
+            }
+        }
         let x = self.operand(b, id, 0, &own)?;
         let mut r = self.clone_with(b, &i, &[x], local_shape(&i.shape, &own))?;
         for &d in &rdims {
@@ -1565,6 +1571,63 @@ impl Engine<'_> {
         }
         self.set(id, r, own);
         Ok(())
+    }
+
+    /// A reverse along the unevenly split dimension `d` whose operand is tiled like the
+    /// output `t` but for the order of the tiles along `d` (XLA's
+    /// `TiledReverseHaloExchange`): each device fetches, from the operand as it lies, the
+    /// window its output piece mirrors (`[n - (k+1)*shard, n - k*shard)` for output tile
+    /// `k`) and reverses it locally, instead of resharding the operand first. `None` when
+    /// the operand is not so.
+    fn reverse_by_window(
+        &mut self,
+        b: &mut Builder,
+        i: &Instruction,
+        t: &Tiling,
+        d: usize,
+    ) -> Result<Option<InstrId>> {
+        let op = i.operands()[0];
+        let v = self.value(b.module(), op)?;
+        let Tree::Leaf(Spec::Tiled(s)) = &v.tree else {
+            return Ok(None);
+        };
+        if s == t || s.tiles != t.tiles || s.repl != t.repl || self.view.is_some() {
+            return Ok(None);
+        }
+        // Output tile along d of the device holding operand tile j along d.
+        let tiles = t.tiles[d];
+        let mut mirror = vec![-1i64; tiles as usize];
+        for (si, ti) in s.tile_indices().iter().zip(t.tile_indices()) {
+            let same_elsewhere = (0..si.len()).all(|e| e == d || si[e] == ti[e]);
+            let j = si[d] as usize;
+            if !same_elsewhere || (mirror[j] != -1 && mirror[j] != ti[d]) {
+                return Ok(None);
+            }
+            mirror[j] = ti[d];
+        }
+        let n = i.shape.dims()[d];
+        let shard = ceil_div(n, tiles);
+        let w = Windowed {
+            whole: false,
+            size: n,
+            tiles,
+            shard,
+            shift: 0,
+            lo: mirror.iter().map(|&k| n - (k + 1) * shard).collect(),
+            out_shard: shard,
+            out_size: tiles * shard,
+            stride: 1,
+            span: 1,
+        };
+        let s = s.clone();
+        let piece = self.windowed_piece(b, v.local, &s, d, &w, None)?;
+        let own = Tree::Leaf(Spec::Tiled(t.clone()));
+        Ok(Some(self.clone_with(
+            b,
+            i,
+            &[piece],
+            local_shape(&i.shape, &own),
+        )?))
     }
 
     /// Dynamic-slice: split dimensions that the slice keeps whole stay split (the start

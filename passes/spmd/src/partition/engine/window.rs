@@ -1721,7 +1721,7 @@ impl Engine<'_> {
     /// tile's piece masked to zero elsewhere, a piece where an all-gather would move one
     /// (mostly padding) per device. `None` when `x` is not so, or the all-gather is cheaper
     /// (two devices per group).
-    fn from_first_tile(
+    fn first_tile_everywhere(
         &mut self,
         b: &mut Builder,
         x: InstrId,
@@ -1808,7 +1808,7 @@ impl Engine<'_> {
         // the size it is needed instead of being gathered.
         let mut u = match self.local_broadcast_of_scalar(b, i.operands()[1], &u_tiling)? {
             Some(x) => x,
-            None => match self.from_first_tile(b, i.operands()[1], &t, &split_partial)? {
+            None => match self.first_tile_everywhere(b, i.operands()[1], &t, &split_partial)? {
                 Some(x) => x,
                 None => self.operand(b, id, 1, &Tree::Leaf(Spec::Tiled(u_tiling)))?,
             },

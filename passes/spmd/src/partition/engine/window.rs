@@ -755,21 +755,7 @@ impl Engine<'_> {
         let dilated = built(b.pad(piece, fill, &pads))?;
         let index: Vec<i64> = t.tile_indices().iter().map(|ix| ix[d]).collect();
         let offsets: Vec<i64> = index.iter().map(|&k| bd - 1 - lead[k as usize]).collect();
-        if offsets.iter().all(|&o| o == offsets[0]) {
-            return slice_dim(b, dilated, d, offsets[0], offsets[0] + width);
-        }
-        let dims: Vec<i64> = b.module().instr(dilated).shape.dims().to_vec();
-        let mut starts = Vec::with_capacity(rank);
-        for k in 0..rank {
-            starts.push(if k == d {
-                self.table(b, &offsets)?
-            } else {
-                self.table(b, &[0])?
-            });
-        }
-        let mut sizes = dims;
-        sizes[d] = width;
-        built(b.dynamic_slice(dilated, &starts, &sizes))
+        self.cut(b, dilated, d, &offsets, width)
     }
 
     /// A pred array of `x`'s local shape: is `base[device] + position along d` in
@@ -1963,19 +1949,24 @@ mod tests {
                 "{w:?} {p:?} k={k}"
             );
             let piece = &padded[off as usize..(off + p.width) as usize];
-            let outs = (w.out_size - k * w.out_shard).clamp(0, w.out_shard);
-            for o in 0..outs {
-                for s in 0..w.span {
-                    let pos = o * w.stride + s;
-                    let g = w.lo(k) + pos;
-                    if (0..w.size).contains(&g) {
-                        assert_eq!(piece[pos as usize], g, "{w:?} {p:?} tile {k} pos {pos}");
-                    }
-                }
-            }
+            check_window(w, k, piece, &p);
         }
         if let Some(direct) = w.direct(&p) {
             check_direct(w, &p, &direct, &tiles);
+        }
+    }
+
+    /// Tile `k`'s window `piece` (global indices) holds what every real output reads.
+    fn check_window(w: &Windowed, k: i64, piece: &[i64], plan: &dyn std::fmt::Debug) {
+        let outs = (w.out_size - k * w.out_shard).clamp(0, w.out_shard);
+        for o in 0..outs {
+            for s in 0..w.span {
+                let pos = o * w.stride + s;
+                let g = w.lo(k) + pos;
+                if (0..w.size).contains(&g) {
+                    assert_eq!(piece[pos as usize], g, "{w:?} {plan:?} tile {k} pos {pos}");
+                }
+            }
         }
     }
 
@@ -2011,17 +2002,7 @@ mod tests {
             }
         }
         for k in 0..w.tiles {
-            let outs = (w.out_size - k * w.out_shard).clamp(0, w.out_shard);
-            for o in 0..outs {
-                for s in 0..w.span {
-                    let pos = o * w.stride + s;
-                    let g = w.lo(k) + pos;
-                    if (0..w.size).contains(&g) {
-                        let got = windows[k as usize][pos as usize];
-                        assert_eq!(got, g, "{w:?} {direct:?} tile {k} pos {pos}");
-                    }
-                }
-            }
+            check_window(w, k, &windows[k as usize], direct);
         }
     }
 

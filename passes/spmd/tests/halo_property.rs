@@ -53,39 +53,51 @@ fn case(g: &mut Gen, k: usize, first: usize, n: i64) -> Option<Case> {
     let name = format!("%c{k}");
     let (body, out_dims, what) = match g.below(8) {
         7 => {
-            // select-and-scatter (no dilation: XLA has none for it)
-            let (mut size, mut stride, mut pad) = (vec![], vec![], vec![]);
+            // select-and-scatter with window dilation (XLA's HLO has it; StableHLO and so jax
+            // do not) and windows that may lie wholly in the padding, in f32 (a padded integer
+            // one stays whole). The operand is made tie-free (p * 512 + its linear position,
+            // exact in f32): with equal values in a window, XLA:CPU picks by an order that
+            // depends on the padding (docs/spmd-windowed.md).
+            let (mut size, mut stride, mut pad, mut dil) = (vec![], vec![], vec![], vec![]);
             let mut src = vec![];
             for &d in &dims {
                 let s = g.range(1, 4);
                 let st = g.range(1, 4);
+                let wd = if g.below(3) == 0 { g.range(2, 4) } else { 1 };
                 let (lo, hi) = (g.range(0, 3), g.range(0, 3));
                 let padded = d + lo + hi;
-                if padded < s {
+                let span = (s - 1) * wd + 1;
+                if padded < span {
                     return None;
                 }
-                let windows = (padded - s) / st + 1;
-                // Windows wholly in the padding take the default path (see window.rs).
-                if lo >= s || (windows - 1) * st - lo >= d {
-                    return None;
-                }
-                src.push(windows);
+                src.push((padded - span) / st + 1);
                 size.push(s.to_string());
                 stride.push(st.to_string());
                 pad.push(format!("{lo}_{hi}"));
+                dil.push(wd.to_string());
             }
             params.push((shape(&src), sharding(g, rank, n)));
             let sel = if g.below(2) == 0 { "ge" } else { "le" };
             let window = format!(
-                "size={} stride={} pad={}",
+                "size={} stride={} pad={} rhs_dilate={}",
                 size.join("x"),
                 stride.join("x"),
-                pad.join("x")
+                pad.join("x"),
+                dil.join("x")
             );
+            let count: i64 = dims.iter().product();
+            let (sh, fsh) = (shape(&dims), shape(&dims).replacen("s32", "f32", 1));
+            let fsrc = shape(&src).replacen("s32", "f32", 1);
             let body = format!(
-                "  %i{k} = s32[] constant(3)\n  {name} = {} select-and-scatter({p}, %p{}, %i{k}), window={{{window}}}, select=%{sel}, scatter=%add, sharding={out_sharding}\n",
-                shape(&dims),
-                first + 1
+                "  %l{k} = s32[{count}] iota(), iota_dimension=0\n  %r{k} = {sh} reshape(%l{k})\n  \
+                 %m{k} = s32[] constant(512)\n  %mb{k} = {sh} broadcast(%m{k}), dimensions={{}}\n  \
+                 %s{k} = {sh} multiply({p}, %mb{k}), sharding={ps}\n  %u{k} = {sh} add(%s{k}, %r{k}), sharding={ps}\n  \
+                 %f{k} = {fsh} convert(%u{k}), sharding={ps}\n  %g{k} = {fsrc} convert(%p{}), sharding={}\n  \
+                 %i{k} = f32[] constant(3)\n  {name}.sas = {fsh} select-and-scatter(%f{k}, %g{k}, %i{k}), window={{{window}}}, select=%{sel}f, scatter=%addf, sharding={out_sharding}\n  \
+                 {name} = {sh} convert({name}.sas), sharding={out_sharding}\n",
+                first + 1,
+                params[1].1,
+                ps = params[0].1,
             );
             (
                 body,
@@ -252,7 +264,7 @@ fn case(g: &mut Gen, k: usize, first: usize, n: i64) -> Option<Case> {
     })
 }
 
-const REDUCERS: &str = "%add (a: s32[], b: s32[]) -> s32[] {\n  %a = s32[] parameter(0)\n  %b = s32[] parameter(1)\n  ROOT %r = s32[] add(%a, %b)\n}\n\n%max (x: s32[], y: s32[]) -> s32[] {\n  %x = s32[] parameter(0)\n  %y = s32[] parameter(1)\n  ROOT %m = s32[] maximum(%x, %y)\n}\n\n%ge (g0: s32[], g1: s32[]) -> pred[] {\n  %g0 = s32[] parameter(0)\n  %g1 = s32[] parameter(1)\n  ROOT %c = pred[] compare(%g0, %g1), direction=GE\n}\n\n%le (l0: s32[], l1: s32[]) -> pred[] {\n  %l0 = s32[] parameter(0)\n  %l1 = s32[] parameter(1)\n  ROOT %c = pred[] compare(%l0, %l1), direction=LE\n}\n\n";
+const REDUCERS: &str = "%add (a: s32[], b: s32[]) -> s32[] {\n  %a = s32[] parameter(0)\n  %b = s32[] parameter(1)\n  ROOT %r = s32[] add(%a, %b)\n}\n\n%max (x: s32[], y: s32[]) -> s32[] {\n  %x = s32[] parameter(0)\n  %y = s32[] parameter(1)\n  ROOT %m = s32[] maximum(%x, %y)\n}\n\n%ge (g0: s32[], g1: s32[]) -> pred[] {\n  %g0 = s32[] parameter(0)\n  %g1 = s32[] parameter(1)\n  ROOT %c = pred[] compare(%g0, %g1), direction=GE\n}\n\n%le (l0: s32[], l1: s32[]) -> pred[] {\n  %l0 = s32[] parameter(0)\n  %l1 = s32[] parameter(1)\n  ROOT %c = pred[] compare(%l0, %l1), direction=LE\n}\n\n%gef (gf0: f32[], gf1: f32[]) -> pred[] {\n  %gf0 = f32[] parameter(0)\n  %gf1 = f32[] parameter(1)\n  ROOT %c = pred[] compare(%gf0, %gf1), direction=GE\n}\n\n%lef (lf0: f32[], lf1: f32[]) -> pred[] {\n  %lf0 = f32[] parameter(0)\n  %lf1 = f32[] parameter(1)\n  ROOT %c = pred[] compare(%lf0, %lf1), direction=LE\n}\n\n%addf (af0: f32[], af1: f32[]) -> f32[] {\n  %af0 = f32[] parameter(0)\n  %af1 = f32[] parameter(1)\n  ROOT %r = f32[] add(%af0, %af1)\n}\n\n";
 
 fn module_text(n: i64, cases: &[Case]) -> String {
     let params: Vec<String> = cases

@@ -43,6 +43,7 @@ impl Gen {
 /// Runs `original` on one device and `part` on `n` with random inputs drawn from `seed`, and
 /// panics listing every output (one per case of the batch) that differs, each named by
 /// `describe(output index)`.
+#[allow(dead_code)] // not every test binary compares with one device
 pub fn assert_batch_equal(
     original: &Module,
     part: &Module,

@@ -36,6 +36,7 @@ mod dot;
 mod feeds;
 mod indexed;
 mod partial_manual;
+mod random;
 mod reduce;
 mod shape_ops;
 mod sort;
@@ -663,6 +664,7 @@ impl Engine<'_> {
             Opcode::DynamicSlice => self.dynamic_slice(b, id, own),
             Opcode::DynamicUpdateSlice => self.dynamic_update_slice(b, id, own),
             Opcode::SelectAndScatter => self.select_and_scatter(b, id, own),
+            Opcode::Rng => self.rng(b, id, own),
             Opcode::Infeed => self.infeed(b, id, own),
             Opcode::Outfeed => self.outfeed(b, id, own),
             Opcode::AllReduce => self.cross_replica_all_reduce(b, id, own),
@@ -1042,8 +1044,9 @@ impl Engine<'_> {
             ops.push(self.operand(b, id, k, &replicated_tree(&shape, n))?);
         }
         let out = self.clone_with(b, &i, &ops, i.shape.clone())?;
-        // A random value is drawn once (on device 0) and sent to everyone.
-        let tree = if matches!(i.opcode, Opcode::Rng | Opcode::RngBitGenerator) {
+        // A stateful random value is drawn once (on device 0) and sent to everyone;
+        // rng-bit-generator is a pure function of its state, computed alike everywhere.
+        let tree = if i.opcode == Opcode::Rng {
             maximal_tree(&i.shape, 0)
         } else {
             replicated_tree(&i.shape, n)

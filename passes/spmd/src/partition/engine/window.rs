@@ -69,6 +69,42 @@ pub(crate) struct HaloPlan {
     pub width: i64,
     /// Does some window reach outside `[0, size)` (positions a fill value must replace)?
     pub reaches_out: bool,
+    /// Elements along the dimension that the halo parts (or the all-gather) move, summed
+    /// over the collectives, and how many collectives that takes.
+    pub moved: i64,
+    pub collectives: i64,
+}
+
+/// One move of a direct fetch: `count` elements of tile `src`'s shard, from `src_off` in it,
+/// land at `dst_pos` in tile `dst`'s window.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Move {
+    pub src: i64,
+    pub dst: i64,
+    pub src_off: i64,
+    pub dst_pos: i64,
+    pub count: i64,
+}
+
+/// Moves done together: every tile sends at most once and receives at most once, `len`
+/// elements (the longest move; shorter ones are masked at the receiver). A `local` round is
+/// each tile's part of its own shard and moves nothing; the others are one
+/// collective-permute each.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Round {
+    pub local: bool,
+    pub len: i64,
+    pub moves: Vec<Move>,
+}
+
+/// A direct fetch (XLA's way with a small window far from the device's own piece, e.g. its
+/// `SliceTo2`): each tile's window is put together from exactly the elements it reads, each
+/// sent straight from the tile that holds it, where a halo would carry everything between.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Direct {
+    pub rounds: Vec<Round>,
+    /// Elements along the dimension the collective-permutes move (summed).
+    pub moved: i64,
 }
 
 impl Windowed {
@@ -168,7 +204,20 @@ impl Windowed {
         }
         pad_high = pad_high.max(width - ext_len - pad_low);
         let offsets = raw.iter().map(|o| o.map_or(0, |o| o + pad_low)).collect();
+        let (moved, collectives) = if gather {
+            ((t - 1) * self.shard, 1)
+        } else {
+            (
+                moved,
+                parts
+                    .iter()
+                    .filter(|p| matches!(p, Part::From { to, .. } if !to.is_empty()))
+                    .count() as i64,
+            )
+        };
         HaloPlan {
+            moved,
+            collectives,
             gather,
             left,
             right,
@@ -183,6 +232,79 @@ impl Windowed {
 }
 
 impl Windowed {
+    /// The direct fetch of this dimension's windows, when it moves fewer elements than the
+    /// halo plan `halo` (and takes at most four collectives or no more than the halo's):
+    /// every tile's needed range is cut into the pieces each shard holds, and the pieces are
+    /// put into rounds greedily, longest first, so that each round's length is its first
+    /// piece's.
+    pub fn direct(&self, halo: &HaloPlan) -> Option<Direct> {
+        if self.whole || self.tiles <= 1 || halo.moved == 0 {
+            return None;
+        }
+        let mut local = Vec::new();
+        let mut remote = Vec::new();
+        for k in 0..self.tiles {
+            let Some((a, b)) = self.need(k) else {
+                continue;
+            };
+            let first = (a - self.shift).div_euclid(self.shard).max(0);
+            let last = (b - 1 - self.shift)
+                .div_euclid(self.shard)
+                .min(self.tiles - 1);
+            for s in first..=last {
+                let (x, y) = (a.max(self.start(s)), b.min(self.start(s) + self.shard));
+                if x >= y {
+                    continue;
+                }
+                let m = Move {
+                    src: s,
+                    dst: k,
+                    src_off: x - self.start(s),
+                    dst_pos: x - self.lo(k),
+                    count: y - x,
+                };
+                if s == k {
+                    local.push(m);
+                } else {
+                    remote.push(m);
+                }
+            }
+        }
+        remote.sort_by_key(|m| (-m.count, m.dst, m.src));
+        let mut rounds: Vec<Round> = Vec::new();
+        let limit = halo.collectives.max(4) as usize;
+        for m in remote {
+            let free = rounds
+                .iter()
+                .position(|r| r.moves.iter().all(|o| o.src != m.src && o.dst != m.dst));
+            match free {
+                Some(r) => rounds[r].moves.push(m),
+                None if rounds.len() == limit => return None,
+                None => rounds.push(Round {
+                    local: false,
+                    len: m.count,
+                    moves: vec![m],
+                }),
+            }
+        }
+        let moved: i64 = rounds.iter().map(|r| r.len).sum();
+        if moved >= halo.moved {
+            return None;
+        }
+        if !local.is_empty() {
+            let len = local.iter().map(|m| m.count).max().unwrap_or(0);
+            rounds.insert(
+                0,
+                Round {
+                    local: true,
+                    len,
+                    moves: local,
+                },
+            );
+        }
+        Some(Direct { rounds, moved })
+    }
+
     /// Part `[start, end)` of the tile `hops` away, with the tiles that read it.
     fn part(&self, hops: i64, start: i64, end: i64) -> Part {
         let to = (0..self.tiles)
@@ -368,6 +490,33 @@ impl Engine<'_> {
         fill: Option<InstrId>,
     ) -> Result<InstrId> {
         let plan = w.plan();
+        let tiles = t.tiles[d];
+        let index: Vec<i64> = t.tile_indices().iter().map(|ix| ix[d]).collect();
+        let mut piece = match w.direct(&plan) {
+            Some(direct) => self.direct_piece(b, x, t, d, plan.width, &direct)?,
+            None => self.halo_piece(b, x, t, d, &plan)?,
+        };
+        if let (Some(fill), true) = (fill, plan.reaches_out || w.size % tiles.max(1) != 0) {
+            let los: Vec<i64> = index.iter().map(|&k| w.lo[k as usize]).collect();
+            let valid = self.in_range(b, piece, d, &los, &[0], &[w.size])?;
+            let dims: Vec<i64> = b.module().instr(piece).shape.dims().to_vec();
+            let fills = broadcast_scalar(b, fill, &dims)?;
+            piece = built(b.select(valid, piece, fills))?;
+        }
+        Ok(piece)
+    }
+
+    /// The windows of [`Engine::windowed_piece`] by the halo plan `plan`: the parts of the
+    /// neighbours' shards around the own one (or the all-gathered dimension), padded, and
+    /// each device's window cut out.
+    fn halo_piece(
+        &mut self,
+        b: &mut Builder,
+        x: InstrId,
+        t: &Tiling,
+        d: usize,
+        plan: &HaloPlan,
+    ) -> Result<InstrId> {
         let ty = b.module().instr(x).shape.element_type();
         let groups = t.groups(&[d], false);
         let tiles = t.tiles[d];
@@ -434,36 +583,122 @@ impl Engine<'_> {
             };
             ext = built(b.pad(ext, zero, &pads))?;
         }
-        let len = b.module().instr(ext).shape.dims()[d];
         let offsets: Vec<i64> = index.iter().map(|&k| plan.offsets[k as usize]).collect();
-        let mut piece = if offsets.iter().all(|&o| o == offsets[0]) {
-            if offsets[0] == 0 && len == plan.width {
-                ext
+        self.cut(b, ext, d, &offsets, plan.width)
+    }
+
+    /// `x[offsets[device] .. + width]` along dimension `d`: a slice when every device cuts at
+    /// the same place (nothing when that is all of `x`), else a dynamic-slice at the device's
+    /// offset.
+    fn cut(
+        &mut self,
+        b: &mut Builder,
+        x: InstrId,
+        d: usize,
+        offsets: &[i64],
+        width: i64,
+    ) -> Result<InstrId> {
+        if offsets.iter().all(|&o| o == offsets[0]) {
+            return slice_dim(b, x, d, offsets[0], offsets[0] + width);
+        }
+        let dims: Vec<i64> = b.module().instr(x).shape.dims().to_vec();
+        let mut starts = Vec::with_capacity(dims.len());
+        let mut sizes = dims.clone();
+        for k in 0..dims.len() {
+            starts.push(if k == d {
+                self.table(b, offsets)?
             } else {
-                slice_dim(b, ext, d, offsets[0], offsets[0] + plan.width)?
+                self.table(b, &[0])?
+            });
+        }
+        sizes[d] = width;
+        built(b.dynamic_slice(x, &starts, &sizes))
+    }
+
+    /// The windows of [`Engine::windowed_piece`] by the direct fetch `direct`: per round, each
+    /// sending device cuts its piece out of its shard, one collective-permute carries it (none
+    /// for the local round), and the receiver shifts it to its place in the window and keeps
+    /// the positions the move covers.
+    fn direct_piece(
+        &mut self,
+        b: &mut Builder,
+        x: InstrId,
+        t: &Tiling,
+        d: usize,
+        width: i64,
+        direct: &Direct,
+    ) -> Result<InstrId> {
+        let ty = b.module().instr(x).shape.element_type();
+        let groups = t.groups(&[d], false);
+        let tiles = t.tiles[d] as usize;
+        let shard = b.module().instr(x).shape.dims()[d];
+        let index: Vec<usize> = t.tile_indices().iter().map(|ix| ix[d] as usize).collect();
+        let origin = self.origin_name(b);
+        let zero = built(b.scalar(ty, 0.0))?;
+        let mut acc: Option<InstrId> = None;
+        for round in &direct.rounds {
+            let len = round.len;
+            // Per source tile: where it cuts (moved left when the round's length would run
+            // past its shard); per target tile: where the cut piece starts in its window and
+            // which of its positions the move fills.
+            let mut cut_at = vec![0i64; tiles];
+            let mut place = vec![round.moves[0].dst_pos; tiles];
+            let mut keep = vec![(0i64, 0i64); tiles];
+            for m in &round.moves {
+                let at = m.src_off.min(shard - len);
+                cut_at[m.src as usize] = at;
+                place[m.dst as usize] = m.dst_pos - (m.src_off - at);
+                keep[m.dst as usize] = (m.dst_pos, m.dst_pos + m.count);
             }
-        } else {
-            let dims: Vec<i64> = b.module().instr(ext).shape.dims().to_vec();
-            let mut starts = Vec::with_capacity(dims.len());
-            let mut sizes = dims.clone();
-            for k in 0..dims.len() {
-                starts.push(if k == d {
-                    self.table(b, &offsets)?
-                } else {
-                    self.table(b, &[0])?
+            let per_device = |v: &[i64]| -> Vec<i64> { index.iter().map(|&k| v[k]).collect() };
+            let mut piece = self.cut(b, x, d, &per_device(&cut_at), len)?;
+            if !round.local {
+                let mut pairs = Vec::new();
+                for g in groups.iter() {
+                    for m in &round.moves {
+                        pairs.push((g[m.src as usize], g[m.dst as usize]));
+                    }
+                }
+                piece = self.creator.collective_permute(b, piece, &pairs)?;
+                let bytes = b.module().instr(piece).shape.byte_size(8);
+                self.report.collectives.push(CollectiveNote {
+                    original: origin.clone(),
+                    collective: "collective-permute",
+                    reason: format!("halo by direct fetch along dimension {d}"),
+                    bytes,
                 });
             }
-            sizes[d] = plan.width;
-            built(b.dynamic_slice(ext, &starts, &sizes))?
-        };
-        if let (Some(fill), true) = (fill, plan.reaches_out || w.size % tiles.max(1) != 0) {
-            let los: Vec<i64> = index.iter().map(|&k| w.lo[k as usize]).collect();
-            let valid = self.in_range(b, piece, d, &los, 0, w.size)?;
-            let dims: Vec<i64> = b.module().instr(piece).shape.dims().to_vec();
-            let fills = broadcast_scalar(b, fill, &dims)?;
-            piece = built(b.select(valid, piece, fills))?;
+            // Shift the piece to its place: pad it so that every target's window lies inside,
+            // then cut the window.
+            let (qmin, qmax) = (
+                place.iter().copied().min().unwrap_or(0),
+                place.iter().copied().max().unwrap_or(0),
+            );
+            let (low, high) = (qmax.max(0), (width - len - qmin).max(0));
+            if low > 0 || high > 0 {
+                let rank = b.module().instr(piece).shape.rank();
+                let mut pads = vec![PaddingDim::default(); rank];
+                pads[d] = PaddingDim {
+                    low,
+                    high,
+                    interior: 0,
+                };
+                piece = built(b.pad(piece, zero, &pads))?;
+            }
+            let starts: Vec<i64> = place.iter().map(|&q| low - q).collect();
+            let placed = self.cut(b, piece, d, &per_device(&starts), width)?;
+            acc = Some(match acc {
+                // Positions no move fills are never read: the first round needs no mask.
+                None => placed,
+                Some(prev) => {
+                    let lo: Vec<i64> = index.iter().map(|&k| keep[k].0).collect();
+                    let hi: Vec<i64> = index.iter().map(|&k| keep[k].1).collect();
+                    let mine = self.in_range(b, placed, d, &[0], &lo, &hi)?;
+                    built(b.select(mine, placed, prev))?
+                }
+            });
         }
-        Ok(piece)
+        acc.ok_or_else(|| fail("a direct fetch without moves"))
     }
 
     /// [`Engine::windowed_piece`] for a dimension read in base-dilated coordinates (element
@@ -520,40 +755,30 @@ impl Engine<'_> {
         let dilated = built(b.pad(piece, fill, &pads))?;
         let index: Vec<i64> = t.tile_indices().iter().map(|ix| ix[d]).collect();
         let offsets: Vec<i64> = index.iter().map(|&k| bd - 1 - lead[k as usize]).collect();
-        if offsets.iter().all(|&o| o == offsets[0]) {
-            return slice_dim(b, dilated, d, offsets[0], offsets[0] + width);
-        }
-        let dims: Vec<i64> = b.module().instr(dilated).shape.dims().to_vec();
-        let mut starts = Vec::with_capacity(rank);
-        for k in 0..rank {
-            starts.push(if k == d {
-                self.table(b, &offsets)?
-            } else {
-                self.table(b, &[0])?
-            });
-        }
-        let mut sizes = dims;
-        sizes[d] = width;
-        built(b.dynamic_slice(dilated, &starts, &sizes))
+        self.cut(b, dilated, d, &offsets, width)
     }
 
-    /// A pred array of `x`'s local shape: is `base[device] + position along d` in `[lo, hi)`?
+    /// A pred array of `x`'s local shape: is `base[device] + position along d` in
+    /// `[lo[device], hi[device])`? (A one-element `base`, `lo` or `hi` is every device's;
+    /// a base of zeros adds nothing.)
     fn in_range(
         &mut self,
         b: &mut Builder,
         x: InstrId,
         d: usize,
         base: &[i64],
-        lo: i64,
-        hi: i64,
+        lo: &[i64],
+        hi: &[i64],
     ) -> Result<InstrId> {
         let dims: Vec<i64> = b.module().instr(x).shape.dims().to_vec();
-        let iota = built(b.iota(Shape::array(ElementType::S32, &dims), d as i64))?;
-        let off = self.table(b, base)?;
-        let offs = broadcast_scalar(b, off, &dims)?;
-        let g = built(b.binary(Opcode::Add, iota, offs))?;
-        let lo_s = built(b.scalar(ElementType::S32, lo as f64))?;
-        let hi_s = built(b.scalar(ElementType::S32, hi as f64))?;
+        let mut g = built(b.iota(Shape::array(ElementType::S32, &dims), d as i64))?;
+        if base.iter().any(|&v| v != 0) {
+            let off = self.table(b, base)?;
+            let offs = broadcast_scalar(b, off, &dims)?;
+            g = built(b.binary(Opcode::Add, g, offs))?;
+        }
+        let lo_s = self.table(b, lo)?;
+        let hi_s = self.table(b, hi)?;
         let lo_b = broadcast_scalar(b, lo_s, &dims)?;
         let hi_b = broadcast_scalar(b, hi_s, &dims)?;
         let ge = built(b.compare(g, lo_b, ComparisonDirection::Ge))?;
@@ -694,8 +919,12 @@ impl Engine<'_> {
     /// (positions outside the array hold a value the select never prefers), runs them locally
     /// without padding, and keeps its own piece of the result (init elsewhere). Windows that
     /// straddle two pieces run on both devices; each keeps only what lands in its own piece.
-    /// Only for a compare select and an add scatter, without dilation and without windows that
-    /// lie wholly in the padding; otherwise the default.
+    /// A window wholly in the padding selects a filled position outside the array, so its
+    /// source lands nowhere, as in XLA. Window dilation widens the windows' span. Only for a
+    /// compare select and an add scatter, without base dilation; otherwise the default. Ties
+    /// (equal operand values in a window) are resolved as XLA:CPU resolves them without
+    /// padding, which is not always how it resolves them with padding: see
+    /// docs/spmd-windowed.md.
     pub(super) fn select_and_scatter(
         &mut self,
         b: &mut Builder,
@@ -728,17 +957,19 @@ impl Engine<'_> {
             .filter(|&d| t.tiles[d] > 1 && !trivial(&win.dims[d]))
             .collect();
         let loser = select_loser(b.module(), &i);
-        let dilated = split
+        // Window dilation only changes how far a window reaches (its span); base dilation
+        // (holes in the operand that a select must skip) takes the default.
+        let base_dilated = split.iter().any(|&d| win.dims[d].base_dilation != 1);
+        // Equal values in a window: XLA:CPU picks among them in an order that depends on the
+        // op's padding (measured, docs/spmd-windowed.md), and the local op has none along the
+        // split dimensions. Integers tie often, so a padded integer select-and-scatter stays
+        // whole; floats tie in part rarely (all-equal windows agree in any order).
+        let padded = win
+            .dims
             .iter()
-            .any(|&d| win.dims[d].base_dilation != 1 || win.dims[d].window_dilation != 1);
-        // A window wholly inside the padding: the plugin's result for those differs from
-        // the local windows' (they scatter nothing here); not understood yet, so the default.
-        let padding_only = split.iter().any(|&d| {
-            let wd = win.dims[d];
-            wd.padding_low >= wd.size
-                || (src_dims[d] - 1) * wd.stride - wd.padding_low >= in_dims[d]
-        });
-        if !split.is_empty() && (loser.is_none() || dilated || padding_only) {
+            .any(|wd| wd.padding_low != 0 || wd.padding_high != 0);
+        let tie_prone = padded && !i.shape.element_type().is_float();
+        if !split.is_empty() && (loser.is_none() || base_dilated || tie_prone) {
             return self.default(b, id, own);
         }
         let ty = i.shape.element_type();
@@ -763,9 +994,13 @@ impl Engine<'_> {
             let wd = win.dims[d];
             let tiles = t.tiles[d];
             let (size, shard) = (in_dims[d], ceil_div(in_dims[d], tiles));
-            let (w, st, pl) = (wd.size, wd.stride, wd.padding_low);
+            let (w, st, pl) = (
+                (wd.size - 1) * wd.window_dilation + 1,
+                wd.stride,
+                wd.padding_low,
+            );
             // Windows j touching [k*shard, (k+1)*shard): j*st - pl < (k+1)*shard and
-            // j*st - pl + w > k*shard.
+            // j*st - pl + w > k*shard (w: the window's span).
             let first: Vec<i64> = (0..tiles)
                 .map(|k| (k * shard + pl - w).div_euclid(st) + 1)
                 .collect();
@@ -1218,7 +1453,8 @@ impl Engine<'_> {
             acc = Some(match acc {
                 None => piece,
                 Some(prev) => {
-                    let mine = self.in_range(b, piece, dim, &base, offset, i64::from(i32::MAX))?;
+                    let mine =
+                        self.in_range(b, piece, dim, &base, &[offset], &[i64::from(i32::MAX)])?;
                     built(b.select(mine, piece, prev))?
                 }
             });
@@ -1273,6 +1509,12 @@ impl Engine<'_> {
             self.set(id, r, own);
             return Ok(());
         }
+        if let [d] = split[..] {
+            if let Some(r) = self.reverse_by_window(b, &i, &t, d)? {
+                self.set(id, r, own);
+                return Ok(());
+            }
+        }
         let x = self.operand(b, id, 0, &own)?;
         let mut r = self.clone_with(b, &i, &[x], local_shape(&i.shape, &own))?;
         for &d in &rdims {
@@ -1315,6 +1557,63 @@ impl Engine<'_> {
         }
         self.set(id, r, own);
         Ok(())
+    }
+
+    /// A reverse along the unevenly split dimension `d` whose operand is tiled like the
+    /// output `t` but for the order of the tiles along `d` (XLA's
+    /// `TiledReverseHaloExchange`): each device fetches, from the operand as it lies, the
+    /// window its output piece mirrors (`[n - (k+1)*shard, n - k*shard)` for output tile
+    /// `k`) and reverses it locally, instead of resharding the operand first. `None` when
+    /// the operand is not so.
+    fn reverse_by_window(
+        &mut self,
+        b: &mut Builder,
+        i: &Instruction,
+        t: &Tiling,
+        d: usize,
+    ) -> Result<Option<InstrId>> {
+        let op = i.operands()[0];
+        let v = self.value(b.module(), op)?;
+        let Tree::Leaf(Spec::Tiled(s)) = &v.tree else {
+            return Ok(None);
+        };
+        if s == t || s.tiles != t.tiles || s.repl != t.repl || self.view.is_some() {
+            return Ok(None);
+        }
+        // Output tile along d of the device holding operand tile j along d.
+        let tiles = t.tiles[d];
+        let mut mirror = vec![-1i64; tiles as usize];
+        for (si, ti) in s.tile_indices().iter().zip(t.tile_indices()) {
+            let same_elsewhere = (0..si.len()).all(|e| e == d || si[e] == ti[e]);
+            let j = si[d] as usize;
+            if !same_elsewhere || (mirror[j] != -1 && mirror[j] != ti[d]) {
+                return Ok(None);
+            }
+            mirror[j] = ti[d];
+        }
+        let n = i.shape.dims()[d];
+        let shard = ceil_div(n, tiles);
+        let w = Windowed {
+            whole: false,
+            size: n,
+            tiles,
+            shard,
+            shift: 0,
+            lo: mirror.iter().map(|&k| n - (k + 1) * shard).collect(),
+            out_shard: shard,
+            out_size: tiles * shard,
+            stride: 1,
+            span: 1,
+        };
+        let s = s.clone();
+        let piece = self.windowed_piece(b, v.local, &s, d, &w, None)?;
+        let own = Tree::Leaf(Spec::Tiled(t.clone()));
+        Ok(Some(self.clone_with(
+            b,
+            i,
+            &[piece],
+            local_shape(&i.shape, &own),
+        )?))
     }
 
     /// Dynamic-slice: split dimensions that the slice keeps whole stay split (the start
@@ -1403,6 +1702,59 @@ impl Engine<'_> {
         Ok(Some(broadcast_scalar(b, v.local, &local)?))
     }
 
+    /// `x` (tiled like `t`) replicated along `dims` when it has one element along each of
+    /// them, so that only the first tile along them holds it: an all-reduce of the first
+    /// tile's piece masked to zero elsewhere, a piece where an all-gather would move one
+    /// (mostly padding) per device. `None` when `x` is not so, or the all-gather is cheaper
+    /// (two devices per group).
+    fn first_tile_everywhere(
+        &mut self,
+        b: &mut Builder,
+        x: InstrId,
+        t: &Tiling,
+        dims: &[usize],
+    ) -> Result<Option<InstrId>> {
+        let v = self.value(b.module(), x)?;
+        let global = self.global(b.module(), x);
+        let fits = matches!(&v.tree, Tree::Leaf(Spec::Tiled(s)) if s == t)
+            && self.view.is_none()
+            && dims.iter().all(|&d| global.dims().get(d) == Some(&1));
+        let group: i64 = dims.iter().map(|&d| t.tiles[d]).product();
+        if !fits || group <= 2 {
+            return Ok(None);
+        }
+        let first: Vec<i64> = t
+            .tile_indices()
+            .iter()
+            .map(|ix| i64::from(dims.iter().all(|&d| ix[d] == 0)))
+            .collect();
+        let ty = global.element_type();
+        let flag = self.table(b, &first)?;
+        let one = built(b.scalar(ElementType::S32, 1.0))?;
+        let is = built(b.compare(flag, one, ComparisonDirection::Eq))?;
+        let local: Vec<i64> = b.module().instr(v.local).shape.dims().to_vec();
+        let pred = broadcast_scalar(b, is, &local)?;
+        let zero = built(b.scalar(ty, 0.0))?;
+        let zeros = broadcast_scalar(b, zero, &local)?;
+        let masked = built(b.select(pred, v.local, zeros))?;
+        let op = if ty == ElementType::Pred {
+            Opcode::Or
+        } else {
+            Opcode::Add
+        };
+        let reducer = built(b.reducer(ty, op))?;
+        let groups = t.groups(dims, false);
+        let out = self.creator.all_reduce(b, masked, reducer, &groups)?;
+        let bytes = 2 * b.module().instr(out).shape.byte_size(8) * (group - 1) / group;
+        self.report.collectives.push(CollectiveNote {
+            original: self.origin_name(b),
+            collective: "all-reduce",
+            reason: format!("the first tile's piece along dimensions {dims:?} to every tile"),
+            bytes,
+        });
+        Ok(Some(out))
+    }
+
     pub(super) fn dynamic_update_slice(
         &mut self,
         b: &mut Builder,
@@ -1442,7 +1794,10 @@ impl Engine<'_> {
         // the size it is needed instead of being gathered.
         let mut u = match self.local_broadcast_of_scalar(b, i.operands()[1], &u_tiling)? {
             Some(x) => x,
-            None => self.operand(b, id, 1, &Tree::Leaf(Spec::Tiled(u_tiling)))?,
+            None => match self.first_tile_everywhere(b, i.operands()[1], &t, &split_partial)? {
+                Some(x) => x,
+                None => self.operand(b, id, 1, &Tree::Leaf(Spec::Tiled(u_tiling)))?,
+            },
         };
         let ty = i.shape.element_type();
         let shard = t.shard_dims(&dims);
@@ -1594,19 +1949,60 @@ mod tests {
                 "{w:?} {p:?} k={k}"
             );
             let piece = &padded[off as usize..(off + p.width) as usize];
-            let outs = (w.out_size - k * w.out_shard).clamp(0, w.out_shard);
-            for o in 0..outs {
-                for s in 0..w.span {
-                    let pos = o * w.stride + s;
-                    let g = w.lo(k) + pos;
-                    if (0..w.size).contains(&g) {
-                        assert_eq!(piece[pos as usize], g, "{w:?} {p:?} tile {k} pos {pos}");
+            check_window(w, k, piece, &p);
+        }
+        if let Some(direct) = w.direct(&p) {
+            check_direct(w, &p, &direct, &tiles);
+        }
+    }
+
+    /// Tile `k`'s window `piece` (global indices) holds what every real output reads.
+    fn check_window(w: &Windowed, k: i64, piece: &[i64], plan: &dyn std::fmt::Debug) {
+        let outs = (w.out_size - k * w.out_shard).clamp(0, w.out_shard);
+        for o in 0..outs {
+            for s in 0..w.span {
+                let pos = o * w.stride + s;
+                let g = w.lo(k) + pos;
+                if (0..w.size).contains(&g) {
+                    assert_eq!(piece[pos as usize], g, "{w:?} {plan:?} tile {k} pos {pos}");
+                }
+            }
+        }
+    }
+
+    /// Simulates a direct fetch as `direct_piece` emits it and checks every real output's
+    /// window, that each round sends and receives at most once per tile, and that it moves
+    /// less than the halo plan.
+    fn check_direct(w: &Windowed, p: &HaloPlan, direct: &Direct, tiles: &[Vec<i64>]) {
+        assert!(direct.moved < p.moved, "{w:?} {direct:?}");
+        let mut windows: Vec<Vec<i64>> = vec![vec![-2; p.width as usize]; w.tiles as usize];
+        for (r, round) in direct.rounds.iter().enumerate() {
+            assert!(round.len <= w.shard && round.len > 0, "{w:?} {direct:?}");
+            let mut srcs: Vec<i64> = round.moves.iter().map(|m| m.src).collect();
+            let mut dsts: Vec<i64> = round.moves.iter().map(|m| m.dst).collect();
+            srcs.sort();
+            srcs.dedup();
+            dsts.sort();
+            dsts.dedup();
+            assert_eq!(srcs.len(), round.moves.len(), "{direct:?}");
+            assert_eq!(dsts.len(), round.moves.len(), "{direct:?}");
+            for m in &round.moves {
+                assert_eq!(round.local, m.src == m.dst, "{direct:?}");
+                let at = m.src_off.min(w.shard - round.len);
+                let sent = &tiles[m.src as usize][at as usize..(at + round.len) as usize];
+                let q = m.dst_pos - (m.src_off - at);
+                let win = &mut windows[m.dst as usize];
+                for (i, &v) in sent.iter().enumerate() {
+                    let pos = q + i as i64;
+                    let kept = (m.dst_pos..m.dst_pos + m.count).contains(&pos);
+                    if (r == 0 || kept) && (0..p.width).contains(&pos) {
+                        win[pos as usize] = v;
                     }
                 }
             }
-            if (0..w.size).contains(&w.lo(k)) || p.reaches_out {
-                continue;
-            }
+        }
+        for k in 0..w.tiles {
+            check_window(w, k, &windows[k as usize], direct);
         }
     }
 
@@ -1615,6 +2011,7 @@ mod tests {
         let mut g = crate::partition::plan::tests::Gen::new(15);
         let mut halo = 0;
         let mut gathers = 0;
+        let mut direct = 0;
         for _ in 0..20_000 {
             let tiles = 1 + g.next(8) as i64;
             let size = 1 + g.next(40) as i64;
@@ -1651,6 +2048,9 @@ mod tests {
             };
             check(&w);
             let p = w.plan();
+            if w.direct(&p).is_some() {
+                direct += 1;
+            }
             if p.gather {
                 gathers += 1;
             } else if p.left + p.right > 0 {
@@ -1658,8 +2058,8 @@ mod tests {
             }
         }
         assert!(
-            halo > 1000 && gathers > 100,
-            "{halo} halos, {gathers} gathers"
+            halo > 1000 && gathers > 100 && direct > 100,
+            "{halo} halos, {gathers} gathers, {direct} direct fetches"
         );
     }
 

@@ -19,7 +19,9 @@ use std::sync::Arc;
 
 use hashbrown::HashTable;
 
-use super::spec::{ceil_div, fx, unravel, Groups, Memo, MemoTable, Spec, Tiling};
+use super::spec::{
+    ceil_div, fx, unravel_into, DeviceTable, Groups, Memo, MemoTable, Spec, Tiling,
+};
 
 /// One step of a plan. `to` is the tiling after the step.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,7 +31,7 @@ pub enum Step {
     Slice {
         to: Tiling,
         sizes: Vec<i64>,
-        offsets: Vec<Vec<i64>>,
+        offsets: DeviceTable,
         pad_high: Vec<i64>,
     },
     /// One all-gather over the data dimensions `dims` in `groups` (each ordered row-major over
@@ -238,7 +240,7 @@ fn regroup_then_all_to_all(src: &Tiling, dst: &Tiling, dims: &[i64]) -> Vec<Plan
         return out;
     }
     let r = src.repl / dst.repl;
-    let idx = src.tile_indices();
+    let idx = src.tile_index_table();
     let mut place = vec![0i64; src.devices.len()];
     for (p, &dev) in src.devices.iter().enumerate() {
         place[dev as usize] = p as i64 % src.repl;
@@ -250,18 +252,13 @@ fn regroup_then_all_to_all(src: &Tiling, dst: &Tiling, dims: &[i64]) -> Vec<Plan
         let mut tiles = src.tiles.clone();
         tiles[d] *= r;
         for major in [true, false] {
-            let new_idx: Vec<Vec<i64>> = idx
-                .iter()
-                .enumerate()
-                .map(|(dev, i)| {
-                    let q = place[dev];
-                    let sub = if major { q / dst.repl } else { q % r };
-                    let mut i = i.clone();
-                    i[d] = i[d] * r + sub;
-                    i
-                })
-                .collect();
-            let mid = Tiling::from_tile_indices(tiles.clone(), dst.repl, &new_idx);
+            let mut new_idx = idx.clone();
+            for (dev, &q) in place.iter().enumerate() {
+                let sub = if major { q / dst.repl } else { q % r };
+                let i = new_idx.row_mut(dev);
+                i[d] = i[d] * r + sub;
+            }
+            let mid = Tiling::from_tile_index_table(tiles.clone(), dst.repl, &new_idx);
             let Some(slice) = slice_step(src, &mid, dims) else {
                 continue;
             };
@@ -473,26 +470,27 @@ fn slice_step(src: &Tiling, dst: &Tiling, dims: &[i64]) -> Option<Step> {
     let rank = dims.len();
     let s_shard = src.shard_dims(dims);
     let d_shard = dst.shard_dims(dims);
-    let s_start = src.starts(dims);
-    let d_start = dst.starts(dims);
-    let mut offsets = vec![vec![0i64; rank]; n];
+    let s_start = src.start_table(dims);
+    let d_start = dst.start_table(dims);
+    let mut offsets = DeviceTable::zeros(n, rank);
     let mut pad_high = vec![0i64; rank];
     for dev in 0..n {
+        let (held, want) = (&s_start[dev], &d_start[dev]);
+        let off = offsets.row_mut(dev);
         for i in 0..rank {
-            let real_lo = d_start[dev][i].min(dims[i]);
-            let real_hi = (d_start[dev][i] + d_shard[i]).min(dims[i]);
+            let real_lo = want[i].min(dims[i]);
+            let real_hi = (want[i] + d_shard[i]).min(dims[i]);
             if real_hi <= real_lo {
                 // An empty (all padding) piece: any offset will do.
                 continue;
             }
-            let held_lo = s_start[dev][i];
+            let held_lo = held[i];
             let held_hi = (held_lo + s_shard[i]).min(dims[i]);
             if real_lo < held_lo || real_hi > held_hi {
                 return None;
             }
-            let off = real_lo - held_lo;
-            offsets[dev][i] = off;
-            pad_high[i] = pad_high[i].max(off + d_shard[i] - s_shard[i]);
+            off[i] = real_lo - held_lo;
+            pad_high[i] = pad_high[i].max(off[i] + d_shard[i] - s_shard[i]);
         }
     }
     Some(Step::Slice {
@@ -509,18 +507,28 @@ fn permute_step(src: &Tiling, dst: &Tiling) -> Option<Step> {
         return None;
     }
     let n = src.num_devices() as usize;
-    let src_idx = src.tile_indices();
-    let dst_idx = dst.tile_indices();
-    // Holders of each tile under src, by tile index.
-    let mut holders: std::collections::BTreeMap<&[i64], Vec<i64>> = Default::default();
-    for (d, idx) in src_idx.iter().enumerate() {
-        holders.entry(idx.as_slice()).or_default().push(d as i64);
+    // The tiles are the same: a device's tile is its row-major position over the tiles.
+    let repl = src.repl.max(1) as usize;
+    let tile_of = |t: &Tiling| {
+        let mut tile = vec![usize::MAX; n];
+        for (p, &d) in t.devices.iter().enumerate() {
+            tile[d as usize] = p / repl;
+        }
+        tile
+    };
+    let (src_tile, dst_tile) = (tile_of(src), tile_of(dst));
+    // Holders of each tile under src, in device order: src's row-major list grouped by tile.
+    let mut by_tile = src.devices.to_vec();
+    for g in by_tile.chunks_mut(repl) {
+        g.sort_unstable();
     }
+    let holders = |t: usize| &by_tile[t * repl..(t + 1) * repl];
+    let mut next = vec![0usize; n / repl];
     let mut used = vec![false; n];
     let mut source = vec![-1i64; n];
     // Devices that already hold their new piece keep it.
     for d in 0..n {
-        if src_idx[d] == dst_idx[d] {
+        if src_tile[d] == dst_tile[d] {
             source[d] = d as i64;
             used[d] = true;
         }
@@ -529,11 +537,13 @@ fn permute_step(src: &Tiling, dst: &Tiling) -> Option<Step> {
         if source[d] >= 0 {
             continue;
         }
-        let s = holders
-            .get(dst_idx[d].as_slice())?
-            .iter()
-            .copied()
-            .find(|&s| !used[s as usize])?;
+        // The first holder not yet used (`used` only grows, so a cursor per tile will do).
+        let t = *dst_tile.get(d).filter(|&&t| t < next.len())?;
+        let h = holders(t);
+        while next[t] < h.len() && used[h[next[t]] as usize] {
+            next[t] += 1;
+        }
+        let s = *h.get(next[t])?;
         used[s as usize] = true;
         source[d] = s;
     }
@@ -613,23 +623,22 @@ fn all_to_all_parts(src: &Tiling, dst: &Tiling, dims: &[i64]) -> Option<(Step, T
     };
     let groups = expanded.groups(&inner, false);
     // Where every device ends up: the member at place p keeps sub-piece p of the split dims.
-    let src_idx = src.tile_indices();
+    let mut new_idx = src.tile_index_table();
     let g_dims: Vec<i64> = split.iter().map(|&(_, g)| g).collect();
-    let mut new_idx = vec![Vec::new(); src.devices.len()];
+    let mut q = vec![0i64; g_dims.len()];
     for grp in groups.iter() {
         for (p, &dev) in grp.iter().enumerate() {
-            let q = unravel(p as i64, &g_dims);
-            let mut idx = src_idx[dev as usize].clone();
+            unravel_into(p as i64, &g_dims, &mut q);
+            let idx = new_idx.row_mut(dev as usize);
             for (j, &(d, g)) in split.iter().enumerate() {
                 idx[d] = idx[d] * g + q[j];
             }
             for &(d, f) in &concat {
                 idx[d] /= f;
             }
-            new_idx[dev as usize] = idx;
         }
     }
-    let to = Tiling::from_tile_indices(dst.tiles.clone(), src.repl, &new_idx);
+    let to = Tiling::from_tile_index_table(dst.tiles.clone(), src.repl, &new_idx);
     Some((
         Step::AllToAll {
             to: to.clone(),

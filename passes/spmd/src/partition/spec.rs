@@ -100,6 +100,81 @@ impl std::fmt::Debug for Devices {
     }
 }
 
+/// One row of `width` numbers per device, by device id, in one allocation: the per-device
+/// tables (tile indices, piece starts, slice offsets) are asked for on every candidate of every
+/// distinct dot, and a vector per device was most of their cost on large meshes.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct DeviceTable {
+    rows: usize,
+    width: usize,
+    data: Vec<i64>,
+}
+
+impl DeviceTable {
+    /// `n` rows of `width` zeros.
+    pub fn zeros(n: usize, width: usize) -> DeviceTable {
+        DeviceTable {
+            rows: n,
+            width,
+            data: vec![0; n * width],
+        }
+    }
+
+    /// Rows from per-device vectors (each `width` long).
+    pub fn from_rows(width: usize, rows: &[Vec<i64>]) -> DeviceTable {
+        let mut data = Vec::with_capacity(rows.len() * width);
+        for r in rows {
+            debug_assert_eq!(r.len(), width);
+            data.extend_from_slice(r);
+        }
+        DeviceTable {
+            rows: rows.len(),
+            width,
+            data,
+        }
+    }
+
+    /// The number of devices (rows).
+    pub fn len(&self) -> usize {
+        self.rows
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows == 0
+    }
+
+    pub fn width(&self) -> usize {
+        self.width
+    }
+
+    /// Every row, by device id.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = &[i64]> + '_ {
+        (0..self.rows).map(|d| &self[d])
+    }
+
+    pub fn row_mut(&mut self, dev: usize) -> &mut [i64] {
+        &mut self.data[dev * self.width..(dev + 1) * self.width]
+    }
+
+    /// Per-device vectors (for callers that edit rows one by one).
+    pub fn to_rows(&self) -> Vec<Vec<i64>> {
+        self.iter().map(<[i64]>::to_vec).collect()
+    }
+}
+
+impl std::ops::Index<usize> for DeviceTable {
+    type Output = [i64];
+    fn index(&self, dev: usize) -> &[i64] {
+        &self.data[dev * self.width..(dev + 1) * self.width]
+    }
+}
+
+impl std::fmt::Debug for DeviceTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
 /// Device groups (of a collective), shared.
 pub type Groups = Arc<Vec<Vec<i64>>>;
 
@@ -140,9 +215,22 @@ impl Tiling {
     /// The tiling in which device `d` holds the tile `idx[d]` (one entry per device id; each
     /// tile held by `repl` devices).
     pub fn from_tile_indices(tiles: Vec<i64>, repl: i64, idx: &[Vec<i64>]) -> Tiling {
-        let mut devices = vec![-1; idx.len()];
+        Tiling::from_tile_index_rows(tiles, repl, idx.iter().map(Vec::as_slice))
+    }
+
+    /// [`Tiling::from_tile_indices`] from a flat table.
+    pub fn from_tile_index_table(tiles: Vec<i64>, repl: i64, idx: &DeviceTable) -> Tiling {
+        Tiling::from_tile_index_rows(tiles, repl, idx.iter())
+    }
+
+    fn from_tile_index_rows<'a>(
+        tiles: Vec<i64>,
+        repl: i64,
+        rows: impl ExactSizeIterator<Item = &'a [i64]>,
+    ) -> Tiling {
+        let mut devices = vec![-1; rows.len()];
         let mut seen = vec![0i64; tiles.iter().product::<i64>() as usize];
-        for (d, i) in idx.iter().enumerate() {
+        for (d, i) in rows.enumerate() {
             let t = ravel(i, &tiles) as usize;
             devices[t * repl as usize + seen[t] as usize] = d as i64;
             seen[t] += 1;
@@ -188,9 +276,19 @@ impl Tiling {
 
     /// Tile index of every device, by device id.
     pub fn tile_indices(&self) -> Vec<Vec<i64>> {
-        let mut out = vec![Vec::new(); self.devices.len()];
+        self.tile_index_table().to_rows()
+    }
+
+    /// Tile index of every device, by device id, as one flat table.
+    pub fn tile_index_table(&self) -> DeviceTable {
+        let mut out = DeviceTable::zeros(self.devices.len(), self.rank());
+        let mut idx = vec![0i64; self.rank()];
+        let repl = self.repl.max(1) as usize;
         for (p, &d) in self.devices.iter().enumerate() {
-            out[d as usize] = self.tile_index_at(p);
+            if p > 0 && p % repl == 0 {
+                step(&mut idx, &self.tiles);
+            }
+            out.row_mut(d as usize).copy_from_slice(&idx);
         }
         out
     }
@@ -206,11 +304,19 @@ impl Tiling {
     /// Where the piece of each device starts in the global array (unclamped: a padded tile at
     /// the end may start at or past the end), by device id.
     pub fn starts(&self, dims: &[i64]) -> Vec<Vec<i64>> {
+        self.start_table(dims).to_rows()
+    }
+
+    /// [`Tiling::starts`] as one flat table.
+    pub fn start_table(&self, dims: &[i64]) -> DeviceTable {
         let shard = self.shard_dims(dims);
-        self.tile_indices()
-            .into_iter()
-            .map(|idx| idx.iter().zip(&shard).map(|(i, s)| i * s).collect())
-            .collect()
+        let mut t = self.tile_index_table();
+        for d in 0..t.len() {
+            for (i, s) in t.row_mut(d).iter_mut().zip(&shard) {
+                *i *= s;
+            }
+        }
+        t
     }
 
     /// Groups of devices that differ only in their tile index along the data dimensions
@@ -257,14 +363,16 @@ impl Tiling {
         let n_inner: i64 = inner_dims.iter().product();
         let mut groups = Vec::with_capacity(n_outer as usize);
         let mut idx = vec![0i64; r + 1];
+        let mut o = vec![0i64; outer.len()];
+        let mut i = vec![0i64; inner.len()];
         for g in 0..n_outer {
-            let o = unravel(g, &outer_dims);
+            unravel_into(g, &outer_dims, &mut o);
             for (k, &d) in outer.iter().enumerate() {
                 idx[d] = o[k];
             }
             let mut group = Vec::with_capacity(n_inner as usize);
             for k in 0..n_inner {
-                let i = unravel(k, &inner_dims);
+                unravel_into(k, &inner_dims, &mut i);
                 for (j, &d) in inner.iter().enumerate() {
                     idx[d] = i[j];
                 }
@@ -312,20 +420,24 @@ impl Tiling {
         let mut new_dims = tiles.clone();
         new_dims.push(repl);
         let mut devices = vec![0; self.devices.len()];
+        let is_dropped: Vec<bool> = (0..r).map(|d| dims.contains(&d)).collect();
+        let mut old = vec![0i64; r];
+        let mut idx = vec![0i64; r + 1];
+        let old_repl = self.repl.max(1) as usize;
         for (p, &dev) in self.devices.iter().enumerate() {
-            let old = self.tile_index_at(p);
+            if p > 0 && p % old_repl == 0 {
+                step(&mut old, &self.tiles);
+            }
             let j = p as i64 % self.repl;
             let mut rep = 0;
             for &d in &dropped {
                 rep = rep * self.tiles[d] + old[d];
             }
             rep = rep * self.repl + j;
-            let mut idx: Vec<i64> = old
-                .iter()
-                .enumerate()
-                .map(|(i, &x)| if dropped.contains(&i) { 0 } else { x })
-                .collect();
-            idx.push(rep);
+            for i in 0..r {
+                idx[i] = if is_dropped[i] { 0 } else { old[i] };
+            }
+            idx[r] = rep;
             devices[ravel(&idx, &new_dims) as usize] = dev;
         }
         Tiling::new(tiles, repl, devices)
@@ -372,9 +484,13 @@ impl Tiling {
         new_dims.push(base.repl);
         let total = base.devices.len() as i64;
         let mut devices = vec![0; base.devices.len()];
+        let mut idx = vec![0i64; new_dims.len()];
+        let mut old = vec![0i64; r + 1];
         for l in 0..total {
-            let idx = unravel(l, &new_dims);
-            let mut old = vec![0i64; r + 1];
+            if l > 0 {
+                step(&mut idx, &new_dims);
+            }
+            old.fill(0);
             for (i, m) in map.iter().enumerate() {
                 if let Some(d) = m {
                     old[*d] = idx[i];
@@ -586,6 +702,28 @@ pub(crate) fn unravel(mut linear: i64, dims: &[i64]) -> Vec<i64> {
         }
     }
     idx
+}
+
+/// [`unravel`] into `out` (as long as `dims`).
+pub(crate) fn unravel_into(mut linear: i64, dims: &[i64], out: &mut [i64]) {
+    for i in (0..dims.len()).rev() {
+        out[i] = 0;
+        if dims[i] > 0 {
+            out[i] = linear % dims[i];
+            linear /= dims[i];
+        }
+    }
+}
+
+/// Advances the row-major index `idx` over `dims` by one (wrapping to zeros after the last).
+pub(crate) fn step(idx: &mut [i64], dims: &[i64]) {
+    for i in (0..idx.len()).rev() {
+        idx[i] += 1;
+        if idx[i] < dims[i] {
+            return;
+        }
+        idx[i] = 0;
+    }
 }
 
 pub(crate) fn ravel(idx: &[i64], dims: &[i64]) -> i64 {

@@ -30,7 +30,7 @@ use std::sync::Arc;
 use hashbrown::HashTable;
 
 use super::super::super::plan;
-use super::super::super::spec::{fx, ravel, Memo, MemoTable, Spec, Tiling};
+use super::super::super::spec::{fx, ravel, DeviceTable, Memo, MemoTable, Spec, Tiling};
 use super::{DimTriple, DimsMapping};
 
 /// How the local results are combined.
@@ -170,7 +170,7 @@ struct Source<'a> {
     /// Axis -> the source's dimension.
     map: Vec<Option<usize>>,
     /// Each device's tile index in the source.
-    idx: Vec<Vec<i64>>,
+    idx: DeviceTable,
 }
 
 /// Above this many axis combinations only whole-source candidates are tried.
@@ -253,7 +253,7 @@ pub(in crate::partition::engine) fn candidates(
             name,
             tiling: t,
             map,
-            idx: t.tile_indices(),
+            idx: t.tile_index_table(),
         });
     }
     // Per axis: the splits it may take (source index, tiles), then whole.
@@ -312,29 +312,25 @@ pub(in crate::partition::engine) fn candidates(
         if num == 0 || n % num != 0 {
             continue;
         }
-        let idx: Vec<Vec<i64>> = (0..n as usize)
-            .map(|dev| {
-                a.iter()
-                    .enumerate()
-                    .map(|(k, o)| match o {
-                        Some((s, _)) => {
-                            let src = &sources[*s];
-                            src.idx[dev][src.map[k].expect("a split axis has a dimension")]
-                        }
-                        None => 0,
-                    })
-                    .collect()
-            })
-            .collect();
+        let mut idx = DeviceTable::zeros(n as usize, axes);
+        for dev in 0..n as usize {
+            let row = idx.row_mut(dev);
+            for (k, o) in a.iter().enumerate() {
+                if let Some((s, _)) = o {
+                    let src = &sources[*s];
+                    row[k] = src.idx[dev][src.map[k].expect("a split axis has a dimension")];
+                }
+            }
+        }
         let repl = n / num;
         let mut count = vec![0i64; num as usize];
-        for i in &idx {
+        for i in idx.iter() {
             count[ravel(i, &tiles) as usize] += 1;
         }
         if count.iter().any(|&c| c != repl) {
             continue;
         }
-        let iter = Tiling::from_tile_indices(tiles, repl, &idx);
+        let iter = Tiling::from_tile_index_table(tiles, repl, &idx);
         if !seen.insert(iter.clone()) {
             continue;
         }
@@ -412,7 +408,7 @@ fn costed(
     // Reduce-scatter along result dimension `o`: member j of a contracting group keeps the
     // j-th piece of its local result along `o`, which is the global piece i*g+j when the
     // local piece (size s1) is exactly g global pieces (or `o` was whole).
-    let ti = iter.tile_indices();
+    let ti = iter.tile_index_table();
     for o in 0..shapes.out.len() {
         let d = shapes.out[o];
         let t = partial.tiles[o];
@@ -424,21 +420,20 @@ fn costed(
         let ctiles: Vec<i64> = contracting.iter().map(|&k| iter.tiles[k]).collect();
         let mut tiles = partial.tiles.clone();
         tiles[o] *= g;
-        let idx: Vec<Vec<i64>> = ti
-            .iter()
-            .map(|it| {
-                let c: Vec<i64> = contracting.iter().map(|&k| it[k]).collect();
-                let j = ravel(&c, &ctiles);
-                let mut v: Vec<i64> = space
-                    .out_map
-                    .iter()
-                    .map(|a| a.map_or(0, |k| it[k]))
-                    .collect();
-                v[o] = v[o] * g + j;
-                v
-            })
-            .collect();
-        let result = Tiling::from_tile_indices(tiles, iter.repl, &idx);
+        let mut idx = DeviceTable::zeros(ti.len(), shapes.out.len());
+        let mut c = vec![0i64; contracting.len()];
+        for (dev, it) in ti.iter().enumerate() {
+            for (x, &k) in c.iter_mut().zip(&contracting) {
+                *x = it[k];
+            }
+            let j = ravel(&c, &ctiles);
+            let v = idx.row_mut(dev);
+            for (x, a) in v.iter_mut().zip(&space.out_map) {
+                *x = a.map_or(0, |k| it[k]);
+            }
+            v[o] = v[o] * g + j;
+        }
+        let result = Tiling::from_tile_index_table(tiles, iter.repl, &idx);
         let rs_bytes = local(&result, &shapes.out) * eo * (g - 1);
         out.push(make(
             Combine::ReduceScatter {

@@ -329,10 +329,19 @@ fn plan_tiled_direct(src: &Tiling, dst: &Tiling, dims: &[i64]) -> Plan {
     if let Some(s) = slice_step(src, dst, dims) {
         return one(s);
     }
-    let fallback = replicate_then_slice(src, dst, dims);
+    // The last resort is built only if it is the answer; the others are compared with its
+    // bytes, which follow from the tile counts.
+    let fallback_bytes = |elem: i64| gather_all_bytes(src, dims, elem);
     // A permute or all-to-all of padded pieces can move more than gathering the real data.
-    if let Some(s) = permute_step(src, dst).or_else(|| all_to_all_step(src, dst, dims)) {
-        if s.bytes(dims, 1) <= fallback.bytes(dims, 1) {
+    let parts = all_to_all_parts(src, dst, dims);
+    let direct = permute_step(src, dst).or_else(|| {
+        parts
+            .as_ref()
+            .filter(|(_, to)| to == dst)
+            .map(|(s, _)| s.clone())
+    });
+    if let Some(s) = direct {
+        if s.bytes(dims, 1) <= fallback_bytes(1) {
             return one(s);
         }
     }
@@ -340,8 +349,9 @@ fn plan_tiled_direct(src: &Tiling, dst: &Tiling, dims: &[i64]) -> Plan {
     // do no better.
     // (Compared at 840 bytes per element, which every group size up to 8 divides, so that
     // the formulas' rounding does not decide.)
-    let a2a = all_to_all_then_permute(src, dst, dims)
-        .filter(|p| p.bytes(dims, 840) <= fallback.bytes(dims, 840));
+    let a2a = parts
+        .and_then(|(a2a, mid)| then_permute(a2a, mid, dst))
+        .filter(|p| p.bytes(dims, 840) <= fallback_bytes(840));
     // Gather the dimensions whose split differs, then finish locally; taken only when it
     // moves fewer bytes than the last resort (a permute after a partial gather can cost more).
     let differ: Vec<usize> = (0..dims.len())
@@ -378,7 +388,7 @@ fn plan_tiled_direct(src: &Tiling, dst: &Tiling, dims: &[i64]) -> Plan {
                 last_resort: mid.is_replicated() && !dst.is_replicated(),
             };
             // Bytes per element do not change the comparison.
-            if p.bytes(dims, 1) <= fallback.bytes(dims, 1)
+            if p.bytes(dims, 1) <= fallback_bytes(1)
                 && a2a
                     .as_ref()
                     .is_none_or(|a| p.bytes(dims, 840) < a.bytes(dims, 840))
@@ -387,7 +397,17 @@ fn plan_tiled_direct(src: &Tiling, dst: &Tiling, dims: &[i64]) -> Plan {
             }
         }
     }
-    a2a.unwrap_or(fallback)
+    a2a.unwrap_or_else(|| replicate_then_slice(src, dst, dims))
+}
+
+/// The bytes of [`replicate_then_slice`]'s gather without building it: one all-gather of
+/// every split dimension, in groups of all the tiles, leaving the whole array.
+fn gather_all_bytes(src: &Tiling, dims: &[i64], elem: i64) -> i64 {
+    let g = src.num_tiles();
+    if g <= 1 {
+        return 0;
+    }
+    dims.iter().product::<i64>() * elem * (g - 1) / g
 }
 
 /// Everything gathered, then sliced.
@@ -470,6 +490,11 @@ fn slice_step(src: &Tiling, dst: &Tiling, dims: &[i64]) -> Option<Step> {
     let rank = dims.len();
     let s_shard = src.shard_dims(dims);
     let d_shard = dst.shard_dims(dims);
+    // Refused without a walk over the devices where it cannot work: the device holding
+    // `dst`'s first piece along a dimension needs its whole real part inside one of `src`'s.
+    if (0..rank).any(|i| d_shard[i].min(dims[i]) > s_shard[i]) {
+        return None;
+    }
     let s_start = src.start_table(dims);
     let d_start = dst.start_table(dims);
     let mut offsets = DeviceTable::zeros(n, rank);
@@ -557,16 +582,11 @@ fn permute_step(src: &Tiling, dst: &Tiling) -> Option<Step> {
 /// gives up a minor factor of it (`src = dst * f`), or gains one (`dst = src * g`), the `f`s
 /// and `g`s multiplying to the same group size. One dimension's split moving to an unsplit one
 /// is the simplest case; `[1,4,1,2] -> [1,8,1,1]` (the 2-way split of the last dimension moves
-/// under the first's) or `[2,2,1] -> [1,1,4]` (two dimensions into one) are others. Taken only
-/// where the pieces line up (no halo), and where the devices end up in `dst`'s order: the
-/// caller may follow with a permute for another order (`all_to_all_then_permute`).
-fn all_to_all_step(src: &Tiling, dst: &Tiling, dims: &[i64]) -> Option<Step> {
-    let (step, to) = all_to_all_parts(src, dst, dims)?;
-    (to == *dst).then_some(step)
-}
-
-/// The all-to-all that gives `src` the tile counts of `dst`, and the tiling it leaves (its
-/// device order follows from `src`'s).
+/// under the first's) or `[2,2,1] -> [1,1,4]` (two dimensions into one) are others. Only
+/// where the pieces line up (no halo). Returns the all-to-all that gives `src` the tile counts
+/// of `dst` and the tiling it leaves, whose device order follows from `src`'s: a plan takes
+/// the step alone where that is `dst`'s order and follows it with a permute otherwise
+/// (`then_permute`).
 fn all_to_all_parts(src: &Tiling, dst: &Tiling, dims: &[i64]) -> Option<(Step, Tiling)> {
     if src.repl != dst.repl || src.rank() != dst.rank() {
         return None;
@@ -653,6 +673,11 @@ fn all_to_all_parts(src: &Tiling, dst: &Tiling, dims: &[i64]) -> Option<(Step, T
 /// An all-to-all to `dst`'s tile counts, then a collective-permute into `dst`'s device order.
 fn all_to_all_then_permute(src: &Tiling, dst: &Tiling, dims: &[i64]) -> Option<Plan> {
     let (a2a, mid) = all_to_all_parts(src, dst, dims)?;
+    then_permute(a2a, mid, dst)
+}
+
+/// All-to-all `a2a` (which leaves `mid`), then a collective-permute into `dst`'s order.
+fn then_permute(a2a: Step, mid: Tiling, dst: &Tiling) -> Option<Plan> {
     let mut steps = vec![a2a];
     if mid != *dst {
         steps.push(permute_step(&mid, dst)?);
@@ -667,10 +692,7 @@ fn all_to_all_then_permute(src: &Tiling, dst: &Tiling, dims: &[i64]) -> Option<P
 /// yardstick every plan must stay under.
 pub fn replicate_then_slice_bytes(src: &Spec, dims: &[i64], elem: i64) -> i64 {
     match src {
-        Spec::Tiled(t) if !t.is_replicated() => {
-            let all: Vec<usize> = (0..dims.len()).filter(|&d| t.tiles[d] > 1).collect();
-            gather_step(t, &all).bytes(dims, elem)
-        }
+        Spec::Tiled(t) if !t.is_replicated() => gather_all_bytes(t, dims, elem),
         Spec::Maximal(_) => {
             let n = 2; // at least
             2 * dims.iter().product::<i64>() * elem * (n - 1) / n

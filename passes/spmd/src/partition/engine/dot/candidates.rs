@@ -173,6 +173,48 @@ struct Source<'a> {
     idx: DeviceTable,
 }
 
+/// The devices grouped by the tile they hold in every source.
+struct Classes {
+    /// Device -> its class.
+    of: Vec<usize>,
+    /// Each class's first device and its number of devices.
+    first: Vec<usize>,
+    size: Vec<i64>,
+}
+
+impl Classes {
+    fn of(sources: &[Source], n: usize) -> Classes {
+        // Each device's key: its tile (row-major position) in every source, mixed-radix.
+        let mut key = vec![0u128; n];
+        for src in sources {
+            let t = src.tiling;
+            let repl = t.repl.max(1) as usize;
+            for (p, &d) in t.devices.iter().enumerate() {
+                key[d as usize] = key[d as usize] * t.num_tiles() as u128 + (p / repl) as u128;
+            }
+        }
+        let mut index: FxMap<u128, usize> = FxMap::default();
+        let mut classes = Classes {
+            of: Vec::with_capacity(n),
+            first: Vec::new(),
+            size: Vec::new(),
+        };
+        for (d, k) in key.into_iter().enumerate() {
+            let c = *index.entry(k).or_insert_with(|| {
+                classes.first.push(d);
+                classes.size.push(0);
+                classes.first.len() - 1
+            });
+            classes.size[c] += 1;
+            classes.of.push(c);
+        }
+        classes
+    }
+}
+
+type FxMap<K, V> =
+    std::collections::HashMap<K, V, std::hash::BuildHasherDefault<tessera_hlo::fxhash::FxHasher>>;
+
 /// Above this many axis combinations only whole-source candidates are tried.
 const MAX_COMBINATIONS: usize = 512;
 
@@ -304,6 +346,10 @@ pub(in crate::partition::engine) fn candidates(
         }
         assignments.push(vec![None; axes]);
     }
+    // Devices that hold the same tile of every source get the same tile of every candidate:
+    // the combinations are checked on these classes (a handful on a large mesh whose tiles
+    // are each held by many devices), and a device list is built only for a tiling kept.
+    let classes = Classes::of(&sources, n as usize);
     let mut seen = std::collections::HashSet::new();
     let mut out = Vec::new();
     for a in assignments {
@@ -312,28 +358,34 @@ pub(in crate::partition::engine) fn candidates(
         if num == 0 || n % num != 0 {
             continue;
         }
-        let mut idx = DeviceTable::zeros(n as usize, axes);
-        for dev in 0..n as usize {
-            let row = idx.row_mut(dev);
+        let mut rows = vec![0i64; classes.size.len() * axes];
+        for (c, row) in rows.chunks_exact_mut(axes.max(1)).enumerate() {
             for (k, o) in a.iter().enumerate() {
                 if let Some((s, _)) = o {
                     let src = &sources[*s];
-                    row[k] = src.idx[dev][src.map[k].expect("a split axis has a dimension")];
+                    let held = &src.idx[classes.first[c]];
+                    row[k] = held[src.map[k].expect("a split axis has a dimension")];
                 }
             }
         }
         let repl = n / num;
         let mut count = vec![0i64; num as usize];
-        for i in idx.iter() {
-            count[ravel(i, &tiles) as usize] += 1;
+        for (c, &size) in classes.size.iter().enumerate() {
+            count[ravel(&rows[c * axes..(c + 1) * axes], &tiles) as usize] += size;
         }
         if count.iter().any(|&c| c != repl) {
             continue;
         }
-        let iter = Tiling::from_tile_index_table(tiles, repl, &idx);
-        if !seen.insert(iter.clone()) {
+        // The same class rows give the same tiling, and different ones a different tiling.
+        if !seen.insert((tiles.clone(), rows.clone())) {
             continue;
         }
+        let mut idx = DeviceTable::zeros(n as usize, axes);
+        for (dev, &c) in classes.of.iter().enumerate() {
+            idx.row_mut(dev)
+                .copy_from_slice(&rows[c * axes..(c + 1) * axes]);
+        }
+        let iter = Tiling::from_tile_index_table(tiles, repl, &idx);
         let what: Vec<String> = a
             .iter()
             .enumerate()

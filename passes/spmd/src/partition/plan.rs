@@ -294,7 +294,7 @@ fn all_to_all_then_regroup(src: &Tiling, dst: &Tiling, dims: &[i64]) -> Vec<Plan
         }
         let mut tiles = dst.tiles.clone();
         tiles[d] *= r;
-        let shape = Tiling::new(tiles, src.repl, src.devices.clone());
+        let shape = src.retiled(tiles);
         let Some((a2a, mid)) = all_to_all_parts(src, &shape, dims) else {
             continue;
         };
@@ -477,7 +477,7 @@ fn partial_gather_step(src: &Tiling, along: &[usize], factors: &[i64]) -> Step {
         .map(|(_, &t)| t)
         .collect();
     Step::AllGather {
-        to: Tiling::new(tiles, gathered.repl, gathered.devices),
+        to: gathered.retiled(tiles),
         dims: along.to_vec(),
         tiles: factors.to_vec(),
         groups: expanded.groups(&inner, false),

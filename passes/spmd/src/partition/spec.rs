@@ -194,11 +194,7 @@ impl Tiling {
     /// Builds a tiling from its parts, sorting each replication group.
     pub fn new(tiles: Vec<i64>, repl: i64, devices: impl Into<Devices>) -> Tiling {
         let mut devices = devices.into();
-        if repl > 1
-            && devices
-                .chunks(repl as usize)
-                .any(|g| g.windows(2).any(|w| w[0] > w[1]))
-        {
+        if repl > 1 && devices.chunks(repl as usize).any(|g| !g.is_sorted()) {
             let mut ids = devices.to_vec();
             for g in ids.chunks_mut(repl as usize) {
                 g.sort_unstable();
@@ -209,6 +205,17 @@ impl Tiling {
             tiles,
             repl,
             devices,
+        }
+    }
+
+    /// The same devices in the same replication groups, split as `tiles` (as many tiles in
+    /// all): no walk over the devices.
+    pub fn retiled(&self, tiles: Vec<i64>) -> Tiling {
+        debug_assert_eq!(tiles.iter().product::<i64>(), self.num_tiles());
+        Tiling {
+            tiles,
+            repl: self.repl,
+            devices: self.devices.clone(),
         }
     }
 
@@ -235,7 +242,12 @@ impl Tiling {
             devices[t * repl as usize + seen[t] as usize] = d as i64;
             seen[t] += 1;
         }
-        Tiling::new(tiles, repl, devices)
+        // Each replication group was filled in increasing device order: already sorted.
+        Tiling {
+            tiles,
+            repl,
+            devices: devices.into(),
+        }
     }
 
     pub fn rank(&self) -> usize {
@@ -284,11 +296,16 @@ impl Tiling {
         let mut out = DeviceTable::zeros(self.devices.len(), self.rank());
         let mut idx = vec![0i64; self.rank()];
         let repl = self.repl.max(1) as usize;
-        for (p, &d) in self.devices.iter().enumerate() {
-            if p > 0 && p % repl == 0 {
+        let mut left = repl;
+        for &d in self.devices.iter() {
+            if left == 0 {
                 step(&mut idx, &self.tiles);
+                left = repl;
             }
-            out.row_mut(d as usize).copy_from_slice(&idx);
+            left -= 1;
+            for (o, &i) in out.row_mut(d as usize).iter_mut().zip(&idx) {
+                *o = i;
+            }
         }
         out
     }
@@ -361,26 +378,28 @@ impl Tiling {
         let inner_dims: Vec<i64> = inner.iter().map(|&d| dims[d]).collect();
         let n_outer: i64 = outer_dims.iter().product();
         let n_inner: i64 = inner_dims.iter().product();
-        let mut groups = Vec::with_capacity(n_outer as usize);
-        let mut idx = vec![0i64; r + 1];
-        let mut o = vec![0i64; outer.len()];
-        let mut i = vec![0i64; inner.len()];
-        for g in 0..n_outer {
-            unravel_into(g, &outer_dims, &mut o);
-            for (k, &d) in outer.iter().enumerate() {
-                idx[d] = o[k];
-            }
-            let mut group = Vec::with_capacity(n_inner as usize);
-            for k in 0..n_inner {
-                unravel_into(k, &inner_dims, &mut i);
-                for (j, &d) in inner.iter().enumerate() {
-                    idx[d] = i[j];
-                }
-                group.push(self.devices[ravel(&idx, &dims) as usize]);
-            }
-            groups.push(group);
-        }
-        groups
+        // Row-major strides over `tiles ++ [repl]`: each member's position is its group's
+        // base plus its offset inside the group.
+        let strides = row_major_strides(&dims);
+        let offsets = |along: &[usize], extent: &[i64], count: i64| -> Vec<usize> {
+            let mut idx = vec![0i64; along.len()];
+            (0..count)
+                .map(|k| {
+                    unravel_into(k, extent, &mut idx);
+                    along
+                        .iter()
+                        .zip(&idx)
+                        .map(|(&d, &i)| (i * strides[d]) as usize)
+                        .sum()
+                })
+                .collect()
+        };
+        let bases = offsets(&outer, &outer_dims, n_outer);
+        let members = offsets(&inner, &inner_dims, n_inner);
+        bases
+            .iter()
+            .map(|&b| members.iter().map(|&m| self.devices[b + m]).collect())
+            .collect()
     }
 
     /// The same tiling with the data dimensions `dims` no longer split: their tiles join the
@@ -482,22 +501,35 @@ impl Tiling {
         old_dims.push(base.repl);
         let mut new_dims = tiles.clone();
         new_dims.push(base.repl);
-        let total = base.devices.len() as i64;
-        let mut devices = vec![0; base.devices.len()];
-        let mut idx = vec![0i64; new_dims.len()];
-        let mut old = vec![0i64; r + 1];
-        for l in 0..total {
-            if l > 0 {
-                step(&mut idx, &new_dims);
-            }
-            old.fill(0);
-            for (i, m) in map.iter().enumerate() {
-                if let Some(d) = m {
-                    old[*d] = idx[i];
+        // Walk the new row-major order, keeping the old position up to date: the new index
+        // along dimension i moves the old position by the stride of `map[i]` (the old
+        // dimensions no entry names have one tile). A dimension named twice keeps the last
+        // entry's index, as an assignment per entry would.
+        let old_strides = row_major_strides(&old_dims);
+        let mut strides: Vec<i64> = vec![0; new_dims.len()];
+        for (i, m) in map.iter().enumerate() {
+            if let Some(d) = *m {
+                for j in (0..i).filter(|&j| map[j] == Some(d)) {
+                    strides[j] = 0;
                 }
+                strides[i] = old_strides[d];
             }
-            old[r] = idx[map.len()];
-            devices[l as usize] = base.devices[ravel(&old, &old_dims) as usize];
+        }
+        strides[map.len()] = old_strides[r];
+        let mut devices = Vec::with_capacity(base.devices.len());
+        let mut idx = vec![0i64; new_dims.len()];
+        let mut pos = 0i64;
+        for _ in 0..base.devices.len() {
+            devices.push(base.devices[pos as usize]);
+            for i in (0..idx.len()).rev() {
+                idx[i] += 1;
+                pos += strides[i];
+                if idx[i] < new_dims[i] {
+                    break;
+                }
+                pos -= strides[i] * new_dims[i];
+                idx[i] = 0;
+            }
         }
         Tiling::new(tiles, base.repl, devices)
     }
@@ -702,6 +734,17 @@ pub(crate) fn unravel(mut linear: i64, dims: &[i64]) -> Vec<i64> {
         }
     }
     idx
+}
+
+/// Row-major strides of an array of `dims`.
+pub(crate) fn row_major_strides(dims: &[i64]) -> Vec<i64> {
+    let mut strides = vec![0i64; dims.len()];
+    let mut s = 1;
+    for i in (0..dims.len()).rev() {
+        strides[i] = s;
+        s *= dims[i];
+    }
+    strides
 }
 
 /// [`unravel`] into `out` (as long as `dims`).

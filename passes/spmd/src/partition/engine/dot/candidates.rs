@@ -25,6 +25,8 @@
 //! (shardings, dimensions, shapes): a model repeats the same few dots many times.
 
 use std::cell::RefCell;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::sync::Arc;
 
 use hashbrown::HashTable;
@@ -265,7 +267,51 @@ pub(in crate::partition::engine) fn choose(
 }
 
 /// Every candidate, costed, in enumeration order.
+#[cfg(test)]
 pub(in crate::partition::engine) fn candidates(
+    dims: &DimsMapping,
+    shapes: &Shapes,
+    lhs: &Spec,
+    rhs: &Spec,
+    own: &Spec,
+    n: i64,
+) -> Vec<Candidate> {
+    let mut all = enumerate(dims, shapes, lhs, rhs, own, n);
+    for c in &mut all {
+        let moves: i64 = (0..MOVES)
+            .map(|m| move_cost(c, m, shapes, lhs, rhs, own, n))
+            .sum();
+        c.bytes += moves;
+    }
+    all
+}
+
+/// The resharding moves in a candidate's cost besides its combine: the lhs (0) and the rhs
+/// (1) to the tilings it needs, and its result (2) to the result's own sharding.
+const MOVES: usize = 3;
+
+/// Bytes of move `m` (see [`MOVES`]) of candidate `c`.
+fn move_cost(
+    c: &Candidate,
+    m: usize,
+    shapes: &Shapes,
+    lhs: &Spec,
+    rhs: &Spec,
+    own: &Spec,
+    n: i64,
+) -> i64 {
+    let [el, er, eo] = shapes.elem;
+    match m {
+        0 => move_bytes(lhs, &Spec::Tiled(c.lhs.clone()), &shapes.lhs, el, n),
+        1 => move_bytes(rhs, &Spec::Tiled(c.rhs.clone()), &shapes.rhs, er, n),
+        _ => move_bytes(&Spec::Tiled(c.result.clone()), own, &shapes.out, eo, n),
+    }
+}
+
+/// Every candidate in enumeration order, its `bytes` those of its combine alone (the moves
+/// are planned by the caller: [`choose`] plans only those that can be first or second, the
+/// tests' `candidates` all of them).
+fn enumerate(
     dims: &DimsMapping,
     shapes: &Shapes,
     lhs: &Spec,
@@ -404,23 +450,14 @@ pub(in crate::partition::engine) fn candidates(
         } else {
             what.join(", ")
         };
-        out.extend(costed(&space, shapes, lhs, rhs, own, n, iter, &what));
+        out.extend(combines(&space, shapes, iter, &what));
     }
     out
 }
 
-/// The candidates of iteration tiling `iter`: one per way of combining its partial sums.
-#[allow(clippy::too_many_arguments)]
-fn costed(
-    space: &Space,
-    shapes: &Shapes,
-    lhs: &Spec,
-    rhs: &Spec,
-    own: &Spec,
-    n: i64,
-    iter: Tiling,
-    what: &str,
-) -> Vec<Candidate> {
+/// The candidates of iteration tiling `iter`: one per way of combining its partial sums,
+/// costed by their combine alone.
+fn combines(space: &Space, shapes: &Shapes, iter: Tiling, what: &str) -> Vec<Candidate> {
     let l = iter.project(&space.lhs_map);
     let r = iter.project(&space.rhs_map);
     let partial = iter.project(&space.out_map);
@@ -429,12 +466,8 @@ fn costed(
         .collect();
     let [el, er, eo] = shapes.elem;
     let local = |t: &Tiling, dims: &[i64]| t.shard_dims(dims).iter().product::<i64>();
-    let operands = move_bytes(lhs, &Spec::Tiled(l.clone()), &shapes.lhs, el, n)
-        + move_bytes(rhs, &Spec::Tiled(r.clone()), &shapes.rhs, er, n);
     let partial_elems = local(&partial, &shapes.out);
     let peak = local(&l, &shapes.lhs) * el + local(&r, &shapes.rhs) * er + partial_elems * eo;
-    let finish =
-        |result: &Tiling| move_bytes(&Spec::Tiled(result.clone()), own, &shapes.out, eo, n);
     let make = |combine: Combine, result: Tiling, combine_bytes: i64, how: &str| Candidate {
         iter: iter.clone(),
         lhs: l.clone(),
@@ -442,7 +475,7 @@ fn costed(
         partial: partial.clone(),
         combine,
         contracting: contracting.clone(),
-        bytes: operands + combine_bytes + finish(&result),
+        bytes: combine_bytes,
         result,
         what: format!("{what}{how}"),
         peak,
@@ -508,14 +541,37 @@ fn choose_uncached(
     own: &Spec,
     n: i64,
 ) -> Option<Choice> {
-    let all = candidates(dims, shapes, lhs, rhs, own, n);
+    // The first two by (bytes, peak, enumeration order), planning only what can decide
+    // them: each candidate waits in a queue keyed by its bytes so far (its combine, then
+    // each move added as it is planned); the queue's least entry gets its next move planned,
+    // and a least entry with every move planned is the next in the order, since moves never
+    // cost less than nothing and every other entry's key can only grow. Candidates that
+    // cannot be among the first two are never planned (on a large mesh each plan walks every
+    // device).
+    let mut all = enumerate(dims, shapes, lhs, rhs, own, n);
     let considered = all.len();
-    let mut order: Vec<usize> = (0..all.len()).collect();
-    order.sort_by_key(|&k| (all[k].bytes, all[k].peak, k));
-    let runner_up = order
+    let mut queue: BinaryHeap<Reverse<(i64, i64, usize, usize)>> = all
+        .iter()
+        .enumerate()
+        .map(|(k, c)| Reverse((c.bytes, c.peak, k, 0)))
+        .collect();
+    let mut first = Vec::with_capacity(2);
+    while let Some(Reverse((bytes, peak, k, planned))) = queue.pop() {
+        if planned == MOVES {
+            all[k].bytes = bytes;
+            first.push(k);
+            if first.len() == 2 {
+                break;
+            }
+            continue;
+        }
+        let more = move_cost(&all[k], planned, shapes, lhs, rhs, own, n);
+        queue.push(Reverse((bytes + more, peak, k, planned + 1)));
+    }
+    let runner_up = first
         .get(1)
         .map(|&k| (all[k].bytes, all[k].peak, all[k].what.clone()));
-    let best = all.into_iter().nth(*order.first()?)?;
+    let best = all.swap_remove(*first.first()?);
     Some(Choice {
         best,
         considered,

@@ -58,12 +58,30 @@ impl Devices {
 }
 
 impl From<Vec<i64>> for Devices {
+    /// Equal lists made on the same thread share one allocation (up to [`Memo::LIMIT`]
+    /// distinct lists): specs are compared for every operand of every instruction, and two
+    /// lists that share it compare equal without a walk over 512 devices.
     fn from(ids: Vec<i64>) -> Devices {
-        let hash = fx(ids.as_slice());
-        Devices {
-            ids: ids.into(),
-            hash,
+        thread_local! {
+            static SHARED: RefCell<HashTable<(u64, Arc<[i64]>)>> =
+                const { RefCell::new(HashTable::new()) };
         }
+        let hash = fx(ids.as_slice());
+        SHARED.with(|t| {
+            let mut t = t.borrow_mut();
+            if let Some((_, known)) = t.find(hash, |(h, known)| *h == hash && **known == *ids) {
+                return Devices {
+                    ids: known.clone(),
+                    hash,
+                };
+            }
+            if t.len() >= Memo::LIMIT {
+                t.clear();
+            }
+            let ids: Arc<[i64]> = ids.into();
+            t.insert_unique(hash, (hash, ids.clone()), |(h, _)| *h);
+            Devices { ids, hash }
+        })
     }
 }
 

@@ -202,10 +202,26 @@ pub type SpecError = String;
 impl Tiling {
     /// Every device holds the whole array.
     pub fn replicated(rank: usize, n: i64) -> Tiling {
+        thread_local! {
+            // `0..n` for the last `n` asked: every unsharded value of a module is replicated
+            // over the same devices.
+            static IOTA: RefCell<Option<Devices>> = const { RefCell::new(None) };
+        }
+        let devices = IOTA.with(|c| {
+            let mut c = c.borrow_mut();
+            match &*c {
+                Some(d) if d.len() as i64 == n => d.clone(),
+                _ => {
+                    let d: Devices = (0..n).collect::<Vec<i64>>().into();
+                    *c = Some(d.clone());
+                    d
+                }
+            }
+        });
         Tiling {
             tiles: vec![1; rank],
             repl: n,
-            devices: (0..n).collect::<Vec<i64>>().into(),
+            devices,
         }
     }
 

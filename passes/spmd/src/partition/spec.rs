@@ -859,6 +859,43 @@ mod tests {
     }
 
     #[test]
+    fn tables_and_projections_agree_with_each_devices_tile() {
+        // Random tilings of 8 and 16 devices: the flat table holds each device's tile, a
+        // projection gives each device the tile its source dimensions name, and equal device
+        // lists share their allocation.
+        use crate::partition::plan::tests::{random_spec, Gen};
+        // (200 cases make fewer distinct lists than the shared table holds, so it is never
+        // emptied in between.)
+        let mut g = Gen::new(5);
+        for _ in 0..200 {
+            let n = [8i64, 16][g.next(2) as usize];
+            let rank = 1 + g.next(3) as usize;
+            let Spec::Tiled(t) = random_spec(&mut g, rank, n) else {
+                continue;
+            };
+            let table = t.tile_index_table();
+            let pos = t.positions();
+            for d in 0..n as usize {
+                assert_eq!(table[d], t.tile_index_at(pos[d])[..], "{t:?} device {d}");
+            }
+            // Every dimension named once, in a random order, with a new unsplit one.
+            let mut map: Vec<Option<usize>> = (0..rank).map(Some).collect();
+            for i in (1..map.len()).rev() {
+                map.swap(i, g.next(i as u64 + 1) as usize);
+            }
+            map.insert(g.next(rank as u64 + 1) as usize, None);
+            let p = t.project(&map);
+            let want: Vec<Vec<i64>> = table
+                .iter()
+                .map(|ix| map.iter().map(|m| m.map_or(0, |d| ix[d])).collect())
+                .collect();
+            assert_eq!(p.tile_indices(), want, "{t:?} projected by {map:?}");
+            let again = Tiling::new(t.tiles.clone(), t.repl, t.devices.to_vec());
+            assert!(Arc::ptr_eq(&again.devices.ids, &t.devices.ids));
+        }
+    }
+
+    #[test]
     fn groups_and_replicate_dims() {
         let Spec::Tiled(t) = spec("{devices=[2,2]0,2,1,3}", 2, 4) else {
             panic!()

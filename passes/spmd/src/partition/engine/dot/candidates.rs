@@ -645,6 +645,57 @@ mod tests {
     }
 
     #[test]
+    fn planning_only_what_can_win_chooses_as_costing_everything() {
+        // Random (batch) matmuls, uneven shapes, random operand and result specs on 2-16
+        // devices: the first two of the queue are the first two of every candidate costed
+        // and sorted, with the same bytes, peak and description.
+        use crate::partition::plan::tests::{random_spec, Gen};
+        let mut g = Gen::new(23);
+        for _ in 0..400 {
+            let n = [2i64, 4, 8, 16][g.next(4) as usize];
+            let b = g.next(2) as usize;
+            let dn = DotDimensionNumbers {
+                lhs_batch_dimensions: (0..b as i64).collect(),
+                rhs_batch_dimensions: (0..b as i64).collect(),
+                lhs_contracting_dimensions: vec![b as i64 + 1],
+                rhs_contracting_dimensions: vec![b as i64],
+            };
+            let dims = DimsMapping::of_dot(&dn, b + 2, b + 2);
+            let mut d = || 1 + g.next(9) as i64;
+            let (bb, m, k, nn) = (d(), d(), d(), d());
+            let lead: Vec<i64> = vec![bb; b];
+            let cat = |x: &[i64]| [lead.as_slice(), x].concat();
+            let shapes = Shapes {
+                lhs: cat(&[m, k]),
+                rhs: cat(&[k, nn]),
+                out: cat(&[m, nn]),
+                elem: [[1, 2, 4][g.next(3) as usize], 4, 4],
+            };
+            let lhs = random_spec(&mut g, b + 2, n);
+            let rhs = random_spec(&mut g, b + 2, n);
+            let own = random_spec(&mut g, b + 2, n);
+            let all = candidates(&dims, &shapes, &lhs, &rhs, &own, n);
+            let mut order: Vec<usize> = (0..all.len()).collect();
+            order.sort_by_key(|&k| (all[k].bytes, all[k].peak, k));
+            let Some(c) = choose_uncached(&dims, &shapes, &lhs, &rhs, &own, n) else {
+                assert!(all.is_empty());
+                continue;
+            };
+            let want = &all[order[0]];
+            let case = format!("{lhs:?} x {rhs:?} -> {own:?} on {shapes:?}");
+            assert_eq!(c.best, *want, "{case}");
+            assert_eq!(c.considered, all.len(), "{case}");
+            assert_eq!(
+                c.runner_up,
+                order
+                    .get(1)
+                    .map(|&k| (all[k].bytes, all[k].peak, all[k].what.clone())),
+                "{case}"
+            );
+        }
+    }
+
+    #[test]
     fn mixed_tilings_need_equal_groups() {
         // Lhs rows split 2 (replicated in pairs), result columns split 4: taking rows from the
         // lhs and columns from the result is not a tiling of 4 devices (8 tiles).

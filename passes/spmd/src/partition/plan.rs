@@ -19,9 +19,7 @@ use std::sync::Arc;
 
 use hashbrown::HashTable;
 
-use super::spec::{
-    ceil_div, fx, unravel_into, DeviceTable, Groups, Memo, MemoTable, Spec, Tiling,
-};
+use super::spec::{ceil_div, fx, unravel_into, DeviceTable, Groups, Memo, MemoTable, Spec, Tiling};
 
 /// One step of a plan. `to` is the tiling after the step.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -556,8 +556,8 @@ fn permute_step(src: &Tiling, dst: &Tiling) -> Option<Step> {
             used[d] = true;
         }
     }
-    for d in 0..n {
-        if source[d] >= 0 {
+    for (d, from) in source.iter_mut().enumerate() {
+        if *from >= 0 {
             continue;
         }
         // The first holder not yet used (`used` only grows, so a cursor per tile will do).
@@ -568,7 +568,7 @@ fn permute_step(src: &Tiling, dst: &Tiling) -> Option<Step> {
         }
         let s = *h.get(next[t])?;
         used[s as usize] = true;
-        source[d] = s;
+        *from = s;
     }
     Some(Step::Permute {
         to: dst.clone(),

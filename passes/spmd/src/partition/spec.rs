@@ -57,29 +57,35 @@ impl Devices {
     }
 }
 
+/// The most device ids the table of shared lists keeps (32 MiB).
+const SHARED_IDS: usize = 1 << 22;
+
 impl From<Vec<i64>> for Devices {
     /// Equal lists made on the same thread share one allocation (up to [`Memo::LIMIT`]
-    /// distinct lists): specs are compared for every operand of every instruction, and two
-    /// lists that share it compare equal without a walk over 512 devices.
+    /// distinct lists and [`SHARED_IDS`] ids in all): specs are compared for every operand of
+    /// every instruction, and two lists that share it compare equal without a walk over 512
+    /// devices.
     fn from(ids: Vec<i64>) -> Devices {
         thread_local! {
-            static SHARED: RefCell<HashTable<(u64, Arc<[i64]>)>> =
-                const { RefCell::new(HashTable::new()) };
+            static SHARED: RefCell<(HashTable<(u64, Arc<[i64]>)>, usize)> =
+                const { RefCell::new((HashTable::new(), 0)) };
         }
         let hash = fx(ids.as_slice());
         SHARED.with(|t| {
-            let mut t = t.borrow_mut();
-            if let Some((_, known)) = t.find(hash, |(h, known)| *h == hash && **known == *ids) {
+            let (table, held) = &mut *t.borrow_mut();
+            if let Some((_, known)) = table.find(hash, |(h, known)| *h == hash && **known == *ids) {
                 return Devices {
                     ids: known.clone(),
                     hash,
                 };
             }
-            if t.len() >= Memo::LIMIT {
-                t.clear();
+            if table.len() >= Memo::LIMIT || *held + ids.len() > SHARED_IDS {
+                table.clear();
+                *held = 0;
             }
+            *held += ids.len();
             let ids: Arc<[i64]> = ids.into();
-            t.insert_unique(hash, (hash, ids.clone()), |(h, _)| *h);
+            table.insert_unique(hash, (hash, ids.clone()), |(h, _)| *h);
             Devices { ids, hash }
         })
     }
@@ -138,20 +144,6 @@ impl DeviceTable {
         }
     }
 
-    /// Rows from per-device vectors (each `width` long).
-    pub fn from_rows(width: usize, rows: &[Vec<i64>]) -> DeviceTable {
-        let mut data = Vec::with_capacity(rows.len() * width);
-        for r in rows {
-            debug_assert_eq!(r.len(), width);
-            data.extend_from_slice(r);
-        }
-        DeviceTable {
-            rows: rows.len(),
-            width,
-            data,
-        }
-    }
-
     /// The number of devices (rows).
     pub fn len(&self) -> usize {
         self.rows
@@ -159,10 +151,6 @@ impl DeviceTable {
 
     pub fn is_empty(&self) -> bool {
         self.rows == 0
-    }
-
-    pub fn width(&self) -> usize {
-        self.width
     }
 
     /// Every row, by device id.

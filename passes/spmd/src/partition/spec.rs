@@ -60,6 +60,9 @@ impl Devices {
 /// The most device ids the table of shared lists keeps (32 MiB).
 const SHARED_IDS: usize = 1 << 22;
 
+/// Shared device lists by their hash.
+type SharedLists = HashTable<(u64, Arc<[i64]>)>;
+
 impl From<Vec<i64>> for Devices {
     /// Equal lists made on the same thread share one allocation (up to [`Memo::LIMIT`]
     /// distinct lists and [`SHARED_IDS`] ids in all): specs are compared for every operand of
@@ -67,7 +70,7 @@ impl From<Vec<i64>> for Devices {
     /// devices.
     fn from(ids: Vec<i64>) -> Devices {
         thread_local! {
-            static SHARED: RefCell<(HashTable<(u64, Arc<[i64]>)>, usize)> =
+            static SHARED: RefCell<(SharedLists, usize)> =
                 const { RefCell::new((HashTable::new(), 0)) };
         }
         let hash = fx(ids.as_slice());

@@ -181,9 +181,9 @@ SPECIAL = {
     "threshold-default": ("EinsumLHSWindowedNonContracting-like",
         "the default threshold (256 MiB): a small dot is not windowed, the rhs is all-gathered", 4, None),
     "threshold-one-mib": ("EinsumLHSWindowedNonContracting-like",
-        "threshold 1 MiB and a rhs of 2 MiB to gather: windowed", 4, ["threshold_for_windowed_einsum_mib=1"]),
+        "threshold 1 MiB and a rhs of 2 MiB to gather (the lhs of 1 MiB may not be windowed, XLA's rule: at least the threshold whole): windowed; cheaper than gathering the lhs and moving the 8 MiB result", 4, ["threshold_for_windowed_einsum_mib=1"]),
     "threshold-one-mib-small": ("EinsumLHSWindowedNonContracting-like",
-        "threshold 1 MiB and a rhs of 1 MiB to gather (not more than the threshold): all-gathered", 4, ["threshold_for_windowed_einsum_mib=1"]),
+        "threshold 1 MiB and a rhs of exactly 1 MiB (windowing allowed: XLA's rule is at least the threshold) but small pieces of the lhs", 4, ["threshold_for_windowed_einsum_mib=1"]),
 }
 
 
@@ -255,9 +255,52 @@ def checks(text, out):
     return c
 
 
+# What the dot's cost model chose where it is not the loop the case was written for (the
+# loops are candidates of the cost model, docs/spmd-windowed-einsum.md), bytes per device.
+LOOP_OTHER_SIDE = ("The cost model windows the {small} operand instead, the result split like the "
+                   "{big} and moved to its sharding by one all-to-all: {now} bytes per device, "
+                   "where windowing the {big} moved {old}.")
+NOTES = {
+    "bf16": LOOP_OTHER_SIDE.format(small="lhs", big="rhs", now=132, old=144),
+    "lhs-non-contracting-2": LOOP_OTHER_SIDE.format(small="lhs", big="rhs", now="1,776", old="2,560"),
+    "lhs-non-contracting-4": LOOP_OTHER_SIDE.format(small="lhs", big="rhs", now="3,360", old="4,608"),
+    "lhs-non-contracting-mesh-2x4": LOOP_OTHER_SIDE.format(small="lhs", big="rhs", now=528, old=576),
+    "lhs-non-contracting-mesh-transposed": LOOP_OTHER_SIDE.format(small="lhs", big="rhs", now=528, old=576),
+    "lhs-non-contracting-uneven": LOOP_OTHER_SIDE.format(small="lhs", big="rhs", now=888, old="1,152"),
+    "lhs-non-contracting-unrolled": LOOP_OTHER_SIDE.format(small="lhs", big="rhs", now="3,360", old="4,608"),
+    "rhs-transposed": LOOP_OTHER_SIDE.format(small="lhs", big="rhs", now=216, old=216)
+        + " Equal bytes; the lhs loop holds less (peak 264 bytes against 288).",
+    "s32-exact": LOOP_OTHER_SIDE.format(small="lhs", big="rhs", now=264, old=288),
+    "then-elementwise": LOOP_OTHER_SIDE.format(small="lhs", big="rhs", now=264, old=288),
+    "lhs-contracting-rhs-free": "Not windowed: the cost model gathers the lhs and moves the result by an "
+        "all-to-all (1,008 bytes per device) where the accumulating loop moves 1,120.",
+    "rhs-non-contracting-uneven": "Not windowed: the cost model computes the result split like the rhs "
+        "and gathers it (672 bytes per device, no padding moved) where the loop moves 768 (its last "
+        "piece is padding).",
+    "two-dots-share-operand": "The shared rhs is not windowed; each dot windows its own lhs instead and "
+        "moves its result by one all-to-all (528 bytes per device for the two), where one all-gather "
+        "of the shared rhs would serve both (288): the per-dot cost does not see the sharing "
+        "(docs/spmd-dot.md).",
+    "max-iterations-too-low": "Not windowed; the dot handler's cost model then reduce-scatters the "
+        "partial sums along the result's columns (288 bytes per device, where all-reduce and slice "
+        "move 576).",
+    "max-iterations-zero": "Not windowed; the partial sums are reduce-scattered along the result's "
+        "columns by the dot's cost model.",
+    "rhs-non-contracting-no-shared-sharding": "Not windowed; the dot's cost model then moves the rhs "
+        "to the lhs's batch split and the result back by two all-to-alls (1,440 bytes per device) "
+        "instead of gathering the lhs (3,072).",
+    "threshold-default": "Not windowed; the dot's cost model gathers the smaller lhs and moves the "
+        "result's split by one all-to-all (264 bytes per device; gathering the rhs: 288).",
+    "threshold-one-mib-small": "Not windowed; the dot's cost model gathers the small lhs and moves "
+        "the result's split by one all-to-all (12,288 bytes per device instead of 786,432 to gather "
+        "the rhs).",
+}
+
+
 def write(stem, xla, what, options, mod):
     path = os.path.join(DIR, f"windowed-{stem}.hlo")
-    text = f"{run_line(options)}\n// XLA {xla}: {what}.\n{mod}"
+    note = f" {NOTES[stem]}" if stem in NOTES else ""
+    text = f"{run_line(options)}\n// XLA {xla}: {what}.{note}\n{mod}"
     with open(path, "w") as f:
         f.write(text)
     args = [TESSERA, "opt", path, "--passes", "spmd-partitioning"]
@@ -279,8 +322,8 @@ def main():
                  "{devices=[4,1]<=[4]}", MKNK, "f32[8,12]", "{devices=[4,1]<=[4]}"))
     xla, what, n, opts = SPECIAL["threshold-one-mib"]
     write("threshold-one-mib", xla, what, opts,
-          module("threshold-one-mib", n, "f32[8,256]", "{devices=[4,1]<=[4]}", "f32[2048,256]",
-                 "{devices=[4,1]<=[4]}", MKNK, "f32[8,2048]", "{devices=[4,1]<=[4]}"))
+          module("threshold-one-mib", n, "f32[1023,256]", "{devices=[4,1]<=[4]}", "f32[2048,256]",
+                 "{devices=[4,1]<=[4]}", MKNK, "f32[1023,2048]", "{devices=[4,1]<=[4]}"))
     xla, what, n, opts = SPECIAL["threshold-one-mib-small"]
     write("threshold-one-mib-small", xla, what, opts,
           module("threshold-one-mib-small", n, "f32[8,256]", "{devices=[4,1]<=[4]}",
@@ -315,7 +358,7 @@ EXTRA = [
 }
 """),
     ("from-broadcast", "EinsumRHSWindowedContractingFromBroadcast-like",
-     "the rhs is a broadcast of a vector, split on its free dimension: windowed like any operand (code motion of the broadcast into the loop is not done)", 4,
+     "the rhs is a broadcast of a vector, split on its free dimension: the pieces travel around the ring as the vector and each trip broadcasts the one it holds (code motion; 96 bytes per device, where the broadcast pieces move 288)", 4,
      """ENTRY %entry (x: f32[8,8], v: f32[8]) -> f32[8,12] {
   %x = f32[8,8] parameter(0), sharding={devices=[4,1]<=[4]}
   %v = f32[8] parameter(1), sharding={replicated}

@@ -17,7 +17,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use tessera_compile::{
     compile_with_progress, parse_input, verify_on_devices, CompileOptions, Compiled, Progress,
-    VerifyOptions,
+    VerifyOptions, VerifyPrecision,
 };
 use tessera_hlo::Module;
 use tessera_pass::options::parse_int;
@@ -56,6 +56,11 @@ pub struct CompileArgs {
     /// --verify: absolute tolerance of floating-point outputs.
     #[arg(long, requires = "rtol")]
     pub atol: Option<f64>,
+    /// --verify: run both programs again with every f32 promoted to f64 (same inputs) and
+    /// decide by that comparison at f64's tolerance; the f32 comparison's errors are reported
+    /// beside it. For long reductions whose other summation order exceeds f32's tolerance.
+    #[arg(long, requires = "verify", conflicts_with = "rtol")]
+    pub f64: bool,
     /// Print per-pass times, per-device peak memory, collectives and why each exists, warnings.
     #[arg(long)]
     pub report: bool,
@@ -166,6 +171,11 @@ pub fn compile(args: &CompileArgs) -> Result<()> {
                 .rtol
                 .zip(args.atol)
                 .map(|(rel, abs)| tessera_runtime::Tolerance { rel, abs }),
+            precision: if args.f64 {
+                VerifyPrecision::F64
+            } else {
+                VerifyPrecision::Native
+            },
         };
         let v = verify_on_devices(&client, &original, &compiled, &vo)
             .with_context(|| format!("{}: --verify", shown(&args.file)))?;

@@ -74,7 +74,10 @@ use tessera_remat::{
 use tessera_spmd::{PropagationOptions, SpmdOptions, SpmdPartitioning, SpmdReport};
 
 pub use shardy::{has_shardy_shape_calls, import_shardy};
-pub use verify::{verify_on_devices, Verification, VerifyOptions, VerifyReference};
+pub use verify::{
+    promote_f32_to_f64, verify_on_devices, Verification, VerifyOptions, VerifyPrecision,
+    VerifyReference,
+};
 
 /// The passes of the pipeline, in order (their registry names; `shardy-import` runs before
 /// them when the module has Shardy's shape custom-calls, see [`import_shardy`]).
@@ -229,6 +232,12 @@ pub struct PeakMemory {
 /// the single-instruction effort spent on them.
 pub const REMAT_BLOCKS: (usize, i64) = (16, 8);
 
+/// Rounds of the memory-limit search per scheduler when no single try meets the limit: the
+/// best result of the scheduler is scheduled again (the scheduler now places each recomputed
+/// chain just before its use, where the walk left it earlier) and rematerialized again,
+/// while the peak goes down. Round 1 is the plain try.
+pub const REMAT_ROUNDS: usize = 4;
+
 /// The schedulers the search tries, in order, after the configured one.
 pub const REMAT_TRIES: [SchedulerKind; 4] = [
     SchedulerKind::Default,
@@ -241,6 +250,9 @@ pub const REMAT_TRIES: [SchedulerKind; 4] = [
 /// what they gave.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RematTry {
+    /// 1 for a try from the partitioned module's schedule; k > 1 for the (k-1)-th
+    /// reschedule-and-rematerialize round on this scheduler's best result ([`REMAT_ROUNDS`]).
+    pub round: usize,
     pub scheduler: SchedulerKind,
     pub block_size_limit: usize,
     pub block_rematerialization_factor: i64,
@@ -367,7 +379,12 @@ impl CompileReport {
             for t in &self.remat_tries {
                 let _ = writeln!(
                     o,
-                    "  try: schedule {}, blocks {}x{}: scheduled {}, floor {}, {}",
+                    "  try: {}schedule {}, blocks {}x{}: scheduled {}, floor {}, {}",
+                    if t.round > 1 {
+                        format!("round {}, ", t.round)
+                    } else {
+                        String::new()
+                    },
                     t.scheduler,
                     t.block_size_limit,
                     t.block_rematerialization_factor,
@@ -951,6 +968,10 @@ fn remat_search(
     };
     let mut tries = Vec::new();
     let mut best: Option<(Module, RematSummary, i64)> = None;
+    let mut met = false;
+    // Per scheduler (in the order tried), its lowest miss: where the rounds start.
+    type RematResult = (SchedulerKind, Module, RematSummary, i64);
+    let mut misses: Vec<RematResult> = Vec::new();
     let mut lowest_floor: Option<Floor> = None;
     let mut scheduled = Some(scheduled);
     'outer: for (k, &scheduler) in schedulers.iter().enumerate() {
@@ -978,6 +999,7 @@ fn remat_search(
         }
         for (j, &(size, factor)) in blocks.iter().enumerate() {
             let mut t = RematTry {
+                round: 1,
                 scheduler,
                 block_size_limit: size,
                 block_rematerialization_factor: factor,
@@ -992,29 +1014,80 @@ fn remat_search(
                 tries.push(t);
                 continue;
             }
-            let mut m = base.clone();
-            let mut o = s.remat.clone();
-            o.block_size_limit = size;
-            o.block_rematerialization_factor = factor;
-            // The pass logs a warning when it misses the limit; the report says it once, for
-            // the result, with the floor.
-            let summary = tracing::subscriber::with_default(
-                tracing::subscriber::NoSubscriber::default(),
-                || Rematerialization::new(o).run_with_summary(&mut m),
-            )
-            .map_err(|e| pass_error("rematerialization", e))?;
+            let (m, summary) = run_remat(&base, &s.remat, size, factor)?;
             let peak = peak_of(&m)?.0;
             t.peak = Some(peak);
             tries.push(t);
+            if peak <= limit {
+                best = Some((m, summary, peak));
+                met = true;
+                break 'outer;
+            }
+            if search && misses.last().is_none_or(|l: &RematResult| l.0 != scheduler) {
+                misses.push((scheduler, m.clone(), summary.clone(), peak));
+            } else if let Some(l) = misses.last_mut().filter(|l| peak < l.3) {
+                *l = (scheduler, m.clone(), summary.clone(), peak);
+            }
             if best.as_ref().is_none_or(|b| peak < b.2) {
                 best = Some((m, summary, peak));
             }
-            if peak <= limit {
-                break 'outer;
-            }
             if first && limit < floor.any_schedule {
                 // No schedule can meet it: keep the first try.
+                misses.clear();
                 break 'outer;
+            }
+        }
+    }
+    // Rounds: each scheduler's best miss, scheduled and rematerialized again.
+    'schedulers: for (scheduler, mut m, mut summary, mut peak) in misses {
+        if met {
+            break;
+        }
+        for round in 2..=REMAT_ROUNDS {
+            let mut base = m.clone();
+            tessera_remat::schedule_module(&mut base, scheduler, &shape_size)
+                .map_err(|e| CompileError::Pass(format!("schedule ({scheduler}): {e}")))?;
+            let mem = module_memory(&base, None, &shape_size, MemoryOptions::default())
+                .map_err(|e| CompileError::Pass(format!("memory accounting: {e}")))?;
+            let floor = floor_of(&remat_floor(&base, &mem));
+            let mut round_best: Option<(Module, RematSummary, i64)> = None;
+            for &(size, factor) in &blocks {
+                let mut t = RematTry {
+                    round,
+                    scheduler,
+                    block_size_limit: size,
+                    block_rematerialization_factor: factor,
+                    scheduled: mem.peak_bytes,
+                    floor,
+                    peak: None,
+                };
+                if floor > limit {
+                    tries.push(t);
+                    continue;
+                }
+                let (r, rs) = run_remat(&base, &s.remat, size, factor)?;
+                let p = peak_of(&r)?.0;
+                t.peak = Some(p);
+                tries.push(t);
+                if round_best.as_ref().is_none_or(|b| p < b.2) {
+                    round_best = Some((r, rs, p));
+                }
+                if p <= limit {
+                    break;
+                }
+            }
+            match round_best {
+                Some((r, rs, p)) if p < peak => {
+                    summary = merge_summaries(&summary, rs);
+                    (m, peak) = (r, p);
+                }
+                _ => continue 'schedulers,
+            }
+            if best.as_ref().is_none_or(|b| peak < b.2) {
+                best = Some((m.clone(), summary.clone(), peak));
+            }
+            if peak <= limit {
+                break 'schedulers;
             }
         }
     }
@@ -1025,6 +1098,45 @@ fn remat_search(
         tries,
         lowest_floor.expect("the first schedule is always measured"),
     ))
+}
+
+/// One rematerialization of `base` (scheduled) with the given block settings.
+fn run_remat(
+    base: &Module,
+    options: &RematOptions,
+    size: usize,
+    factor: i64,
+) -> Result<(Module, RematSummary)> {
+    let mut m = base.clone();
+    let mut o = options.clone();
+    o.block_size_limit = size;
+    o.block_rematerialization_factor = factor;
+    // The pass logs a warning when it misses the limit; the report says it once, for the
+    // result, with the floor.
+    let summary =
+        tracing::subscriber::with_default(tracing::subscriber::NoSubscriber::default(), || {
+            Rematerialization::new(o).run_with_summary(&mut m)
+        })
+        .map_err(|e| pass_error("rematerialization", e))?;
+    Ok((m, summary))
+}
+
+/// The summary of two rematerializations in a row, as one: peaks and sizes from the first
+/// before and the second after, counts summed.
+fn merge_summaries(first: &RematSummary, second: RematSummary) -> RematSummary {
+    RematSummary {
+        peak_before: first.peak_before,
+        instructions_before: first.instructions_before,
+        instructions_rematerialized: first.instructions_rematerialized
+            + second.instructions_rematerialized,
+        net_instructions_added: first.net_instructions_added + second.net_instructions_added,
+        effort: first.effort + second.effort,
+        queue_pops: first.queue_pops + second.queue_pops,
+        scan_effort: first.scan_effort + second.scan_effort,
+        search_degraded: first.search_degraded || second.search_degraded,
+        max_block_size: first.max_block_size.max(second.max_block_size),
+        ..second
+    }
 }
 
 fn pass_error(pass: &str, e: PassError) -> CompileError {

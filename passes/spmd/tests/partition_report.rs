@@ -229,6 +229,16 @@ ENTRY %main (x: f32[8,8], w: f32[8,8]) -> f32[8,8] {
         c[0].reason
     );
     assert_eq!(c[0].bytes, 3 * 64);
+    // The loop is a candidate of the dot's cost model: the choice names it, its bytes and
+    // peak, and the runner-up (gathering the rhs: the same bytes, a larger peak).
+    let choice = &p.report.choices[0];
+    assert!(
+        choice.starts_with("%d: windowed einsum: rhs pieces")
+            && choice.contains("(192 bytes received per device, peak 256 bytes;")
+            && choice.contains("; next: ")
+            && choice.contains("192 bytes, peak 384)"),
+        "{choice}"
+    );
     // The default threshold leaves the same dot to the all-gather.
     let p = run(text).unwrap();
     assert_eq!(p.report.collectives[0].collective, "all-gather");

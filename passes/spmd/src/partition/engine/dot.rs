@@ -8,7 +8,7 @@
 use super::*;
 use tessera_hlo::attrs::{ConvDimensionNumbers, DotDimensionNumbers, PaddingDim};
 
-mod candidates;
+pub(super) mod candidates;
 
 use candidates::{Combine, Shapes};
 
@@ -40,7 +40,7 @@ pub(super) struct DimsMapping {
 
 /// Which operand.
 #[allow(dead_code)] // windowed einsum's and the convolution handler's (being written)
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(super) enum Side {
     Lhs,
     Rhs,
@@ -233,10 +233,6 @@ impl Engine<'_> {
         own: Tree,
         dims: &DimsMapping,
     ) -> Result<()> {
-        if let Some(out) = self.windowed_dot(b, id, &own, dims)? {
-            self.set(id, out, own);
-            return Ok(());
-        }
         let i = b.module().instr(id).clone();
         let (lhs, rhs) = (i.operands()[0], i.operands()[1]);
         let lv = self.value(b.module(), lhs)?;
@@ -261,6 +257,35 @@ impl Engine<'_> {
         let Some(choice) = candidates::choose(dims, &shapes, ls, rs, os, self.n) else {
             return self.default(b, id, own);
         };
+        // The windowed loops the options allow, costed beside the tilings: loops that leave
+        // the result as its own sharding, or split like either operand (then resharded).
+        let mut results: Vec<Tiling> = Vec::new();
+        if self.windowing_possible(b, id, dims) {
+            let orank = shapes.out.len();
+            let own_t = match os {
+                Spec::Tiled(t) => Some(t.clone()),
+                _ => None,
+            };
+            let like = |side: Side, spec: &Spec| match spec {
+                Spec::Tiled(x) => Some(x.project(&dims.out_from_operand(side, orank))),
+                _ => None,
+            };
+            for r in [own_t, like(Side::Lhs, ls), like(Side::Rhs, rs)]
+                .into_iter()
+                .flatten()
+            {
+                if r.num_devices() == self.n && !r.is_replicated() && !results.contains(&r) {
+                    results.push(r);
+                }
+            }
+        }
+        let mut extra = Vec::new();
+        for r in &results {
+            for w in self.windowed_plans(b, id, r, dims)? {
+                extra.push(candidates::windowed(w, &shapes, ls, rs, r, os, self.n));
+            }
+        }
+        let choice = candidates::with_extra(&choice, extra);
         let c = &choice.best;
         self.report.choices.push(format!(
             "%{}: {} ({} bytes received per device, peak {} bytes; {} candidates{})",
@@ -276,6 +301,15 @@ impl Engine<'_> {
                     "; next: {what}, {bytes} bytes, peak {peak}"
                 ))
         ));
+        if let Combine::Windowed(w) = &c.combine {
+            let v = Value {
+                local: self.windowed_dot(b, id, &c.result, w)?,
+                tree: Tree::Leaf(Spec::Tiled(c.result.clone())),
+            };
+            let local = self.reshard(b, &v, &i.shape, &own)?;
+            self.set(id, local, own);
+            return Ok(());
+        }
         let mut l = self.operand(b, id, 0, &Tree::Leaf(Spec::Tiled(c.lhs.clone())))?;
         let mut r = self.operand(b, id, 1, &Tree::Leaf(Spec::Tiled(c.rhs.clone())))?;
         if !c.contracting.is_empty() {
@@ -298,7 +332,7 @@ impl Engine<'_> {
         let g = groups.first().map_or(1, |g| g.len() as i64);
         let elem = shapes.elem[2];
         match c.combine {
-            Combine::Nothing => {}
+            Combine::Nothing | Combine::Windowed(_) => {}
             Combine::AllReduce => {
                 let bytes = c.partial.shard_dims(&shapes.out).iter().product::<i64>() * elem;
                 let reducer = built(b.reducer(oa.ty, op))?;

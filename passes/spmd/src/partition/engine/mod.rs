@@ -512,9 +512,69 @@ impl Engine<'_> {
                 return Ok(x);
             }
         }
+        if let Some(x) = self.rebroadcast(b, op, target)? {
+            return Ok(x);
+        }
         let v = self.value(b.module(), op)?;
         let base = self.global(b.module(), op);
         self.reshard(b, &v, &base, target)
+    }
+
+    /// Original broadcast `op` built again as `target` from its source, when the source
+    /// reaches what that needs for fewer bytes than the broadcast's value moves (a
+    /// replicated scalar: for nothing, where moving the broadcast would be an all-to-all or
+    /// an all-gather). XLA's partitioned modules show the same: a broadcast of a constant
+    /// is broadcast again at each user's sharding. Cached like a reshard.
+    fn rebroadcast(
+        &mut self,
+        b: &mut Builder,
+        op: InstrId,
+        target: &Tree,
+    ) -> Result<Option<InstrId>> {
+        let i = b.module().instr(op);
+        if i.opcode != Opcode::Broadcast || i.operands().len() != 1 {
+            return Ok(None);
+        }
+        let src = i.operands()[0];
+        let (Tree::Leaf(Spec::Tiled(t)), Some(v), Some(sv)) =
+            (target, self.values.get(&op), self.values.get(&src))
+        else {
+            return Ok(None);
+        };
+        let (Tree::Leaf(Spec::Tiled(cur)), Tree::Leaf(Spec::Tiled(scur))) = (&v.tree, &sv.tree)
+        else {
+            return Ok(None);
+        };
+        let (Shape::Array(ba), Shape::Array(sa)) =
+            (self.global(b.module(), op), self.global(b.module(), src))
+        else {
+            return Ok(None);
+        };
+        let map: Vec<Option<usize>> = i
+            .attrs
+            .dimensions
+            .as_deref()
+            .unwrap_or_default()
+            .iter()
+            .map(|&d| Some(d as usize))
+            .collect();
+        if map.len() != sa.dims.len() {
+            return Ok(None);
+        }
+        let want = t.project(&map);
+        if self.move_bytes(scur, &want, &sa.dims, sa.ty) >= self.move_bytes(cur, t, &ba.dims, ba.ty)
+        {
+            return Ok(None);
+        }
+        let (local, i) = (v.local, i.clone());
+        let sv = sv.clone();
+        let x = self.reshard(b, &sv, &Shape::Array(sa), &Tree::Leaf(Spec::Tiled(want)))?;
+        let out = clone_of(b, &i, &[x], local_shape(&i.shape, target))?;
+        self.cache
+            .entry(local)
+            .or_default()
+            .push((target.clone(), out));
+        Ok(Some(out))
     }
 
     fn instruction(&mut self, b: &mut Builder, id: InstrId, params: &[Tree]) -> Result<()> {

@@ -28,38 +28,9 @@
 //! ways around the ring: two windows per trip and half the trips. In every trip the permute
 //! reads the same piece the dot reads, so the two are independent and may overlap.
 
+use super::dot::candidates::Windowed as Plan;
 use super::dot::{DimsMapping, Side};
 use super::*;
-
-/// One windowed loop, decided before anything is built.
-enum Plan {
-    /// See the module docs.
-    Gather {
-        /// The operand whose split the result keeps.
-        mine: Side,
-        mine_t: Tiling,
-        /// The other operand's windowed tiling: split along `d` into `ring` pieces.
-        other_t: Tiling,
-        d: usize,
-        /// The result dimension of `d`.
-        o: usize,
-        ring: i64,
-    },
-    /// See the module docs.
-    Accumulate {
-        /// The operand split on the contracting dimension whose split is kept.
-        mine: Side,
-        mine_t: Tiling,
-        other_t: Tiling,
-        /// The contracting dimension on each side.
-        c: (usize, usize),
-        /// The side holding the result's split dimension `o`, and that dimension there.
-        holder: Side,
-        hd: usize,
-        o: usize,
-        ring: i64,
-    },
-}
 
 impl<'c> Engine<'c> {
     /// A while loop of `trips` trips over the state `init` (built in the current computation)
@@ -157,63 +128,63 @@ impl Ring {
 }
 
 impl Engine<'_> {
-    /// Partitions dot `id` as a windowed loop when the options allow it and one fits; the
-    /// returned local value holds `own`. `None`: the caller's strategies apply.
+    /// Builds windowed loop `plan` for dot `id` whose result is wanted as `t`; the returned
+    /// local value holds `t`.
     pub(super) fn windowed_dot(
         &mut self,
         b: &mut Builder,
         id: InstrId,
-        own: &Tree,
-        dims: &DimsMapping,
-    ) -> Result<Option<InstrId>> {
-        if !dims.spatial.is_empty() {
-            return Ok(None);
+        t: &Tiling,
+        plan: &Plan,
+    ) -> Result<InstrId> {
+        match plan {
+            Plan::Gather { .. } => self.gather_loop(b, id, t, plan),
+            Plan::Accumulate { .. } => self.accumulate_loop(b, id, t, plan),
         }
-        let Tree::Leaf(Spec::Tiled(t)) = own else {
-            return Ok(None);
-        };
-        let Some(plan) = self.windowed_plan(b, id, t, dims)? else {
-            return Ok(None);
-        };
-        let out = match plan {
-            Plan::Gather { .. } => self.gather_loop(b, id, t, &plan)?,
-            Plan::Accumulate { .. } => self.accumulate_loop(b, id, t, &plan)?,
-        };
-        Ok(Some(out))
     }
 
-    /// The loop to build, if any: the accumulating one first (it halves the all-reduce's
-    /// bytes), then the gathering one (the all-gather's bytes without its memory).
-    fn windowed_plan(
+    /// Whether any windowed loop may be considered for dot-like `id`: the options allow
+    /// windowing, it is a dot (no spatial dimensions) and some operand or the result reaches
+    /// the threshold whole. When not, no plan can pass it, and the per-device tables the
+    /// plans need (which grow with the device count) are not built.
+    pub(super) fn windowing_possible(&self, b: &Builder, id: InstrId, dims: &DimsMapping) -> bool {
+        if !dims.spatial.is_empty() || self.windowed.max_iterations < 2 {
+            return false;
+        }
+        let m = b.module();
+        let i = m.instr(id);
+        let threshold = self.windowed.threshold_mib.saturating_mul(1 << 20);
+        let whole = |s: &Shape| s.as_array().map_or(0, |a| a.byte_size());
+        i.operands()
+            .iter()
+            .map(|&o| whole(&self.global(m, o)))
+            .chain([whole(&i.shape)])
+            .any(|x| x >= threshold)
+    }
+
+    /// Every windowed loop that fits dot `id` whose result is wanted as `t` and that the
+    /// options allow: the dot's cost model weighs them against its other candidates
+    /// (accumulating loops first, then gathering ones, in operand and dimension order).
+    /// XLA's threshold rule: the operand being windowed (the result, for an accumulating
+    /// loop) is at least `threshold_for_windowed_einsum_mib` whole.
+    pub(super) fn windowed_plans(
         &self,
         b: &Builder,
         id: InstrId,
         t: &Tiling,
         dims: &DimsMapping,
-    ) -> Result<Option<Plan>> {
+    ) -> Result<Vec<Plan>> {
+        let mut plans = Vec::new();
+        if !self.windowing_possible(b, id, dims) {
+            return Ok(plans);
+        }
         let m = b.module();
         let i = m.instr(id);
         let ops = [i.operands()[0], i.operands()[1]];
         let out_rank = i.shape.rank();
         let threshold = self.windowed.threshold_mib.saturating_mul(1 << 20);
         let max_ring = self.windowed.max_iterations;
-        let bytes = |global: &Shape, tl: &Tiling| -> i64 {
-            let elem = global.element_type().byte_size() as i64;
-            tl.shard_dims(global.dims()).iter().product::<i64>() * elem
-        };
-        // Every figure compared with the threshold is a piece of an operand or of the result:
-        // when none of those is larger whole, no plan can pass it, and the per-device tables
-        // below (which grow with the device count) need not be built.
         let whole = |s: &Shape| s.as_array().map_or(0, |a| a.byte_size());
-        let largest = ops
-            .iter()
-            .map(|&o| whole(&self.global(m, o)))
-            .chain([whole(&i.shape)])
-            .max()
-            .unwrap_or(0);
-        if largest <= threshold {
-            return Ok(None);
-        }
         // Reduce-scatter-like: one contracting dimension split over a ring that also splits
         // the result along one non-contracting dimension.
         for side in [Side::Lhs, Side::Rhs] {
@@ -255,13 +226,12 @@ impl Engine<'_> {
                 if pt.iter().zip(&ps).any(|(a, b)| a[o] != b[c_mine]) {
                     continue;
                 }
-                let out_bytes = bytes(&i.shape, &partial);
-                if out_bytes <= threshold || ring > max_ring || ring < 2 {
+                if whole(&i.shape) < threshold || ring > max_ring || ring < 2 {
                     continue;
                 }
                 let orank = m.instr(ops[side.other().index()]).shape.rank();
                 let other_t = s.project(&dims.operand_from_operand(side.other(), orank));
-                return Ok(Some(Plan::Accumulate {
+                plans.push(Plan::Accumulate {
                     mine: side,
                     mine_t: s.clone(),
                     other_t,
@@ -273,7 +243,7 @@ impl Engine<'_> {
                     hd,
                     o,
                     ring,
-                }));
+                });
             }
         }
         // Gather-like: the result keeps `mine`'s split; the other operand is split along a
@@ -332,12 +302,12 @@ impl Engine<'_> {
                 if global.dims()[d] < ring || ring > max_ring {
                     continue;
                 }
-                if bytes(&global, &want) <= threshold {
+                if whole(&global) < threshold {
                     continue;
                 }
-                // Not when the loop would move more than the gather: a reshard onto the
-                // ring first, or an operand that several dots read (one gather serves
-                // them all; a loop per dot would move it again for each).
+                // Not for an operand that several dots read: one gather serves them all, a
+                // loop per dot would move it again for each (the per-dot cost does not see
+                // the sharing).
                 let dots = m
                     .users(oid)
                     .iter()
@@ -346,30 +316,31 @@ impl Engine<'_> {
                 if dots > 1 {
                     continue;
                 }
-                let elem = global.element_type().byte_size() as i64;
-                let (src, gd) = (Spec::Tiled(cur.clone()), global.dims());
-                let cost = |to: &Tiling| {
-                    plan::plan(&src, &Spec::Tiled(to.clone()), gd, self.n)
-                        .map_or(i64::MAX, |p| p.bytes(gd, elem))
-                };
-                // On the operand's own ring the loop moves what the gather does.
-                let piece = bytes(&global, &other_t);
-                if other_t != *cur
-                    && cost(&other_t).saturating_add((ring - 1) * piece) > cost(&want)
-                {
-                    continue;
-                }
-                return Ok(Some(Plan::Gather {
+                // Code motion sends what the piece is made of when that is smaller (the
+                // local value is the piece only when no reshard comes first).
+                let sent = (other_t == *cur)
+                    .then(|| Motion::plan(m, v.local, None))
+                    .flatten()
+                    .map(|mo| mo.leaf_bytes(m))
+                    .filter(|&x| {
+                        x < m
+                            .instr(v.local)
+                            .shape
+                            .as_array()
+                            .map_or(0, |a| a.byte_size())
+                    });
+                plans.push(Plan::Gather {
                     mine,
                     mine_t: t.project(&dims.operand_from_out(mine, mrank)),
                     other_t,
                     d,
                     o,
                     ring,
-                }));
+                    sent,
+                });
             }
         }
-        Ok(None)
+        Ok(plans)
     }
 
     /// A new computation, placed before every other (callees come before their callers).
@@ -420,6 +391,19 @@ impl Engine<'_> {
         built(b.binary(Opcode::Add, base, jc))
     }
 
+    /// `x` sent one step around the ring (`pairs`): a tuple element by element.
+    fn send(&mut self, b: &mut Builder, x: InstrId, pairs: &[(i64, i64)]) -> Result<InstrId> {
+        let Shape::Tuple(parts) = &b.module().instr(x).shape else {
+            return self.creator.collective_permute(b, x, pairs);
+        };
+        let mut out = Vec::with_capacity(parts.len());
+        for k in 0..parts.len() {
+            let e = built(b.get_tuple_element(x, k as i64))?;
+            out.push(self.creator.collective_permute(b, e, pairs)?);
+        }
+        built(b.tuple(&out))
+    }
+
     fn permute_note(&mut self, b: &Builder, piece: InstrId, count: i64, what: &str) {
         let bytes = b
             .module()
@@ -450,6 +434,7 @@ impl Engine<'_> {
             d,
             o,
             ring,
+            ..
         } = plan
         else {
             unreachable!("gather_loop takes a gather plan")
@@ -470,6 +455,23 @@ impl Engine<'_> {
         )?;
         let ring_of = Ring::along(other_t, d);
         let piece = b.module().instr(ol).shape.dims()[d];
+        // Code motion: a piece made from something smaller (a broadcast, a widening convert)
+        // travels as that and is rebuilt each trip.
+        let piece_bytes = b
+            .module()
+            .instr(ol)
+            .shape
+            .as_array()
+            .map_or(0, |a| a.byte_size());
+        let motion =
+            Motion::plan(b.module(), ol, None).filter(|mo| mo.leaf_bytes(b.module()) < piece_bytes);
+        let sent_bytes = motion
+            .as_ref()
+            .map_or(piece_bytes, |mo| mo.leaf_bytes(b.module()));
+        let ol = match &motion {
+            Some(mo) => mo.enter(b, 0)?,
+            None => ol,
+        };
         let own_shape = local_shape(&i.shape, &Tree::Leaf(Spec::Tiled(t.clone())));
         let mut frag_shape = own_shape.clone();
         set_dim(&mut frag_shape, o, piece);
@@ -496,6 +498,10 @@ impl Engine<'_> {
                       p: InstrId,
                       k: InstrId|
          -> Result<InstrId> {
+            let p = match &motion {
+                Some(mo) => mo.rebuild(b, p, None, 0)?,
+                None => p,
+            };
             let (l, r) = match mine {
                 Side::Lhs => (m, p),
                 Side::Rhs => (p, m),
@@ -512,14 +518,14 @@ impl Engine<'_> {
             let h = (ring - 1) / 2;
             let k0 = Self::step_index(b, None, 1, 0)?;
             let mut acc = window(self, b, acc0, ml, ol, k0)?;
-            let fwd = self.creator.collective_permute(b, ol, &pairs)?;
-            let bwd = self.creator.collective_permute(b, ol, &back)?;
+            let fwd = self.send(b, ol, &pairs)?;
+            let bwd = self.send(b, ol, &back)?;
             let mut state = vec![ml, fwd, bwd, acc];
             if h > 1 {
                 state = self.windowed_while(b, &state, h - 1, &mut |this, b, trip, s| {
                     let (m, f, bw, a) = (s[0], s[1], s[2], s[3]);
-                    let f2 = this.creator.collective_permute(b, f, &pairs)?;
-                    let b2 = this.creator.collective_permute(b, bw, &back)?;
+                    let f2 = this.send(b, f, &pairs)?;
+                    let b2 = this.send(b, bw, &back)?;
                     let one = built(b.scalar(ElementType::S32, 1.0))?;
                     let j = built(b.binary(Opcode::Add, trip, one))?;
                     let a = window(this, b, a, m, f, j)?;
@@ -536,7 +542,7 @@ impl Engine<'_> {
             let kb = Self::step_index(b, None, 1, ring - h)?;
             acc = window(self, b, acc, ml, bw, kb)?;
             if ring % 2 == 0 {
-                let f2 = self.creator.collective_permute(b, f, &pairs)?;
+                let f2 = self.send(b, f, &pairs)?;
                 let kl = Self::step_index(b, None, 1, h + 1)?;
                 acc = window(self, b, acc, ml, f2, kl)?;
             }
@@ -550,7 +556,7 @@ impl Engine<'_> {
                 state = self.windowed_while(b, &state, trips, &mut |this, b, trip, s| {
                     let (m, mut p, mut a) = (s[0], s[1], s[2]);
                     for j in 0..per {
-                        let next = this.creator.collective_permute(b, p, &pairs)?;
+                        let next = this.send(b, p, &pairs)?;
                         let k = Self::step_index(b, Some(trip), per, j)?;
                         a = window(this, b, a, m, p, k)?;
                         p = next;
@@ -561,7 +567,7 @@ impl Engine<'_> {
             let (mut p, mut a) = (state[1], state[2]);
             for k in trips * per..ring {
                 let next = if k < ring - 1 {
-                    Some(self.creator.collective_permute(b, p, &pairs)?)
+                    Some(self.send(b, p, &pairs)?)
                 } else {
                     None
                 };
@@ -573,7 +579,20 @@ impl Engine<'_> {
             }
             a
         };
-        self.permute_note(b, ol, ring - 1, "operand pieces");
+        self.report.collectives.push(CollectiveNote {
+            original: self.origin_name(b),
+            collective: "collective-permute",
+            reason: format!(
+                "windowed einsum (operand pieces{}), {} steps around the ring",
+                if motion.is_some() {
+                    ", sent as what makes them"
+                } else {
+                    ""
+                },
+                ring - 1
+            ),
+            bytes: sent_bytes * (ring - 1),
+        });
         // The accumulator holds `ring` whole pieces: cut the padding of the last one.
         let ext = own_shape.dims()[o];
         if piece * ring == ext {
@@ -639,42 +658,11 @@ impl Engine<'_> {
             false => (ol, ml),
         };
         let hdims = b.module().instr(hl).shape.dims().to_vec();
-        // Code motion (XLA's `DoCodeMotionForWindowedDotGeneralLoops`, for the computations
-        // that only feed the loop's operand): a holder that is a broadcast of something
-        // smaller enters the loop as that operand, and each window broadcasts only its own
-        // slice; the whole holder is never built.
-        let motion = {
-            let hi = b.module().instr(hl);
-            let bytes = |x: &Instruction| x.shape.as_array().map_or(0, |a| a.byte_size());
-            match (hi.opcode, hi.operands(), hi.attrs.dimensions.as_ref()) {
-                (Opcode::Broadcast, &[src], Some(bd))
-                    if bytes(b.module().instr(src)) < bytes(hi) =>
-                {
-                    let bd: Vec<i64> = bd.clone();
-                    let j = bd.iter().position(|&x| x as usize == hd);
-                    Some((src, bd, j))
-                }
-                _ => None,
-            }
-        };
-        if let Some((src, _, j)) = &motion {
-            hl = *src;
-            // The source's dimension that becomes the windowed one, padded to whole windows.
-            if let Some(j) = *j {
-                let sdims = b.module().instr(hl).shape.dims().to_vec();
-                if sdims[j] < win * ring {
-                    let sty = b.module().instr(hl).shape.element_type();
-                    let z = built(b.scalar(sty, 0.0))?;
-                    let pads: Vec<PaddingDim> = (0..sdims.len())
-                        .map(|x| PaddingDim {
-                            low: 0,
-                            high: if x == j { win * ring - sdims[x] } else { 0 },
-                            interior: 0,
-                        })
-                        .collect();
-                    hl = built(b.pad(hl, z, &pads))?;
-                }
-            }
+        // Code motion: the computation that only makes the holder moves into the loop, each
+        // window rebuilt from its leaves' slices; the whole holder is never built.
+        let motion = Motion::plan(b.module(), hl, Some(hd));
+        if let Some(mo) = &motion {
+            hl = mo.enter(b, win * ring)?;
         } else if hdims[hd] < win * ring {
             let hty = b.module().instr(hl).shape.element_type();
             let z = built(b.scalar(hty, 0.0))?;
@@ -714,18 +702,7 @@ impl Engine<'_> {
                         .collect();
                     built(b.dynamic_slice(h, &starts, &hsizes))?
                 }
-                Some((_, bd, j)) => {
-                    let mut src = h;
-                    if let Some(j) = *j {
-                        let mut sizes = b.module().instr(h).shape.dims().to_vec();
-                        sizes[j] = win;
-                        let starts: Vec<InstrId> = (0..sizes.len())
-                            .map(|x| if x == j { start } else { z })
-                            .collect();
-                        src = built(b.dynamic_slice(h, &starts, &sizes))?;
-                    }
-                    built(b.broadcast(src, &hsizes, bd))?
-                }
+                Some(mo) => mo.rebuild(b, h, Some(start), win)?,
             };
             let (l, r) = match holder {
                 Side::Lhs => (hw, f),
@@ -814,5 +791,191 @@ impl Engine<'_> {
 fn set_dim(shape: &mut Shape, d: usize, v: i64) {
     if let Shape::Array(a) = shape {
         a.dims[d] = v;
+    }
+}
+
+/// Code motion into a windowed loop (XLA's `DoCodeMotionForWindowedDotGeneralLoops`): the
+/// operand-only computation that makes a loop operand (broadcasts, converts and other
+/// element-wise chains over operands of its shape, reshapes that keep the windowed dimension
+/// whole) is rebuilt inside the loop from its leaves, so the operand itself is never built
+/// whole. An accumulating loop rebuilds just each window (the leaves sliced); a gathering loop
+/// sends the leaves around the ring instead of the piece, when they are smaller, and rebuilds
+/// the piece each trip.
+struct Motion {
+    /// The moved instructions, operands first, each with the dimension that is windowed in it
+    /// (`None`: used whole).
+    nodes: Vec<(InstrId, Option<usize>)>,
+    /// What enters the loop, with its windowed dimension.
+    leaves: Vec<(InstrId, Option<usize>)>,
+    root: InstrId,
+}
+
+/// At most this many instructions are moved into a loop.
+const MAX_MOVED: usize = 16;
+
+impl Motion {
+    /// The motion for local value `root` windowed along `dim` (`None`: rebuilt whole), if any
+    /// instruction can move.
+    fn plan(m: &Module, root: InstrId, dim: Option<usize>) -> Option<Motion> {
+        let mut modes: Vec<(InstrId, Option<usize>)> = Vec::new();
+        let mut leaves: Vec<(InstrId, Option<usize>)> = Vec::new();
+        let mut nodes: Vec<(InstrId, Option<usize>)> = Vec::new();
+        // Depth-first, operands before users; a value reached in two modes stops the motion.
+        let mut stack = vec![(root, dim, false)];
+        while let Some((h, md, expanded)) = stack.pop() {
+            if let Some(&(_, seen)) = modes.iter().find(|(x, _)| *x == h) {
+                if seen != md {
+                    return None;
+                }
+                if !expanded {
+                    continue;
+                }
+            }
+            if expanded {
+                nodes.push((h, md));
+                continue;
+            }
+            modes.push((h, md));
+            let Some(ops) = Self::movable(m, h, md) else {
+                leaves.push((h, md));
+                continue;
+            };
+            if nodes.len() + stack.len() >= MAX_MOVED {
+                return None;
+            }
+            stack.push((h, md, true));
+            for (o, omd) in ops.into_iter().rev() {
+                stack.push((o, omd, false));
+            }
+        }
+        let mo = Motion {
+            nodes,
+            leaves,
+            root,
+        };
+        // Only when what enters the loop is no larger than the value it replaces (scalars
+        // aside: a chain's constants and parameters).
+        let root_bytes = m.instr(root).shape.as_array().map_or(0, |a| a.byte_size());
+        let arrays: i64 = mo
+            .leaves
+            .iter()
+            .filter(|&&(l, _)| m.instr(l).shape.rank() > 0)
+            .map(|&(l, _)| m.instr(l).shape.as_array().map_or(0, |a| a.byte_size()))
+            .sum();
+        if mo.nodes.is_empty() || arrays > root_bytes {
+            return None;
+        }
+        Some(mo)
+    }
+
+    /// The operands of `h` and their windowed dimensions when `h` can move with its dimension
+    /// `md` windowed; `None`: `h` is a leaf.
+    fn movable(m: &Module, h: InstrId, md: Option<usize>) -> Option<Vec<(InstrId, Option<usize>)>> {
+        let i = m.instr(h);
+        let dims = i.shape.as_array()?.dims.clone();
+        let ops = i.operands();
+        match i.opcode {
+            Opcode::Broadcast if ops.len() == 1 => {
+                let bd = i.attrs.dimensions.as_deref()?;
+                let j = md.and_then(|k| bd.iter().position(|&x| x as usize == k));
+                Some(vec![(ops[0], j)])
+            }
+            Opcode::Reshape if ops.len() == 1 => {
+                let from = m.instr(ops[0]).shape.as_array()?.dims.clone();
+                let j = match md {
+                    None => None,
+                    Some(k) => {
+                        let before: i64 = dims[..k].iter().product();
+                        let j = (0..from.len()).find(|&j| {
+                            from[j] == dims[k] && from[..j].iter().product::<i64>() == before
+                        })?;
+                        Some(j)
+                    }
+                };
+                Some(vec![(ops[0], j)])
+            }
+            op if (op.is_elementwise_unary()
+                || op.is_elementwise_binary()
+                || op == Opcode::Select)
+                && !ops.is_empty()
+                && ops
+                    .iter()
+                    .all(|&o| m.instr(o).shape.as_array().is_some_and(|a| a.dims == dims)) =>
+            {
+                Some(ops.iter().map(|&o| (o, md)).collect())
+            }
+            _ => None,
+        }
+    }
+
+    /// Bytes of the leaves.
+    fn leaf_bytes(&self, m: &Module) -> i64 {
+        self.leaves
+            .iter()
+            .map(|&(l, _)| m.instr(l).shape.as_array().map_or(0, |a| a.byte_size()))
+            .sum()
+    }
+
+    /// The leaves, padded along their windowed dimension to `whole` (whole windows), as one
+    /// value to carry in the loop state (a tuple when there are several).
+    fn enter(&self, b: &mut Builder, whole: i64) -> Result<InstrId> {
+        let mut xs = Vec::with_capacity(self.leaves.len());
+        for &(l, md) in &self.leaves {
+            let mut x = l;
+            if let Some(k) = md {
+                let dims = b.module().instr(l).shape.dims().to_vec();
+                if dims[k] < whole {
+                    let ty = b.module().instr(l).shape.element_type();
+                    let z = built(b.scalar(ty, 0.0))?;
+                    let mut pads = vec![PaddingDim::default(); dims.len()];
+                    pads[k].high = whole - dims[k];
+                    x = built(b.pad(x, z, &pads))?;
+                }
+            }
+            xs.push(x);
+        }
+        match xs[..] {
+            [x] => Ok(x),
+            _ => built(b.tuple(&xs)),
+        }
+    }
+
+    /// The moved value rebuilt from `leaves` (the tuple [`Motion::enter`] made, or its
+    /// image in a loop body): the window of `size` starting at `start` along the windowed
+    /// dimensions, or whole when `start` is `None`.
+    fn rebuild(
+        &self,
+        b: &mut Builder,
+        leaves: InstrId,
+        start: Option<InstrId>,
+        size: i64,
+    ) -> Result<InstrId> {
+        let mut at: HashMap<InstrId, InstrId> = HashMap::new();
+        for (k, &(l, md)) in self.leaves.iter().enumerate() {
+            let mut x = match self.leaves.len() {
+                1 => leaves,
+                _ => built(b.get_tuple_element(leaves, k as i64))?,
+            };
+            if let (Some(d), Some(s)) = (md, start) {
+                let mut sizes = b.module().instr(x).shape.dims().to_vec();
+                sizes[d] = size;
+                let z = built(b.scalar(ElementType::S32, 0.0))?;
+                let starts: Vec<InstrId> = (0..sizes.len())
+                    .map(|x| if x == d { s } else { z })
+                    .collect();
+                x = built(b.dynamic_slice(x, &starts, &sizes))?;
+            }
+            at.insert(l, x);
+        }
+        for &(h, md) in &self.nodes {
+            let i = b.module().instr(h).clone();
+            let ops: Vec<InstrId> = i.operands().iter().map(|o| at[o]).collect();
+            let mut shape = i.shape.clone();
+            if let (Some(d), Some(_)) = (md, start) {
+                set_dim(&mut shape, d, size);
+            }
+            at.insert(h, clone_of(b, &i, &ops, shape)?);
+        }
+        Ok(at[&self.root])
     }
 }

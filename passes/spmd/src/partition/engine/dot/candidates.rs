@@ -33,7 +33,7 @@ use hashbrown::HashTable;
 
 use super::super::super::plan;
 use super::super::super::spec::{fx, ravel, DeviceTable, Memo, MemoTable, Spec, Tiling};
-use super::{DimTriple, DimsMapping};
+use super::{DimTriple, DimsMapping, Side};
 
 /// How the local results are combined.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -45,6 +45,43 @@ pub(in crate::partition::engine) enum Combine {
     /// Reduce-scatter of the partial sums along result dimension `dim` (padded with zeros to
     /// `padded` first when the piece does not divide).
     ReduceScatter { dim: usize, padded: i64 },
+    /// No combine: a windowed-einsum loop (engine/windowed_dot.rs) computes the result,
+    /// already as the dot's own sharding.
+    Windowed(Box<Windowed>),
+}
+
+/// A windowed-einsum loop, decided before anything is built (see engine/windowed_dot.rs).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(in crate::partition::engine) enum Windowed {
+    /// The result is split like operand `mine`; the other operand, split along its free
+    /// dimension `d` (result dimension `o`) over rings of `ring` devices, is passed around.
+    Gather {
+        mine: Side,
+        mine_t: Tiling,
+        /// The other operand's windowed tiling: split along `d` into `ring` pieces.
+        other_t: Tiling,
+        d: usize,
+        o: usize,
+        ring: i64,
+        /// Bytes sent per step when the piece travels as the smaller values it is made of
+        /// (code motion), instead of the piece itself.
+        sent: Option<i64>,
+    },
+    /// Operand `mine` is split along one contracting dimension over rings of `ring` devices
+    /// that also split the result along `o`; partial sums of result windows are passed
+    /// around.
+    Accumulate {
+        mine: Side,
+        mine_t: Tiling,
+        other_t: Tiling,
+        /// The contracting dimension on each side.
+        c: (usize, usize),
+        /// The side holding the result's split dimension `o`, and that dimension there.
+        holder: Side,
+        hd: usize,
+        o: usize,
+        ring: i64,
+    },
 }
 
 /// One way to partition a dot-like op.
@@ -533,6 +570,120 @@ fn combines(space: &Space, shapes: &Shapes, iter: Tiling, what: &str) -> Vec<Can
     out
 }
 
+/// The candidate of windowed loop `w` for a dot with operands held as `lhs` and `rhs`, whose
+/// loop leaves the result as `result` and whose result is wanted as `own`. Its bytes: both
+/// operands resharded to what the loop needs, `ring - 1` permutes of one piece (the other
+/// operand's piece for a gathering loop, one window of the result for an accumulating one),
+/// and the result resharded to `own`. Its peak: the local operands, the piece in flight and
+/// the accumulator.
+pub(in crate::partition::engine) fn windowed(
+    w: Windowed,
+    shapes: &Shapes,
+    lhs: &Spec,
+    rhs: &Spec,
+    result: &Tiling,
+    own: &Spec,
+    n: i64,
+) -> Candidate {
+    let [el, er, eo] = shapes.elem;
+    let local = |t: &Tiling, dims: &[i64]| t.shard_dims(dims).iter().product::<i64>();
+    let (mine, mine_t, other_t, ring) = match &w {
+        Windowed::Gather {
+            mine,
+            mine_t,
+            other_t,
+            ring,
+            ..
+        }
+        | Windowed::Accumulate {
+            mine,
+            mine_t,
+            other_t,
+            ring,
+            ..
+        } => (*mine, mine_t, other_t, *ring),
+    };
+    let (lt, rt) = match mine {
+        Side::Lhs => (mine_t, other_t),
+        Side::Rhs => (other_t, mine_t),
+    };
+    let operands = move_bytes(lhs, &Spec::Tiled(lt.clone()), &shapes.lhs, el, n)
+        + move_bytes(rhs, &Spec::Tiled(rt.clone()), &shapes.rhs, er, n);
+    let (lb, rb) = (local(lt, &shapes.lhs) * el, local(rt, &shapes.rhs) * er);
+    let window = local(result, &shapes.out) * eo;
+    let finish = move_bytes(&Spec::Tiled(result.clone()), own, &shapes.out, eo, n);
+    let (moved, peak, what) = match &w {
+        Windowed::Gather { d, sent, .. } => {
+            let (piece, name) = match mine {
+                Side::Lhs => (rb, "rhs"),
+                Side::Rhs => (lb, "lhs"),
+            };
+            (
+                sent.unwrap_or(piece),
+                lb + rb + piece + window,
+                format!(
+                    "windowed einsum: {name} pieces (its dimension {d}) passed {} steps around rings of {ring}",
+                    ring - 1
+                ),
+            )
+        }
+        Windowed::Accumulate { o, .. } => (
+            window,
+            lb + rb + 2 * window,
+            format!(
+                "windowed einsum: partial sums of result dimension {o} passed {} steps around rings of {ring}",
+                ring - 1
+            ),
+        ),
+    };
+    Candidate {
+        iter: result.clone(),
+        lhs: lt.clone(),
+        rhs: rt.clone(),
+        partial: result.clone(),
+        combine: Combine::Windowed(Box::new(w)),
+        contracting: Vec::new(),
+        result: result.clone(),
+        what,
+        bytes: operands + (ring - 1) * moved + finish,
+        peak,
+    }
+}
+
+/// `choice` with `extra` candidates (the windowed loops) costed beside it, in the same order:
+/// bytes, then peak; on a tie the extra ones first, in their order (a loop overlaps its
+/// permutes with its partial dots, what the threshold option asks for), then the
+/// enumerated ones.
+pub(in crate::partition::engine) fn with_extra(choice: &Choice, extra: Vec<Candidate>) -> Choice {
+    if extra.is_empty() {
+        return choice.clone();
+    }
+    let considered = choice.considered + extra.len();
+    let mut all: Vec<(i64, i64, String, Option<Candidate>)> = extra
+        .into_iter()
+        .map(|c| (c.bytes, c.peak, c.what.clone(), Some(c)))
+        .collect();
+    let b = &choice.best;
+    all.push((b.bytes, b.peak, b.what.clone(), None));
+    if let Some((bytes, peak, what)) = &choice.runner_up {
+        all.push((*bytes, *peak, what.clone(), None));
+    }
+    let mut order: Vec<usize> = (0..all.len()).collect();
+    order.sort_by_key(|&k| (all[k].0, all[k].1, k));
+    let runner_up = order
+        .get(1)
+        .map(|&k| (all[k].0, all[k].1, all[k].2.clone()));
+    let best = all
+        .swap_remove(order[0])
+        .3
+        .unwrap_or_else(|| choice.best.clone());
+    Choice {
+        best,
+        considered,
+        runner_up,
+    }
+}
+
 fn choose_uncached(
     dims: &DimsMapping,
     shapes: &Shapes,
@@ -693,6 +844,61 @@ mod tests {
                 "{case}"
             );
         }
+    }
+
+    #[test]
+    fn windowed_loops_compete_by_bytes_then_peak_and_win_ties() {
+        // [8, 8] x [8, 8]^T on 4 devices, both operands and the result split on rows: the
+        // tilings gather one operand (192 bytes); a loop passing rhs pieces around the ring
+        // moves the same bytes with a smaller peak, so it wins.
+        let dn = DotDimensionNumbers {
+            lhs_batch_dimensions: vec![],
+            rhs_batch_dimensions: vec![],
+            lhs_contracting_dimensions: vec![1],
+            rhs_contracting_dimensions: vec![1],
+        };
+        let dims = DimsMapping::of_dot(&dn, 2, 2);
+        let s = shapes(8, 8, 8);
+        let rows = tiled(vec![4, 1], 1);
+        let Spec::Tiled(t) = &rows else {
+            unreachable!()
+        };
+        let choice = choose(&dims, &s, &rows, &rows, &rows, 4).unwrap();
+        assert_eq!(choice.best.bytes, 192);
+        let lp = |sent: Option<i64>| {
+            windowed(
+                Windowed::Gather {
+                    mine: Side::Lhs,
+                    mine_t: t.clone(),
+                    other_t: t.clone(),
+                    d: 0,
+                    o: 1,
+                    ring: 4,
+                    sent,
+                },
+                &s,
+                &rows,
+                &rows,
+                t,
+                &rows,
+                4,
+            )
+        };
+        let plain = lp(None);
+        assert_eq!((plain.bytes, plain.peak), (192, 256));
+        let c = with_extra(&choice, vec![plain]);
+        assert!(matches!(c.best.combine, Combine::Windowed(_)));
+        assert_eq!(c.runner_up.as_ref().map(|r| r.0), Some(192));
+        assert_eq!(c.considered, choice.considered + 1);
+        // Sending a smaller source (code motion) makes it cheaper still.
+        assert_eq!(lp(Some(8)).bytes, 24);
+        // A loop that moves more loses to the tiling.
+        let costly = Candidate {
+            bytes: 1000,
+            ..lp(None)
+        };
+        let c = with_extra(&choice, vec![costly]);
+        assert!(!matches!(c.best.combine, Combine::Windowed(_)));
     }
 
     #[test]

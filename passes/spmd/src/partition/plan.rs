@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use hashbrown::HashTable;
 
-use super::spec::{ceil_div, fx, unravel, Groups, Memo, MemoTable, Spec, Tiling};
+use super::spec::{ceil_div, fx, unravel_into, DeviceTable, Groups, Memo, MemoTable, Spec, Tiling};
 
 /// One step of a plan. `to` is the tiling after the step.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,7 +29,7 @@ pub enum Step {
     Slice {
         to: Tiling,
         sizes: Vec<i64>,
-        offsets: Vec<Vec<i64>>,
+        offsets: DeviceTable,
         pad_high: Vec<i64>,
     },
     /// One all-gather over the data dimensions `dims` in `groups` (each ordered row-major over
@@ -238,7 +238,7 @@ fn regroup_then_all_to_all(src: &Tiling, dst: &Tiling, dims: &[i64]) -> Vec<Plan
         return out;
     }
     let r = src.repl / dst.repl;
-    let idx = src.tile_indices();
+    let idx = src.tile_index_table();
     let mut place = vec![0i64; src.devices.len()];
     for (p, &dev) in src.devices.iter().enumerate() {
         place[dev as usize] = p as i64 % src.repl;
@@ -250,18 +250,13 @@ fn regroup_then_all_to_all(src: &Tiling, dst: &Tiling, dims: &[i64]) -> Vec<Plan
         let mut tiles = src.tiles.clone();
         tiles[d] *= r;
         for major in [true, false] {
-            let new_idx: Vec<Vec<i64>> = idx
-                .iter()
-                .enumerate()
-                .map(|(dev, i)| {
-                    let q = place[dev];
-                    let sub = if major { q / dst.repl } else { q % r };
-                    let mut i = i.clone();
-                    i[d] = i[d] * r + sub;
-                    i
-                })
-                .collect();
-            let mid = Tiling::from_tile_indices(tiles.clone(), dst.repl, &new_idx);
+            let mut new_idx = idx.clone();
+            for (dev, &q) in place.iter().enumerate() {
+                let sub = if major { q / dst.repl } else { q % r };
+                let i = new_idx.row_mut(dev);
+                i[d] = i[d] * r + sub;
+            }
+            let mid = Tiling::from_tile_index_table(tiles.clone(), dst.repl, &new_idx);
             let Some(slice) = slice_step(src, &mid, dims) else {
                 continue;
             };
@@ -297,7 +292,7 @@ fn all_to_all_then_regroup(src: &Tiling, dst: &Tiling, dims: &[i64]) -> Vec<Plan
         }
         let mut tiles = dst.tiles.clone();
         tiles[d] *= r;
-        let shape = Tiling::new(tiles, src.repl, src.devices.clone());
+        let shape = src.retiled(tiles);
         let Some((a2a, mid)) = all_to_all_parts(src, &shape, dims) else {
             continue;
         };
@@ -332,10 +327,19 @@ fn plan_tiled_direct(src: &Tiling, dst: &Tiling, dims: &[i64]) -> Plan {
     if let Some(s) = slice_step(src, dst, dims) {
         return one(s);
     }
-    let fallback = replicate_then_slice(src, dst, dims);
+    // The last resort is built only if it is the answer; the others are compared with its
+    // bytes, which follow from the tile counts.
+    let fallback_bytes = |elem: i64| gather_all_bytes(src, dims, elem);
     // A permute or all-to-all of padded pieces can move more than gathering the real data.
-    if let Some(s) = permute_step(src, dst).or_else(|| all_to_all_step(src, dst, dims)) {
-        if s.bytes(dims, 1) <= fallback.bytes(dims, 1) {
+    let parts = all_to_all_parts(src, dst, dims);
+    let direct = permute_step(src, dst).or_else(|| {
+        parts
+            .as_ref()
+            .filter(|(_, to)| to == dst)
+            .map(|(s, _)| s.clone())
+    });
+    if let Some(s) = direct {
+        if s.bytes(dims, 1) <= fallback_bytes(1) {
             return one(s);
         }
     }
@@ -343,8 +347,9 @@ fn plan_tiled_direct(src: &Tiling, dst: &Tiling, dims: &[i64]) -> Plan {
     // do no better.
     // (Compared at 840 bytes per element, which every group size up to 8 divides, so that
     // the formulas' rounding does not decide.)
-    let a2a = all_to_all_then_permute(src, dst, dims)
-        .filter(|p| p.bytes(dims, 840) <= fallback.bytes(dims, 840));
+    let a2a = parts
+        .and_then(|(a2a, mid)| then_permute(a2a, mid, dst))
+        .filter(|p| p.bytes(dims, 840) <= fallback_bytes(840));
     // Gather the dimensions whose split differs, then finish locally; taken only when it
     // moves fewer bytes than the last resort (a permute after a partial gather can cost more).
     let differ: Vec<usize> = (0..dims.len())
@@ -381,7 +386,7 @@ fn plan_tiled_direct(src: &Tiling, dst: &Tiling, dims: &[i64]) -> Plan {
                 last_resort: mid.is_replicated() && !dst.is_replicated(),
             };
             // Bytes per element do not change the comparison.
-            if p.bytes(dims, 1) <= fallback.bytes(dims, 1)
+            if p.bytes(dims, 1) <= fallback_bytes(1)
                 && a2a
                     .as_ref()
                     .is_none_or(|a| p.bytes(dims, 840) < a.bytes(dims, 840))
@@ -390,7 +395,17 @@ fn plan_tiled_direct(src: &Tiling, dst: &Tiling, dims: &[i64]) -> Plan {
             }
         }
     }
-    a2a.unwrap_or(fallback)
+    a2a.unwrap_or_else(|| replicate_then_slice(src, dst, dims))
+}
+
+/// The bytes of [`replicate_then_slice`]'s gather without building it: one all-gather of
+/// every split dimension, in groups of all the tiles, leaving the whole array.
+fn gather_all_bytes(src: &Tiling, dims: &[i64], elem: i64) -> i64 {
+    let g = src.num_tiles();
+    if g <= 1 {
+        return 0;
+    }
+    dims.iter().product::<i64>() * elem * (g - 1) / g
 }
 
 /// Everything gathered, then sliced.
@@ -460,7 +475,7 @@ fn partial_gather_step(src: &Tiling, along: &[usize], factors: &[i64]) -> Step {
         .map(|(_, &t)| t)
         .collect();
     Step::AllGather {
-        to: Tiling::new(tiles, gathered.repl, gathered.devices),
+        to: gathered.retiled(tiles),
         dims: along.to_vec(),
         tiles: factors.to_vec(),
         groups: expanded.groups(&inner, false),
@@ -473,26 +488,32 @@ fn slice_step(src: &Tiling, dst: &Tiling, dims: &[i64]) -> Option<Step> {
     let rank = dims.len();
     let s_shard = src.shard_dims(dims);
     let d_shard = dst.shard_dims(dims);
-    let s_start = src.starts(dims);
-    let d_start = dst.starts(dims);
-    let mut offsets = vec![vec![0i64; rank]; n];
+    // Refused without a walk over the devices where it cannot work: the device holding
+    // `dst`'s first piece along a dimension needs its whole real part inside one of `src`'s.
+    if (0..rank).any(|i| d_shard[i].min(dims[i]) > s_shard[i]) {
+        return None;
+    }
+    let s_start = src.start_table(dims);
+    let d_start = dst.start_table(dims);
+    let mut offsets = DeviceTable::zeros(n, rank);
     let mut pad_high = vec![0i64; rank];
     for dev in 0..n {
+        let (held, want) = (&s_start[dev], &d_start[dev]);
+        let off = offsets.row_mut(dev);
         for i in 0..rank {
-            let real_lo = d_start[dev][i].min(dims[i]);
-            let real_hi = (d_start[dev][i] + d_shard[i]).min(dims[i]);
+            let real_lo = want[i].min(dims[i]);
+            let real_hi = (want[i] + d_shard[i]).min(dims[i]);
             if real_hi <= real_lo {
                 // An empty (all padding) piece: any offset will do.
                 continue;
             }
-            let held_lo = s_start[dev][i];
+            let held_lo = held[i];
             let held_hi = (held_lo + s_shard[i]).min(dims[i]);
             if real_lo < held_lo || real_hi > held_hi {
                 return None;
             }
-            let off = real_lo - held_lo;
-            offsets[dev][i] = off;
-            pad_high[i] = pad_high[i].max(off + d_shard[i] - s_shard[i]);
+            off[i] = real_lo - held_lo;
+            pad_high[i] = pad_high[i].max(off[i] + d_shard[i] - s_shard[i]);
         }
     }
     Some(Step::Slice {
@@ -509,33 +530,45 @@ fn permute_step(src: &Tiling, dst: &Tiling) -> Option<Step> {
         return None;
     }
     let n = src.num_devices() as usize;
-    let src_idx = src.tile_indices();
-    let dst_idx = dst.tile_indices();
-    // Holders of each tile under src, by tile index.
-    let mut holders: std::collections::BTreeMap<&[i64], Vec<i64>> = Default::default();
-    for (d, idx) in src_idx.iter().enumerate() {
-        holders.entry(idx.as_slice()).or_default().push(d as i64);
+    // The tiles are the same: a device's tile is its row-major position over the tiles.
+    let repl = src.repl.max(1) as usize;
+    let tile_of = |t: &Tiling| {
+        let mut tile = vec![usize::MAX; n];
+        for (p, &d) in t.devices.iter().enumerate() {
+            tile[d as usize] = p / repl;
+        }
+        tile
+    };
+    let (src_tile, dst_tile) = (tile_of(src), tile_of(dst));
+    // Holders of each tile under src, in device order: src's row-major list grouped by tile.
+    let mut by_tile = src.devices.to_vec();
+    for g in by_tile.chunks_mut(repl) {
+        g.sort_unstable();
     }
+    let holders = |t: usize| &by_tile[t * repl..(t + 1) * repl];
+    let mut next = vec![0usize; n / repl];
     let mut used = vec![false; n];
     let mut source = vec![-1i64; n];
     // Devices that already hold their new piece keep it.
     for d in 0..n {
-        if src_idx[d] == dst_idx[d] {
+        if src_tile[d] == dst_tile[d] {
             source[d] = d as i64;
             used[d] = true;
         }
     }
-    for d in 0..n {
-        if source[d] >= 0 {
+    for (d, from) in source.iter_mut().enumerate() {
+        if *from >= 0 {
             continue;
         }
-        let s = holders
-            .get(dst_idx[d].as_slice())?
-            .iter()
-            .copied()
-            .find(|&s| !used[s as usize])?;
+        // The first holder not yet used (`used` only grows, so a cursor per tile will do).
+        let t = *dst_tile.get(d).filter(|&&t| t < next.len())?;
+        let h = holders(t);
+        while next[t] < h.len() && used[h[next[t]] as usize] {
+            next[t] += 1;
+        }
+        let s = *h.get(next[t])?;
         used[s as usize] = true;
-        source[d] = s;
+        *from = s;
     }
     Some(Step::Permute {
         to: dst.clone(),
@@ -547,16 +580,11 @@ fn permute_step(src: &Tiling, dst: &Tiling) -> Option<Step> {
 /// gives up a minor factor of it (`src = dst * f`), or gains one (`dst = src * g`), the `f`s
 /// and `g`s multiplying to the same group size. One dimension's split moving to an unsplit one
 /// is the simplest case; `[1,4,1,2] -> [1,8,1,1]` (the 2-way split of the last dimension moves
-/// under the first's) or `[2,2,1] -> [1,1,4]` (two dimensions into one) are others. Taken only
-/// where the pieces line up (no halo), and where the devices end up in `dst`'s order: the
-/// caller may follow with a permute for another order (`all_to_all_then_permute`).
-fn all_to_all_step(src: &Tiling, dst: &Tiling, dims: &[i64]) -> Option<Step> {
-    let (step, to) = all_to_all_parts(src, dst, dims)?;
-    (to == *dst).then_some(step)
-}
-
-/// The all-to-all that gives `src` the tile counts of `dst`, and the tiling it leaves (its
-/// device order follows from `src`'s).
+/// under the first's) or `[2,2,1] -> [1,1,4]` (two dimensions into one) are others. Only
+/// where the pieces line up (no halo). Returns the all-to-all that gives `src` the tile counts
+/// of `dst` and the tiling it leaves, whose device order follows from `src`'s: a plan takes
+/// the step alone where that is `dst`'s order and follows it with a permute otherwise
+/// (`then_permute`).
 fn all_to_all_parts(src: &Tiling, dst: &Tiling, dims: &[i64]) -> Option<(Step, Tiling)> {
     if src.repl != dst.repl || src.rank() != dst.rank() {
         return None;
@@ -613,23 +641,22 @@ fn all_to_all_parts(src: &Tiling, dst: &Tiling, dims: &[i64]) -> Option<(Step, T
     };
     let groups = expanded.groups(&inner, false);
     // Where every device ends up: the member at place p keeps sub-piece p of the split dims.
-    let src_idx = src.tile_indices();
+    let mut new_idx = src.tile_index_table();
     let g_dims: Vec<i64> = split.iter().map(|&(_, g)| g).collect();
-    let mut new_idx = vec![Vec::new(); src.devices.len()];
+    let mut q = vec![0i64; g_dims.len()];
     for grp in groups.iter() {
         for (p, &dev) in grp.iter().enumerate() {
-            let q = unravel(p as i64, &g_dims);
-            let mut idx = src_idx[dev as usize].clone();
+            unravel_into(p as i64, &g_dims, &mut q);
+            let idx = new_idx.row_mut(dev as usize);
             for (j, &(d, g)) in split.iter().enumerate() {
                 idx[d] = idx[d] * g + q[j];
             }
             for &(d, f) in &concat {
                 idx[d] /= f;
             }
-            new_idx[dev as usize] = idx;
         }
     }
-    let to = Tiling::from_tile_indices(dst.tiles.clone(), src.repl, &new_idx);
+    let to = Tiling::from_tile_index_table(dst.tiles.clone(), src.repl, &new_idx);
     Some((
         Step::AllToAll {
             to: to.clone(),
@@ -644,6 +671,11 @@ fn all_to_all_parts(src: &Tiling, dst: &Tiling, dims: &[i64]) -> Option<(Step, T
 /// An all-to-all to `dst`'s tile counts, then a collective-permute into `dst`'s device order.
 fn all_to_all_then_permute(src: &Tiling, dst: &Tiling, dims: &[i64]) -> Option<Plan> {
     let (a2a, mid) = all_to_all_parts(src, dst, dims)?;
+    then_permute(a2a, mid, dst)
+}
+
+/// All-to-all `a2a` (which leaves `mid`), then a collective-permute into `dst`'s order.
+fn then_permute(a2a: Step, mid: Tiling, dst: &Tiling) -> Option<Plan> {
     let mut steps = vec![a2a];
     if mid != *dst {
         steps.push(permute_step(&mid, dst)?);
@@ -658,10 +690,7 @@ fn all_to_all_then_permute(src: &Tiling, dst: &Tiling, dims: &[i64]) -> Option<P
 /// yardstick every plan must stay under.
 pub fn replicate_then_slice_bytes(src: &Spec, dims: &[i64], elem: i64) -> i64 {
     match src {
-        Spec::Tiled(t) if !t.is_replicated() => {
-            let all: Vec<usize> = (0..dims.len()).filter(|&d| t.tiles[d] > 1).collect();
-            gather_step(t, &all).bytes(dims, elem)
-        }
+        Spec::Tiled(t) if !t.is_replicated() => gather_all_bytes(t, dims, elem),
         Spec::Maximal(_) => {
             let n = 2; // at least
             2 * dims.iter().product::<i64>() * elem * (n - 1) / n

@@ -57,13 +57,40 @@ impl Devices {
     }
 }
 
+/// The most device ids the table of shared lists keeps (32 MiB).
+const SHARED_IDS: usize = 1 << 22;
+
+/// Shared device lists by their hash.
+type SharedLists = HashTable<(u64, Arc<[i64]>)>;
+
 impl From<Vec<i64>> for Devices {
+    /// Equal lists made on the same thread share one allocation (up to [`Memo::LIMIT`]
+    /// distinct lists and [`SHARED_IDS`] ids in all): specs are compared for every operand of
+    /// every instruction, and two lists that share it compare equal without a walk over 512
+    /// devices.
     fn from(ids: Vec<i64>) -> Devices {
-        let hash = fx(ids.as_slice());
-        Devices {
-            ids: ids.into(),
-            hash,
+        thread_local! {
+            static SHARED: RefCell<(SharedLists, usize)> =
+                const { RefCell::new((HashTable::new(), 0)) };
         }
+        let hash = fx(ids.as_slice());
+        SHARED.with(|t| {
+            let (table, held) = &mut *t.borrow_mut();
+            if let Some((_, known)) = table.find(hash, |(h, known)| *h == hash && **known == *ids) {
+                return Devices {
+                    ids: known.clone(),
+                    hash,
+                };
+            }
+            if table.len() >= Memo::LIMIT || *held + ids.len() > SHARED_IDS {
+                table.clear();
+                *held = 0;
+            }
+            *held += ids.len();
+            let ids: Arc<[i64]> = ids.into();
+            table.insert_unique(hash, (hash, ids.clone()), |(h, _)| *h);
+            Devices { ids, hash }
+        })
     }
 }
 
@@ -100,6 +127,63 @@ impl std::fmt::Debug for Devices {
     }
 }
 
+/// One row of `width` numbers per device, by device id, in one allocation: the per-device
+/// tables (tile indices, piece starts, slice offsets) are asked for on every candidate of every
+/// distinct dot, and a vector per device was most of their cost on large meshes.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct DeviceTable {
+    rows: usize,
+    width: usize,
+    data: Vec<i64>,
+}
+
+impl DeviceTable {
+    /// `n` rows of `width` zeros.
+    pub fn zeros(n: usize, width: usize) -> DeviceTable {
+        DeviceTable {
+            rows: n,
+            width,
+            data: vec![0; n * width],
+        }
+    }
+
+    /// The number of devices (rows).
+    pub fn len(&self) -> usize {
+        self.rows
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows == 0
+    }
+
+    /// Every row, by device id.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = &[i64]> + '_ {
+        (0..self.rows).map(|d| &self[d])
+    }
+
+    pub fn row_mut(&mut self, dev: usize) -> &mut [i64] {
+        &mut self.data[dev * self.width..(dev + 1) * self.width]
+    }
+
+    /// Per-device vectors (for callers that edit rows one by one).
+    pub fn to_rows(&self) -> Vec<Vec<i64>> {
+        self.iter().map(<[i64]>::to_vec).collect()
+    }
+}
+
+impl std::ops::Index<usize> for DeviceTable {
+    type Output = [i64];
+    fn index(&self, dev: usize) -> &[i64] {
+        &self.data[dev * self.width..(dev + 1) * self.width]
+    }
+}
+
+impl std::fmt::Debug for DeviceTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
 /// Device groups (of a collective), shared.
 pub type Groups = Arc<Vec<Vec<i64>>>;
 
@@ -109,21 +193,33 @@ pub type SpecError = String;
 impl Tiling {
     /// Every device holds the whole array.
     pub fn replicated(rank: usize, n: i64) -> Tiling {
+        thread_local! {
+            // `0..n` for the last `n` asked: every unsharded value of a module is replicated
+            // over the same devices.
+            static IOTA: RefCell<Option<Devices>> = const { RefCell::new(None) };
+        }
+        let devices = IOTA.with(|c| {
+            let mut c = c.borrow_mut();
+            match &*c {
+                Some(d) if d.len() as i64 == n => d.clone(),
+                _ => {
+                    let d: Devices = (0..n).collect::<Vec<i64>>().into();
+                    *c = Some(d.clone());
+                    d
+                }
+            }
+        });
         Tiling {
             tiles: vec![1; rank],
             repl: n,
-            devices: (0..n).collect::<Vec<i64>>().into(),
+            devices,
         }
     }
 
     /// Builds a tiling from its parts, sorting each replication group.
     pub fn new(tiles: Vec<i64>, repl: i64, devices: impl Into<Devices>) -> Tiling {
         let mut devices = devices.into();
-        if repl > 1
-            && devices
-                .chunks(repl as usize)
-                .any(|g| g.windows(2).any(|w| w[0] > w[1]))
-        {
+        if repl > 1 && devices.chunks(repl as usize).any(|g| !g.is_sorted()) {
             let mut ids = devices.to_vec();
             for g in ids.chunks_mut(repl as usize) {
                 g.sort_unstable();
@@ -137,17 +233,46 @@ impl Tiling {
         }
     }
 
+    /// The same devices in the same replication groups, split as `tiles` (as many tiles in
+    /// all): no walk over the devices.
+    pub fn retiled(&self, tiles: Vec<i64>) -> Tiling {
+        debug_assert_eq!(tiles.iter().product::<i64>(), self.num_tiles());
+        Tiling {
+            tiles,
+            repl: self.repl,
+            devices: self.devices.clone(),
+        }
+    }
+
     /// The tiling in which device `d` holds the tile `idx[d]` (one entry per device id; each
     /// tile held by `repl` devices).
     pub fn from_tile_indices(tiles: Vec<i64>, repl: i64, idx: &[Vec<i64>]) -> Tiling {
-        let mut devices = vec![-1; idx.len()];
+        Tiling::from_tile_index_rows(tiles, repl, idx.iter().map(Vec::as_slice))
+    }
+
+    /// [`Tiling::from_tile_indices`] from a flat table.
+    pub fn from_tile_index_table(tiles: Vec<i64>, repl: i64, idx: &DeviceTable) -> Tiling {
+        Tiling::from_tile_index_rows(tiles, repl, idx.iter())
+    }
+
+    fn from_tile_index_rows<'a>(
+        tiles: Vec<i64>,
+        repl: i64,
+        rows: impl ExactSizeIterator<Item = &'a [i64]>,
+    ) -> Tiling {
+        let mut devices = vec![-1; rows.len()];
         let mut seen = vec![0i64; tiles.iter().product::<i64>() as usize];
-        for (d, i) in idx.iter().enumerate() {
+        for (d, i) in rows.enumerate() {
             let t = ravel(i, &tiles) as usize;
             devices[t * repl as usize + seen[t] as usize] = d as i64;
             seen[t] += 1;
         }
-        Tiling::new(tiles, repl, devices)
+        // Each replication group was filled in increasing device order: already sorted.
+        Tiling {
+            tiles,
+            repl,
+            devices: devices.into(),
+        }
     }
 
     pub fn rank(&self) -> usize {
@@ -188,9 +313,24 @@ impl Tiling {
 
     /// Tile index of every device, by device id.
     pub fn tile_indices(&self) -> Vec<Vec<i64>> {
-        let mut out = vec![Vec::new(); self.devices.len()];
-        for (p, &d) in self.devices.iter().enumerate() {
-            out[d as usize] = self.tile_index_at(p);
+        self.tile_index_table().to_rows()
+    }
+
+    /// Tile index of every device, by device id, as one flat table.
+    pub fn tile_index_table(&self) -> DeviceTable {
+        let mut out = DeviceTable::zeros(self.devices.len(), self.rank());
+        let mut idx = vec![0i64; self.rank()];
+        let repl = self.repl.max(1) as usize;
+        let mut left = repl;
+        for &d in self.devices.iter() {
+            if left == 0 {
+                step(&mut idx, &self.tiles);
+                left = repl;
+            }
+            left -= 1;
+            for (o, &i) in out.row_mut(d as usize).iter_mut().zip(&idx) {
+                *o = i;
+            }
         }
         out
     }
@@ -206,11 +346,19 @@ impl Tiling {
     /// Where the piece of each device starts in the global array (unclamped: a padded tile at
     /// the end may start at or past the end), by device id.
     pub fn starts(&self, dims: &[i64]) -> Vec<Vec<i64>> {
+        self.start_table(dims).to_rows()
+    }
+
+    /// [`Tiling::starts`] as one flat table.
+    pub fn start_table(&self, dims: &[i64]) -> DeviceTable {
         let shard = self.shard_dims(dims);
-        self.tile_indices()
-            .into_iter()
-            .map(|idx| idx.iter().zip(&shard).map(|(i, s)| i * s).collect())
-            .collect()
+        let mut t = self.tile_index_table();
+        for d in 0..t.len() {
+            for (i, s) in t.row_mut(d).iter_mut().zip(&shard) {
+                *i *= s;
+            }
+        }
+        t
     }
 
     /// Groups of devices that differ only in their tile index along the data dimensions
@@ -255,24 +403,28 @@ impl Tiling {
         let inner_dims: Vec<i64> = inner.iter().map(|&d| dims[d]).collect();
         let n_outer: i64 = outer_dims.iter().product();
         let n_inner: i64 = inner_dims.iter().product();
-        let mut groups = Vec::with_capacity(n_outer as usize);
-        let mut idx = vec![0i64; r + 1];
-        for g in 0..n_outer {
-            let o = unravel(g, &outer_dims);
-            for (k, &d) in outer.iter().enumerate() {
-                idx[d] = o[k];
-            }
-            let mut group = Vec::with_capacity(n_inner as usize);
-            for k in 0..n_inner {
-                let i = unravel(k, &inner_dims);
-                for (j, &d) in inner.iter().enumerate() {
-                    idx[d] = i[j];
-                }
-                group.push(self.devices[ravel(&idx, &dims) as usize]);
-            }
-            groups.push(group);
-        }
-        groups
+        // Row-major strides over `tiles ++ [repl]`: each member's position is its group's
+        // base plus its offset inside the group.
+        let strides = row_major_strides(&dims);
+        let offsets = |along: &[usize], extent: &[i64], count: i64| -> Vec<usize> {
+            let mut idx = vec![0i64; along.len()];
+            (0..count)
+                .map(|k| {
+                    unravel_into(k, extent, &mut idx);
+                    along
+                        .iter()
+                        .zip(&idx)
+                        .map(|(&d, &i)| (i * strides[d]) as usize)
+                        .sum()
+                })
+                .collect()
+        };
+        let bases = offsets(&outer, &outer_dims, n_outer);
+        let members = offsets(&inner, &inner_dims, n_inner);
+        bases
+            .iter()
+            .map(|&b| members.iter().map(|&m| self.devices[b + m]).collect())
+            .collect()
     }
 
     /// The same tiling with the data dimensions `dims` no longer split: their tiles join the
@@ -312,20 +464,24 @@ impl Tiling {
         let mut new_dims = tiles.clone();
         new_dims.push(repl);
         let mut devices = vec![0; self.devices.len()];
+        let is_dropped: Vec<bool> = (0..r).map(|d| dims.contains(&d)).collect();
+        let mut old = vec![0i64; r];
+        let mut idx = vec![0i64; r + 1];
+        let old_repl = self.repl.max(1) as usize;
         for (p, &dev) in self.devices.iter().enumerate() {
-            let old = self.tile_index_at(p);
+            if p > 0 && p % old_repl == 0 {
+                step(&mut old, &self.tiles);
+            }
             let j = p as i64 % self.repl;
             let mut rep = 0;
             for &d in &dropped {
                 rep = rep * self.tiles[d] + old[d];
             }
             rep = rep * self.repl + j;
-            let mut idx: Vec<i64> = old
-                .iter()
-                .enumerate()
-                .map(|(i, &x)| if dropped.contains(&i) { 0 } else { x })
-                .collect();
-            idx.push(rep);
+            for i in 0..r {
+                idx[i] = if is_dropped[i] { 0 } else { old[i] };
+            }
+            idx[r] = rep;
             devices[ravel(&idx, &new_dims) as usize] = dev;
         }
         Tiling::new(tiles, repl, devices)
@@ -370,18 +526,35 @@ impl Tiling {
         old_dims.push(base.repl);
         let mut new_dims = tiles.clone();
         new_dims.push(base.repl);
-        let total = base.devices.len() as i64;
-        let mut devices = vec![0; base.devices.len()];
-        for l in 0..total {
-            let idx = unravel(l, &new_dims);
-            let mut old = vec![0i64; r + 1];
-            for (i, m) in map.iter().enumerate() {
-                if let Some(d) = m {
-                    old[*d] = idx[i];
+        // Walk the new row-major order, keeping the old position up to date: the new index
+        // along dimension i moves the old position by the stride of `map[i]` (the old
+        // dimensions no entry names have one tile). A dimension named twice keeps the last
+        // entry's index, as an assignment per entry would.
+        let old_strides = row_major_strides(&old_dims);
+        let mut strides: Vec<i64> = vec![0; new_dims.len()];
+        for (i, m) in map.iter().enumerate() {
+            if let Some(d) = *m {
+                for j in (0..i).filter(|&j| map[j] == Some(d)) {
+                    strides[j] = 0;
                 }
+                strides[i] = old_strides[d];
             }
-            old[r] = idx[map.len()];
-            devices[l as usize] = base.devices[ravel(&old, &old_dims) as usize];
+        }
+        strides[map.len()] = old_strides[r];
+        let mut devices = Vec::with_capacity(base.devices.len());
+        let mut idx = vec![0i64; new_dims.len()];
+        let mut pos = 0i64;
+        for _ in 0..base.devices.len() {
+            devices.push(base.devices[pos as usize]);
+            for i in (0..idx.len()).rev() {
+                idx[i] += 1;
+                pos += strides[i];
+                if idx[i] < new_dims[i] {
+                    break;
+                }
+                pos -= strides[i] * new_dims[i];
+                idx[i] = 0;
+            }
         }
         Tiling::new(tiles, base.repl, devices)
     }
@@ -588,6 +761,39 @@ pub(crate) fn unravel(mut linear: i64, dims: &[i64]) -> Vec<i64> {
     idx
 }
 
+/// Row-major strides of an array of `dims`.
+pub(crate) fn row_major_strides(dims: &[i64]) -> Vec<i64> {
+    let mut strides = vec![0i64; dims.len()];
+    let mut s = 1;
+    for i in (0..dims.len()).rev() {
+        strides[i] = s;
+        s *= dims[i];
+    }
+    strides
+}
+
+/// [`unravel`] into `out` (as long as `dims`).
+pub(crate) fn unravel_into(mut linear: i64, dims: &[i64], out: &mut [i64]) {
+    for i in (0..dims.len()).rev() {
+        out[i] = 0;
+        if dims[i] > 0 {
+            out[i] = linear % dims[i];
+            linear /= dims[i];
+        }
+    }
+}
+
+/// Advances the row-major index `idx` over `dims` by one (wrapping to zeros after the last).
+pub(crate) fn step(idx: &mut [i64], dims: &[i64]) {
+    for i in (0..idx.len()).rev() {
+        idx[i] += 1;
+        if idx[i] < dims[i] {
+            return;
+        }
+        idx[i] = 0;
+    }
+}
+
 pub(crate) fn ravel(idx: &[i64], dims: &[i64]) -> i64 {
     let mut l = 0;
     for (i, d) in idx.iter().zip(dims) {
@@ -641,6 +847,43 @@ mod tests {
             .contains("4 devices"));
         let s = parse_sharding("{maximal device=9}").unwrap();
         assert!(Spec::from_sharding(&s, 2, 8).is_err());
+    }
+
+    #[test]
+    fn tables_and_projections_agree_with_each_devices_tile() {
+        // Random tilings of 8 and 16 devices: the flat table holds each device's tile, a
+        // projection gives each device the tile its source dimensions name, and equal device
+        // lists share their allocation.
+        use crate::partition::plan::tests::{random_spec, Gen};
+        // (200 cases make fewer distinct lists than the shared table holds, so it is never
+        // emptied in between.)
+        let mut g = Gen::new(5);
+        for _ in 0..200 {
+            let n = [8i64, 16][g.next(2) as usize];
+            let rank = 1 + g.next(3) as usize;
+            let Spec::Tiled(t) = random_spec(&mut g, rank, n) else {
+                continue;
+            };
+            let table = t.tile_index_table();
+            let pos = t.positions();
+            for d in 0..n as usize {
+                assert_eq!(table[d], t.tile_index_at(pos[d])[..], "{t:?} device {d}");
+            }
+            // Every dimension named once, in a random order, with a new unsplit one.
+            let mut map: Vec<Option<usize>> = (0..rank).map(Some).collect();
+            for i in (1..map.len()).rev() {
+                map.swap(i, g.next(i as u64 + 1) as usize);
+            }
+            map.insert(g.next(rank as u64 + 1) as usize, None);
+            let p = t.project(&map);
+            let want: Vec<Vec<i64>> = table
+                .iter()
+                .map(|ix| map.iter().map(|m| m.map_or(0, |d| ix[d])).collect())
+                .collect();
+            assert_eq!(p.tile_indices(), want, "{t:?} projected by {map:?}");
+            let again = Tiling::new(t.tiles.clone(), t.repl, t.devices.to_vec());
+            assert!(Arc::ptr_eq(&again.devices.ids, &t.devices.ids));
+        }
     }
 
     #[test]

@@ -75,11 +75,7 @@ impl Engine<'_> {
         let Some(op_tiles) = reshape_operand_tiles(&from, &to, &t.tiles) else {
             return self.default(b, id, own);
         };
-        let target = Tree::Leaf(Spec::Tiled(Tiling::new(
-            op_tiles,
-            t.repl,
-            t.devices.clone(),
-        )));
+        let target = Tree::Leaf(Spec::Tiled(t.retiled(op_tiles)));
         let x = self.operand(b, id, 0, &target)?;
         let out = self.clone_with(b, &i, &[x], local_shape(&i.shape, &own))?;
         self.set(id, out, own);

@@ -25,12 +25,14 @@
 //! (shardings, dimensions, shapes): a model repeats the same few dots many times.
 
 use std::cell::RefCell;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::sync::Arc;
 
 use hashbrown::HashTable;
 
 use super::super::super::plan;
-use super::super::super::spec::{fx, ravel, Memo, MemoTable, Spec, Tiling};
+use super::super::super::spec::{fx, ravel, DeviceTable, Memo, MemoTable, Spec, Tiling};
 use super::{DimTriple, DimsMapping, Side};
 
 /// How the local results are combined.
@@ -207,8 +209,50 @@ struct Source<'a> {
     /// Axis -> the source's dimension.
     map: Vec<Option<usize>>,
     /// Each device's tile index in the source.
-    idx: Vec<Vec<i64>>,
+    idx: DeviceTable,
 }
+
+/// The devices grouped by the tile they hold in every source.
+struct Classes {
+    /// Device -> its class.
+    of: Vec<usize>,
+    /// Each class's first device and its number of devices.
+    first: Vec<usize>,
+    size: Vec<i64>,
+}
+
+impl Classes {
+    fn of(sources: &[Source], n: usize) -> Classes {
+        // Each device's key: its tile (row-major position) in every source, mixed-radix.
+        let mut key = vec![0u128; n];
+        for src in sources {
+            let t = src.tiling;
+            let repl = t.repl.max(1) as usize;
+            for (p, &d) in t.devices.iter().enumerate() {
+                key[d as usize] = key[d as usize] * t.num_tiles() as u128 + (p / repl) as u128;
+            }
+        }
+        let mut index: FxMap<u128, usize> = FxMap::default();
+        let mut classes = Classes {
+            of: Vec::with_capacity(n),
+            first: Vec::new(),
+            size: Vec::new(),
+        };
+        for (d, k) in key.into_iter().enumerate() {
+            let c = *index.entry(k).or_insert_with(|| {
+                classes.first.push(d);
+                classes.size.push(0);
+                classes.first.len() - 1
+            });
+            classes.size[c] += 1;
+            classes.of.push(c);
+        }
+        classes
+    }
+}
+
+type FxMap<K, V> =
+    std::collections::HashMap<K, V, std::hash::BuildHasherDefault<tessera_hlo::fxhash::FxHasher>>;
 
 /// Above this many axis combinations only whole-source candidates are tried.
 const MAX_COMBINATIONS: usize = 512;
@@ -260,7 +304,51 @@ pub(in crate::partition::engine) fn choose(
 }
 
 /// Every candidate, costed, in enumeration order.
+#[cfg(test)]
 pub(in crate::partition::engine) fn candidates(
+    dims: &DimsMapping,
+    shapes: &Shapes,
+    lhs: &Spec,
+    rhs: &Spec,
+    own: &Spec,
+    n: i64,
+) -> Vec<Candidate> {
+    let mut all = enumerate(dims, shapes, lhs, rhs, own, n);
+    for c in &mut all {
+        let moves: i64 = (0..MOVES)
+            .map(|m| move_cost(c, m, shapes, lhs, rhs, own, n))
+            .sum();
+        c.bytes += moves;
+    }
+    all
+}
+
+/// The resharding moves in a candidate's cost besides its combine: the lhs (0) and the rhs
+/// (1) to the tilings it needs, and its result (2) to the result's own sharding.
+const MOVES: usize = 3;
+
+/// Bytes of move `m` (see [`MOVES`]) of candidate `c`.
+fn move_cost(
+    c: &Candidate,
+    m: usize,
+    shapes: &Shapes,
+    lhs: &Spec,
+    rhs: &Spec,
+    own: &Spec,
+    n: i64,
+) -> i64 {
+    let [el, er, eo] = shapes.elem;
+    match m {
+        0 => move_bytes(lhs, &Spec::Tiled(c.lhs.clone()), &shapes.lhs, el, n),
+        1 => move_bytes(rhs, &Spec::Tiled(c.rhs.clone()), &shapes.rhs, er, n),
+        _ => move_bytes(&Spec::Tiled(c.result.clone()), own, &shapes.out, eo, n),
+    }
+}
+
+/// Every candidate in enumeration order, its `bytes` those of its combine alone (the moves
+/// are planned by the caller: [`choose`] plans only those that can be first or second, the
+/// tests' `candidates` all of them).
+fn enumerate(
     dims: &DimsMapping,
     shapes: &Shapes,
     lhs: &Spec,
@@ -290,7 +378,7 @@ pub(in crate::partition::engine) fn candidates(
             name,
             tiling: t,
             map,
-            idx: t.tile_indices(),
+            idx: t.tile_index_table(),
         });
     }
     // Per axis: the splits it may take (source index, tiles), then whole.
@@ -341,6 +429,10 @@ pub(in crate::partition::engine) fn candidates(
         }
         assignments.push(vec![None; axes]);
     }
+    // Devices that hold the same tile of every source get the same tile of every candidate:
+    // the combinations are checked on these classes (a handful on a large mesh whose tiles
+    // are each held by many devices), and a device list is built only for a tiling kept.
+    let classes = Classes::of(&sources, n as usize);
     let mut seen = std::collections::HashSet::new();
     let mut out = Vec::new();
     for a in assignments {
@@ -349,32 +441,34 @@ pub(in crate::partition::engine) fn candidates(
         if num == 0 || n % num != 0 {
             continue;
         }
-        let idx: Vec<Vec<i64>> = (0..n as usize)
-            .map(|dev| {
-                a.iter()
-                    .enumerate()
-                    .map(|(k, o)| match o {
-                        Some((s, _)) => {
-                            let src = &sources[*s];
-                            src.idx[dev][src.map[k].expect("a split axis has a dimension")]
-                        }
-                        None => 0,
-                    })
-                    .collect()
-            })
-            .collect();
+        let mut rows = vec![0i64; classes.size.len() * axes];
+        for (c, row) in rows.chunks_exact_mut(axes.max(1)).enumerate() {
+            for (k, o) in a.iter().enumerate() {
+                if let Some((s, _)) = o {
+                    let src = &sources[*s];
+                    let held = &src.idx[classes.first[c]];
+                    row[k] = held[src.map[k].expect("a split axis has a dimension")];
+                }
+            }
+        }
         let repl = n / num;
         let mut count = vec![0i64; num as usize];
-        for i in &idx {
-            count[ravel(i, &tiles) as usize] += 1;
+        for (c, &size) in classes.size.iter().enumerate() {
+            count[ravel(&rows[c * axes..(c + 1) * axes], &tiles) as usize] += size;
         }
         if count.iter().any(|&c| c != repl) {
             continue;
         }
-        let iter = Tiling::from_tile_indices(tiles, repl, &idx);
-        if !seen.insert(iter.clone()) {
+        // The same class rows give the same tiling, and different ones a different tiling.
+        if !seen.insert((tiles.clone(), rows.clone())) {
             continue;
         }
+        let mut idx = DeviceTable::zeros(n as usize, axes);
+        for (dev, &c) in classes.of.iter().enumerate() {
+            idx.row_mut(dev)
+                .copy_from_slice(&rows[c * axes..(c + 1) * axes]);
+        }
+        let iter = Tiling::from_tile_index_table(tiles, repl, &idx);
         let what: Vec<String> = a
             .iter()
             .enumerate()
@@ -393,23 +487,14 @@ pub(in crate::partition::engine) fn candidates(
         } else {
             what.join(", ")
         };
-        out.extend(costed(&space, shapes, lhs, rhs, own, n, iter, &what));
+        out.extend(combines(&space, shapes, iter, &what));
     }
     out
 }
 
-/// The candidates of iteration tiling `iter`: one per way of combining its partial sums.
-#[allow(clippy::too_many_arguments)]
-fn costed(
-    space: &Space,
-    shapes: &Shapes,
-    lhs: &Spec,
-    rhs: &Spec,
-    own: &Spec,
-    n: i64,
-    iter: Tiling,
-    what: &str,
-) -> Vec<Candidate> {
+/// The candidates of iteration tiling `iter`: one per way of combining its partial sums,
+/// costed by their combine alone.
+fn combines(space: &Space, shapes: &Shapes, iter: Tiling, what: &str) -> Vec<Candidate> {
     let l = iter.project(&space.lhs_map);
     let r = iter.project(&space.rhs_map);
     let partial = iter.project(&space.out_map);
@@ -418,12 +503,8 @@ fn costed(
         .collect();
     let [el, er, eo] = shapes.elem;
     let local = |t: &Tiling, dims: &[i64]| t.shard_dims(dims).iter().product::<i64>();
-    let operands = move_bytes(lhs, &Spec::Tiled(l.clone()), &shapes.lhs, el, n)
-        + move_bytes(rhs, &Spec::Tiled(r.clone()), &shapes.rhs, er, n);
     let partial_elems = local(&partial, &shapes.out);
     let peak = local(&l, &shapes.lhs) * el + local(&r, &shapes.rhs) * er + partial_elems * eo;
-    let finish =
-        |result: &Tiling| move_bytes(&Spec::Tiled(result.clone()), own, &shapes.out, eo, n);
     let make = |combine: Combine, result: Tiling, combine_bytes: i64, how: &str| Candidate {
         iter: iter.clone(),
         lhs: l.clone(),
@@ -431,7 +512,7 @@ fn costed(
         partial: partial.clone(),
         combine,
         contracting: contracting.clone(),
-        bytes: operands + combine_bytes + finish(&result),
+        bytes: combine_bytes,
         result,
         what: format!("{what}{how}"),
         peak,
@@ -449,7 +530,7 @@ fn costed(
     // Reduce-scatter along result dimension `o`: member j of a contracting group keeps the
     // j-th piece of its local result along `o`, which is the global piece i*g+j when the
     // local piece (size s1) is exactly g global pieces (or `o` was whole).
-    let ti = iter.tile_indices();
+    let ti = iter.tile_index_table();
     for o in 0..shapes.out.len() {
         let d = shapes.out[o];
         let t = partial.tiles[o];
@@ -461,21 +542,20 @@ fn costed(
         let ctiles: Vec<i64> = contracting.iter().map(|&k| iter.tiles[k]).collect();
         let mut tiles = partial.tiles.clone();
         tiles[o] *= g;
-        let idx: Vec<Vec<i64>> = ti
-            .iter()
-            .map(|it| {
-                let c: Vec<i64> = contracting.iter().map(|&k| it[k]).collect();
-                let j = ravel(&c, &ctiles);
-                let mut v: Vec<i64> = space
-                    .out_map
-                    .iter()
-                    .map(|a| a.map_or(0, |k| it[k]))
-                    .collect();
-                v[o] = v[o] * g + j;
-                v
-            })
-            .collect();
-        let result = Tiling::from_tile_indices(tiles, iter.repl, &idx);
+        let mut idx = DeviceTable::zeros(ti.len(), shapes.out.len());
+        let mut c = vec![0i64; contracting.len()];
+        for (dev, it) in ti.iter().enumerate() {
+            for (x, &k) in c.iter_mut().zip(&contracting) {
+                *x = it[k];
+            }
+            let j = ravel(&c, &ctiles);
+            let v = idx.row_mut(dev);
+            for (x, a) in v.iter_mut().zip(&space.out_map) {
+                *x = a.map_or(0, |k| it[k]);
+            }
+            v[o] = v[o] * g + j;
+        }
+        let result = Tiling::from_tile_index_table(tiles, iter.repl, &idx);
         let rs_bytes = local(&result, &shapes.out) * eo * (g - 1);
         out.push(make(
             Combine::ReduceScatter {
@@ -612,14 +692,37 @@ fn choose_uncached(
     own: &Spec,
     n: i64,
 ) -> Option<Choice> {
-    let all = candidates(dims, shapes, lhs, rhs, own, n);
+    // The first two by (bytes, peak, enumeration order), planning only what can decide
+    // them: each candidate waits in a queue keyed by its bytes so far (its combine, then
+    // each move added as it is planned); the queue's least entry gets its next move planned,
+    // and a least entry with every move planned is the next in the order, since moves never
+    // cost less than nothing and every other entry's key can only grow. Candidates that
+    // cannot be among the first two are never planned (on a large mesh each plan walks every
+    // device).
+    let mut all = enumerate(dims, shapes, lhs, rhs, own, n);
     let considered = all.len();
-    let mut order: Vec<usize> = (0..all.len()).collect();
-    order.sort_by_key(|&k| (all[k].bytes, all[k].peak, k));
-    let runner_up = order
+    let mut queue: BinaryHeap<Reverse<(i64, i64, usize, usize)>> = all
+        .iter()
+        .enumerate()
+        .map(|(k, c)| Reverse((c.bytes, c.peak, k, 0)))
+        .collect();
+    let mut first = Vec::with_capacity(2);
+    while let Some(Reverse((bytes, peak, k, planned))) = queue.pop() {
+        if planned == MOVES {
+            all[k].bytes = bytes;
+            first.push(k);
+            if first.len() == 2 {
+                break;
+            }
+            continue;
+        }
+        let more = move_cost(&all[k], planned, shapes, lhs, rhs, own, n);
+        queue.push(Reverse((bytes + more, peak, k, planned + 1)));
+    }
+    let runner_up = first
         .get(1)
         .map(|&k| (all[k].bytes, all[k].peak, all[k].what.clone()));
-    let best = all.into_iter().nth(*order.first()?)?;
+    let best = all.swap_remove(*first.first()?);
     Some(Choice {
         best,
         considered,
@@ -690,6 +793,57 @@ mod tests {
         .unwrap();
         assert_eq!(c.best.bytes, 0);
         assert_eq!(c.best.combine, Combine::Nothing);
+    }
+
+    #[test]
+    fn planning_only_what_can_win_chooses_as_costing_everything() {
+        // Random (batch) matmuls, uneven shapes, random operand and result specs on 2-16
+        // devices: the first two of the queue are the first two of every candidate costed
+        // and sorted, with the same bytes, peak and description.
+        use crate::partition::plan::tests::{random_spec, Gen};
+        let mut g = Gen::new(23);
+        for _ in 0..400 {
+            let n = [2i64, 4, 8, 16][g.next(4) as usize];
+            let b = g.next(2) as usize;
+            let dn = DotDimensionNumbers {
+                lhs_batch_dimensions: (0..b as i64).collect(),
+                rhs_batch_dimensions: (0..b as i64).collect(),
+                lhs_contracting_dimensions: vec![b as i64 + 1],
+                rhs_contracting_dimensions: vec![b as i64],
+            };
+            let dims = DimsMapping::of_dot(&dn, b + 2, b + 2);
+            let mut d = || 1 + g.next(9) as i64;
+            let (bb, m, k, nn) = (d(), d(), d(), d());
+            let lead: Vec<i64> = vec![bb; b];
+            let cat = |x: &[i64]| [lead.as_slice(), x].concat();
+            let shapes = Shapes {
+                lhs: cat(&[m, k]),
+                rhs: cat(&[k, nn]),
+                out: cat(&[m, nn]),
+                elem: [[1, 2, 4][g.next(3) as usize], 4, 4],
+            };
+            let lhs = random_spec(&mut g, b + 2, n);
+            let rhs = random_spec(&mut g, b + 2, n);
+            let own = random_spec(&mut g, b + 2, n);
+            let all = candidates(&dims, &shapes, &lhs, &rhs, &own, n);
+            let mut order: Vec<usize> = (0..all.len()).collect();
+            order.sort_by_key(|&k| (all[k].bytes, all[k].peak, k));
+            let Some(c) = choose_uncached(&dims, &shapes, &lhs, &rhs, &own, n) else {
+                assert!(all.is_empty());
+                continue;
+            };
+            let want = &all[order[0]];
+            let case = format!("{lhs:?} x {rhs:?} -> {own:?} on {shapes:?}");
+            assert_eq!(c.best, *want, "{case}");
+            assert_eq!(c.considered, all.len(), "{case}");
+            assert_eq!(
+                c.runner_up,
+                order
+                    .get(1)
+                    .map(|&k| (all[k].bytes, all[k].peak, all[k].what.clone())),
+                "{case}"
+            );
+        }
     }
 
     #[test]

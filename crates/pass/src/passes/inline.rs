@@ -13,9 +13,9 @@
 //! place. Callees that no call reaches any more are removed (`remove_dead_callees`), which XLA
 //! leaves to a later DCE.
 
-use std::collections::HashMap;
-
-use tessera_hlo::analysis::{computation_post_order, post_order, CallGraph};
+use tessera_hlo::analysis::order::PostOrders;
+use tessera_hlo::analysis::{computation_post_order, CallGraph};
+use tessera_hlo::fxhash::FxHashMap;
 use tessera_hlo::{CompId, InstrId, Module, Opcode};
 
 use crate::options::{parse_bool, unknown_key, OptionDoc, PassOptions};
@@ -88,8 +88,12 @@ impl Pass for CallInliner {
 
     fn run(&mut self, module: &mut Module) -> Result<bool> {
         self.inlined = 0;
-        let cg = CallGraph::new(module);
-        let site_count = |c: CompId| cg.caller_callsites(c).count();
+        // The call graph only counts call sites for `single_call_site`.
+        let cg = self
+            .options
+            .single_call_site
+            .then(|| CallGraph::new(module));
+        let site_count = |c: CompId| cg.as_ref().map_or(0, |g| g.caller_callsites(c).count());
         // References to each computation from live instructions. A computation whose count
         // drops to zero through inlining is dead: its body is not inlined into (that would copy
         // what no one runs, and is what made a call chain quadratic) and, with
@@ -104,6 +108,10 @@ impl Pass for CallInliner {
         }
         let was_called: Vec<bool> = refs.iter().map(|&n| n > 0).collect();
         let mut dead = Vec::new();
+        // One visit table for the post orders of every callee body copied.
+        let mut walker = PostOrders::new(module);
+        // The names of moved instructions, taken until the dead callees are removed.
+        let mut held = Vec::new();
         // Callers first: every callee is still its original body when it is copied, and the
         // calls the copy brings along are inlined in the same sweep of the caller.
         let mut order = computation_post_order(module, true);
@@ -145,19 +153,26 @@ impl Pass for CallInliner {
                 continue;
             }
             let caller_root = module.comp(comp).root();
-            let mut expansion: HashMap<InstrId, Vec<InstrId>> = HashMap::new();
+            let mut expansion: FxHashMap<InstrId, Vec<InstrId>> = FxHashMap::default();
             let mut calls = Vec::new();
             while let Some(call) = work.pop() {
                 let Some(callee) = inlinable(module, call) else {
                     continue;
                 };
-                let copies = inline_body(module, call)?;
+                // The only reference to a callee that will be removed: move its body.
+                let movable = self.options.remove_dead_callees
+                    && refs[callee.index()] == 1
+                    && module.entry() != Some(callee);
+                let copies = inline_body(module, &mut walker, call, movable, &mut held)?;
                 refs[callee.index()] -= 1;
                 self.inlined += 1;
                 let mut nested = Vec::new();
                 for &c in &copies {
-                    for &k in module.called_computations(c) {
-                        refs[k.index()] += 1;
+                    // Moved calls were counted where they were.
+                    if !movable {
+                        for &k in module.called_computations(c) {
+                            refs[k.index()] += 1;
+                        }
                     }
                     if inlinable(module, c).is_some() {
                         nested.push(c);
@@ -184,6 +199,7 @@ impl Pass for CallInliner {
         }
         // Every computation that inlining left unreferenced was found dead in the sweep: its
         // callers all came before it.
+        module.release_names(held.iter().map(String::as_str));
         module.remove_computations(&dead);
         Ok(self.inlined > 0)
     }
@@ -191,7 +207,7 @@ impl Pass for CallInliner {
 
 /// `base` with every inlined call replaced by its copies, recursively (the copies of a callee
 /// may hold calls inlined in turn).
-fn expand(base: &[InstrId], expansion: &HashMap<InstrId, Vec<InstrId>>) -> Vec<InstrId> {
+fn expand(base: &[InstrId], expansion: &FxHashMap<InstrId, Vec<InstrId>>) -> Vec<InstrId> {
     let mut out = Vec::with_capacity(base.len());
     let mut stack = vec![base.iter()];
     while let Some(it) = stack.last_mut() {
@@ -211,13 +227,31 @@ fn expand(base: &[InstrId], expansion: &HashMap<InstrId, Vec<InstrId>>) -> Vec<I
 /// Copies the callee's body into the caller for one `call` and makes the call's users use the
 /// copy of the callee root. The call itself stays, unused, for the caller to remove and to
 /// replace in its order by the returned copies (in the callee's post order).
-fn inline_body(module: &mut Module, call: InstrId) -> Result<Vec<InstrId>> {
+///
+/// With `movable` (no other instruction calls the callee, and it will be removed as dead),
+/// the body is moved instead of copied: the same instructions come out, named as the copies
+/// would be (the originals' names stay taken until `held` is released, where the dead callees
+/// are removed), with the same users and control edges, without allocating, filling and then
+/// dropping a second copy of every instruction of a call chain.
+fn inline_body(
+    module: &mut Module,
+    walker: &mut PostOrders,
+    call: InstrId,
+    movable: bool,
+    held: &mut Vec<String>,
+) -> Result<Vec<InstrId>> {
     let caller = module.instr(call).parent();
     let callee = module.instr(call).to_apply().expect("a call has a callee");
     let operands = module.operands(call).to_vec();
-    let mut map: HashMap<InstrId, InstrId> = HashMap::new();
+    let order = walker.post_order(module, callee);
+    let movable = movable
+        && module.comp(callee).parameters().all(|p| {
+            let p = module.instr(p);
+            p.control_predecessors().is_empty() && p.control_successors().is_empty()
+        });
+    let mut map: FxHashMap<InstrId, InstrId> = FxHashMap::default();
     let mut added = Vec::new();
-    for id in post_order(module, callee) {
+    for id in order {
         let src = module.instr(id);
         if src.opcode == Opcode::Parameter {
             let n = src.attrs.parameter_number as usize;
@@ -232,34 +266,52 @@ fn inline_body(module: &mut Module, call: InstrId) -> Result<Vec<InstrId>> {
             map.insert(id, op);
             continue;
         }
-        let ops: Vec<InstrId> = src.operands().iter().map(|o| map[o]).collect();
-        let copy = src.clone().with_operands(&ops);
-        let name = module.unique_copy_name(copy.name());
-        let copy = copy.with_name(name);
-        let nid = module.add_instruction(caller, copy)?;
-        map.insert(id, nid);
+        if movable {
+            map.insert(id, id);
+        } else {
+            let ops: Vec<InstrId> = src.operands().iter().map(|o| map[o]).collect();
+            let copy = src.clone().with_operands(&ops);
+            let name = module.unique_copy_name(copy.name());
+            let copy = copy.with_name(name);
+            let nid = module.add_instruction(caller, copy)?;
+            map.insert(id, nid);
+        }
         added.push(id);
     }
-    // Control edges inside the callee.
-    for &id in &added {
-        for s in module.instr(id).control_successors().to_vec() {
-            if let (Some(&a), Some(&b)) = (map.get(&id), map.get(&s)) {
-                module.add_control_dependency(a, b);
+    // The instructions that take the call's control predecessors (decided on the originals).
+    let starts: Vec<bool> = added
+        .iter()
+        .map(|&id| {
+            let i = module.instr(id);
+            i.operands()
+                .iter()
+                .all(|&o| module.instr(o).opcode == Opcode::Parameter)
+                && i.control_predecessors().is_empty()
+        })
+        .collect();
+    let new_root = map[&module.comp(callee).root().unwrap()];
+    if movable {
+        for &id in &added {
+            let base = module.instr(id).name().to_string();
+            let name = module.unique_copy_name(&base);
+            held.push(module.rename_instruction_holding_old(id, name)?);
+        }
+        module.move_instructions(callee, caller, &added, &operands)?;
+    } else {
+        // Control edges inside the callee.
+        for &id in &added {
+            for s in module.instr(id).control_successors().to_vec() {
+                if let (Some(&a), Some(&b)) = (map.get(&id), map.get(&s)) {
+                    module.add_control_dependency(a, b);
+                }
             }
         }
     }
-    let new_root = map[&module.comp(callee).root().unwrap()];
     // The call's own control edges.
     let preds = module.instr(call).control_predecessors().to_vec();
     let succs = module.instr(call).control_successors().to_vec();
-    for &id in &added {
-        let starts = module
-            .instr(id)
-            .operands()
-            .iter()
-            .all(|&o| module.instr(o).opcode == Opcode::Parameter)
-            && module.instr(id).control_predecessors().is_empty();
-        if starts {
+    for (&id, &start) in added.iter().zip(&starts) {
+        if start {
             for &p in &preds {
                 module.add_control_dependency(p, map[&id]);
             }
@@ -365,5 +417,98 @@ mod tests {
         // Identity callee: the parameter itself becomes the root.
         assert_eq!(b.m.comp(main).root(), Some(p));
         assert_eq!(names(&b.m, main), ["main.p0"]);
+    }
+
+    /// The entry's instructions with their users and control edges, by name, in stored order.
+    fn entry_listing(m: &Module) -> Vec<String> {
+        let e = m.entry().unwrap();
+        let n = |ids: &[InstrId]| {
+            ids.iter()
+                .map(|&i| m.instr(i).name().to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        m.comp(e)
+            .instructions()
+            .iter()
+            .map(|&i| {
+                let x = m.instr(i);
+                format!(
+                    "{} ops[{}] users[{}] preds[{}] succs[{}]",
+                    x.name(),
+                    n(m.operands(i)),
+                    n(m.users(i)),
+                    n(x.control_predecessors()),
+                    n(x.control_successors())
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn moving_a_dead_callee_gives_what_copying_it_gives() {
+        // Callees called once are moved when their removal follows (the default); with
+        // `remove_dead_callees=false` they are copied. The entry must come out the same:
+        // names (`.N` taken while the originals exist), operands, users in the order copying
+        // adds them (post order, not text order), control edges inside the callee and the
+        // call's own, an operand used twice, a dead instruction, a callee whose root is a
+        // parameter, and a chain of calls.
+        let text = r#"HloModule m
+
+%inner (a: f32[4], b: f32[4]) -> f32[4] {
+  %a = f32[4] parameter(0)
+  %b = f32[4] parameter(1)
+  %d = f32[4] negate(%a)
+  %m = f32[4] multiply(%a, %a)
+  %dead = f32[4] exponential(%b)
+  ROOT %r = f32[4] add(%m, %d), control-predecessors={%d}
+}
+
+%ident (i: f32[4]) -> f32[4] {
+  ROOT %i = f32[4] parameter(0)
+}
+
+%outer (x: f32[4], y: f32[4]) -> f32[4] {
+  %x = f32[4] parameter(0)
+  %y = f32[4] parameter(1)
+  %c = f32[4] call(%x, %y), to_apply=%inner
+  %j = f32[4] call(%c), to_apply=%ident
+  ROOT %r.1 = f32[4] subtract(%j, %y)
+}
+
+ENTRY %main (p: f32[4], q: f32[4]) -> f32[4] {
+  %p = f32[4] parameter(0)
+  %q = f32[4] parameter(1)
+  %before = f32[4] sine(%p)
+  %call = f32[4] call(%p, %q), to_apply=%outer, control-predecessors={%before}
+  %after = f32[4] cosine(%q), control-predecessors={%call}
+  ROOT %t = f32[4] add(%call, %after)
+}
+"#;
+        let run = |remove_dead_callees: bool| {
+            let mut m = tessera_hlo::text::parse_module(text).unwrap();
+            let mut pass = CallInliner::with_options(InlineOptions {
+                remove_dead_callees,
+                ..InlineOptions::default()
+            });
+            assert!(pass.run(&mut m).unwrap());
+            tessera_hlo::verify::verify(&m, &Default::default()).unwrap();
+            (m, pass.inlined)
+        };
+        // Kept callees are inlined into as well: 3 calls in the entry, 2 in `outer`.
+        let ((moved, 3), (copied, 5)) = (run(true), run(false)) else {
+            panic!("unexpected numbers of calls inlined");
+        };
+        assert_eq!(comp_names(&moved), ["main"]);
+        assert_eq!(comp_names(&copied), ["inner", "ident", "outer", "main"]);
+        assert_eq!(entry_listing(&moved), entry_listing(&copied));
+        // The originals' names are free again once their computations are gone.
+        let mut moved = moved;
+        assert!(!moved.is_name_used("d") && !moved.is_name_used("x"));
+        assert_eq!(moved.unique_name("d"), "d");
+        let listing = entry_listing(&moved);
+        // `%p` gains its users in post order (`%m` before `%d`), not in text order.
+        assert_eq!(listing[0], "p ops[] users[before,m.1,d.1] preds[] succs[]");
+        assert_eq!(listing[5], "r.3 ops[m.1,d.1] users[r.2] preds[d.1] succs[]");
     }
 }

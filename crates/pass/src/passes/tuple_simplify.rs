@@ -9,7 +9,7 @@
 //! (side-effect-free ones, as DCE would). With `exclude_entry_computation`, the entry is left
 //! alone (its root tuple is often part of the program's interface).
 
-use tessera_hlo::analysis::post_order;
+use tessera_hlo::analysis::order::PostOrders;
 use tessera_hlo::{InstrId, Module, Opcode};
 
 use crate::options::{parse_bool, unknown_key, OptionDoc, PassOptions};
@@ -98,17 +98,26 @@ impl Pass for TupleSimplifier {
 
     fn run(&mut self, module: &mut Module) -> Result<bool> {
         self.replaced = 0;
-        // Simplifying never adds a side effect, and only unused side-effect-free instructions
-        // are removed: one analysis serves the whole module.
-        let effects = SideEffects::new(module);
         let mut replaced = Vec::new();
+        let mut walker = PostOrders::new(module);
         for c in module.computations().to_vec() {
             if self.options.exclude_entry_computation && module.entry() == Some(c) {
                 continue;
             }
+            // Only a tuple or a get-tuple-element can be replaced: a computation without one
+            // is not walked.
+            let candidates = module.comp(c).instructions().iter().any(|&i| {
+                matches!(
+                    module.instr(i).opcode,
+                    Opcode::Tuple | Opcode::GetTupleElement
+                )
+            });
+            if !candidates {
+                continue;
+            }
             // Operands come before users, so removing dead ones at the end changes nothing
             // that the walk looks at.
-            for id in post_order(module, c) {
+            for id in walker.post_order(module, c) {
                 let Some(new) = replacement(module, id) else {
                     continue;
                 };
@@ -117,7 +126,13 @@ impl Pass for TupleSimplifier {
                 replaced.push(id);
             }
         }
-        remove_dead(module, &replaced, &effects)?;
+        if !replaced.is_empty() {
+            // Replacing uses changes no opcode and no called computation, so the side effects
+            // are the same as before the walk: the analysis is made only when there is
+            // something to remove.
+            let effects = SideEffects::new(module);
+            remove_dead(module, &replaced, &effects)?;
+        }
         Ok(self.replaced > 0)
     }
 }

@@ -10,7 +10,7 @@ use std::ops::{Deref, DerefMut};
 use crate::literal::Literal;
 use crate::rare::{Empty, Rare};
 use crate::shape::Shape;
-use crate::sharding::Sharding;
+use crate::sharding::{Mesh, Sharding};
 
 /// `slice={[0:8:2], [1:4]}`: one entry per dimension.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -179,12 +179,11 @@ pub enum ReplicaGroups {
     Mesh(MeshReplicaGroups),
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct MeshReplicaGroups {
-    /// Axis names and sizes of the mesh, major to minor.
-    pub axes: Vec<(String, i64)>,
-    /// Explicit device order of the mesh, when the text gives one.
-    pub device_ids: Option<Vec<i64>>,
+    /// The mesh: axis names and sizes, major to minor, and its device order (plain,
+    /// `device_ids=([2,2,2]T(0,2,1))` or `device_ids=(...)`), as a named sharding's mesh.
+    pub mesh: Mesh,
     /// The axes a group spans, as written (`'x'`, or a sub-axis such as `'x':(1)2`).
     pub group_axes: Vec<String>,
 }

@@ -6,7 +6,7 @@
 //! lists themselves; [`ReplicaGroups::groups`] is the one place that expands them.
 
 use crate::attrs::{MeshReplicaGroups, ReplicaGroups};
-use crate::sharding::{Sharding, TileAssignment};
+use crate::sharding::{Mesh, Sharding, TileAssignment};
 
 /// Most devices an iota or mesh description may expand to (a bad description must not make us
 /// allocate without bound).
@@ -63,8 +63,7 @@ impl ReplicaGroups {
     /// `mesh[axes] {group_axes}`: devices that differ only along `group_axes` form a group.
     pub fn mesh(axes: &[(&str, i64)], group_axes: &[&str]) -> ReplicaGroups {
         ReplicaGroups::Mesh(MeshReplicaGroups {
-            axes: axes.iter().map(|&(n, s)| (n.to_string(), s)).collect(),
-            device_ids: None,
+            mesh: Mesh::iota(axes),
             group_axes: group_axes.iter().map(|a| format!("'{a}'")).collect(),
         })
     }
@@ -81,7 +80,7 @@ impl ReplicaGroups {
                     let (name, sub) = group_axis(a).ok()?;
                     let size = match sub {
                         Some((_, s)) => s,
-                        None => m.axes.iter().find(|(x, _)| *x == name)?.1,
+                        None => m.mesh.axes.iter().find(|x| x.name == name)?.size,
                     };
                     n = n.checked_mul(size)?;
                 }
@@ -198,7 +197,8 @@ fn mesh_groups(m: &MeshReplicaGroups) -> Result<Vec<Vec<i64>>, ReplicaGroupsErro
     // Axes named by a sub-axis are split into (pre, size, rest).
     let mut fine: Vec<i64> = Vec::new();
     let mut group_dims: Vec<usize> = vec![usize::MAX; parsed.len()];
-    for (name, size) in &m.axes {
+    for axis in &m.mesh.axes {
+        let (name, size) = (&axis.name, &axis.size);
         if *size < 1 {
             return Err(ReplicaGroupsError::BadMesh(format!(
                 "axis '{name}' has size {size}"
@@ -244,16 +244,13 @@ fn mesh_groups(m: &MeshReplicaGroups) -> Result<Vec<Vec<i64>>, ReplicaGroupsErro
         .try_fold(1i64, |a, &d| a.checked_mul(d))
         .filter(|&n| n <= MAX_GROUP_DEVICES)
         .ok_or(ReplicaGroupsError::TooMany(i64::MAX))?;
-    let devices: Vec<i64> = match &m.device_ids {
-        Some(ids) if ids.len() as i64 == n => ids.clone(),
-        Some(ids) => {
-            return Err(ReplicaGroupsError::BadMesh(format!(
-                "{} device ids for a mesh of {n}",
-                ids.len()
-            )))
-        }
-        None => (0..n).collect(),
-    };
+    let devices = m.mesh.device_list();
+    if devices.len() as i64 != n {
+        return Err(ReplicaGroupsError::BadMesh(format!(
+            "{} device ids for a mesh of {n}",
+            devices.len()
+        )));
+    }
     let ta = TileAssignment::Explicit {
         dims: fine.iter().copied().collect(),
         devices,
@@ -284,8 +281,7 @@ mod tests {
         // mesh['x'=2,'y'=4] {'y'}: rows; {'x'}: columns; {'y':(1)2}: pairs inside rows.
         let mesh = |axes: &[&str]| {
             ReplicaGroups::Mesh(MeshReplicaGroups {
-                axes: vec![("x".into(), 2), ("y".into(), 4)],
-                device_ids: None,
+                mesh: Mesh::iota(&[("x", 2), ("y", 4)]),
                 group_axes: axes.iter().map(|s| s.to_string()).collect(),
             })
         };

@@ -1552,3 +1552,35 @@ fn optional_field_enum_matches_the_names() {
     assert!(default_present("channel_id", Opcode::Add, &p));
     assert!(!default_present("no_such_field", Opcode::Add, &p));
 }
+
+/// Mesh replica groups keep an iota device order through the proto (`MeshProto.iota_transform`,
+/// which XLA of mid-2026 writes for its partitioner's collectives).
+#[test]
+fn mesh_replica_groups_keep_an_iota_device_order() {
+    let text = "HloModule m, num_partitions=8\n\nENTRY e {\n  p = f32[2] parameter(0)\n  ROOT a = f32[2] all-to-all(p), channel_id=1, replica_groups=mesh['x'=2,'y'=4], device_ids=([2,2,2]T(0,2,1)) {'y':(2)2}, dimensions={0}\n}\n";
+    let m = crate::text::parse_module(text).unwrap();
+    let p = round_trip(&m);
+    let a = p.computations[0]
+        .instructions
+        .iter()
+        .find(|i| i.opcode == "all-to-all")
+        .unwrap();
+    let mesh = a
+        .mesh_axes_replica_group_list
+        .as_ref()
+        .and_then(|g| g.mesh.as_ref())
+        .unwrap();
+    assert!(mesh.device_ids.is_empty());
+    let t = mesh.iota_transform.as_ref().unwrap();
+    assert_eq!((t.reshape_dims.clone(), t.transpose_perm.clone()), (vec![2, 2, 2], vec![0, 2, 1]));
+    let back = module_from_proto(&p).unwrap();
+    let groups = back
+        .instr(back.find_instruction("a").unwrap())
+        .attrs
+        .replica_groups
+        .as_ref()
+        .unwrap()
+        .groups()
+        .unwrap();
+    assert_eq!(groups, vec![vec![0, 2], vec![1, 3], vec![4, 6], vec![5, 7]]);
+}

@@ -569,8 +569,8 @@ fn axes_to_proto(v: &[AxisRef]) -> Vec<pb::AxisRefProto> {
     v.iter().map(axis_to_proto).collect()
 }
 
-fn named_to_proto(n: &NamedSharding, metadata: &[OpMetadata]) -> pb::NamedShardingProto {
-    let m = &n.mesh;
+/// A mesh as XLA's `MeshProto` (shared by named shardings and mesh replica groups).
+fn mesh_to_proto(m: &Mesh) -> pb::MeshProto {
     let mut mesh = pb::MeshProto {
         axes: m
             .axes
@@ -595,8 +595,12 @@ fn named_to_proto(n: &NamedSharding, metadata: &[OpMetadata]) -> pb::NamedShardi
             })
         }
     }
+    mesh
+}
+
+fn named_to_proto(n: &NamedSharding, metadata: &[OpMetadata]) -> pb::NamedShardingProto {
     pb::NamedShardingProto {
-        mesh: Some(mesh),
+        mesh: Some(mesh_to_proto(&n.mesh)),
         dim_shardings: n
             .dims
             .iter()
@@ -633,8 +637,9 @@ fn axes_from_proto(v: &[pb::AxisRefProto]) -> VResult<Vec<AxisRef>> {
     v.iter().map(axis_from_proto).collect()
 }
 
-fn named_from_proto(p: &pb::NamedShardingProto) -> VResult<(NamedSharding, Vec<OpMetadata>)> {
-    let pm = p.mesh.clone().unwrap_or_default();
+/// A `MeshProto` read back, its device order checked (shared by named shardings and mesh
+/// replica groups).
+fn mesh_from_proto(pm: &pb::MeshProto) -> VResult<Mesh> {
     let axes: Vec<MeshAxis> = pm
         .axes
         .iter()
@@ -681,8 +686,12 @@ fn named_from_proto(p: &pb::NamedShardingProto) -> VResult<(NamedSharding, Vec<O
         (None, false) => MeshDevices::Explicit(pm.device_ids.clone()),
         (None, true) => MeshDevices::Iota,
     };
+    Ok(Mesh { axes, devices })
+}
+
+fn named_from_proto(p: &pb::NamedShardingProto) -> VResult<(NamedSharding, Vec<OpMetadata>)> {
     let named = NamedSharding {
-        mesh: Mesh { axes, devices },
+        mesh: mesh_from_proto(&p.mesh.clone().unwrap_or_default())?,
         dims: p
             .dim_shardings
             .iter()
@@ -955,6 +964,7 @@ fn parse_group_axis(s: &str) -> VResult<(String, Option<(i64, i64)>)> {
 }
 
 fn mesh_groups_to_proto(m: &MeshReplicaGroups) -> pb::MeshAxesReplicaGroupListProto {
+    let mesh = &m.mesh;
     let axes = m
         .group_axes
         .iter()
@@ -962,11 +972,7 @@ fn mesh_groups_to_proto(m: &MeshReplicaGroups) -> pb::MeshAxesReplicaGroupListPr
             // A name the mesh does not have cannot be expressed; the verifier reports it, and
             // the proto points at an index past the mesh so that XLA refuses it too.
             let (name, sub) = parse_group_axis(a).unwrap_or_else(|_| (a.clone(), None));
-            let idx = m
-                .axes
-                .iter()
-                .position(|(n, _)| *n == name)
-                .unwrap_or(m.axes.len());
+            let idx = mesh.axis_index(&name).unwrap_or(mesh.axes.len());
             pb::AxisRefProto {
                 mesh_axis_index: idx as i64,
                 sub_axis_info: sub.map(|(pre_size, size)| pb::SubAxis { pre_size, size }),
@@ -974,53 +980,38 @@ fn mesh_groups_to_proto(m: &MeshReplicaGroups) -> pb::MeshAxesReplicaGroupListPr
         })
         .collect();
     pb::MeshAxesReplicaGroupListProto {
-        mesh: Some(pb::MeshProto {
-            axes: m
-                .axes
-                .iter()
-                .map(|(name, size)| pb::MeshAxis {
-                    name: name.clone(),
-                    size: *size,
-                })
-                .collect(),
-            device_ids: m.device_ids.clone().unwrap_or_default(),
-            iota_transform: None,
-        }),
+        mesh: Some(mesh_to_proto(mesh)),
         axes,
     }
 }
 
 fn mesh_groups_from_proto(p: &pb::MeshAxesReplicaGroupListProto) -> VResult<MeshReplicaGroups> {
-    let mesh = p
-        .mesh
-        .as_ref()
-        .ok_or_else(|| "mesh replica groups without a mesh".to_string())?;
-    let axes: Vec<(String, i64)> = mesh.axes.iter().map(|a| (a.name.clone(), a.size)).collect();
+    let mesh = mesh_from_proto(
+        p.mesh
+            .as_ref()
+            .ok_or_else(|| "mesh replica groups without a mesh".to_string())?,
+    )?;
     let group_axes = p
         .axes
         .iter()
         .map(|r| {
-            let (name, _) = usize::try_from(r.mesh_axis_index)
+            let axis = usize::try_from(r.mesh_axis_index)
                 .ok()
-                .and_then(|i| axes.get(i))
+                .and_then(|i| mesh.axes.get(i))
                 .ok_or_else(|| {
                     format!(
                         "mesh axis index {} out of range ({} axes)",
                         r.mesh_axis_index,
-                        axes.len()
+                        mesh.axes.len()
                     )
                 })?;
             Ok(match &r.sub_axis_info {
-                Some(s) => format!("'{name}':({}){}", s.pre_size, s.size),
-                None => format!("'{name}'"),
+                Some(s) => format!("'{}':({}){}", axis.name, s.pre_size, s.size),
+                None => format!("'{}'", axis.name),
             })
         })
         .collect::<VResult<_>>()?;
-    Ok(MeshReplicaGroups {
-        axes,
-        device_ids: (!mesh.device_ids.is_empty()).then(|| mesh.device_ids.clone()),
-        group_axes,
-    })
+    Ok(MeshReplicaGroups { mesh, group_axes })
 }
 
 // ---------------------------------------------------------------- original values

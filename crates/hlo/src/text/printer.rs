@@ -1210,19 +1210,7 @@ fn write_replica_groups(out: &mut String, rg: &ReplicaGroups) {
             }
         }
         ReplicaGroups::Mesh(g) => {
-            out.push_str("mesh[");
-            for (k, (name, size)) in g.axes.iter().enumerate() {
-                if k > 0 {
-                    out.push(',');
-                }
-                let _ = write!(out, "'{name}'={size}");
-            }
-            out.push(']');
-            if let Some(ids) = &g.device_ids {
-                out.push_str(", device_ids=(");
-                write_ints(out, ids, ",");
-                out.push(')');
-            }
+            write_mesh(out, &g.mesh);
             out.push_str(" {");
             for (k, a) in g.group_axes.iter().enumerate() {
                 if k > 0 {

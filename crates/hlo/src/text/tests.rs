@@ -3,7 +3,7 @@
 use super::*;
 use crate::attrs::ReplicaGroups;
 use crate::opcode::Opcode;
-use crate::sharding::ShardingKind;
+use crate::sharding::{Mesh, ShardingKind};
 
 fn roundtrip(text: &str) -> (Module, String) {
     let m = parse_module(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
@@ -219,10 +219,7 @@ fn replica_groups_in_three_spellings() {
     let g = parse_replica_groups("mesh['axis_0'=4,'axis_1'=2] {'axis_0'}").unwrap();
     match &g {
         ReplicaGroups::Mesh(m) => {
-            assert_eq!(
-                m.axes,
-                vec![("axis_0".to_string(), 4), ("axis_1".to_string(), 2)]
-            );
+            assert_eq!(m.mesh, Mesh::iota(&[("axis_0", 4), ("axis_1", 2)]));
             assert_eq!(m.group_axes, vec!["'axis_0'".to_string()]);
         }
         g => panic!("{g:?}"),
@@ -230,6 +227,31 @@ fn replica_groups_in_three_spellings() {
     let text = "HloModule m\n\n%add (x: f32[], y: f32[]) -> f32[] {\n  %x = f32[] parameter(0)\n  %y = f32[] parameter(1)\n  ROOT %a = f32[] add(f32[] %x, f32[] %y)\n}\n\nENTRY %e (p: f32[8]) -> (f32[8], f32[8], f32[8]) {\n  %p = f32[8]{0} parameter(0)\n  %r1 = f32[8]{0} all-reduce(f32[8]{0} %p), channel_id=1, replica_groups={{0,1},{2,3}}, use_global_device_ids=true, to_apply=%add\n  %r2 = f32[8]{0} all-reduce(f32[8]{0} %p), channel_id=2, replica_groups=[2,4]<=[4,2]T(1,0), use_global_device_ids=true, to_apply=%add\n  %r3 = f32[8]{0} all-reduce(f32[8]{0} %p), channel_id=3, replica_groups=mesh['axis_0'=4,'axis_1'=2] {'axis_0'}, use_global_device_ids=true, to_apply=%add\n  ROOT %t = (f32[8]{0}, f32[8]{0}, f32[8]{0}) tuple(f32[8]{0} %r1, f32[8]{0} %r2, f32[8]{0} %r3)\n}\n\n";
     let (_, printed) = roundtrip(text);
     assert_eq!(printed, text);
+}
+
+/// XLA of mid-2026 (jaxlib 0.10.2) writes the partitioner's collectives as mesh replica groups
+/// whose mesh has an iota device order; the groups follow that order.
+#[test]
+fn mesh_replica_groups_with_an_iota_device_order() {
+    let written = "mesh['axis_0'=2,'axis_1'=4,'axis_2'=1,'axis_3'=1], device_ids=([2,2,2]T(0,2,1)) {'axis_1':(2)2}";
+    let g = parse_replica_groups(written).unwrap();
+    let ReplicaGroups::Mesh(m) = &g else {
+        panic!("{g:?}")
+    };
+    // Devices in mesh order 0,2,1,3,4,6,5,7; each group the minor half of axis_1.
+    assert_eq!(m.mesh.device_list(), vec![0, 2, 1, 3, 4, 6, 5, 7]);
+    assert_eq!(
+        g.groups().unwrap(),
+        vec![vec![0, 2], vec![1, 3], vec![4, 6], vec![5, 7]]
+    );
+    let text = format!(
+        "HloModule m, num_partitions=8\n\nENTRY %e (p: f32[2]) -> f32[2] {{\n  %p = f32[2]{{0}} parameter(0)\n  ROOT %a = f32[2]{{0}} all-to-all(f32[2]{{0}} %p), channel_id=1, replica_groups={written}, dimensions={{0}}\n}}\n\n"
+    );
+    let (_, printed) = roundtrip(&text);
+    assert_eq!(printed, text);
+    // Explicit ids of the wrong count are refused where they are written.
+    let e = parse_replica_groups("mesh['x'=2,'y'=2], device_ids=(0,1,2) {'x'}").unwrap_err();
+    assert!(e.message.contains("expected 4 device_ids"), "{e}");
 }
 
 #[test]

@@ -1370,33 +1370,13 @@ impl<'a> Parser<'a> {
                 })
             }
             _ if self.c.peek_word()? == "mesh" => {
-                self.c.pos += 4;
-                self.c.expect(b'[', "after mesh")?;
-                let mut g = MeshReplicaGroups::default();
-                if !self.c.eat(b']')? {
-                    loop {
-                        let name = self.quoted_axis()?;
-                        self.c.expect(b'=', "after the axis name")?;
-                        let size = self.c.int("an axis size")?;
-                        g.axes.push((name, size));
-                        if self.c.eat(b']')? {
-                            break;
-                        }
-                        self.c.expect(b',', "or ']' in the mesh axes")?;
-                    }
-                }
-                if self.c.eat(b',')? {
-                    let at = self.c.pos;
-                    let key = self.attr_name()?;
-                    if key != "device_ids" {
-                        return Err(self
-                            .c
-                            .error_at(at, format!("expected device_ids=, found '{key}'")));
-                    }
-                    self.c.expect(b'(', "to start device_ids")?;
-                    let ids = self.device_ids_rest()?;
-                    g.device_ids = Some(ids);
-                }
+                // The mesh as a named sharding spells it, device order included
+                // (`device_ids=(...)` or `device_ids=([2,2,2]T(0,2,1))`).
+                let mesh = self.mesh()?;
+                let mut g = MeshReplicaGroups {
+                    mesh,
+                    group_axes: Vec::new(),
+                };
                 self.c.expect(b'{', "to start the group axes")?;
                 if !self.c.eat(b'}')? {
                     loop {
@@ -1431,20 +1411,6 @@ impl<'a> Parser<'a> {
                 .c
                 .expected("replica groups ({{...}}, [n,m]<=[...] or mesh[...] {...})")),
         }
-    }
-
-    fn quoted_axis(&mut self) -> PResult<String> {
-        self.c.expect(b'\'', "to start an axis name")?;
-        let s = self.c.pos;
-        while self.c.pos < self.c.b.len() && self.c.b[self.c.pos] != b'\'' {
-            self.c.pos += 1;
-        }
-        if self.c.pos >= self.c.b.len() {
-            return Err(self.c.error_at(s, "unterminated axis name"));
-        }
-        let name = self.c.src[s..self.c.pos].to_string();
-        self.c.pos += 1;
-        Ok(name)
     }
 
     // ----- metadata and attribute maps -----

@@ -6,9 +6,10 @@
 #   PYTHON=VENV/bin/python bash scripts/xla_spmd_numbers.sh testdata/spmd-partitioning/scatter-*.hlo
 #
 # XLA's side is the module right after its `spmd-partitioning` pass (scripts/spmd_bytes_vs_xla.py
-# --xla-after, XLA of the venv's jaxlib); it runs on the PJRT CPU plugin through `tessera compare`
-# against the original on one device, with the seed and tolerances the filetests use. One line per
-# file: `equal`, `DIFFERS` (with compare's first failing line) or `xla-refused`.
+# --xla-after, XLA of the venv's jaxlib, large constants printed whole: XLA's dump elides them as
+# `{...}` otherwise, which reads back as zeros); it runs on the PJRT CPU plugin through `tessera
+# compare` against the original on one device, with compare's default seed and tolerances. One
+# line per file: `equal`, `DIFFERS` (with compare's first failing line) or `xla-refused`.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-/work/venv/bin/python}
@@ -17,7 +18,7 @@ out=$(mktemp -d)
 for f in "$@"; do
   n=$(grep -o 'num_partitions=[0-9]*' "$f" | head -1 | cut -d= -f2)
   name=$(basename "$f")
-  if ! XLA_FLAGS=--xla_force_host_platform_device_count=8 "$PYTHON" scripts/spmd_bytes_vs_xla.py \
+  if ! XLA_FLAGS="--xla_force_host_platform_device_count=8 --xla_dump_large_constants=true" "$PYTHON" scripts/spmd_bytes_vs_xla.py \
       --xla-after "$f" "$n" > "$out/xla.hlo" 2> "$out/err"; then
     echo "$name xla-refused"
     continue

@@ -1572,7 +1572,10 @@ fn mesh_replica_groups_keep_an_iota_device_order() {
         .unwrap();
     assert!(mesh.device_ids.is_empty());
     let t = mesh.iota_transform.as_ref().unwrap();
-    assert_eq!((t.reshape_dims.clone(), t.transpose_perm.clone()), (vec![2, 2, 2], vec![0, 2, 1]));
+    assert_eq!(
+        (t.reshape_dims.clone(), t.transpose_perm.clone()),
+        (vec![2, 2, 2], vec![0, 2, 1])
+    );
     let back = module_from_proto(&p).unwrap();
     let groups = back
         .instr(back.find_instruction("a").unwrap())

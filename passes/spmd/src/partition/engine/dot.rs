@@ -39,14 +39,12 @@ pub(super) struct DimsMapping {
 }
 
 /// Which operand.
-#[allow(dead_code)] // windowed einsum's and the convolution handler's (being written)
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(super) enum Side {
     Lhs,
     Rhs,
 }
 
-#[allow(dead_code)] // windowed einsum's and the convolution handler's (being written)
 impl DimTriple {
     fn new(lhs: Option<usize>, rhs: Option<usize>, out: Option<usize>) -> Self {
         DimTriple { lhs, rhs, out }
@@ -60,7 +58,6 @@ impl DimTriple {
     }
 }
 
-#[allow(dead_code)] // windowed einsum's and the convolution handler's (being written)
 impl Side {
     pub fn other(self) -> Side {
         match self {
@@ -112,7 +109,6 @@ impl DimsMapping {
     /// grouped dimension as a batch dimension: with `feature_group_count > 1` the input feature,
     /// kernel output feature and output feature; with `batch_group_count > 1` the input batch,
     /// kernel output feature and output feature.
-    #[allow(dead_code)] // the convolution handler's, being written
     pub fn of_conv(dn: &ConvDimensionNumbers, feature_groups: i64, batch_groups: i64) -> Self {
         let u = |d: i64| Some(d as usize);
         let mut m = DimsMapping::default();
@@ -145,18 +141,6 @@ impl DimsMapping {
         m
     }
 
-    /// Every triple, in class order.
-    #[allow(dead_code)] // the convolution handler's, being written
-    pub fn all(&self) -> impl Iterator<Item = &DimTriple> {
-        self.batch
-            .iter()
-            .chain(&self.contracting)
-            .chain(&self.lhs_non_contracting)
-            .chain(&self.rhs_non_contracting)
-            .chain(&self.spatial)
-    }
-
-    #[allow(dead_code)] // windowed einsum's (being written)
     /// Operand `side`'s dimension `i` -> the result dimension it becomes (batch and
     /// non-contracting; spatial and contracting dimensions map to nothing), for
     /// [`Tiling::project`] from the result to the operand.
@@ -175,7 +159,6 @@ impl DimsMapping {
         map
     }
 
-    #[allow(dead_code)] // windowed einsum's (being written)
     /// The result's dimension `i` -> operand `side`'s dimension (batch and the side's own
     /// non-contracting dimensions), for [`Tiling::project`] from the operand to the result.
     pub fn out_from_operand(&self, side: Side, out_rank: usize) -> Vec<Option<usize>> {
@@ -193,7 +176,6 @@ impl DimsMapping {
         map
     }
 
-    #[allow(dead_code)] // windowed einsum's (being written)
     /// Operand `to`'s dimension `i` -> the other operand's dimension (batch and contracting),
     /// for [`Tiling::project`] from one operand to the other.
     pub fn operand_from_operand(&self, to: Side, rank: usize) -> Vec<Option<usize>> {
@@ -505,7 +487,14 @@ mod tests {
         let plain = DimsMapping::of_conv(&dn, 1, 1);
         assert_eq!(plain.contracting, vec![t(Some(3), Some(2), None)]);
         assert_eq!(plain.rhs_non_contracting, vec![t(None, Some(3), Some(3))]);
-        assert_eq!(plain.all().count(), 5);
+        let classes = [
+            &plain.batch,
+            &plain.contracting,
+            &plain.lhs_non_contracting,
+            &plain.rhs_non_contracting,
+            &plain.spatial,
+        ];
+        assert_eq!(classes.iter().map(|c| c.len()).sum::<usize>(), 5);
         let grouped = DimsMapping::of_conv(&dn, 4, 1);
         assert_eq!(grouped.batch, vec![t(Some(3), Some(3), Some(3))]);
         assert!(grouped.contracting.is_empty());

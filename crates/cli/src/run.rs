@@ -247,6 +247,12 @@ pub fn check_runnable(m: &Module, devices: usize, sharded: bool, shown: &str) ->
             bail!("{shown}: the module does not fit --devices {devices}\n{errors}");
         }
     }
+    if let Some(what) = harness::host_transfer(m) {
+        bail!(
+            "{shown}: {what} transfers to or from the host, which `run` and `compare` do not \
+             serve (the execution would wait for it forever)"
+        );
+    }
     let entry = m.entry().context("the module has no entry computation")?;
     let comp = m.comp(entry);
     let not_array = |s: &tessera_hlo::Shape| {

@@ -314,6 +314,20 @@ fn hostile_command_lines_are_refused_with_a_place() {
         .into_owned();
     assert!(err.contains("the entry root %t holds a token:"), "{err}");
     std::fs::remove_file(&tmp).unwrap();
+    // Host transfers away from the root: the execution would wait for the host forever.
+    let feed = b"HloModule f\nENTRY e (p: f32[4]) -> f32[4] {\n  p = f32[4] parameter(0)\n  tok = token[] after-all()\n  o = token[] outfeed(p, tok), outfeed_shape=f32[4]{0}\n  ROOT n = f32[4] negate(p)\n}\n";
+    let tmp = std::env::temp_dir().join(format!("tessera-outfeed-{}.hlo", std::process::id()));
+    std::fs::write(&tmp, feed).unwrap();
+    let t = tmp.to_str().unwrap();
+    for args in [vec!["run", t], vec!["compare", "--devices", "2", t, t]] {
+        check(&args, None, 1);
+        let err = String::from_utf8_lossy(&tessera(&args, None).0.stderr).into_owned();
+        assert!(
+            err.contains("%o (outfeed) transfers to or from the host"),
+            "{err}"
+        );
+    }
+    std::fs::remove_file(&tmp).unwrap();
     // Flag lists: unbalanced, nested, or of the wrong length.
     for v in ["{true", "true}", "{{true}}", "{}", "{true,false}"] {
         let opt = format!("sharding-propagation.propagate_to_parameters={v}");

@@ -136,6 +136,12 @@ pub fn verify_on_devices(
             client.devices().len()
         )));
     }
+    if let Some(what) = harness::host_transfer(original) {
+        return Err(CompileError::Settings(format!(
+            "--verify cannot run this module: {what} transfers to or from the host, which the \
+             verification does not serve (the execution would wait for it forever)"
+        )));
+    }
     // The plugin's XLA reads Shardy's shape custom-calls only in its Shardy pipeline: give
     // it what compile partitioned.
     let imported;

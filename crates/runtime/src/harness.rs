@@ -197,6 +197,21 @@ pub fn sharding_device_count(m: &Module) -> i64 {
         .fold(m.config.num_partitions.max(1), i64::max)
 }
 
+/// The first transfer to or from the host in `m`, described (`%x (infeed)`): an infeed, an
+/// outfeed, or a send/recv with `is_host_transfer`. The plugin blocks an execution on such a
+/// transfer until the host serves it, which this harness never does; callers refuse the module.
+pub fn host_transfer(m: &Module) -> Option<String> {
+    ids_of(m).into_iter().find_map(|id| {
+        let i = m.instr(id);
+        let host = match i.opcode {
+            Opcode::Infeed | Opcode::Outfeed => true,
+            Opcode::Send | Opcode::Recv => i.attrs.is_host_transfer,
+            _ => false,
+        };
+        host.then(|| format!("%{} ({})", i.name(), i.opcode))
+    })
+}
+
 /// The first instruction of a manual region (jax's shard_map), described, when `m` has one:
 /// an `SPMDFullToShardShape` / `SPMDShardToFullShape` custom-call or a manual sharding. The
 /// code inside such a region is written per device (its shapes are shard shapes, its

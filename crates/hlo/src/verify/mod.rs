@@ -839,12 +839,11 @@ impl<'a> Verifier<'a> {
         }
     }
 
-    /// The groups as lists; `None` for a mesh (not checked here) or an iota that does not
-    /// describe groups.
+    /// The groups as lists; `None` for an iota or mesh that does not describe groups (which
+    /// [`Self::check_replica_groups`] reports).
     fn explicit_groups(&self, id: InstrId) -> Option<std::borrow::Cow<'a, [Vec<i64>]>> {
         match self.m.instr(id).attrs.replica_groups.as_deref() {
             None => Some(std::borrow::Cow::Borrowed(&[])),
-            Some(ReplicaGroups::Mesh(_)) => None,
             // Explicit lists are read in place (a partitioned module holds hundreds of them).
             Some(ReplicaGroups::Explicit(g)) => Some(std::borrow::Cow::Borrowed(g.as_slice())),
             Some(g) => g.groups().ok().map(std::borrow::Cow::Owned),
@@ -868,6 +867,16 @@ impl<'a> Verifier<'a> {
     /// XLA's `CheckReplicaGroups`.
     fn check_replica_groups(&mut self, id: InstrId, mode: GroupMode, uniform: bool) {
         let Some(groups) = self.explicit_groups(id) else {
+            if let Some(Err(e)) = self
+                .m
+                .instr(id)
+                .attrs
+                .replica_groups
+                .as_deref()
+                .map(|g| g.groups())
+            {
+                self.err_instr(id, format!("replica groups that describe no groups: {e}"));
+            }
             return;
         };
         if groups.is_empty() {

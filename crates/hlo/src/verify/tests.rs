@@ -1031,6 +1031,30 @@ fn replica_groups_and_iota_groups() {
     let msgs = messages(&b.m, &VerifyOptions::default());
     assert_eq!(msgs.len(), 1, "{msgs:?}");
     assert!(msgs[0].contains("replica 1 appears more than once"));
+    // Iota and mesh descriptions that expand to no groups are refused, not skipped.
+    for (groups, why) in [
+        (
+            ReplicaGroups::iota_transposed(2, 3, &[5], &[]),
+            "do not fit reshape dimensions [5]",
+        ),
+        (
+            ReplicaGroups::mesh(&[("x", 2), ("y", 2)], &["z"]),
+            "group axis 'z' is not a mesh axis",
+        ),
+    ] {
+        b.m.instr_mut(ar).attrs.replica_groups = Some(Box::new(groups));
+        let msgs = messages(&b.m, &VerifyOptions::default());
+        assert_eq!(msgs.len(), 1, "{msgs:?}");
+        assert!(
+            msgs[0].contains("%ar: replica groups that describe no groups"),
+            "{msgs:?}"
+        );
+        assert!(msgs[0].contains(why), "{msgs:?}");
+    }
+    // A valid mesh description is checked like the lists it stands for.
+    b.m.instr_mut(ar).attrs.replica_groups =
+        Some(Box::new(ReplicaGroups::mesh(&[("x", 2), ("y", 2)], &["y"])));
+    assert!(messages(&b.m, &VerifyOptions::default()).is_empty());
 }
 
 #[test]

@@ -110,10 +110,34 @@ pub fn load_module(path: &Path, parse: ParseFn) -> Result<Module> {
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
     } else {
         let text = crate::utf8_text(bytes, &path.display().to_string())?;
-        parse(&text).map_err(|e| anyhow::anyhow!("{}:{e}", path.display()))?
+        let m = parse(&text).map_err(|e| anyhow::anyhow!("{}:{e}", path.display()))?;
+        if let Some(line) = elided_constant_line(&text) {
+            eprintln!(
+                "note: {}:{line}: a constant written without its values (`{{...}}`, how XLA's \
+                 dumps elide large constants) reads as zeros, so it runs as zeros; dump with \
+                 --xla_dump_large_constants=true for the real values",
+                path.display()
+            );
+        }
+        m
     };
     crate::check_verifies(&m, &path.display().to_string())?;
     Ok(m)
+}
+
+/// The first line (1-based) holding a constant written `constant({...})`, also spaced out.
+fn elided_constant_line(text: &str) -> Option<usize> {
+    text.lines()
+        .position(|l| {
+            l.split("constant(").skip(1).any(|rest| {
+                let rest = rest.trim_start();
+                rest.strip_prefix('{')
+                    .map(str::trim_start)
+                    .and_then(|r| r.strip_prefix("..."))
+                    .is_some_and(|r| r.trim_start().starts_with('}'))
+            })
+        })
+        .map(|k| k + 1)
 }
 
 fn read_npy(path: &Path, expected: Option<tessera_hlo::ElementType>) -> Result<HostArray> {
@@ -435,6 +459,22 @@ pub fn compare(args: &CompareArgs, parse: ParseFn) -> Result<(String, bool)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn elided_constants_are_found_by_line() {
+        let dump = "HloModule m\n\nENTRY e {\n  c = f32[2] constant({1, 2})\n  \
+                    %constant.0 = f32[4,3]{1,0} constant({ ... }), metadata={}\n}\n";
+        assert_eq!(elided_constant_line(dump), Some(5));
+        assert_eq!(
+            elided_constant_line("  c = f32[4] constant({...})"),
+            Some(1)
+        );
+        assert_eq!(elided_constant_line("  c = f32[2] constant({1, 2})"), None);
+        assert_eq!(
+            elided_constant_line("  c = s32[] constant(3), op_name=\"{...}\""),
+            None
+        );
+    }
 
     fn no_text(_: &str) -> std::result::Result<Module, String> {
         Err("1:1: text not supported in this test".into())

@@ -12,6 +12,10 @@
 //! nice -n 10 cargo bench -p tessera-benches --bench scaling [-- --reps N] [--family chain,flat,wide,remat] [--sizes 1000,10000] [--passes inline,dce]
 //! ```
 //!
+//! The `clone` row is a yardstick, not a pass: `Module::clone` copies every instruction once,
+//! with no lookups and no walks, so its exponent is what touching the module's memory once per
+//! instruction costs on the machine at these sizes (docs/robustness.md).
+//!
 //! Times are the thread's CPU time (see `Clock`), else wall-clock.
 //! Every pass runs alone on a fresh copy of the parsed module (no verifier, no printing);
 //! `rematerialization` on the module scheduled first, with a limit of 90% of its peak;
@@ -136,6 +140,13 @@ fn time_stage(stage: &str, input: &Input) -> Duration {
             drop(parse(&input.text));
             t.elapsed()
         }
+        "clone" => {
+            let t = Clock::start();
+            let copy = input.module.clone();
+            let e = t.elapsed();
+            drop(copy);
+            e
+        }
         "rematerialization" => {
             let limit = format!("rematerialization.memory_limit={}", input.peak * 9 / 10);
             run(&input.scheduled, stage, std::slice::from_ref(&limit))
@@ -154,12 +165,12 @@ fn main() {
         .list("--family")
         .unwrap_or_else(|| vec!["chain".into(), "flat".into(), "wide".into()]);
     let reg = registry();
-    let mut stages: Vec<String> = vec!["parse".into()];
+    let mut stages: Vec<String> = vec!["parse".into(), "clone".into()];
     stages.extend(reg.iter().map(|p| p.name.to_string()));
     stages.push("inline,tuple-simplify".into());
     stages.push("inline,dce".into());
     if let Some(only) = args.list("--passes") {
-        stages.retain(|s| s == "parse" || only.contains(s));
+        stages.retain(|s| s == "parse" || s == "clone" || only.contains(s));
     }
     let clock = if Clock::cpu().is_some() {
         "CPU time of the thread"
@@ -198,6 +209,13 @@ fn main() {
                     if too_slow {
                         times[k][j] = None;
                         continue;
+                    }
+                    if j == 0 {
+                        // Untimed: the stage before ended on the largest size, whose memory
+                        // went back to the system when it was dropped; the first timing after
+                        // it paid for growing the heap again (the smallest size came out
+                        // slower than twice its size, which flattered every exponent).
+                        time_stage(stage, input);
                     }
                     let t = time_stage(stage, input);
                     if let Some(v) = times[k][j].as_mut() {

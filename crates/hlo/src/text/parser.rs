@@ -140,96 +140,90 @@ fn count_newlines(b: &[u8]) -> usize {
     n + chunks.remainder().iter().filter(|&&c| c == b'\n').count()
 }
 
-/// Instructions by (computation, text name): the scope of every computation in one table, and
-/// the set of text names any computation has used.
-#[derive(Default)]
-struct ScopeTable<'a> {
-    /// Instructions by (computation, text name), hashed on both: most computations of a module
-    /// reuse the same few names (`%x`, `%p`), and a table keyed by the name alone puts all of
-    /// them in one probe chain, which made parsing quadratic in the number of computations.
-    table: hashbrown::HashTable<ScopeEntry<'a>>,
-    /// Every text name seen in any computation, once (for `has_name`).
-    names: hashbrown::HashTable<(u64, &'a str)>,
+/// The text names of the computations being parsed, and every text name seen so far.
+///
+/// One small table per open computation (an inline computation opens one inside an
+/// instruction of its caller), recycled when the computation closes: a computation's lookups
+/// then stay in the caches however many computations the module has. One table for the whole
+/// module keyed by (computation, name) cost a cache miss per instruction once it outgrew
+/// them, which made parsing grow faster than the text (docs/robustness.md).
+struct Scopes<'a> {
+    /// The instructions of each open computation by text name, innermost last.
+    open: Vec<Scope<'a>>,
+    /// Closed tables kept for reuse.
+    spare: Vec<Scope<'a>>,
+    /// Every text name seen in any computation, once, while the module's own name table is
+    /// unbuilt (for `has_name`); `None` once it is, and this one is no longer kept up.
+    names: Option<hashbrown::HashTable<(u64, &'a str)>>,
 }
 
-struct ScopeEntry<'a> {
-    name: &'a str,
-    comp: CompId,
-    id: InstrId,
-    /// `scoped_hash(name's hash, comp)`, kept so that growing the table rehashes nothing.
-    hash: u64,
-}
+/// (name's hash, name, instruction) of one computation.
+type Scope<'a> = hashbrown::HashTable<(u64, &'a str, InstrId)>;
 
-/// The hash of a name in one computation, from the name's own hash.
-#[inline]
-fn scoped_hash(name_hash: u64, comp: CompId) -> u64 {
-    let x = name_hash ^ (comp.index() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    x ^ (x >> 29)
-}
-
-impl<'a> ScopeTable<'a> {
-    fn reserve(&mut self, n: usize) {
-        self.table.reserve(n, |e| e.hash);
-        self.names.reserve(n, |e| e.0);
-    }
-
-    #[inline]
-    fn get(&self, comp: CompId, name: &str) -> Option<InstrId> {
-        self.table
-            .find(scoped_hash(crate::names::hash(name), comp), |e| {
-                e.comp == comp && e.name == name
-            })
-            .map(|e| e.id)
-    }
-
-    /// True if some computation has an instruction with this text name.
-    #[inline]
-    fn has_name(&self, hash: u64, name: &str) -> bool {
-        self.names.find(hash, |e| e.1 == name).is_some()
-    }
-
-    /// Adds `name` in `comp`, known to be used by no computation yet.
-    #[inline]
-    fn insert_new_name(&mut self, hash: u64, comp: CompId, name: &'a str, id: InstrId) {
-        self.names.insert_unique(hash, (hash, name), |e| e.0);
-        let hash = scoped_hash(hash, comp);
-        self.table.insert_unique(
-            hash,
-            ScopeEntry {
-                name,
-                comp,
-                id,
-                hash,
-            },
-            |e| e.hash,
-        );
-    }
-
-    /// Adds `name` in `comp`; false if the computation already has it.
-    fn insert(&mut self, hash: u64, comp: CompId, name: &'a str, id: InstrId) -> bool {
-        if self.names.find(hash, |e| e.1 == name).is_none() {
-            self.insert_new_name(hash, comp, name, id);
-            return true;
+impl<'a> Scopes<'a> {
+    fn new() -> Scopes<'a> {
+        Scopes {
+            open: Vec::new(),
+            spare: Vec::new(),
+            names: Some(hashbrown::HashTable::new()),
         }
-        let scoped = scoped_hash(hash, comp);
-        if self
-            .table
-            .find(scoped, |e| e.comp == comp && e.name == name)
-            .is_some()
-        {
+    }
+
+    fn open(&mut self) {
+        let t = self.spare.pop().unwrap_or_default();
+        self.open.push(t);
+    }
+
+    /// Closes the innermost computation. Its table is kept for the next one unless it is
+    /// much larger than what it held: clearing costs its capacity, and a huge computation
+    /// followed by many small ones would pay that once per small one.
+    fn close(&mut self) {
+        if let Some(mut t) = self.open.pop() {
+            if t.capacity() <= 8 * t.len().max(64) {
+                t.clear();
+                self.spare.push(t);
+            }
+        }
+    }
+
+    /// The instruction with this text name in the innermost open computation.
+    #[inline]
+    fn get(&self, name: &str) -> Option<InstrId> {
+        let h = crate::names::hash(name);
+        self.open.last()?.find(h, |e| e.1 == name).map(|e| e.2)
+    }
+
+    /// Whether some computation has an instruction with this text name; `None` when that is
+    /// no longer known here (ask the module).
+    #[inline]
+    fn has_name(&self, hash: u64, name: &str) -> Option<bool> {
+        let names = self.names.as_ref()?;
+        Some(names.find(hash, |e| e.1 == name).is_some())
+    }
+
+    /// Stops keeping every text name: the module's name table has them from now on (one probe
+    /// of a module-wide table per instruction fewer).
+    fn forget_names(&mut self) {
+        self.names = None;
+    }
+
+    /// Adds `name` to the innermost computation; false if it has it already.
+    fn insert(&mut self, hash: u64, name: &'a str, id: InstrId) -> bool {
+        if let Some(names) = self.names.as_mut() {
+            if names.find(hash, |e| e.1 == name).is_none() {
+                names.insert_unique(hash, (hash, name), |e| e.0);
+            }
+        }
+        let Some(scope) = self.open.last_mut() else {
             return false;
+        };
+        match scope.entry(hash, |e| e.1 == name, |e| e.0) {
+            hashbrown::hash_table::Entry::Occupied(_) => false,
+            hashbrown::hash_table::Entry::Vacant(v) => {
+                v.insert((hash, name, id));
+                true
+            }
         }
-        self.table.insert_unique(
-            scoped,
-            ScopeEntry {
-                name,
-                comp,
-                id,
-                hash: scoped,
-            },
-            |e| e.hash,
-        );
-        true
     }
 }
 
@@ -242,9 +236,8 @@ pub(super) struct Parser<'a> {
     pub m: Module,
     /// Computations by their name in the text.
     comps: FxHashMap<&'a str, CompId>,
-    /// Instructions by computation and name in the text (one table for the whole module, so
-    /// nothing is cleared or rehashed per computation).
-    scope: ScopeTable<'a>,
+    /// Instructions by name in the text, per open computation.
+    scope: Scopes<'a>,
     /// The computation being parsed (for placing inline computations before it).
     current: Option<CompId>,
     /// Computations to print right before another one (inline computations and async
@@ -280,7 +273,7 @@ impl<'a> Parser<'a> {
             c: Cursor::new(src),
             m: Module::new(""),
             comps: FxHashMap::default(),
-            scope: ScopeTable::default(),
+            scope: Scopes::new(),
             current: None,
             placed_before: Vec::new(),
             tuple_elements: FxHashMap::default(),
@@ -306,7 +299,7 @@ impl<'a> Parser<'a> {
     /// The instruction of the current computation with this text name.
     #[inline]
     fn lookup(&self, name: &str) -> Option<InstrId> {
-        self.scope.get(self.current?, name)
+        self.scope.get(name)
     }
 
     /// Puts every inline computation and async wrapper right before the computation that
@@ -353,7 +346,6 @@ impl<'a> Parser<'a> {
         let lines = count_newlines(self.c.b);
         self.m.reserve(lines + 1, lines / 16 + 1);
         self.comps.reserve(lines / 16 + 1);
-        self.scope.reserve(lines + 1);
         let has_header = self.c.eat_keyword("HloModule")?;
         if has_header {
             let name = self.c.name("a module name")?;
@@ -855,6 +847,16 @@ impl<'a> Parser<'a> {
             .add_computation(unique)
             .map_err(|e| self.c.error_at(name_at, e.to_string()))?;
         let outer_current = self.current.replace(id);
+        self.scope.open();
+        let r = self.parse_instructions(id);
+        self.scope.close();
+        self.current = outer_current;
+        self.leave();
+        r.map(|()| id)
+    }
+
+    /// The instructions of computation `id` up to its closing `}`.
+    fn parse_instructions(&mut self, id: CompId) -> PResult<()> {
         let mut root: Option<InstrId> = None;
         let mut last: Option<InstrId> = None;
         let mut count = 0usize;
@@ -887,9 +889,7 @@ impl<'a> Parser<'a> {
         if let Some(r) = root.or(last) {
             self.m.set_root(id, r);
         }
-        self.current = outer_current;
-        self.leave();
-        Ok(id)
+        Ok(())
     }
 
     // ----- instructions -----
@@ -1139,13 +1139,14 @@ impl<'a> Parser<'a> {
         // its name table (a rename, an anonymous instruction, an async wrapper), the module's
         // names are exactly the text names seen so far, which the scope table knows.
         let hash = text_name.map(crate::names::hash);
-        let (taken, fresh) = match (text_name, hash) {
-            (Some(n), Some(h)) if !self.m.name_table_built() => {
-                let used = self.scope.has_name(h, n);
-                (used, !used)
-            }
-            _ => (self.m.is_name_used(&instr.name), false),
+        let known = match (text_name, hash) {
+            (Some(n), Some(h)) if !self.m.name_table_built() => self.scope.has_name(h, n),
+            _ => None,
         };
+        let taken = known.unwrap_or_else(|| self.m.is_name_used(&instr.name));
+        if self.m.name_table_built() {
+            self.scope.forget_names();
+        }
         if taken {
             instr.name = self.m.unique_name(&instr.name);
         }
@@ -1168,9 +1169,7 @@ impl<'a> Parser<'a> {
             .add_parsed_instruction(comp, instr)
             .map_err(|e| self.c.error_at(name_at, e.to_string()))?;
         if let (Some(n), Some(h)) = (text_name, hash) {
-            if fresh {
-                self.scope.insert_new_name(h, comp, n, id);
-            } else if !self.scope.insert(h, comp, n, id) {
+            if !self.scope.insert(h, n, id) {
                 return Err(self.c.error_at(
                     name_at,
                     format!("instruction '{n}' is defined twice in this computation"),

@@ -319,6 +319,57 @@ fn short_form_nested_and_inline() {
 }
 
 #[test]
+fn inline_computation_names_are_its_own() {
+    // The inline computation reuses the caller's names `a` and `b`; after it closes, `a` is
+    // the caller's again, and its `s` is not visible outside. Names already used get XLA's
+    // `.N` suffix module-wide.
+    let text = "HloModule m\nENTRY e {\n  a = f32[2] parameter(0)\n  b = f32[] constant(0)\n  r = f32[] reduce(a, b), dimensions={0}, to_apply={\n    a = f32[] parameter(0)\n    b = f32[] parameter(1)\n    ROOT s = f32[] add(a, b)\n  }\n  ROOT t = (f32[2], f32[]) tuple(a, r)\n}\n";
+    let (m, printed) = roundtrip(text);
+    let t = m.find_instruction("t").unwrap();
+    let a = m.find_instruction("a").unwrap();
+    assert_eq!(m.operands(t)[0], a);
+    assert_eq!(m.instr(a).opcode, Opcode::Parameter);
+    assert_eq!(m.instr(a).parent(), m.entry().unwrap());
+    assert!(printed.contains("%a.1 = f32[] parameter(0)"), "{printed}");
+    assert!(
+        printed.contains("ROOT %s = f32[] add(f32[] %a.1, f32[] %b.1)"),
+        "{printed}"
+    );
+    let leak = text.replace("tuple(a, r)", "tuple(s, r)");
+    let e = parse_module(&leak).unwrap_err().to_string();
+    assert!(e.contains("instruction 's' is not defined"), "{e}");
+}
+
+#[test]
+fn many_small_computations_after_a_large_one() {
+    // Each computation's names are looked up in its own table, recycled from the one before:
+    // a large computation first, then many small ones that reuse its names.
+    let mut text =
+        String::from("HloModule m\n\n%big (p: f32[]) -> f32[] {\n  %p = f32[] parameter(0)\n");
+    for k in 0..500 {
+        let prev = if k == 0 {
+            "p".to_string()
+        } else {
+            format!("n{}", k - 1)
+        };
+        text.push_str(&format!("  %n{k} = f32[] negate(%{prev})\n"));
+    }
+    text.push_str("  ROOT %r = f32[] copy(%n499)\n}\n\n");
+    for k in 0..50 {
+        text.push_str(&format!(
+            "%small{k} (p: f32[]) -> f32[] {{\n  %p = f32[] parameter(0)\n  %n0 = f32[] negate(%p)\n  ROOT %r = f32[] copy(%n0)\n}}\n\n"
+        ));
+    }
+    text.push_str("ENTRY %e (p: f32[]) -> f32[] {\n  %p = f32[] parameter(0)\n  ROOT %c = f32[] call(%p), to_apply=%small49\n}\n");
+    let (m, _) = roundtrip(&text);
+    let small = m.find_computation("small49").unwrap();
+    let root = m.comp(small).root().unwrap();
+    let n0 = m.operands(root)[0];
+    assert_eq!(m.operands(n0), &[m.comp(small).parameter(0).unwrap()]);
+    assert_eq!(m.instr(n0).name(), "n0.50");
+}
+
+#[test]
 fn nested_instruction_before_another_operand() {
     // The comma after a nested instruction separates operands unless `name=` follows it; XLA
     // reads this module the same way.

@@ -858,6 +858,7 @@ impl Module {
                 return Err(MutationError::HasUsers(i.name.clone(), names.join(", ")));
             }
         }
+        let keep_names = self.keep_names_for(ids.len());
         let mut comps: Vec<CompId> = Vec::new();
         // Survivors that lose users or control edges, each filtered once at the end (an
         // operand shared by many removed users would otherwise be filtered once per user).
@@ -878,7 +879,9 @@ impl Module {
                     touched.push(n);
                 }
             }
-            self.forget_name(&instr.name);
+            if keep_names {
+                self.forget_name(&instr.name);
+            }
             if instr.opcode == Opcode::Parameter {
                 for p in self.comp_mut(instr.parent).params.iter_mut() {
                     if *p == Some(id) {
@@ -961,8 +964,10 @@ impl Module {
         // instructions are still in the arena; then each is dropped where it is. (Moving them
         // out into a vector first copied every removed instruction once more into memory
         // that had to be faulted in: a fifth of `inline`'s time on a 50,000-deep chain.)
-        if let Some(t) = self.names.get_mut() {
+        let count = removed.iter().map(|c| c.instrs.len()).sum();
+        if self.keep_names_for(count) {
             let instrs = &self.instrs;
+            let t = self.names.get_mut().expect("kept only when built");
             t.remove_many(
                 removed
                     .iter()
@@ -1037,9 +1042,30 @@ impl Module {
 
     /// Forgets names held by [`Module::rename_instruction_holding_old`] (names no instruction
     /// has), in one sweep of the name table.
-    pub fn release_names<'a>(&mut self, names: impl IntoIterator<Item = &'a str>) {
-        if let Some(t) = self.names.get_mut() {
-            t.remove_many(names);
+    pub fn release_names<'a>(&mut self, names: impl ExactSizeIterator<Item = &'a str>) {
+        if self.keep_names_for(names.len()) {
+            self.names
+                .get_mut()
+                .expect("kept only when built")
+                .remove_many(names);
+        }
+    }
+
+    /// Before forgetting `count` names at once: true if the name table is built and worth
+    /// updating. When the names are at least an eighth of the table, it is dropped instead
+    /// (and false returned), to be rebuilt from the instructions if a name is needed again:
+    /// one pass over the survivors then, instead of a random probe of a table larger than the
+    /// caches per forgotten name now (inlining a call chain forgets every name of every
+    /// callee). A rebuild is paid for by the removals that dropped the table, so a sequence
+    /// of them stays linear.
+    fn keep_names_for(&mut self, count: usize) -> bool {
+        match self.names.get() {
+            None => false,
+            Some(t) if 8 * count >= t.len() && count > 0 => {
+                self.names = OnceLock::new();
+                false
+            }
+            Some(_) => true,
         }
     }
 
@@ -1355,6 +1381,34 @@ mod tests {
         assert_eq!(m.unique_name("add"), "add.1");
         assert_eq!(m.unique_name("add"), "add.2");
         assert_eq!(m.unique_name("fresh"), "fresh");
+    }
+
+    /// Removing many instructions at once drops the name table instead of probing it once
+    /// per name; it is rebuilt from the survivors on the next need, and names stay unique.
+    #[test]
+    fn bulk_removals_drop_the_name_table() {
+        let mut m = Module::new("m");
+        let c = m.add_computation("main").unwrap();
+        let p = m.add_instruction(c, param(0, "p")).unwrap();
+        let negs: Vec<InstrId> = (0..10)
+            .map(|k| {
+                let i =
+                    Instruction::new(format!("neg.{k}"), Opcode::Negate, Shape::array(F32, &[4]))
+                        .with_operands(&[p]);
+                m.add_instruction(c, i).unwrap()
+            })
+            .collect();
+        assert!(m.name_table_built());
+        // One of eleven names is not worth a rebuild: the table is kept.
+        m.remove_instructions(&negs[9..]).unwrap();
+        assert!(m.name_table_built());
+        assert!(!m.is_name_used("neg.9"));
+        m.remove_instructions(&negs[2..9]).unwrap();
+        assert!(!m.name_table_built());
+        assert!(m.is_name_used("neg.1") && !m.is_name_used("neg.5"));
+        assert_eq!(m.unique_name("neg.1"), "neg.2");
+        assert_eq!(m.unique_name("p"), "p.1");
+        assert_eq!(m.unique_name("neg.4"), "neg.4");
     }
 
     /// `replace_operands` gives the operands and users lists of `replace_operand` one by one,

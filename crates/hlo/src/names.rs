@@ -57,6 +57,11 @@ impl NameTable {
             .map(|e| e.value)
     }
 
+    /// The number of names.
+    pub fn len(&self) -> usize {
+        self.table.len()
+    }
+
     pub fn contains(&self, name: &str) -> bool {
         self.get(name).is_some()
     }

@@ -32,11 +32,40 @@ pub(crate) struct NameTable {
 /// name (all `add.N` would share a bucket chain).
 #[inline]
 pub(crate) fn hash(name: &str) -> u64 {
+    if let Some((stem, n)) = numbered(name) {
+        // Consecutive numbers of one stem go to consecutive groups of 16 buckets, so that
+        // making `add.N` for rising N (what renaming does) walks the table in order instead
+        // of at random. The table compares entries whose top 7 bits match the probe's: those
+        // come from N alone, so that neighbours of one stem rarely match each other.
+        const LOW: u64 = u64::MAX >> 7;
+        let tag = n.wrapping_mul(0x9e37_79b9_7f4a_7c15) & !LOW;
+        return (spread(stem).wrapping_add(n << 4) & LOW) | tag;
+    }
+    spread(name)
+}
+
+#[inline]
+fn spread(s: &str) -> u64 {
     let mut h = FxHasher::default();
-    h.write(name.as_bytes());
+    h.write(s.as_bytes());
     h.write_u8(0xff);
     let x = h.finish();
     x ^ (x >> 32)
+}
+
+/// `stem.N` with N a decimal number of at most 18 digits: (stem, N).
+#[inline]
+fn numbered(name: &str) -> Option<(&str, u64)> {
+    let b = name.as_bytes();
+    let digits = b.iter().rev().take_while(|c| c.is_ascii_digit()).count();
+    let dot = b.len().checked_sub(digits + 1)?;
+    if digits == 0 || digits > 18 || b[dot] != b'.' {
+        return None;
+    }
+    let n = b[dot + 1..]
+        .iter()
+        .fold(0u64, |n, &d| n * 10 + u64::from(d - b'0'));
+    Some((&name[..dot], n))
 }
 
 impl NameTable {

@@ -69,7 +69,7 @@ fn inlining_keeps_dead_callees_only_when_asked() {
         .comp(entry)
         .instructions()
         .iter()
-        .filter(|&&i| m.instr(i).opcode == Opcode::Call)
+        .filter(|&&i| m.instr(i).opcode() == Opcode::Call)
         .count();
     assert_eq!(calls_in_entry, 0);
     assert_eq!(m.computations().len(), 51, "dead callees kept");
@@ -116,7 +116,7 @@ fn rewritten_families_compute_the_same_values() {
         let entry = out.entry().unwrap();
         assert!(
             out.comp(entry).instructions().iter().all(|&i| !matches!(
-                out.instr(i).opcode,
+                out.instr(i).opcode(),
                 Opcode::Call | Opcode::GetTupleElement | Opcode::Tuple | Opcode::Exp
             )),
             "{name}: calls, tuple pairs or dead values left"
@@ -139,7 +139,7 @@ fn mutant_is_caught() {
         .instructions()
         .iter()
         .copied()
-        .filter(|&i| out.instr(i).opcode == Opcode::Add)
+        .filter(|&i| out.instr(i).opcode() == Opcode::Add)
         .nth(10)
         .unwrap();
     out.replace_operand(add, 0, p).unwrap();

@@ -16,9 +16,9 @@ pub fn summarize(m: &Module) -> String {
         for &i in m.comp(c).instructions() {
             let ins = m.instr(i);
             total += 1;
-            *per_op.entry(ins.opcode.name()).or_default() += 1;
+            *per_op.entry(ins.opcode().name()).or_default() += 1;
             sharded += ins.sharding.is_some() as usize;
-            collectives += ins.opcode.is_collective() as usize;
+            collectives += ins.opcode().is_collective() as usize;
         }
     }
     let _ = writeln!(
@@ -78,7 +78,7 @@ pub fn summarize(m: &Module) -> String {
         let _ = writeln!(out, "parameter bytes in all: {bytes}");
         if let Some(root) = comp.root() {
             let r = m.instr(root);
-            let kind = if r.opcode == Opcode::Tuple {
+            let kind = if r.opcode() == Opcode::Tuple {
                 "tuple root"
             } else {
                 "root"

@@ -646,14 +646,14 @@ pub fn collective_traffic(
                 .filter(|&g| g > 0)
                 .unwrap_or(num_devices)
                 .max(1);
-            let b = match i.opcode {
+            let b = match i.opcode() {
                 AllGather | AllGatherStart | AllToAll => bytes_out * (g - 1) / g,
                 AllReduce | AllReduceStart => 2 * bytes_out * (g - 1) / g,
                 ReduceScatter => bytes_out * (g - 1),
                 CollectivePermute | CollectivePermuteStart => bytes_out,
                 _ => continue,
             };
-            let e = out.entry(i.opcode.name().to_string()).or_default();
+            let e = out.entry(i.opcode().name().to_string()).or_default();
             e.count += 1;
             e.bytes += b;
         }

@@ -402,7 +402,7 @@ fn rewrite(
         let mut whole = None;
         for u in users {
             let ui = b.module().instr(u);
-            if ui.opcode == Opcode::GetTupleElement {
+            if ui.opcode() == Opcode::GetTupleElement {
                 let k = ui.attrs.tuple_index as usize;
                 let part = *parts
                     .get(k)

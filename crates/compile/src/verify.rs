@@ -274,7 +274,7 @@ pub fn promote_f32_to_f64(m: &Module) -> Result<Module> {
     for id in ids {
         // Read the unpromoted module: an operand may have been promoted already.
         let i = m.instr(id);
-        if i.opcode == Opcode::BitcastConvert {
+        if i.opcode() == Opcode::BitcastConvert {
             let operand = m.instr(m.operands(id)[0]);
             if has_f32(&i.shape) || has_f32(&operand.shape) {
                 return Err(CompileError::Settings(format!(

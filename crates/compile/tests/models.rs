@@ -235,7 +235,7 @@ fn f64_verification_is_equal_for_the_right_program_and_catches_wrong_ones() {
     };
 
     let mut dropped = compiled.clone();
-    let ar = find(&dropped.module, &|i| i.opcode == Opcode::AllReduce);
+    let ar = find(&dropped.module, &|i| i.opcode() == Opcode::AllReduce);
     let partial = dropped.module.operands(ar)[0];
     dropped.module.replace_all_uses_with(ar, partial).unwrap();
     let v = verify_f64(&original, &dropped);
@@ -243,7 +243,7 @@ fn f64_verification_is_equal_for_the_right_program_and_catches_wrong_ones() {
 
     let mut nudged = compiled.clone();
     let gelu = find(&nudged.module, &|i| {
-        i.opcode == Opcode::Constant
+        i.opcode() == Opcode::Constant
             && i.attrs.literal.as_ref().and_then(|l| l.bytes())
                 == Some(&0.044715f32.to_le_bytes()[..])
     });

@@ -64,7 +64,7 @@ pub type Operands = SmallVec<[InstrId; 2]>;
 pub struct Instruction {
     /// Unique in its module: renamed only through [`crate::Module::rename_instruction`].
     pub(crate) name: String,
-    pub opcode: Opcode,
+    pub(crate) opcode: Opcode,
     /// True when the conditional was written with `true_computation=`/`false_computation=`.
     pub predicated_conditional: bool,
     /// The computation this instruction belongs to (set by [`crate::Module::add_instruction`];
@@ -127,6 +127,11 @@ impl DerefMut for Instruction {
 }
 
 impl Instruction {
+    #[inline]
+    pub fn opcode(&self) -> Opcode {
+        self.opcode
+    }
+
     /// A new instruction with no operands, users or attributes; add it with
     /// [`crate::Module::add_instruction`].
     pub fn new(name: impl Into<String>, opcode: Opcode, shape: Shape) -> Instruction {

@@ -94,13 +94,13 @@ impl ModuleStats {
             for &id in module.comp(c).instructions() {
                 let i = module.instr(id);
                 s.instructions += 1;
-                *s.per_opcode.entry(i.opcode).or_default() += 1;
+                *s.per_opcode.entry(i.opcode()).or_default() += 1;
                 if let Some(sh) = &i.sharding {
                     *s.shardings.entry(sharding_kind(&sh.kind)).or_default() += 1;
                 }
                 // Count the start of async pairs once (the done has the same payload).
-                if is_collective(i.opcode) && !i.opcode.name().ends_with("-done") {
-                    let e = s.collectives.entry(i.opcode).or_default();
+                if is_collective(i.opcode()) && !i.opcode().name().ends_with("-done") {
+                    let e = s.collectives.entry(i.opcode()).or_default();
                     e.0 += 1;
                     e.1 += array_bytes(&i.shape);
                 }

@@ -89,7 +89,7 @@ pub fn remove_dead(
 fn removable_once_unused(module: &Module, id: InstrId, effects: &SideEffects) -> bool {
     let i = module.instr(id);
     module.comp(i.parent()).root() != Some(id)
-        && i.opcode != Opcode::Parameter
+        && i.opcode() != Opcode::Parameter
         && i.control_predecessors().is_empty()
         && i.control_successors().is_empty()
         && !effects.instr_has(module, id)

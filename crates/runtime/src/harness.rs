@@ -203,12 +203,12 @@ pub fn sharding_device_count(m: &Module) -> i64 {
 pub fn host_transfer(m: &Module) -> Option<String> {
     ids_of(m).into_iter().find_map(|id| {
         let i = m.instr(id);
-        let host = match i.opcode {
+        let host = match i.opcode() {
             Opcode::Infeed | Opcode::Outfeed => true,
             Opcode::Send | Opcode::Recv => i.attrs.is_host_transfer,
             _ => false,
         };
-        host.then(|| format!("%{} ({})", i.name(), i.opcode))
+        host.then(|| format!("%{} ({})", i.name(), i.opcode()))
     })
 }
 
@@ -375,7 +375,7 @@ pub fn split_tuple_all_reduces(m: &mut Module) -> Result<()> {
     let mut b = Builder::new(m, first);
     for id in ids {
         let i = b.module().instr(id);
-        if i.opcode != Opcode::AllReduce || i.operands().len() < 2 {
+        if i.opcode() != Opcode::AllReduce || i.operands().len() < 2 {
             continue;
         }
         let name = i.name().to_string();

@@ -157,7 +157,7 @@ fn a_wrong_permutation_is_caught() {
         .computations()
         .iter()
         .flat_map(|&c| part.comp(c).instructions().to_vec())
-        .find(|&i| part.instr(i).opcode == Opcode::CollectivePermute)
+        .find(|&i| part.instr(i).opcode() == Opcode::CollectivePermute)
         .unwrap();
     part.instr_mut(cp).attrs.source_target_pairs = Some((0..n).map(|i| (i, (i + 2) % n)).collect());
     let xs: Vec<f32> = (0..ROWS * COLS).map(|i| i as f32).collect();

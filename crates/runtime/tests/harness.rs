@@ -226,7 +226,7 @@ fn multi_operand_all_reduce_is_split_for_the_plugin() {
         .comp(e)
         .instructions()
         .iter()
-        .filter(|&&i| prepared.instr(i).opcode == Opcode::AllReduce)
+        .filter(|&&i| prepared.instr(i).opcode() == Opcode::AllReduce)
         .map(|&i| prepared.instr(i).operands().len())
         .collect();
     assert_eq!(all_reduces, vec![1, 1]);

@@ -89,7 +89,7 @@ fn collectives(m: &Module) -> Vec<InstrId> {
         .copied()
         .filter(|&i| {
             matches!(
-                m.instr(i).opcode,
+                m.instr(i).opcode(),
                 Opcode::AllReduce | Opcode::AllGather | Opcode::ReduceScatter | Opcode::AllToAll
             )
         })

@@ -200,7 +200,7 @@ fn computation_floor(
         let id = cm.sequence[p];
         let ins = module.instr(id);
         let (callee, callee_any) =
-            if instruction_call_context(ins.opcode) == CallContext::ControlFlow {
+            if instruction_call_context(ins.opcode()) == CallContext::ControlFlow {
                 ins.called
                     .iter()
                     .filter_map(|c| floors.get(c))

@@ -281,7 +281,7 @@ mod tests {
             // Nothing dead: every instruction but the root (and parameters) has a user.
             for &i in a.comp(c).instructions() {
                 let live = Some(i) == a.comp(c).root() || !a.users(i).is_empty();
-                assert!(live || a.instr(i).opcode == Opcode::Parameter);
+                assert!(live || a.instr(i).opcode() == Opcode::Parameter);
             }
         }
     }

@@ -124,7 +124,7 @@ impl Problem {
         };
         for &i in seq {
             let ins = m.instr(i);
-            if ins.opcode == Opcode::Parameter {
+            if ins.opcode() == Opcode::Parameter {
                 continue;
             }
             if !ins.called.is_empty() {
@@ -234,7 +234,7 @@ impl Problem {
         let mut out = Vec::with_capacity(seq.len());
         for &i in seq {
             let ins = m.instr(i);
-            if ins.opcode == Opcode::Parameter {
+            if ins.opcode() == Opcode::Parameter {
                 continue;
             }
             let name = ins.name();
@@ -263,7 +263,7 @@ impl Problem {
         let mut order: Vec<InstrId> = seq
             .iter()
             .copied()
-            .filter(|&i| out.instr(i).opcode == Opcode::Parameter)
+            .filter(|&i| out.instr(i).opcode() == Opcode::Parameter)
             .collect();
         let value_of: HashMap<InstrId, usize> = self
             .instructions

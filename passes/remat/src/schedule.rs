@@ -173,7 +173,7 @@ pub fn schedulable_computations(module: &Module) -> Vec<CompId> {
     for &c in module.computations() {
         for &i in module.comp(c).instructions() {
             let ins = module.instr(i);
-            if ins.opcode == Opcode::Fusion {
+            if ins.opcode() == Opcode::Fusion {
                 for &f in &ins.called {
                     fused[f.index()] = true;
                 }
@@ -397,7 +397,7 @@ pub fn dfs_schedule(
     let mut stats: HashMap<InstrId, (i64, i64)> = HashMap::with_capacity(c.instructions().len());
     for id in xla_post_order(module, comp) {
         let ins = module.instr(id);
-        if ignored(ins.opcode) {
+        if ignored(ins.opcode()) {
             stats.insert(id, (0, 0));
             continue;
         }
@@ -496,13 +496,13 @@ impl ListScheduler<'_> {
         ignored(
             self.module
                 .instr(self.points_to.buffer(b).instruction)
-                .opcode,
+                .opcode(),
         )
     }
 
     fn bytes_freed(&self, id: InstrId) -> i64 {
         let ins = self.module.instr(id);
-        if ins.opcode == Opcode::Outfeed
+        if ins.opcode() == Opcode::Outfeed
             && ins
                 .attrs
                 .outfeed_config
@@ -511,7 +511,7 @@ impl ListScheduler<'_> {
         {
             return i32::MAX as i64;
         }
-        if ins.opcode == Opcode::Infeed
+        if ins.opcode() == Opcode::Infeed
             && ins
                 .attrs
                 .infeed_config
@@ -526,7 +526,7 @@ impl ListScheduler<'_> {
                 freed += (self.size)(&self.points_to.buffer(b).shape);
             }
         }
-        let max_sub = if instruction_call_context(ins.opcode) == CallContext::ControlFlow {
+        let max_sub = if instruction_call_context(ins.opcode()) == CallContext::ControlFlow {
             ins.called
                 .iter()
                 .map(|c| self.peaks.get(c.index()).copied().flatten().unwrap_or(0))
@@ -538,7 +538,7 @@ impl ListScheduler<'_> {
         let own = self.bytes_defined[&id];
         let defined = if max_sub > 0
             && matches!(
-                ins.opcode,
+                ins.opcode(),
                 Opcode::While | Opcode::Call | Opcode::Conditional
             ) {
             // The result aliases the callee's root: do not count it twice.
@@ -587,7 +587,7 @@ pub fn list_schedule(
             *unscheduled_uses.entry(b).or_insert(0) += 1;
         }
         uses.insert(id, u);
-        let own = if ignored(module.instr(id).opcode) {
+        let own = if ignored(module.instr(id).opcode()) {
             0
         } else {
             defined_bytes(points_to, id, size)

@@ -184,7 +184,7 @@ pub fn callee_bytes(
     options: MemoryOptions,
 ) -> i64 {
     let ins = module.instr(id);
-    if ins.called.is_empty() || instruction_call_context(ins.opcode) != CallContext::ControlFlow {
+    if ins.called.is_empty() || instruction_call_context(ins.opcode()) != CallContext::ControlFlow {
         return 0;
     }
     let each = ins
@@ -286,7 +286,7 @@ pub fn computation_memory(
         let ins = module.instr(id);
         for &b in points_to.defined_buffers(id) {
             let lb = points_to.buffer(b);
-            if ins.opcode == Opcode::While {
+            if ins.opcode() == Opcode::While {
                 let source = ins
                     .operands()
                     .first()
@@ -309,7 +309,7 @@ pub fn computation_memory(
                 }
             }
             let bytes = size(&lb.shape);
-            let is_parameter = ins.opcode == Opcode::Parameter;
+            let is_parameter = ins.opcode() == Opcode::Parameter;
             of_logical.insert(b, tracked.len());
             defined_at[p].push(tracked.len());
             tracked.push(TrackedBuffer {
@@ -351,7 +351,8 @@ pub fn computation_memory(
     let mut callee = Vec::with_capacity(n);
     let mut usage: i64 = 0;
     for (p, &id) in sequence.iter().enumerate() {
-        let elementwise = options.reuse_operand_buffers && module.instr(id).opcode.is_elementwise();
+        let elementwise =
+            options.reuse_operand_buffers && module.instr(id).opcode().is_elementwise();
         for &t in &defined_at[p] {
             if elementwise && tracked[t].allocated > 0 {
                 // An operand buffer of the same size whose last use is here takes the result.

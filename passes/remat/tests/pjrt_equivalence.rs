@@ -60,15 +60,14 @@ fn defuse(m: &Module) -> Module {
         .computations()
         .iter()
         .flat_map(|&c| m.comp(c).instructions().to_vec())
-        .filter(|&i| matches!(m.instr(i).opcode, Opcode::Fusion | Opcode::Bitcast))
+        .filter(|&i| matches!(m.instr(i).opcode(), Opcode::Fusion | Opcode::Bitcast))
         .collect();
     for i in ids {
-        let instr = m.instr_mut(i);
-        if instr.opcode == Opcode::Bitcast {
-            instr.opcode = Opcode::Reshape;
+        if m.instr(i).opcode() == Opcode::Bitcast {
+            m.set_opcode(i, Opcode::Reshape);
         } else {
-            instr.opcode = Opcode::Call;
-            instr.attrs.fusion_kind = None;
+            m.set_opcode(i, Opcode::Call);
+            m.instr_mut(i).attrs.fusion_kind = None;
         }
     }
     m
@@ -84,16 +83,15 @@ fn give_custom_calls_a_meaning(m: &Module) -> Option<Module> {
         .computations()
         .iter()
         .flat_map(|&c| m.comp(c).instructions().to_vec())
-        .filter(|&i| m.instr(i).opcode == Opcode::CustomCall)
+        .filter(|&i| m.instr(i).opcode() == Opcode::CustomCall)
         .collect();
     for i in ids {
         let called = m.instr(i).called.to_vec();
         if called.len() != 1 || m.comp(called[0]).num_parameters() != m.operands(i).len() {
             return None;
         }
-        let instr = m.instr_mut(i);
-        instr.opcode = Opcode::Call;
-        instr.attrs.custom_call = None;
+        m.set_opcode(i, Opcode::Call);
+        m.instr_mut(i).attrs.custom_call = None;
     }
     Some(m)
 }
@@ -106,7 +104,7 @@ fn devices_needed(m: &Module) -> Option<usize> {
     for &c in m.computations() {
         for &i in m.comp(c).instructions() {
             let ins = m.instr(i);
-            if collective(ins.opcode).is_none() {
+            if collective(ins.opcode()).is_none() {
                 continue;
             }
             let groups = ins.attrs.replica_groups.as_deref()?;
@@ -362,7 +360,7 @@ fn mutant_is_caught() {
         .copied()
         .find(|&i| {
             out.instr(i).name().contains(".remat")
-                && out.instr(i).opcode != Opcode::Parameter
+                && out.instr(i).opcode() != Opcode::Parameter
                 && out.operands(i)[0] != p
         })
         .expect("a rematerialized instruction");

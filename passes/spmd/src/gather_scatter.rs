@@ -492,13 +492,13 @@ fn iota_dimension_at(
         return None;
     }
     let i = m.instr(id);
-    if i.opcode == Opcode::Iota {
+    if i.opcode() == Opcode::Iota {
         return usize::try_from(i.attrs.iota_dimension).ok();
     }
     if i.shape.element_type() != ElementType::S32 {
         return None;
     }
-    match i.opcode {
+    match i.opcode() {
         Opcode::Constant => constant_iota_dimension(i),
         Opcode::Broadcast => {
             let d = iota_dimension_at(m, *i.operands().first()?, caller, depth + 1)?;
@@ -507,20 +507,20 @@ fn iota_dimension_at(
         }
         Opcode::GetTupleElement => {
             let &tuple = i.operands().first()?;
-            if m.instr(tuple).opcode != Opcode::Parameter || Some(i.parent()) == m.entry() {
+            if m.instr(tuple).opcode() != Opcode::Parameter || Some(i.parent()) == m.entry() {
                 return None;
             }
             let index = usize::try_from(i.attrs.tuple_index).ok()?;
             let c = caller(i.parent())?;
             let ci = m.instr(c);
-            match ci.opcode {
+            match ci.opcode() {
                 Opcode::While => {
                     let init = *ci.operands().first()?;
                     let root = m.comp(i.parent()).root()?;
                     let ri = m.instr(root);
                     let invariant =
-                        ri.opcode == Opcode::Tuple && ri.operands().get(index) == Some(&id);
-                    if !invariant || m.instr(init).opcode != Opcode::Tuple {
+                        ri.opcode() == Opcode::Tuple && ri.operands().get(index) == Some(&id);
+                    if !invariant || m.instr(init).opcode() != Opcode::Tuple {
                         return None;
                     }
                     let value = *m.instr(init).operands().get(index)?;
@@ -529,7 +529,7 @@ fn iota_dimension_at(
                 Opcode::Conditional => {
                     let branch = ci.called.iter().position(|&b| b == i.parent())?;
                     let arg = *ci.operands().get(branch + 1)?;
-                    if m.instr(arg).opcode != Opcode::Tuple {
+                    if m.instr(arg).opcode() != Opcode::Tuple {
                         return None;
                     }
                     let value = *m.instr(arg).operands().get(index)?;
@@ -586,14 +586,14 @@ pub fn index_component_iotas(
 ) -> Vec<Option<usize>> {
     let mut out = vec![None; components];
     let mut x = indices;
-    while m.instr(x).opcode == Opcode::Copy {
+    while m.instr(x).opcode() == Opcode::Copy {
         let Some(&op) = m.instr(x).operands().first() else {
             break;
         };
         x = op;
     }
     let xi = m.instr(x);
-    let concat_on_vector = xi.opcode == Opcode::Concatenate
+    let concat_on_vector = xi.opcode() == Opcode::Concatenate
         && xi
             .attrs
             .dimensions
@@ -823,7 +823,7 @@ mod tests {
             m.computations().iter().find_map(|&k| {
                 m.comp(k).instructions().iter().copied().find(|&i| {
                     let x = m.instr(i);
-                    match x.opcode {
+                    match x.opcode() {
                         Opcode::While => x.while_body() == Some(c),
                         Opcode::Conditional => x.called.contains(&c),
                         _ => false,

@@ -459,7 +459,7 @@ impl LeafCount for Shape {
 }
 
 fn is_custom_call(i: &Instruction, target: &str) -> bool {
-    i.opcode == Opcode::CustomCall
+    i.opcode() == Opcode::CustomCall
         && i.attrs
             .custom_call
             .as_ref()
@@ -549,7 +549,7 @@ fn process_sharding_custom_calls(
                 )));
             };
             let keep = !replace_with_copy
-                || (is_unknown(&sharding) && module.instr(operand).opcode != Opcode::Parameter);
+                || (is_unknown(&sharding) && module.instr(operand).opcode() != Opcode::Parameter);
             if keep {
                 if !dims.is_empty() {
                     unspecified.push((id, dims));
@@ -638,9 +638,9 @@ fn remove_with_edges(module: &mut Module, id: InstrId) -> Result<()> {
 fn can_propagate_at(i: &Instruction, level: u8) -> bool {
     use Opcode::*;
     if level < 1
-        && !(i.opcode.is_elementwise() || is_custom_call(i, "Sharding"))
+        && !(i.opcode().is_elementwise() || is_custom_call(i, "Sharding"))
         && !matches!(
-            i.opcode,
+            i.opcode(),
             Transpose
                 | Reshape
                 | Tuple
@@ -656,7 +656,7 @@ fn can_propagate_at(i: &Instruction, level: u8) -> bool {
     {
         return false;
     }
-    !(level < 2 && i.opcode == Broadcast)
+    !(level < 2 && i.opcode() == Broadcast)
 }
 
 /// XLA's `IsPassthroughCustomOps`: custom-calls whose output is laid out like their first
@@ -958,7 +958,7 @@ impl<'m> Propagator<'m> {
                 let Some(s) = p.sh[id.index()].as_ref() else {
                     continue;
                 };
-                if Some(id) != p.entry_root && i.opcode != Opcode::Parameter && !has_unknown(s) {
+                if Some(id) != p.entry_root && i.opcode() != Opcode::Parameter && !has_unknown(s) {
                     p.provided[id.index()] = true;
                 }
             }
@@ -1006,7 +1006,7 @@ impl<'m> Propagator<'m> {
         for &c in m.computations() {
             for &id in m.comp(c).instructions() {
                 let i = m.instr(id);
-                match i.opcode {
+                match i.opcode() {
                     Opcode::While | Opcode::Conditional | Opcode::Call => {}
                     _ => continue,
                 }
@@ -1022,7 +1022,7 @@ impl<'m> Propagator<'m> {
                         self.put(r, Some(s.clone()));
                     }
                 }
-                match i.opcode {
+                match i.opcode() {
                     Opcode::While => {
                         // Only the body (XLA's computation map): the condition's parameter
                         // follows the loop through `related`, the rest of the condition
@@ -1047,7 +1047,7 @@ impl<'m> Propagator<'m> {
         let i = m.instr(id);
         let mut v: SmallVec<[InstrId; 4]> = SmallVec::new();
         v.push(id);
-        match i.opcode {
+        match i.opcode() {
             Opcode::While => {
                 if let Some(b) = i.while_body() {
                     v.extend(m.comp(b).root());
@@ -1070,7 +1070,7 @@ impl<'m> Propagator<'m> {
     /// True for a while/conditional/call whose bodies the computation map ties to it.
     fn is_mapped_caller(&self, id: InstrId) -> bool {
         let i = self.m.instr(id);
-        match i.opcode {
+        match i.opcode() {
             Opcode::While => i
                 .while_body()
                 .is_some_and(|b| self.caller[b.index()] == Some(id)),
@@ -1143,19 +1143,19 @@ impl<'m> Propagator<'m> {
                 Dot | Convolution | Gather | Scatter | Parameter | CustomCall | Call | Conditional
             )
         };
-        if !non_local(i.opcode) {
+        if !non_local(i.opcode()) {
             f |= LOCAL_FWD;
         }
         let user_ops: SmallVec<[Opcode; 4]> =
-            i.users().iter().map(|&u| m.instr(u).opcode).collect();
-        if i.opcode != CustomCall
+            i.users().iter().map(|&u| m.instr(u).opcode()).collect();
+        if i.opcode() != CustomCall
             && !user_ops
                 .iter()
                 .any(|&op| matches!(op, Gather | Scatter | CustomCall | Call | Conditional))
         {
             f |= LOCAL_BWD;
         }
-        if i.opcode == Broadcast || user_ops.contains(&Broadcast) {
+        if i.opcode() == Broadcast || user_ops.contains(&Broadcast) {
             f |= BROADCAST_NEAR;
         }
         f
@@ -1376,7 +1376,7 @@ impl<'m> Propagator<'m> {
     fn fwd_class(&self, id: InstrId, level: u8) -> u8 {
         match level {
             0 => 0,
-            _ if self.m.instr(id).opcode == Opcode::Broadcast => level,
+            _ if self.m.instr(id).opcode() == Opcode::Broadcast => level,
             _ => 1,
         }
     }
@@ -1425,7 +1425,7 @@ impl<'m> Propagator<'m> {
         m.instr(id).users().iter().all(|&u| {
             let ui = m.instr(u);
             self.changed_at[u.index()] < seen
-                && (ui.opcode == Opcode::Tuple
+                && (ui.opcode() == Opcode::Tuple
                     || ui
                         .operands()
                         .iter()
@@ -1439,7 +1439,7 @@ impl<'m> Propagator<'m> {
     /// of a conditional branch also passes its sharding to the conditional's operand for it.
     fn computation_propagation(&mut self, id: InstrId) -> Vec<InstrId> {
         let i = self.m.instr(id);
-        let called_edge = (i.opcode == Opcode::Parameter || self.is_root(id))
+        let called_edge = (i.opcode() == Opcode::Parameter || self.is_root(id))
             && self.caller[i.parent().index()].is_some();
         if !called_edge && !self.is_mapped_caller(id) {
             // Nothing is tied to `id`.
@@ -1453,11 +1453,11 @@ impl<'m> Propagator<'m> {
             if self.is_mapped_caller(x) {
                 groups.push(self.related(x));
             }
-            if i.opcode == Opcode::Parameter || self.is_root(x) {
+            if i.opcode() == Opcode::Parameter || self.is_root(x) {
                 if let Some(c) = self.caller[i.parent().index()] {
                     groups.push(self.related(c));
                     let ci = self.m.instr(c);
-                    if i.opcode == Opcode::Parameter && ci.opcode == Opcode::Conditional {
+                    if i.opcode() == Opcode::Parameter && ci.opcode() == Opcode::Conditional {
                         if let Some(b) = ci.called.iter().position(|&k| k == i.parent()) {
                             if let Some(&op) = ci.operands().get(b + 1) {
                                 groups.push(SmallVec::from_slice(&[x, op]));
@@ -1605,10 +1605,10 @@ impl<'m> Propagator<'m> {
         {
             return false;
         }
-        if i.opcode.is_elementwise() || i.opcode == Map {
-            return i.opcode != Rng || self.spmd;
+        if i.opcode().is_elementwise() || i.opcode() == Map {
+            return i.opcode() != Rng || self.spmd;
         }
-        match i.opcode {
+        match i.opcode() {
             Broadcast | Concatenate | Conditional | Constant | Convolution
             | OptimizationBarrier | Dot | DynamicSlice | DynamicUpdateSlice | Gather
             | GetTupleElement | Infeed | Iota | Pad | ReduceWindow | Reshape | Scatter
@@ -1630,7 +1630,7 @@ impl<'m> Propagator<'m> {
     fn representative(&self, id: InstrId) -> Option<InstrId> {
         use Opcode::*;
         let i = self.m.instr(id);
-        match i.opcode {
+        match i.opcode() {
             Map | Pad | Power | OptimizationBarrier | Reverse | Slice | ShiftLeft
             | ShiftRightArithmetic | ShiftRightLogical => {
                 let op = *i.operands().first()?;
@@ -1701,7 +1701,7 @@ impl<'m> Propagator<'m> {
             return false;
         }
         let aggressive = self.non_root_users_is_one(id);
-        match i.opcode {
+        match i.opcode() {
             GetTupleElement => {
                 let op = i.operand(0);
                 if !self.sp(op) {
@@ -1834,7 +1834,7 @@ impl<'m> Propagator<'m> {
                     return false;
                 };
                 let ci = m.instr(c);
-                let op = match ci.opcode {
+                let op = match ci.opcode() {
                     Conditional => {
                         let Some(b) = ci.called.iter().position(|&x| x == i.parent()) else {
                             return false;
@@ -1903,7 +1903,7 @@ impl<'m> Propagator<'m> {
             }
             Conditional | Call => false,
             _ => {
-                if (i.opcode.is_elementwise() || i.opcode == Rng) && mc {
+                if (i.opcode().is_elementwise() || i.opcode() == Rng) && mc {
                     let mut changed = false;
                     let single = i.operands().len() == 1;
                     for &op in i.operands() {
@@ -1911,7 +1911,7 @@ impl<'m> Propagator<'m> {
                             continue;
                         }
                         let s = self.cur_sh(op).unwrap().clone();
-                        if i.opcode == Rng {
+                        if i.opcode() == Rng {
                             let s = s.replicate_all_data_dims(Some(i.shape.rank()));
                             changed |= self.improve(id, s, mc, aggressive);
                             continue;
@@ -1934,9 +1934,9 @@ impl<'m> Propagator<'m> {
         let i = self.m.instr(o);
         self.sp(o)
             && self.cur(o).is_some_and(|s| s.num_tiles() > 1)
-            && i.opcode == Opcode::Reshape
+            && i.opcode() == Opcode::Reshape
             && matches!(
-                self.m.instr(i.operand(0)).opcode,
+                self.m.instr(i.operand(0)).opcode(),
                 Opcode::Parameter | Opcode::GetTupleElement
             )
     }
@@ -1958,7 +1958,7 @@ impl<'m> Propagator<'m> {
             if let Some(s) = self.cur(o) {
                 let olv: Vec<Sharding> = match &s.kind {
                     // An outfeed's value is its token: the last leaf of its sharding.
-                    ShardingKind::Tuple(e) if self.m.instr(o).opcode == Opcode::Outfeed => {
+                    ShardingKind::Tuple(e) if self.m.instr(o).opcode() == Opcode::Outfeed => {
                         e.last().cloned().into_iter().collect()
                     }
                     ShardingKind::Tuple(e) => e.clone(),
@@ -2338,7 +2338,7 @@ impl Propagator<'_> {
     /// replicated; a dynamic-update-slice also takes its base operand's sharding.
     fn forward_dynamic_slice(&mut self, id: InstrId, _level: u8, mc: bool) -> bool {
         let i = self.m.instr(id);
-        let op = if i.opcode == Opcode::DynamicSlice {
+        let op = if i.opcode() == Opcode::DynamicSlice {
             i.operand(0)
         } else {
             i.operand(1)
@@ -2349,7 +2349,7 @@ impl Propagator<'_> {
             let s = self.replicated_on(self.cur_sh(op).unwrap(), &self.sliced_dims(id, op));
             changed |= self.improve_sh(id, s, mc, aggressive);
         }
-        if i.opcode == Opcode::DynamicUpdateSlice && self.sp(i.operand(0)) {
+        if i.opcode() == Opcode::DynamicUpdateSlice && self.sp(i.operand(0)) {
             let s = self.cur_sh(i.operand(0)).unwrap().clone();
             changed |= self.improve_sh(id, s, mc, false);
         }
@@ -2367,7 +2367,7 @@ impl Propagator<'_> {
     fn infer_from_users(&mut self, id: InstrId, level: u8) -> bool {
         let m = self.m;
         let i = m.instr(id);
-        if level < 2 && i.opcode == Opcode::Broadcast {
+        if level < 2 && i.opcode() == Opcode::Broadcast {
             return false;
         }
         // Manual shardings flow back into everything a manual value is computed from.
@@ -2383,7 +2383,7 @@ impl Propagator<'_> {
         let mut improved = false;
         for &u in i.users() {
             // A random bit generator needs its state replicated.
-            if m.instr(u).opcode == Opcode::RngBitGenerator {
+            if m.instr(u).opcode() == Opcode::RngBitGenerator {
                 let r = self.memo.intern(replicated_for(&i.shape));
                 let changed = self.cur_sh(id) != Some(&r);
                 self.put(id, Some(r));
@@ -2425,7 +2425,7 @@ impl Propagator<'_> {
         let intern = |s: Sharding| self.memo.intern(s);
         let i = m.instr(id);
         let (index, repeated) = self.operand_position(id, user)?;
-        match u.opcode {
+        match u.opcode() {
             Broadcast => {
                 if us.is_replicated() {
                     return Some(us.clone());
@@ -2472,10 +2472,10 @@ impl Propagator<'_> {
                 if us.is_replicated() {
                     return Some(us.clone());
                 }
-                if u.opcode == DynamicUpdateSlice && index == 0 {
+                if u.opcode() == DynamicUpdateSlice && index == 0 {
                     return Some(us.clone());
                 }
-                let operand = if u.opcode == DynamicSlice {
+                let operand = if u.opcode() == DynamicSlice {
                     u.operand(0)
                 } else {
                     u.operand(1)
@@ -3071,7 +3071,7 @@ impl Propagator<'_> {
         self.memo.instr_dot_dims(id.index(), || {
             let i = self.m.instr(id);
             let (l, r) = (*i.operands().first()?, *i.operands().get(1)?);
-            match i.opcode {
+            match i.opcode() {
                 Opcode::Dot => Some(dot_dims(
                     i.attrs.dot_dims.as_deref()?,
                     self.shape(l).rank(),
@@ -3191,7 +3191,7 @@ impl Propagator<'_> {
                 let i = m.instr(id);
                 let reason = if Some(id) == self.entry_root && !self.allow_output {
                     "the entry output may not take a sharding (allow_spmd_sharding_propagation_to_output is off)".to_string()
-                } else if i.opcode == Opcode::Parameter
+                } else if i.opcode() == Opcode::Parameter
                     && c == self.entry
                     && !self.param_allowed(id)
                 {
@@ -3205,7 +3205,7 @@ impl Propagator<'_> {
                 } else if !self.supports_partitioning(id, self.allow_output, self.params_any) {
                     format!(
                         "`{}` cannot be partitioned here and no operand is replicated",
-                        i.opcode
+                        i.opcode()
                     )
                 } else {
                     "no sharding reaches it from its operands or users".to_string()

@@ -102,7 +102,7 @@ fn table(m: &Module) -> Table {
                 .map(|&o| m.instr(o).name().to_string());
             t.insert(
                 ins.name().to_string(),
-                (ins.opcode, first, ins.sharding.clone()),
+                (ins.opcode(), first, ins.sharding.clone()),
             );
         }
     }

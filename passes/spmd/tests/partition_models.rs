@@ -170,7 +170,7 @@ fn collectives_of(m: &tessera_hlo::Module, n: i64) -> (usize, i64) {
                 .and_then(|r| r.group_size())
                 .filter(|&g| g > 0)
                 .unwrap_or(n);
-            let b = match i.opcode {
+            let b = match i.opcode() {
                 AllGather | AllGatherStart | AllToAll => out * (g - 1) / g,
                 AllReduce | AllReduceStart => 2 * out * (g - 1) / g,
                 ReduceScatter => out * (g - 1),

@@ -72,8 +72,8 @@ impl Pass for FlattenCallGraph {
                 .filter(|&i| {
                     let ins = module.instr(i);
                     !ins.called.is_empty()
-                        && !ins.opcode.is_async()
-                        && tessera_hlo::analysis::call_graph::instruction_call_context(ins.opcode)
+                        && !ins.opcode().is_async()
+                        && tessera_hlo::analysis::call_graph::instruction_call_context(ins.opcode())
                             == CallContext::ControlFlow
                 })
                 .collect();

@@ -132,7 +132,7 @@ impl Pass for CallInliner {
             }
             let inlinable = |module: &Module, call: InstrId| {
                 let i = module.instr(call);
-                if i.opcode != Opcode::Call {
+                if i.opcode() != Opcode::Call {
                     return None;
                 }
                 let callee = i.to_apply()?;
@@ -253,7 +253,7 @@ fn inline_body(
     let mut added = Vec::new();
     for id in order {
         let src = module.instr(id);
-        if src.opcode == Opcode::Parameter {
+        if src.opcode() == Opcode::Parameter {
             let n = src.attrs.parameter_number as usize;
             let Some(&op) = operands.get(n) else {
                 return Err(crate::PassError::Failed(format!(
@@ -285,7 +285,7 @@ fn inline_body(
             let i = module.instr(id);
             i.operands()
                 .iter()
-                .all(|&o| module.instr(o).opcode == Opcode::Parameter)
+                .all(|&o| module.instr(o).opcode() == Opcode::Parameter)
                 && i.control_predecessors().is_empty()
         })
         .collect();

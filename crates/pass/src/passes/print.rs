@@ -86,7 +86,7 @@ pub fn call_graph_report(m: &Module) -> String {
                 o,
                 "  %{} ({}) -> {} [{}]",
                 m.instr(s.instruction).name(),
-                m.instr(s.instruction).opcode,
+                m.instr(s.instruction).opcode(),
                 callees.join(", "),
                 s.context.name()
             );

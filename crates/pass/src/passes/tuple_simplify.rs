@@ -61,11 +61,11 @@ impl RegisteredPass for TupleSimplifier {
 /// The value `id` can be replaced by, if any.
 fn replacement(module: &Module, id: InstrId) -> Option<InstrId> {
     let i = module.instr(id);
-    match i.opcode {
+    match i.opcode() {
         Opcode::GetTupleElement => {
             let t = *i.operands().first()?;
             let tuple = module.instr(t);
-            if tuple.opcode != Opcode::Tuple {
+            if tuple.opcode() != Opcode::Tuple {
                 return None;
             }
             let k = usize::try_from(i.attrs.tuple_index).ok()?;
@@ -76,7 +76,7 @@ fn replacement(module: &Module, id: InstrId) -> Option<InstrId> {
             let mut src = None;
             for (k, &op) in i.operands().iter().enumerate() {
                 let g = module.instr(op);
-                if g.opcode != Opcode::GetTupleElement || g.attrs.tuple_index != k as i64 {
+                if g.opcode() != Opcode::GetTupleElement || g.attrs.tuple_index != k as i64 {
                     return None;
                 }
                 let x = *g.operands().first()?;
@@ -105,13 +105,13 @@ impl Pass for TupleSimplifier {
                 continue;
             }
             // Only a tuple or a get-tuple-element can be replaced: a computation without one
-            // is not walked.
-            let candidates = module.comp(c).instructions().iter().any(|&i| {
-                matches!(
-                    module.instr(i).opcode,
-                    Opcode::Tuple | Opcode::GetTupleElement
-                )
-            });
+            // is not walked (asked of the module's dense opcode table, which stays in the
+            // caches where the instruction records do not).
+            let candidates = module
+                .comp(c)
+                .instructions()
+                .iter()
+                .any(|&i| matches!(module.opcode(i), Opcode::Tuple | Opcode::GetTupleElement));
             if !candidates {
                 continue;
             }

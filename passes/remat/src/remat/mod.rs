@@ -706,7 +706,7 @@ fn post_order_schedule(module: &Module) -> tessera_hlo::Schedule {
     let mut fused = vec![false; module.comp_capacity()];
     for &c in module.computations() {
         for &i in module.comp(c).instructions() {
-            if module.instr(i).opcode == Opcode::Fusion {
+            if module.instr(i).opcode() == Opcode::Fusion {
                 for &f in module.called_computations(i) {
                     fused[f.index()] = true;
                 }
@@ -814,7 +814,7 @@ impl<'a> State<'a> {
     /// Bytes the computations `instr` calls in control-flow context need at their peak.
     fn callee_usage(&self, module: &Module, instr: InstrId) -> i64 {
         let i = module.instr(instr);
-        if i.called.is_empty() || instruction_call_context(i.opcode) != CallContext::ControlFlow {
+        if i.called.is_empty() || instruction_call_context(i.opcode()) != CallContext::ControlFlow {
             return 0;
         }
         i.called
@@ -1149,7 +1149,7 @@ impl<'a> State<'a> {
         }
         let i = module.instr(instr);
         if !i.called.is_empty()
-            && instruction_call_context(i.opcode) == CallContext::ControlFlow
+            && instruction_call_context(i.opcode()) == CallContext::ControlFlow
             && f.t.memory_usage() + callee > memory_limit
         {
             // Popped from the back: the callees in their order.
@@ -1321,7 +1321,7 @@ impl<'a> State<'a> {
                 clone.attrs.channel_id = Some(self.next_channel_id);
                 self.next_channel_id += 1;
             }
-            if clone.opcode == Opcode::Fusion {
+            if clone.opcode() == Opcode::Fusion {
                 // A fusion computation belongs to one fusion instruction: the clone gets its
                 // own copy.
                 self.cloned_fusions = true;
@@ -1492,7 +1492,7 @@ fn sweep_dead(module: &mut Module, comps: &[CompId]) -> Result<bool, RematError>
         for &i in seq.iter().rev() {
             let ins = module.instr(i);
             if Some(i) != root
-                && ins.opcode != Opcode::Parameter
+                && ins.opcode() != Opcode::Parameter
                 && ins.control_predecessors().is_empty()
                 && ins.control_successors().is_empty()
                 && ins.users().iter().all(|u| dead[u.index()])
@@ -1515,7 +1515,7 @@ fn uses_empty(module: &Module, i: InstrId) -> bool {
     module
         .users(i)
         .iter()
-        .all(|&u| is_supported_indirect_user(module.instr(u).opcode) && uses_empty(module, u))
+        .all(|&u| is_supported_indirect_user(module.instr(u).opcode()) && uses_empty(module, u))
 }
 
 /// Copies `best` into `compact` form right after it and back right before its next use.

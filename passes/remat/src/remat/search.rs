@@ -80,7 +80,7 @@ fn is_collective(op: Opcode) -> bool {
 /// True if the instruction may be cloned and recomputed later.
 pub fn is_rematerializable(module: &Module, id: InstrId) -> bool {
     let i = module.instr(id);
-    if i.opcode == Opcode::Copy {
+    if i.opcode() == Opcode::Copy {
         // Copies that keep the layout were added on purpose (copy insertion).
         if let Some(&op) = i.operands().first() {
             if layout_of(&i.shape) == layout_of(&module.instr(op).shape) {
@@ -88,11 +88,11 @@ pub fn is_rematerializable(module: &Module, id: InstrId) -> bool {
             }
         }
     }
-    if is_collective(i.opcode) {
+    if is_collective(i.opcode()) {
         return !i.attrs.constrain_layout;
     }
     use Opcode::*;
-    match i.opcode {
+    match i.opcode() {
         Call | Constant | Conditional | CustomCall | Parameter | While => false,
         // Async pairs must stay one start to one done.
         AsyncStart

@@ -124,7 +124,7 @@ impl<'f> Tracker<'f> {
             for &lb in points_to.defined_buffers(instr) {
                 let logical = points_to.buffer(lb);
                 let is_live_out = live_out.binary_search(&lb).is_ok();
-                let id = if ins.opcode == Opcode::While {
+                let id = if ins.opcode() == Opcode::While {
                     // A while defines no new memory: it reuses its operand's buffers.
                     let op = *ins.operands().first().ok_or_else(|| {
                         RematError::Malformed(format!("%{}: while without an operand", ins.name()))
@@ -171,7 +171,7 @@ impl<'f> Tracker<'f> {
                         uses.clone(),
                         is_live_out,
                         indirect,
-                        ins.opcode == Opcode::Parameter,
+                        ins.opcode() == Opcode::Parameter,
                     );
                     t.list.item_mut(item).buffers_defined.push(id);
                     for u in uses {
@@ -572,7 +572,7 @@ impl<'f> Tracker<'f> {
                 let ui = self.list.item(u.user);
                 if ui.placed {
                     placed.push(u);
-                } else if !is_supported_indirect_user(module.instr(ui.instr).opcode)
+                } else if !is_supported_indirect_user(module.instr(ui.instr).opcode())
                     || indirect_users.contains(&u.user)
                 {
                     unplaced.push(u);
@@ -618,9 +618,9 @@ impl<'f> Tracker<'f> {
             let instr = module.instr(self.list.item(iu).instr);
             let src = self.list.get(instr.operand(0));
             let src_item = self.list.item(src).clone();
-            let (used, output): (BufferList, BufferList) = match instr.opcode {
+            let (used, output): (BufferList, BufferList) = match instr.opcode() {
                 Opcode::Bitcast => {
-                    if is_supported_indirect_user(module.instr(src_item.instr).opcode) {
+                    if is_supported_indirect_user(module.instr(src_item.instr).opcode()) {
                         (
                             src_item.buffers_output.clone(),
                             src_item.buffers_output.clone(),
@@ -864,7 +864,7 @@ fn get_users(
                 continue;
             }
             if alias.instruction != logical.instruction
-                && !is_supported_indirect_user(module.instr(alias.instruction).opcode)
+                && !is_supported_indirect_user(module.instr(alias.instruction).opcode())
             {
                 indirect = true;
             }

@@ -47,9 +47,9 @@ impl Propagator<'_> {
             return Some(false);
         }
         let correlated_tuple = matches!(
-            i.opcode,
+            i.opcode(),
             Opcode::Reduce | Opcode::Sort | Opcode::ReduceWindow
-        ) || (i.opcode == Opcode::CustomCall && i.shape.is_tuple());
+        ) || (i.opcode() == Opcode::CustomCall && i.shape.is_tuple());
         if !(self.cur(id).is_none_or(all_tile_maximal) && (i.shape.is_array() || correlated_tuple))
         {
             return None;
@@ -61,7 +61,7 @@ impl Propagator<'_> {
             if is_custom_call(i, "SPMDShardToFullShape") {
                 return Some(false);
             }
-            if level == 0 && matches!(i.opcode, Opcode::Concatenate | Opcode::DynamicSlice) {
+            if level == 0 && matches!(i.opcode(), Opcode::Concatenate | Opcode::DynamicSlice) {
                 return Some(false);
             }
             self.set(id, spread(&i.shape, Sharding::manual()));
@@ -112,7 +112,7 @@ impl Propagator<'_> {
     pub(super) fn may_become_manual(&self, id: InstrId) -> bool {
         let m = self.m;
         let i = m.instr(id);
-        if i.opcode != Opcode::Constant {
+        if i.opcode() != Opcode::Constant {
             return true;
         }
         i.users().iter().all(|&u| {
@@ -125,7 +125,7 @@ impl Propagator<'_> {
                 .enumerate()
                 .filter(|(_, &o)| o == id)
                 .all(|(k, _)| {
-                    if ui.opcode == Opcode::Tuple {
+                    if ui.opcode() == Opcode::Tuple {
                         all_manual(&super::sub_sharding(us, &ui.shape, k))
                     } else {
                         all_manual(us)

@@ -196,7 +196,7 @@ pub(super) fn is_cse_prevention(s: &Sharding) -> bool {
 /// The instructions a CSE-prevention run shards: broadcasts of scalars, the usual CSE victims
 /// that would otherwise tie unrelated layers together.
 pub(super) fn is_cse_target(m: &Module, i: &Instruction) -> bool {
-    i.opcode == Opcode::Broadcast
+    i.opcode() == Opcode::Broadcast
         && i.operands()
             .first()
             .is_some_and(|&o| m.instr(o).shape.is_array() && m.instr(o).shape.rank() == 0)
@@ -307,7 +307,7 @@ pub(super) fn check_while_devices(module: &mut Module) -> Result<bool> {
         .computations()
         .iter()
         .flat_map(|&c| module.comp(c).instructions().to_vec())
-        .filter(|&id| module.instr(id).opcode == Opcode::While)
+        .filter(|&id| module.instr(id).opcode() == Opcode::While)
         .collect();
     for w in whiles {
         let Some(body) = module.instr(w).while_body() else {
@@ -326,9 +326,9 @@ pub(super) fn check_while_devices(module: &mut Module) -> Result<bool> {
             let Some(dev) = i.sharding.as_ref().and_then(unique_device) else {
                 continue;
             };
-            let is_channel = (matches!(i.opcode, Opcode::Send | Opcode::Recv)
+            let is_channel = (matches!(i.opcode(), Opcode::Send | Opcode::Recv)
                 && !i.attrs.is_host_transfer)
-                || (matches!(i.opcode, Opcode::AllReduce | Opcode::ReduceScatter)
+                || (matches!(i.opcode(), Opcode::AllReduce | Opcode::ReduceScatter)
                     && i.attrs.channel_id.is_some());
             if let Some((d, chan)) = unique {
                 if d != dev {

@@ -368,7 +368,7 @@ impl Engine<'_> {
         shape: Shape,
     ) -> Result<InstrId> {
         let dn = match i.attrs.conv_dims.as_deref() {
-            Some(dn) if i.opcode == Opcode::Convolution => dn,
+            Some(dn) if i.opcode() == Opcode::Convolution => dn,
             _ => return self.clone_with(b, i, &[l, r], shape),
         };
         let mut c = i.clone();

@@ -761,7 +761,7 @@ fn combiner_op(m: &Module, comp: CompId) -> Option<Opcode> {
     let plain = ops.len() == 2
         && ((ops[0] == p0 && ops[1] == p1) || (ops[0] == p1 && ops[1] == p0))
         && c.num_parameters() == 2;
-    match root.opcode {
+    match root.opcode() {
         Opcode::Add
         | Opcode::Multiply
         | Opcode::Maximum
@@ -770,7 +770,7 @@ fn combiner_op(m: &Module, comp: CompId) -> Option<Opcode> {
         | Opcode::And
             if plain =>
         {
-            Some(root.opcode)
+            Some(root.opcode())
         }
         _ => None,
     }
@@ -819,7 +819,7 @@ fn combiner_identity(ty: ElementType, op: Opcode) -> Option<f64> {
 /// and both run right with an optimization barrier between the two, which keeps them from being
 /// fused. jax 0.12's XLA computes the one-device form of the scatter case right.
 fn fence_dynamic_slice(b: &mut Builder, x: InstrId) -> Result<InstrId> {
-    if b.module().instr(x).opcode != Opcode::DynamicSlice {
+    if b.module().instr(x).opcode() != Opcode::DynamicSlice {
         return Ok(x);
     }
     fence(b, x)

@@ -328,7 +328,7 @@ pub fn partition(
         }
     }
     let new_root = module.comp(entry).root().expect("set above");
-    if module.instr(new_root).opcode != Opcode::Parameter {
+    if module.instr(new_root).opcode() != Opcode::Parameter {
         module.instr_mut(new_root).sharding =
             Some(root_sharding.unwrap_or_else(|| tree_to_sharding(&root_tree)));
     }
@@ -446,7 +446,7 @@ impl Engine<'_> {
         b.module_mut().set_root(comp, new_root);
         let dead: Vec<InstrId> = old
             .into_iter()
-            .filter(|&i| b.module().instr(i).opcode != Opcode::Parameter)
+            .filter(|&i| b.module().instr(i).opcode() != Opcode::Parameter)
             .collect();
         b.module_mut().remove_instructions(&dead)?;
         let m = b.module_mut();
@@ -537,7 +537,7 @@ impl Engine<'_> {
         target: &Tree,
     ) -> Result<Option<InstrId>> {
         let i = b.module().instr(op);
-        if i.opcode != Opcode::Broadcast || i.operands().len() != 1 {
+        if i.opcode() != Opcode::Broadcast || i.operands().len() != 1 {
             return Ok(None);
         }
         let src = i.operands()[0];
@@ -586,7 +586,7 @@ impl Engine<'_> {
         let n = self.n;
         let i = b.module().instr(id);
         let real = self.real_device_count();
-        if i.opcode == Opcode::Parameter {
+        if i.opcode() == Opcode::Parameter {
             // A partially manual parameter (an entry parameter, or a callee's inside a
             // region) takes the tree its caller or the entry read for it.
             if let Some((own, _)) = partial_manual::tree(b.module(), id, real)? {
@@ -607,7 +607,7 @@ impl Engine<'_> {
     /// Partitions `id` whose sharding reads as `own` on `self.n` devices.
     fn dispatch(&mut self, b: &mut Builder, id: InstrId, own: Tree, params: &[Tree]) -> Result<()> {
         let i = b.module().instr(id);
-        let opcode = i.opcode;
+        let opcode = i.opcode();
         if self.view.is_some() {
             match opcode {
                 Opcode::AllReduce if i.attrs.channel_id.is_some() => {
@@ -1046,7 +1046,7 @@ impl Engine<'_> {
         let out = self.clone_with(b, &i, &ops, i.shape.clone())?;
         // A stateful random value is drawn once (on device 0) and sent to everyone;
         // rng-bit-generator is a pure function of its state, computed alike everywhere.
-        let tree = if i.opcode == Opcode::Rng {
+        let tree = if i.opcode() == Opcode::Rng {
             maximal_tree(&i.shape, 0)
         } else {
             replicated_tree(&i.shape, n)
@@ -1063,7 +1063,10 @@ impl Engine<'_> {
     /// manual parameters and root (so their shardings are consumed like everyone else's).
     fn manual(&mut self, b: &mut Builder, id: InstrId, own: Tree) -> Result<()> {
         let i = b.module().instr(id).clone();
-        if matches!(i.opcode, Opcode::While | Opcode::Conditional | Opcode::Call) {
+        if matches!(
+            i.opcode(),
+            Opcode::While | Opcode::Conditional | Opcode::Call
+        ) {
             for &c in &i.called {
                 let comp = b.module().comp(c);
                 let params: Vec<Tree> = comp
@@ -1098,7 +1101,7 @@ fn manual_tree(shape: &Shape) -> Tree {
 
 /// The boundary custom-calls of a manual region carry `{manual}` but convert shapes.
 fn is_manual_boundary(i: &Instruction) -> bool {
-    i.opcode == Opcode::CustomCall
+    i.opcode() == Opcode::CustomCall
         && i.attrs.custom_call.as_ref().is_some_and(|c| {
             c.target == "SPMDFullToShardShape" || c.target == "SPMDShardToFullShape"
         })
@@ -1112,7 +1115,7 @@ fn clone_of(
     operands: &[InstrId],
     shape: Shape,
 ) -> Result<InstrId> {
-    let mut c = Instruction::new(i.name().to_string(), i.opcode, shape)
+    let mut c = Instruction::new(i.name().to_string(), i.opcode(), shape)
         .with_operands(operands)
         .with_called(&i.called);
     c.attrs = i.attrs.clone();

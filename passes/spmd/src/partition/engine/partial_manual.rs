@@ -281,7 +281,7 @@ impl Engine<'_> {
                 i.name()
             ))
         };
-        if i.opcode == Opcode::CollectivePermute {
+        if i.opcode() == Opcode::CollectivePermute {
             let pairs = i.attrs.source_target_pairs.clone().unwrap_or_default();
             for &(s, t) in &pairs {
                 match (local_of.get(&s), local_of.get(&t)) {
@@ -311,7 +311,7 @@ impl Engine<'_> {
             }
         }
         // The dimensions the collective moves data along must be whole in each piece.
-        let moved: Vec<usize> = match i.opcode {
+        let moved: Vec<usize> = match i.opcode() {
             Opcode::AllGather | Opcode::ReduceScatter | Opcode::AllToAll => i
                 .attrs
                 .dimensions

@@ -159,7 +159,7 @@ impl Engine<'_> {
             return Ok(false);
         };
         let pos_instr = m.instr(pos);
-        if pos_instr.opcode != Opcode::Iota
+        if pos_instr.opcode() != Opcode::Iota
             || pos_instr.attrs.iota_dimension != d as i64
             || pos_instr.shape.element_type() != ElementType::S32
         {
@@ -176,7 +176,7 @@ impl Engine<'_> {
         }
         for u in users {
             let ui = m.instr(u);
-            if ui.opcode != Opcode::GetTupleElement || m.users(u).is_empty() {
+            if ui.opcode() != Opcode::GetTupleElement || m.users(u).is_empty() {
                 return Ok(false);
             }
             for &s in m.users(u) {
@@ -185,7 +185,7 @@ impl Engine<'_> {
                     .attrs
                     .slice
                     .as_deref()
-                    .filter(|_| si.opcode == Opcode::Slice)
+                    .filter(|_| si.opcode() == Opcode::Slice)
                 else {
                     return Ok(false);
                 };
@@ -294,7 +294,7 @@ impl Engine<'_> {
     /// four-parameter comparator, an even split of the last dimension, k at most a piece.
     fn top_k_split(&mut self, b: &mut Builder, id: InstrId, own: &Tree) -> Result<bool> {
         let i = b.module().instr(id).clone();
-        if i.opcode != Opcode::CustomCall || i.operands().len() != 1 {
+        if i.opcode() != Opcode::CustomCall || i.operands().len() != 1 {
             return Ok(false);
         }
         let Some(cmp) = i.called.first().copied().or(i.to_apply()) else {
@@ -357,7 +357,7 @@ impl Engine<'_> {
             !users.is_empty()
                 && users.iter().all(|&u| {
                     let ui = m.instr(u);
-                    ui.opcode == Opcode::GetTupleElement && ui.attrs.tuple_index == 0
+                    ui.opcode() == Opcode::GetTupleElement && ui.attrs.tuple_index == 0
                 })
         };
         let mut gathered = Vec::with_capacity(2);
@@ -393,7 +393,7 @@ impl Engine<'_> {
     pub(super) fn batched_linear(&mut self, b: &mut Builder, id: InstrId, own: Tree) -> Result<()> {
         let i = b.module().instr(id).clone();
         let rank = i.shape.rank();
-        let trailing = match i.opcode {
+        let trailing = match i.opcode() {
             Opcode::Fft => i.attrs.fft_length.as_ref().map_or(rank, |l| l.len()),
             _ => 2,
         };

@@ -378,7 +378,7 @@ fn init_is_identity(m: &Module, i: &Instruction) -> bool {
     let Some(bytes) = lit.bytes() else {
         return false;
     };
-    let want: Option<Vec<u8>> = match r.opcode {
+    let want: Option<Vec<u8>> = match r.opcode() {
         Opcode::Add | Opcode::Or | Opcode::Xor => Some(vec![0; ty.byte_size()]),
         Opcode::Multiply | Opcode::And => number_bytes(ty, Extreme::One),
         Opcode::Maximum => number_bytes(ty, Extreme::Lowest),
@@ -400,7 +400,7 @@ fn select_loser(m: &Module, i: &Instruction) -> Option<Extreme> {
     };
     let (root, p0, p1) = two(scatter)?;
     let r = m.instr(root);
-    if r.opcode != Opcode::Add
+    if r.opcode() != Opcode::Add
         || r.operands().len() != 2
         || !r.operands().contains(&p0)
         || !r.operands().contains(&p1)
@@ -409,7 +409,7 @@ fn select_loser(m: &Module, i: &Instruction) -> Option<Extreme> {
     }
     let (root, p0, p1) = two(select)?;
     let r = m.instr(root);
-    if r.opcode != Opcode::Compare || r.operands() != [p0, p1] {
+    if r.opcode() != Opcode::Compare || r.operands() != [p0, p1] {
         return None;
     }
     match r.attrs.comparison.as_ref()?.direction {
@@ -795,7 +795,7 @@ impl Engine<'_> {
     /// `out` takes `name` once the original is gone, when it is a new instruction of its own
     /// (not a parameter or another value passed through).
     fn name_result(&mut self, b: &Builder, out: InstrId, name: &str) {
-        let reused = b.module().instr(out).opcode == Opcode::Parameter
+        let reused = b.module().instr(out).opcode() == Opcode::Parameter
             || self.values.values().any(|v| v.local == out);
         if !reused {
             self.renames.push((out, name.to_string()));
@@ -1202,7 +1202,7 @@ impl Engine<'_> {
             if tree_of(m, cur, self.n).ok().as_ref() != Some(own) {
                 return None;
             }
-            match c.opcode {
+            match c.opcode() {
                 Opcode::Copy => cur = c.operands()[0],
                 Opcode::Pad => break,
                 _ => return None,
@@ -1313,7 +1313,7 @@ impl Engine<'_> {
             return Ok(false);
         };
         let (i0, i1) = (m.instr(*s0), m.instr(*s1));
-        if i0.opcode != Opcode::Slice || i1.opcode != Opcode::Slice {
+        if i0.opcode() != Opcode::Slice || i1.opcode() != Opcode::Slice {
             return Ok(false);
         }
         let (Some(&x), Some(&x1)) = (i0.operands().first(), i1.operands().first()) else {
@@ -1688,7 +1688,7 @@ impl Engine<'_> {
         let Some(&s) = xi.operands().first() else {
             return Ok(None);
         };
-        if xi.opcode != Opcode::Broadcast || b.module().instr(s).shape.rank() != 0 {
+        if xi.opcode() != Opcode::Broadcast || b.module().instr(s).shape.rank() != 0 {
             return Ok(None);
         }
         let Some(v) = self.values.get(&s).cloned() else {

@@ -311,7 +311,7 @@ impl Engine<'_> {
                 let dots = m
                     .users(oid)
                     .iter()
-                    .filter(|&&u| m.instr(u).opcode == Opcode::Dot)
+                    .filter(|&&u| m.instr(u).opcode() == Opcode::Dot)
                     .count();
                 if dots > 1 {
                     continue;
@@ -874,7 +874,7 @@ impl Motion {
         let i = m.instr(h);
         let dims = i.shape.as_array()?.dims.clone();
         let ops = i.operands();
-        match i.opcode {
+        match i.opcode() {
             Opcode::Broadcast if ops.len() == 1 => {
                 let bd = i.attrs.dimensions.as_deref()?;
                 let j = md.and_then(|k| bd.iter().position(|&x| x as usize == k));

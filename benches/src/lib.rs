@@ -15,7 +15,9 @@
 //!   and dead-value patterns, for passes whose cost grows with one computation's size.
 //!
 //! Every family is valid HLO over `f32[4]`, runs on PJRT, and has a 2-way tiled sharding on
-//! the entry parameter so that `sharding-propagation` has something to carry.
+//! the entry parameter so that `sharding-propagation` has something to carry (except
+//! [`remat_chain`]); those modules say `num_partitions=2`, so that `spmd-partitioning` takes
+//! them too.
 //!
 //! [`on_more_devices`] makes the device-count variants of a real sharded module for the
 //! partitioner's benchmark (`benches/spmd.rs`).
@@ -31,7 +33,7 @@ const PARAM: &str = "f32[4] parameter(0), sharding={devices=[2]<=[2]}";
 /// `depth` computations in one call chain (`3 depth + 2` instructions).
 pub fn call_chain(depth: usize) -> String {
     let mut s = String::from(
-        "HloModule call_chain\n\n%c0 (x: f32[4]) -> f32[4] {\n  %x = f32[4] parameter(0)\n  ROOT %r = f32[4] negate(%x)\n}\n\n",
+        "HloModule call_chain, num_partitions=2\n\n%c0 (x: f32[4]) -> f32[4] {\n  %x = f32[4] parameter(0)\n  ROOT %r = f32[4] negate(%x)\n}\n\n",
     );
     for i in 1..depth {
         let _ = write!(
@@ -74,7 +76,7 @@ pub fn remat_chain(depth: usize) -> String {
 
 /// `n` computations, each called once from the entry (`6 n + 1` instructions).
 pub fn flat_calls(n: usize) -> String {
-    let mut s = String::from("HloModule flat_calls\n\n");
+    let mut s = String::from("HloModule flat_calls, num_partitions=2\n\n");
     for i in 0..n {
         let _ = write!(
             s,
@@ -97,7 +99,8 @@ pub fn flat_calls(n: usize) -> String {
 /// One computation of about `n` instructions (blocks of five: a tuple, a get-tuple-element
 /// of it, a negate, a dead exponential, an add).
 pub fn wide(n: usize) -> String {
-    let mut s = String::from("HloModule wide\n\nENTRY %main (p: f32[4]) -> f32[4] {\n");
+    let mut s =
+        String::from("HloModule wide, num_partitions=2\n\nENTRY %main (p: f32[4]) -> f32[4] {\n");
     let _ = writeln!(s, "  %p = {PARAM}");
     let mut acc = "p".to_string();
     for i in 0..n.div_ceil(5) {

@@ -249,6 +249,44 @@ pub struct Module {
     reducers: Vec<(crate::types::ElementType, Opcode, CompId)>,
 }
 
+/// A set of instruction ids for one mutation: a flag per arena slot when the set is a fair
+/// part of the arena, else a hash set. Removing a few instructions from a large module then
+/// costs what it removes, not a cleared table of the whole arena (a walk that removes each
+/// computation's leftovers in turn paid the arena once per computation: quadratic).
+enum IdSet {
+    Dense(Vec<bool>),
+    Sparse(std::collections::HashSet<InstrId, crate::fxhash::FxBuildHasher>),
+}
+
+impl IdSet {
+    /// A set for about `expected` ids of an arena of `arena` slots.
+    fn for_arena(arena: usize, expected: usize) -> IdSet {
+        if expected.saturating_mul(32) >= arena {
+            IdSet::Dense(vec![false; arena])
+        } else {
+            IdSet::Sparse(std::collections::HashSet::with_capacity_and_hasher(
+                expected,
+                Default::default(),
+            ))
+        }
+    }
+
+    /// Adds `id`; false if it was there.
+    fn insert(&mut self, id: InstrId) -> bool {
+        match self {
+            IdSet::Dense(v) => !std::mem::replace(&mut v[id.index()], true),
+            IdSet::Sparse(s) => s.insert(id),
+        }
+    }
+
+    fn contains(&self, id: InstrId) -> bool {
+        match self {
+            IdSet::Dense(v) => v[id.index()],
+            IdSet::Sparse(s) => s.contains(&id),
+        }
+    }
+}
+
 impl Module {
     pub fn new(name: impl Into<String>) -> Module {
         Module {
@@ -864,18 +902,18 @@ impl Module {
     /// operands), but each computation's instruction list and schedule sequence is filtered
     /// only once, so removing k of n instructions is O(n + k) rather than O(n k).
     pub fn remove_instructions(&mut self, ids: &[InstrId]) -> Result<(), MutationError> {
-        let mut gone = vec![false; self.instrs.len()];
+        let mut gone = IdSet::for_arena(self.instrs.len(), ids.len());
         for &id in ids {
-            gone[id.index()] = true;
+            gone.insert(id);
         }
         for &id in ids {
             self.check_not_root(id)?;
             let i = self.instr(id);
-            if i.users.iter().any(|u| !gone[u.index()]) {
+            if i.users.iter().any(|u| !gone.contains(*u)) {
                 let names: Vec<String> = i
                     .users
                     .iter()
-                    .filter(|u| !gone[u.index()])
+                    .filter(|u| !gone.contains(**u))
                     .map(|&u| format!("%{}", self.instr(u).name))
                     .collect();
                 return Err(MutationError::HasUsers(i.name.clone(), names.join(", ")));
@@ -886,7 +924,7 @@ impl Module {
         // Survivors that lose users or control edges, each filtered once at the end (an
         // operand shared by many removed users would otherwise be filtered once per user).
         let mut touched: Vec<InstrId> = Vec::new();
-        let mut seen = vec![false; self.instrs.len()];
+        let mut seen = IdSet::for_arena(self.instrs.len(), 2 * ids.len());
         for &id in ids {
             let Some(instr) = self.instrs[id.index()].take() else {
                 continue;
@@ -897,8 +935,7 @@ impl Module {
                 .chain(&instr.control_predecessors)
                 .chain(&instr.control_successors);
             for &n in neighbours {
-                if !gone[n.index()] && !seen[n.index()] {
-                    seen[n.index()] = true;
+                if !gone.contains(n) && seen.insert(n) {
                     touched.push(n);
                 }
             }
@@ -916,12 +953,12 @@ impl Module {
         }
         for n in touched {
             if let Some(o) = self.instrs[n.index()].as_mut() {
-                o.users.retain(|x| !gone[x.index()]);
+                o.users.retain(|x| !gone.contains(*x));
                 if !o.control_successors.is_empty() {
-                    o.control_successors.retain(|x| !gone[x.index()]);
+                    o.control_successors.retain(|x| !gone.contains(*x));
                 }
                 if !o.control_predecessors.is_empty() {
-                    o.control_predecessors.retain(|x| !gone[x.index()]);
+                    o.control_predecessors.retain(|x| !gone.contains(*x));
                 }
             }
         }
@@ -929,10 +966,10 @@ impl Module {
         comps.dedup();
         for c in comps {
             let comp = self.comp_mut(c);
-            comp.instrs.retain(|x| !gone[x.index()]);
+            comp.instrs.retain(|x| !gone.contains(*x));
             if let Some(s) = self.schedule.as_mut() {
                 if let Some(seq) = s.sequences.get_mut(&c) {
-                    seq.retain(|x| !gone[x.index()]);
+                    seq.retain(|x| !gone.contains(*x));
                 }
             }
         }

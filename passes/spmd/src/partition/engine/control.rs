@@ -13,7 +13,7 @@ impl Engine<'_> {
             trees.push(v.tree);
         }
         let t = built(b.tuple(&locals))?;
-        self.renames.push((t, i.name().to_string()));
+        self.name_later(b.module(), t, i.name().to_string());
         let v = Value {
             local: t,
             tree: Tree::Tuple(trees),
@@ -47,7 +47,7 @@ impl Engine<'_> {
             own
         };
         let g = built(b.get_tuple_element(v.local, k as i64))?;
-        self.renames.push((g, i.name().to_string()));
+        self.name_later(b.module(), g, i.name().to_string());
         let ev = Value {
             local: g,
             tree: sub,

@@ -197,8 +197,11 @@ struct Engine<'c> {
     /// The global shapes of the parameters partitioned so far (their instruction now holds
     /// the local shape).
     globals: FxMap<InstrId, Shape>,
-    /// Copies of original instructions and the names they take back.
-    renames: Vec<(InstrId, String)>,
+    /// Copies of original instructions and the names they take back, by the computation the
+    /// copy is in (named when that computation's walk ends). One list for the whole module
+    /// was scanned at the end of every computation's walk: quadratic in the number of
+    /// computations, since the entry's copies wait there while all its callees are walked.
+    renames: FxMap<CompId, Vec<(InstrId, String)>>,
     report: SpmdReport,
     /// Inside a partially manual region: the real devices of each manual group, by local
     /// device id (`n` is then the group size); see `partial_manual`.
@@ -298,7 +301,7 @@ pub fn partition(
         tables: FxMap::default(),
         done: HashSet::new(),
         globals: FxMap::default(),
-        renames: Vec::new(),
+        renames: FxMap::default(),
         view: None,
         root_view: FxMap::default(),
         windowed: Windowed {
@@ -450,17 +453,22 @@ impl Engine<'_> {
             .collect();
         b.module_mut().remove_instructions(&dead)?;
         let m = b.module_mut();
-        let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.renames)
-            .into_iter()
-            .partition(|(id, _)| m.try_instr(*id).is_some_and(|i| i.parent() == comp));
-        self.renames = rest;
-        for (id, name) in mine {
-            if !m.is_name_used(&name) {
+        // Copies removed since (dead code of the walk) are skipped. Instructions never move
+        // between computations here, so the list holds every copy in `comp`.
+        for (id, name) in self.renames.remove(&comp).unwrap_or_default() {
+            if m.try_instr(id).is_some() && !m.is_name_used(&name) {
                 m.rename_instruction(id, name)?;
             }
         }
         b.set_computation(saved);
         Ok(())
+    }
+
+    /// Gives `copy` the name `name` when the walk of its computation ends (the original
+    /// holding the name is removed then), if no other instruction has taken it by then.
+    fn name_later(&mut self, m: &Module, copy: InstrId, name: String) {
+        let comp = m.instr(copy).parent();
+        self.renames.entry(comp).or_default().push((copy, name));
     }
 
     /// [`clone_of`], remembered so that the copy takes the original's name once the original
@@ -473,7 +481,7 @@ impl Engine<'_> {
         shape: Shape,
     ) -> Result<InstrId> {
         let c = clone_of(b, i, operands, shape)?;
-        self.renames.push((c, i.name().to_string()));
+        self.name_later(b.module(), c, i.name().to_string());
         Ok(c)
     }
 

@@ -125,7 +125,7 @@ impl Engine<'_> {
             x
         } else {
             let c = built(b.slice(x, &starts, &limits, &strides))?;
-            self.renames.push((c, i.name().to_string()));
+            self.name_later(b.module(), c, i.name().to_string());
             c
         };
         self.set(id, out, own);

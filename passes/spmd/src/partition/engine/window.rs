@@ -798,7 +798,7 @@ impl Engine<'_> {
         let reused = b.module().instr(out).opcode() == Opcode::Parameter
             || self.values.values().any(|v| v.local == out);
         if !reused {
-            self.renames.push((out, name.to_string()));
+            self.name_later(b.module(), out, name.to_string());
         }
     }
 
@@ -1291,7 +1291,7 @@ impl Engine<'_> {
             x
         } else {
             let c = built(b.slice(x, &starts, &limits, &strides))?;
-            self.renames.push((c, i.name().to_string()));
+            self.name_later(b.module(), c, i.name().to_string());
             c
         };
         self.set(id, out, own);

@@ -22,7 +22,7 @@ use super::list::{BufferList, InstructionList, ItemId, NIL};
 use super::{RematError, RematMode};
 
 /// One use of a buffer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ItemUse {
     pub user: ItemId,
     pub operand_number: u32,
@@ -847,6 +847,9 @@ fn get_users(
 ) -> (UsesList, bool) {
     let logical = points_to.buffer(lb);
     let mut users = UsesList::new();
+    // Past a few uses, repeats are found in a set: a buffer used by every block of a large
+    // computation (a parameter read throughout) made the scan of `users` quadratic.
+    let mut seen: Option<std::collections::HashSet<ItemUse>> = None;
     let mut indirect = false;
     let index = if logical.index.len() == 1 {
         Some(logical.index[0])
@@ -879,8 +882,15 @@ fn get_users(
                         operand_number: k as u32,
                         index,
                     };
-                    if !users.contains(&u) {
+                    let new = match &mut seen {
+                        Some(set) => set.insert(u),
+                        None => !users.contains(&u),
+                    };
+                    if new {
                         users.push(u);
+                        if seen.is_none() && users.len() > 32 {
+                            seen = Some(users.iter().copied().collect());
+                        }
                     }
                 }
             }

@@ -560,8 +560,9 @@ impl ListScheduler<'_> {
 
 /// XLA's `ListScheduler`: greedy by (bytes freed minus bytes defined, user count); among equal
 /// priorities the most recently readied instruction goes first; after an instruction is placed,
-/// only the ready users of its operands get fresh priorities, and only when one of its buffers
-/// dropped to a single unscheduled use.
+/// only the ready users of its operands get fresh priorities, and only of the operands holding
+/// a buffer that dropped to a single unscheduled use (XLA looks at the users of every operand
+/// then; the others' priorities cannot have changed).
 pub fn list_schedule(
     module: &Module,
     points_to: &TuplePointsTo,
@@ -639,12 +640,14 @@ pub fn list_schedule(
     while let Some((_, best)) = ready.pop_last() {
         ready_key.remove(&best);
         out.push(best);
-        let mut refresh = false;
-        for b in s.uses[&best].clone() {
+        // The buffers now down to one unscheduled use: only their last users' priorities
+        // change.
+        let mut single: Vec<BufferId> = Vec::new();
+        for &b in &s.uses[&best] {
             let n = s.unscheduled_uses.get_mut(&b).expect("counted above");
             *n -= 1;
             if *n == 1 {
-                refresh = true;
+                single.push(b);
             }
         }
         let ins = module.instr(best);
@@ -655,10 +658,20 @@ pub fn list_schedule(
                 make_ready(&s, &mut ready, &mut ready_key, u);
             }
         }
-        if !refresh {
+        if single.is_empty() {
             continue;
         }
+        // Only the users of operands holding such a buffer: an operand read by every block of
+        // a large computation (a parameter) would otherwise have all its users looked at each
+        // time some other buffer ran down, which made the scheduler quadratic.
         for &op in ins.operands() {
+            let holds = points_to
+                .points_to(op)
+                .iter()
+                .any(|(_, e)| e.buffers.iter().any(|b| single.contains(b)));
+            if !holds {
+                continue;
+            }
             for &u in module.users(op) {
                 let Some(&old) = ready_key.get(&u) else {
                     continue;

@@ -27,9 +27,8 @@ pub(crate) struct NameTable {
     live_bytes: usize,
 }
 
-/// Fx over the bytes, then the high half folded into the low one: the table picks buckets by
-/// the low bits, and a bare Fx product leaves those depending only on the first bytes of the
-/// name (all `add.N` would share a bucket chain).
+/// The hash of a name in the tables of this module and of the text parser: [`spread`] of the
+/// name, except for `stem.N` names (below).
 #[inline]
 pub(crate) fn hash(name: &str) -> u64 {
     if let Some((stem, n)) = numbered(name) {
@@ -44,6 +43,8 @@ pub(crate) fn hash(name: &str) -> u64 {
     spread(name)
 }
 
+/// Fx over the bytes, then the high half folded into the low one: the table picks buckets by
+/// the low bits, and a bare Fx product leaves those depending only on the first bytes.
 #[inline]
 fn spread(s: &str) -> u64 {
     let mut h = FxHasher::default();

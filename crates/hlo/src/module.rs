@@ -523,14 +523,7 @@ impl Module {
 
     /// `stem.N` for the first free `N` from where the last one of the same stem was found.
     fn next_free_name(&mut self, base: &str) -> String {
-        let stem = match base.rsplit_once('.') {
-            Some((s, n))
-                if !s.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) && !n.is_empty() =>
-            {
-                s
-            }
-            _ => base,
-        };
+        let stem = crate::names::split_suffix(base).map_or(base, |(stem, _)| stem);
         let names = self.names_mut();
         let mut n = names.get(stem).unwrap_or(0).max(1);
         // One buffer for every candidate: `stem.` once, then only the number is rewritten.

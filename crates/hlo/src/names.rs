@@ -54,19 +54,25 @@ fn spread(s: &str) -> u64 {
     x ^ (x >> 32)
 }
 
-/// `stem.N` with N a decimal number of at most 18 digits: (stem, N).
+/// `stem.N` split into `stem` and the digits of N: a non-empty stem, a dot, and only digits
+/// after it. The one reading of XLA's `.N` suffixes, for renaming and for hashing.
+pub(crate) fn split_suffix(name: &str) -> Option<(&str, &str)> {
+    let (stem, digits) = name.rsplit_once('.')?;
+    (!stem.is_empty() && !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
+        .then_some((stem, digits))
+}
+
+/// `stem.N` with N of at most 18 digits (so that it fits a u64): (stem, N).
 #[inline]
 fn numbered(name: &str) -> Option<(&str, u64)> {
-    let b = name.as_bytes();
-    let digits = b.iter().rev().take_while(|c| c.is_ascii_digit()).count();
-    let dot = b.len().checked_sub(digits + 1)?;
-    if digits == 0 || digits > 18 || b[dot] != b'.' {
+    let (stem, digits) = split_suffix(name)?;
+    if digits.len() > 18 {
         return None;
     }
-    let n = b[dot + 1..]
-        .iter()
-        .fold(0u64, |n, &d| n * 10 + u64::from(d - b'0'));
-    Some((&name[..dot], n))
+    let n = digits
+        .bytes()
+        .fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
+    Some((stem, n))
 }
 
 impl NameTable {

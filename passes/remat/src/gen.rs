@@ -113,6 +113,33 @@ pub fn chain(instructions: usize, width: i64) -> Module {
     g.finish(acc)
 }
 
+/// [`chain`] whose forward steps all read the parameter too, `x_i = op_i(x_{i-1}, p)`: the
+/// clones of forward values share an operand with hundreds of users (the case that made
+/// placing each clone a scan of them all). `3k + 1` instructions, as in [`chain`].
+pub fn shared_operand_chain(instructions: usize, width: i64) -> Module {
+    const BINARY: [Opcode; 4] = [
+        Opcode::Add,
+        Opcode::Multiply,
+        Opcode::Subtract,
+        Opcode::Maximum,
+    ];
+    let k = (instructions.saturating_sub(1) / 3).max(1);
+    let mut g = Gen::new(&format!("shared_operand_chain_{instructions}"));
+    let p = g.param(0, value_shape(width));
+    let mut fwd = Vec::with_capacity(k);
+    let mut x = p;
+    for i in 0..k {
+        x = g.op(BINARY[i % BINARY.len()], &[x, p]);
+        fwd.push(x);
+    }
+    let mut acc = x;
+    for &a in fwd.iter().rev() {
+        let s = g.op(Opcode::Add, &[acc, a]);
+        acc = g.op(Opcode::Tanh, &[s]);
+    }
+    g.finish(acc)
+}
+
 /// A forward chain with skip connections, `a_i = tanh(a_{i-1} + a_{i-skip})` (2 instructions
 /// per step), then a backward chain `g = tanh(g * a_j)` over every `rung`-th forward value in
 /// reverse. Sized so that the total is close to `instructions`.

@@ -9,9 +9,12 @@
 //! when two neighbours have no gap left, the whole list is renumbered (rare: the initial gap
 //! allows 32 halvings at one spot).
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
 use smallvec::SmallVec;
 use tessera_hlo::fxhash::FxHashMap;
-use tessera_hlo::InstrId;
+use tessera_hlo::{InstrId, Module};
 
 /// An item of the list, dense from 0.
 pub type ItemId = u32;
@@ -20,6 +23,18 @@ pub const NIL: ItemId = u32::MAX;
 
 /// Buffer ids of the memory tracker.
 pub type BufferList = SmallVec<[u32; 3]>;
+
+/// One use of a buffer by an item, as the item keeps it (the buffer keeps the same use, with
+/// the item, in its `users`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Read {
+    pub buffer: u32,
+    pub operand_number: u32,
+    /// The tuple index of the buffer when it is an element at depth one (`{k}`).
+    pub index: Option<usize>,
+}
+
+pub type ReadList = SmallVec<[Read; 2]>;
 
 const GAP: u64 = 1 << 32;
 
@@ -39,6 +54,10 @@ pub struct Item {
     pub buffers_output: BufferList,
     /// Buffers this instruction reads.
     pub buffers_used: BufferList,
+    /// Every use this instruction makes of a buffer, in the order the buffer's `users` list
+    /// has them: a clone copies its original's uses from here, where finding them in the
+    /// users of a buffer read throughout the computation cost a scan of thousands per clone.
+    pub reads: ReadList,
     pub is_skip_node: bool,
     pub(crate) next: ItemId,
     pub(crate) prev: ItemId,
@@ -57,12 +76,27 @@ impl Item {
             buffers_defined: BufferList::new(),
             buffers_output: BufferList::new(),
             buffers_used: BufferList::new(),
+            reads: ReadList::new(),
             is_skip_node: false,
             next: NIL,
             prev: NIL,
             next_skip: NIL,
             prev_skip: NIL,
             position: 0,
+        }
+    }
+
+    /// Makes this item's uses of buffer `old` uses of `new`.
+    pub fn rename_read(&mut self, old: u32, new: u32) {
+        for b in self.buffers_used.iter_mut() {
+            if *b == old {
+                *b = new;
+            }
+        }
+        for r in self.reads.iter_mut() {
+            if r.buffer == old {
+                r.buffer = new;
+            }
         }
     }
 }
@@ -363,6 +397,91 @@ impl InstructionList {
             ));
         }
         Ok(())
+    }
+}
+
+/// The earliest unplaced user of an instruction, asked once per operand of every clone (the
+/// clone goes before it, so the operand's live range does not grow).
+///
+/// Scanning all users at each question was quadratic when an operand is read throughout the
+/// computation (a parameter every block reads) and many clones read it. Past `SCAN_LIMIT`
+/// users, an instruction's unplaced users are kept in a min-heap by position, built at the
+/// first question. That stays exact because, during one walk:
+/// - an item's position changes only when the list is renumbered, and then every heap is
+///   dropped (order is kept by inserts, so the heap order holds between renumberings);
+/// - placement only grows, and a user that stops reading the instruction (its operand was
+///   rewired to a clone) never reads it again: both kinds are popped when they reach the top;
+/// - the only users an instruction gains are clones that read it, which the caller reports
+///   with [`EarliestUsers::add_user`] once they are in the list.
+#[derive(Debug, Default)]
+pub struct EarliestUsers {
+    heaps: FxHashMap<InstrId, BinaryHeap<Reverse<(u64, ItemId)>>>,
+    renumberings: u64,
+}
+
+impl EarliestUsers {
+    /// Up to this many users, a scan is cheaper than a heap.
+    const SCAN_LIMIT: usize = 32;
+
+    /// The unplaced user of `op` (other than `except`) that comes first in `list`.
+    pub fn earliest_unplaced(
+        &mut self,
+        list: &InstructionList,
+        module: &Module,
+        op: InstrId,
+        except: InstrId,
+    ) -> Option<ItemId> {
+        if list.renumberings != self.renumberings {
+            self.heaps.clear();
+            self.renumberings = list.renumberings;
+        }
+        let users = module.users(op);
+        let unplaced = |u: InstrId| -> Option<ItemId> {
+            let it = list.get(u);
+            (u != except && it != NIL && !list.item(it).placed).then_some(it)
+        };
+        let found = if !self.heaps.contains_key(&op) && users.len() <= Self::SCAN_LIMIT {
+            users
+                .iter()
+                .filter_map(|&u| unplaced(u))
+                .min_by_key(|&it| list.item(it).position)
+        } else {
+            let heap = self.heaps.entry(op).or_insert_with(|| {
+                users
+                    .iter()
+                    .filter_map(|&u| unplaced(u))
+                    .map(|it| Reverse((list.item(it).position, it)))
+                    .collect()
+            });
+            loop {
+                let &Reverse((_, top)) = heap.peek()?;
+                let it = list.item(top);
+                if !it.placed && module.operands(it.instr).contains(&op) {
+                    break Some(top);
+                }
+                heap.pop();
+            }
+        };
+        debug_assert_eq!(
+            found,
+            users
+                .iter()
+                .filter_map(|&u| unplaced(u))
+                .min_by_key(|&it| list.item(it).position),
+            "the earliest unplaced user of %{}",
+            module.instr(op).name()
+        );
+        found
+    }
+
+    /// Records that `user` (an item in `list`) now reads `op`.
+    pub fn add_user(&mut self, list: &InstructionList, op: InstrId, user: ItemId) {
+        if list.renumberings != self.renumberings {
+            self.heaps.clear();
+            self.renumberings = list.renumberings;
+        } else if let Some(heap) = self.heaps.get_mut(&op) {
+            heap.push(Reverse((list.item(user).position, user)));
+        }
     }
 }
 

@@ -21,7 +21,7 @@ use tessera_pass::registry::RegisteredPass;
 use tessera_pass::util::{sort_computations_callees_first, SideEffects};
 use tessera_pass::{OptionDoc, Pass, PassError, PassOptions};
 
-use list::{InstructionList, ItemId, NIL};
+use list::{EarliestUsers, InstructionList, ItemId, NIL};
 use search::{
     pick_faithful, remat_cost, CompressIndex, FastQueue, Pick, RematerializableCache, Strategy,
 };
@@ -780,6 +780,7 @@ struct Frame<'a> {
     t: Tracker<'a>,
     changed: bool,
     remat_moves: HashSet<InstrId>,
+    earliest: EarliestUsers,
     cache: RematerializableCache,
     /// The walk's running maximum.
     peak: i64,
@@ -971,6 +972,7 @@ impl<'a> State<'a> {
             t,
             changed: false,
             remat_moves: HashSet::new(),
+            earliest: EarliestUsers::default(),
             cache: RematerializableCache::default(),
             peak,
             remat_count: 0,
@@ -1103,7 +1105,7 @@ impl<'a> State<'a> {
                     self.scan_effort += pick.effort;
                 }
                 let (count, added) =
-                    self.apply_pick(module, &mut f.t, &pick, &mut f.remat_moves)?;
+                    self.apply_pick(module, &mut f.t, &pick, &mut f.remat_moves, &mut f.earliest)?;
                 if f.use_fast {
                     if let Some(ci) = f.compress.as_mut() {
                         ci.absorb_revivals(&f.t);
@@ -1279,6 +1281,7 @@ impl<'a> State<'a> {
         t: &mut Tracker,
         pick: &Pick,
         remat_moves: &mut HashSet<InstrId>,
+        earliest: &mut EarliestUsers,
     ) -> Result<(i64, i64), RematError> {
         if pick.items.is_empty() {
             return Ok((0, 0));
@@ -1293,7 +1296,7 @@ impl<'a> State<'a> {
                 compress_instruction(module, t, pick.items[0], shape)?
             }
             Strategy::Recompute => {
-                self.rematerialize_instructions(module, t, &pick.items, remat_moves)?
+                self.rematerialize_instructions(module, t, &pick.items, remat_moves, earliest)?
             }
         };
         Ok((pick.items.len() as i64, added))
@@ -1305,6 +1308,7 @@ impl<'a> State<'a> {
         t: &mut Tracker,
         items: &[ItemId],
         remat_moves: &mut HashSet<InstrId>,
+        earliest: &mut EarliestUsers,
     ) -> Result<i64, RematError> {
         let mut net_added = 0;
         // In reverse, so a block's later items are cloned before the earlier ones they use.
@@ -1427,13 +1431,8 @@ impl<'a> State<'a> {
                 }
             }
             for &op in module.operands(remat) {
-                for &ou in module.users(op) {
-                    if ou != remat {
-                        let oi = t.list.get(ou);
-                        if oi != NIL && !t.list.item(oi).placed {
-                            before.push(oi);
-                        }
-                    }
+                if let Some(oi) = earliest.earliest_unplaced(&t.list, module, op, remat) {
+                    before.push(oi);
                 }
             }
             for &s in module.instr(remat).control_successors() {
@@ -1460,6 +1459,9 @@ impl<'a> State<'a> {
             t.list.insert_before_instructions(remat_item, &before);
             for &iu in &indirect {
                 t.list.insert_before_instructions(iu, &before);
+            }
+            for &op in module.operands(remat) {
+                earliest.add_user(&t.list, op, remat_item);
             }
             if uses_empty(module, best) {
                 // The clone took every use: a move. A move of a move is denylisted so the

@@ -272,3 +272,36 @@ ENTRY %main (p0: f32[16], p1: f32[16]) -> f32[16] {
   ROOT %add.24 = f32[16] add(f32[16] %add.23, f32[16] %add.19)
 }
 "#;
+
+/// Clones whose operand has hundreds of users (every forward step reads the parameter): the
+/// heaps of `EarliestUsers` place them (checked against a scan of the users in debug builds),
+/// and every item's reads stay equal to the buffers' users (`check_invariants`).
+#[test]
+fn clones_of_a_widely_shared_operand() {
+    let m = crate::gen::shared_operand_chain(600, 16);
+    let entry = m.entry().unwrap();
+    let p = m.comp(entry).parameter(0).unwrap();
+    assert!(m.users(p).len() > 100, "{} users", m.users(p).len());
+    let peak = crate::peak_memory(&m, m.schedule.as_ref().unwrap(), &shape_size)
+        .unwrap()
+        .peak_bytes;
+    let text = print_module(&m);
+    for (search, block) in [
+        (SearchKind::Fast, 1),
+        (SearchKind::Faithful, 1),
+        (SearchKind::Fast, 4),
+    ] {
+        let opts = RematOptions {
+            block_size_limit: block,
+            ..limit(peak * 8 / 10, search)
+        };
+        let (out, s) = run(&text, opts);
+        assert!(s.instructions_rematerialized > 100, "{search:?}: {s:?}");
+        // The clones of forward steps read the parameter.
+        let clones_reading_p = out
+            .lines()
+            .filter(|l| l.contains(".remat") && l.contains("%p0)"))
+            .count();
+        assert!(clones_reading_p > 100, "{search:?}: {clones_reading_p}");
+    }
+}

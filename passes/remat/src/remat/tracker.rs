@@ -18,7 +18,7 @@ use smallvec::SmallVec;
 use tessera_hlo::analysis::{BufferId as LogicalId, ShapeIndex, TuplePointsTo};
 use tessera_hlo::{CompId, InstrId, Module, Opcode, Shape};
 
-use super::list::{BufferList, InstructionList, ItemId, NIL};
+use super::list::{BufferList, InstructionList, ItemId, Read, ReadList, NIL};
 use super::{RematError, RematMode};
 
 /// One use of a buffer.
@@ -30,7 +30,37 @@ pub struct ItemUse {
     pub index: Option<usize>,
 }
 
+impl ItemUse {
+    /// The use as its user keeps it.
+    fn read(&self, buffer: u32) -> Read {
+        Read {
+            buffer,
+            operand_number: self.operand_number,
+            index: self.index,
+        }
+    }
+}
+
 pub type UsesList = SmallVec<[ItemUse; 3]>;
+
+/// How many different items `uses` names (past a few, by sorting: a buffer read by every
+/// block of a large computation has tens of thousands).
+fn distinct_users(uses: &[ItemUse]) -> i64 {
+    if uses.len() <= 32 {
+        let mut distinct: SmallVec<[ItemId; 32]> = SmallVec::new();
+        for u in uses {
+            if !distinct.contains(&u.user) {
+                distinct.push(u.user);
+            }
+        }
+        distinct.len() as i64
+    } else {
+        let mut all: Vec<ItemId> = uses.iter().map(|u| u.user).collect();
+        all.sort_unstable();
+        all.dedup();
+        all.len() as i64
+    }
+}
 
 #[derive(Clone, Debug)]
 pub struct Buffer {
@@ -158,7 +188,9 @@ impl<'f> Tracker<'f> {
                         {
                             t.buffers[id as usize].unfinished_user_count += 1;
                             t.buffers[id as usize].users.push(u);
-                            t.list.item_mut(u.user).buffers_used.push(id);
+                            let user = t.list.item_mut(u.user);
+                            user.buffers_used.push(id);
+                            user.reads.push(u.read(id));
                         }
                     }
                     id
@@ -175,10 +207,11 @@ impl<'f> Tracker<'f> {
                     );
                     t.list.item_mut(item).buffers_defined.push(id);
                     for u in uses {
-                        let used = &mut t.list.item_mut(u.user).buffers_used;
-                        if !used.contains(&id) {
-                            used.push(id);
+                        let user = t.list.item_mut(u.user);
+                        if !user.buffers_used.contains(&id) {
+                            user.buffers_used.push(id);
                         }
+                        user.reads.push(u.read(id));
                     }
                     id
                 };
@@ -206,12 +239,7 @@ impl<'f> Tracker<'f> {
         defined_by_parameter: bool,
     ) -> u32 {
         let id = self.buffers.len() as u32;
-        let mut distinct: SmallVec<[ItemId; 4]> = SmallVec::new();
-        for u in &users {
-            if !distinct.contains(&u.user) {
-                distinct.push(u.user);
-            }
-        }
+        let unfinished_user_count = distinct_users(&users);
         self.buffers.push(Buffer {
             id,
             defining,
@@ -221,7 +249,7 @@ impl<'f> Tracker<'f> {
             has_indirect_uses,
             index,
             users,
-            unfinished_user_count: distinct.len() as i64,
+            unfinished_user_count,
             defined_by_parameter,
         });
         id
@@ -235,13 +263,7 @@ impl<'f> Tracker<'f> {
         self.revived.clear();
         self.list.reset_placement();
         for b in &mut self.buffers {
-            let mut distinct: SmallVec<[ItemId; 4]> = SmallVec::new();
-            for u in &b.users {
-                if !distinct.contains(&u.user) {
-                    distinct.push(u.user);
-                }
-            }
-            b.unfinished_user_count = distinct.len() as i64;
+            b.unfinished_user_count = distinct_users(&b.users);
         }
     }
 
@@ -497,6 +519,11 @@ impl<'f> Tracker<'f> {
         );
         {
             let c = self.list.item_mut(compressed);
+            c.reads = smallvec::smallvec![Read {
+                buffer: ob,
+                operand_number: 0,
+                index: None,
+            }];
             c.buffers_used = outputs.clone();
             c.buffers_output = BufferList::from_elem(cb, 1);
             c.buffers_defined.push(cb);
@@ -512,16 +539,17 @@ impl<'f> Tracker<'f> {
         );
         {
             let u = self.list.item_mut(uncompressed);
+            u.reads = smallvec::smallvec![Read {
+                buffer: cb,
+                operand_number: 0,
+                index: None,
+            }];
             u.buffers_used = BufferList::from_elem(cb, 1);
             u.buffers_output = BufferList::from_elem(ub, 1);
             u.buffers_defined = BufferList::from_elem(ub, 1);
         }
         for u in self.buffers[ub as usize].users.clone() {
-            for x in self.list.item_mut(u.user).buffers_used.iter_mut() {
-                if *x == ob {
-                    *x = ub;
-                }
-            }
+            self.list.item_mut(u.user).rename_read(ob, ub);
         }
         Ok(())
     }
@@ -544,7 +572,9 @@ impl<'f> Tracker<'f> {
             ));
         }
         let used = self.list.item(original).buffers_used.clone();
+        let reads = self.list.item(original).reads.clone();
         self.list.item_mut(remat).buffers_used = used.clone();
+        self.list.item_mut(remat).reads = reads.clone();
         for &b in &used {
             if self.buffers[b as usize].unfinished_user_count == 0 {
                 self.memory_usage += self.allocated_size(b);
@@ -552,17 +582,12 @@ impl<'f> Tracker<'f> {
             }
             let buf = &mut self.buffers[b as usize];
             buf.unfinished_user_count += 1;
-            let extra: UsesList = buf
-                .users
-                .iter()
-                .filter(|u| u.user == original)
-                .map(|u| ItemUse {
+            buf.users
+                .extend(reads.iter().filter(|r| r.buffer == b).map(|r| ItemUse {
                     user: remat,
-                    operand_number: u.operand_number,
-                    index: u.index,
-                })
-                .collect();
-            buf.users.extend(extra);
+                    operand_number: r.operand_number,
+                    index: r.index,
+                }));
         }
         let defined = self.list.item(original).buffers_defined.clone();
         for old in defined {
@@ -587,6 +612,7 @@ impl<'f> Tracker<'f> {
                     }
                     ui.buffers_output.clear();
                     ui.buffers_used.clear();
+                    ui.reads.clear();
                 }
             }
             let ob = &mut self.buffers[old as usize];
@@ -603,11 +629,8 @@ impl<'f> Tracker<'f> {
             self.list.item_mut(remat).buffers_defined.push(nb);
             for u in self.buffers[nb as usize].users.clone() {
                 let ui = self.list.item_mut(u.user);
-                for x in ui
-                    .buffers_used
-                    .iter_mut()
-                    .chain(ui.buffers_output.iter_mut())
-                {
+                ui.rename_read(old, nb);
+                for x in ui.buffers_output.iter_mut() {
                     if *x == old {
                         *x = nb;
                     }
@@ -654,16 +677,20 @@ impl<'f> Tracker<'f> {
                     )))
                 }
             };
+            let mut reads = ReadList::new();
             for &b in &used {
                 let buf = &mut self.buffers[b as usize];
                 buf.unfinished_user_count += 1;
-                buf.users.push(ItemUse {
+                let u = ItemUse {
                     user: iu,
                     operand_number: 0,
                     index: None,
-                });
+                };
+                buf.users.push(u);
+                reads.push(u.read(b));
             }
             let it = self.list.item_mut(iu);
+            it.reads = reads;
             it.buffers_used = used;
             it.buffers_output = output;
         }
@@ -832,6 +859,29 @@ impl<'f> Tracker<'f> {
                     counted.len()
                 ));
             }
+        }
+        // Each item's reads are its uses in the buffers' users lists, in the same order.
+        let mut from_buffers: Vec<(ItemId, Read)> = Vec::new();
+        for b in &self.buffers {
+            from_buffers.extend(b.users.iter().map(|u| (u.user, u.read(b.id))));
+        }
+        let mut from_items: Vec<(ItemId, Read)> = Vec::new();
+        for item in 0..self.list.len() as ItemId {
+            from_items.extend(self.list.item(item).reads.iter().map(|&r| (item, r)));
+        }
+        from_buffers.sort_by_key(|&(item, r)| (item, r.buffer));
+        from_items.sort_by_key(|&(item, r)| (item, r.buffer));
+        if let Some(k) = (0..from_buffers.len().max(from_items.len()))
+            .find(|&k| from_buffers.get(k) != from_items.get(k))
+        {
+            let item = from_buffers
+                .get(k)
+                .or(from_items.get(k))
+                .map_or(NIL, |x| x.0);
+            return bad(format!(
+                "the reads of %{} differ from the buffers' users",
+                name(item)
+            ));
         }
         Ok(())
     }

@@ -10,7 +10,7 @@
 //! alone (its root tuple is often part of the program's interface).
 
 use tessera_hlo::analysis::order::PostOrders;
-use tessera_hlo::{InstrId, Module, Opcode};
+use tessera_hlo::{CompId, InstrId, Module, Opcode};
 
 use crate::options::{parse_bool, unknown_key, OptionDoc, PassOptions};
 use crate::registry::RegisteredPass;
@@ -91,6 +91,24 @@ fn replacement(module: &Module, id: InstrId) -> Option<InstrId> {
     }
 }
 
+/// False when no instruction of `c` can be replaced, so the walk would change nothing.
+///
+/// A get-tuple-element folds only when its operand is a tuple when it is visited: the operand
+/// it has now, or what that operand is replaced by, and only tuples and get-tuple-elements are
+/// replaced. A tuple folds only when its first operand is a get-tuple-element when visited:
+/// the same argument. So a computation is walked only if it holds a tuple or a
+/// get-tuple-element whose (first) operand is one of the two. The opcodes come from the
+/// module's dense table; only the candidates' records are read, where the walk reads every
+/// instruction's.
+fn may_fold(module: &Module, c: CompId) -> bool {
+    let foldable =
+        |op: InstrId| matches!(module.opcode(op), Opcode::Tuple | Opcode::GetTupleElement);
+    module.comp(c).instructions().iter().any(|&i| {
+        matches!(module.opcode(i), Opcode::Tuple | Opcode::GetTupleElement)
+            && module.operands(i).first().is_some_and(|&op| foldable(op))
+    })
+}
+
 impl Pass for TupleSimplifier {
     fn name(&self) -> &str {
         Self::NAME
@@ -104,15 +122,7 @@ impl Pass for TupleSimplifier {
             if self.options.exclude_entry_computation && module.entry() == Some(c) {
                 continue;
             }
-            // Only a tuple or a get-tuple-element can be replaced: a computation without one
-            // is not walked (asked of the module's dense opcode table, which stays in the
-            // caches where the instruction records do not).
-            let candidates = module
-                .comp(c)
-                .instructions()
-                .iter()
-                .any(|&i| matches!(module.opcode(i), Opcode::Tuple | Opcode::GetTupleElement));
-            if !candidates {
+            if !may_fold(module, c) {
                 continue;
             }
             // Operands come before users, so removing dead ones at the end changes nothing
@@ -159,6 +169,29 @@ mod tests {
         assert_eq!(b.m.operands(r), &[p0]);
         assert_eq!(names(&b.m, c), ["main.p0", "main.p1", "r"]);
         assert!(!pass.run(&mut b.m).unwrap());
+    }
+
+    #[test]
+    fn computations_without_a_seed_are_not_walked() {
+        let mut b = Builder::new("m");
+        let st = tuple(&[f32v(4), f32s()]);
+        let c = b.comp("main");
+        let p = b.param(c, 0, st.clone());
+        let g = b.gte(c, "g", p, 0);
+        let n = b.op(c, "n", Opcode::Negate, f32v(4), &[g]);
+        let s = b.gte(c, "s", p, 1);
+        let root = b.tuple(c, "root", &[n, s]);
+        b.m.set_root(c, root);
+        // The get-tuple-elements read a parameter, the tuple starts with a negate.
+        assert!(!may_fold(&b.m, c));
+        assert!(!TupleSimplifier::default().run(&mut b.m).unwrap());
+        // Rebuilding the parameter from its elements is a seed.
+        let again = b.tuple(c, "again", &[g, s]);
+        let root = b.tuple(c, "root2", &[root, again]);
+        b.m.set_root(c, root);
+        assert!(may_fold(&b.m, c));
+        assert!(TupleSimplifier::default().run(&mut b.m).unwrap());
+        assert_eq!(b.m.operands(root)[1], p);
     }
 
     #[test]

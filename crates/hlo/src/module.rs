@@ -344,6 +344,21 @@ impl Module {
         self.opcodes[id.index()]
     }
 
+    /// The instructions whose opcode is one of `wanted`, in id order, found in the dense
+    /// opcode table: a pass looking for a few kinds of instruction reads a byte per
+    /// instruction and the records of those only.
+    pub fn instructions_with_opcode<'a>(
+        &'a self,
+        wanted: &'a [Opcode],
+    ) -> impl Iterator<Item = InstrId> + 'a {
+        self.opcodes
+            .iter()
+            .enumerate()
+            .filter(|(_, op)| wanted.contains(op))
+            .map(|(k, _)| InstrId::new(k))
+            .filter(|id| self.instrs[id.index()].is_some())
+    }
+
     /// Changes what an instruction is, keeping everything else (tests that give an
     /// instruction another meaning before running a module).
     pub fn set_opcode(&mut self, id: InstrId, opcode: Opcode) {
@@ -913,6 +928,8 @@ impl Module {
             }
         }
         let keep_names = self.keep_names_for(ids.len());
+        // Forgotten together, in the name table's bucket order (see `NameTable::remove_many`).
+        let mut names: Vec<String> = Vec::new();
         let mut comps: Vec<CompId> = Vec::new();
         // Survivors that lose users or control edges, each filtered once at the end (an
         // operand shared by many removed users would otherwise be filtered once per user).
@@ -933,7 +950,7 @@ impl Module {
                 }
             }
             if keep_names {
-                self.forget_name(&instr.name);
+                names.push(instr.name);
             }
             if instr.opcode == Opcode::Parameter {
                 for p in self.comp_mut(instr.parent).params.iter_mut() {
@@ -943,6 +960,9 @@ impl Module {
                 }
             }
             comps.push(instr.parent);
+        }
+        if let Some(t) = self.names.get_mut().filter(|_| !names.is_empty()) {
+            t.remove_many(names.iter().map(String::as_str));
         }
         for n in touched {
             if let Some(o) = self.instrs[n.index()].as_mut() {

@@ -10,7 +10,7 @@
 //! alone (its root tuple is often part of the program's interface).
 
 use tessera_hlo::analysis::order::PostOrders;
-use tessera_hlo::{CompId, InstrId, Module, Opcode};
+use tessera_hlo::{InstrId, Module, Opcode};
 
 use crate::options::{parse_bool, unknown_key, OptionDoc, PassOptions};
 use crate::registry::RegisteredPass;
@@ -91,22 +91,29 @@ fn replacement(module: &Module, id: InstrId) -> Option<InstrId> {
     }
 }
 
-/// False when no instruction of `c` can be replaced, so the walk would change nothing.
+/// By computation index: true where an instruction may be replaced, so that the walk of
+/// the others would change nothing.
 ///
 /// A get-tuple-element folds only when its operand is a tuple when it is visited: the operand
 /// it has now, or what that operand is replaced by, and only tuples and get-tuple-elements are
 /// replaced. A tuple folds only when its first operand is a get-tuple-element when visited:
-/// the same argument. So a computation is walked only if it holds a tuple or a
-/// get-tuple-element whose (first) operand is one of the two. The opcodes come from the
-/// module's dense table; only the candidates' records are read, where the walk reads every
-/// instruction's.
-fn may_fold(module: &Module, c: CompId) -> bool {
-    let foldable =
-        |op: InstrId| matches!(module.opcode(op), Opcode::Tuple | Opcode::GetTupleElement);
-    module.comp(c).instructions().iter().any(|&i| {
-        matches!(module.opcode(i), Opcode::Tuple | Opcode::GetTupleElement)
-            && module.operands(i).first().is_some_and(|&op| foldable(op))
-    })
+/// the same argument. So only computations holding a tuple or a get-tuple-element whose
+/// (first) operand is one of the two are walked. They are found from the module's dense
+/// opcode table, reading the records of tuples and get-tuple-elements only, where the walks
+/// read every instruction's.
+fn computations_to_walk(module: &Module) -> Vec<bool> {
+    const KINDS: [Opcode; 2] = [Opcode::Tuple, Opcode::GetTupleElement];
+    let mut walk = vec![false; module.comp_capacity()];
+    for i in module.instructions_with_opcode(&KINDS) {
+        let seed = module
+            .operands(i)
+            .first()
+            .is_some_and(|&op| KINDS.contains(&module.opcode(op)));
+        if seed {
+            walk[module.instr(i).parent().index()] = true;
+        }
+    }
+    walk
 }
 
 impl Pass for TupleSimplifier {
@@ -118,11 +125,11 @@ impl Pass for TupleSimplifier {
         self.replaced = 0;
         let mut replaced = Vec::new();
         let mut walker = PostOrders::new(module);
+        let walk = computations_to_walk(module);
         for c in module.computations().to_vec() {
-            if self.options.exclude_entry_computation && module.entry() == Some(c) {
-                continue;
-            }
-            if !may_fold(module, c) {
+            if !walk[c.index()]
+                || (self.options.exclude_entry_computation && module.entry() == Some(c))
+            {
                 continue;
             }
             // Operands come before users, so removing dead ones at the end changes nothing
@@ -183,13 +190,13 @@ mod tests {
         let root = b.tuple(c, "root", &[n, s]);
         b.m.set_root(c, root);
         // The get-tuple-elements read a parameter, the tuple starts with a negate.
-        assert!(!may_fold(&b.m, c));
+        assert!(!computations_to_walk(&b.m)[c.index()]);
         assert!(!TupleSimplifier::default().run(&mut b.m).unwrap());
         // Rebuilding the parameter from its elements is a seed.
         let again = b.tuple(c, "again", &[g, s]);
         let root = b.tuple(c, "root2", &[root, again]);
         b.m.set_root(c, root);
-        assert!(may_fold(&b.m, c));
+        assert!(computations_to_walk(&b.m)[c.index()]);
         assert!(TupleSimplifier::default().run(&mut b.m).unwrap());
         assert_eq!(b.m.operands(root)[1], p);
     }

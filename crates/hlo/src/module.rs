@@ -1027,12 +1027,13 @@ impl Module {
                 continue;
             };
             gone[comp.index()] = true;
-            self.comp_names.remove(&c.name);
             if self.entry == Some(comp) {
                 self.entry = None;
             }
             removed.push(c);
         }
+        self.comp_names
+            .remove_many(removed.iter().map(|c| c.name.as_str()));
         // The names are forgotten together (in the name table's bucket order) while the
         // instructions are still in the arena; then each is dropped where it is. (Moving them
         // out into a vector first copied every removed instruction once more into memory

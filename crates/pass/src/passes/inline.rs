@@ -13,8 +13,10 @@
 //! place. Callees that no call reaches any more are removed (`remove_dead_callees`), which XLA
 //! leaves to a later DCE.
 
+use std::ops::Range;
 use tessera_hlo::analysis::order::PostOrders;
 use tessera_hlo::analysis::{computation_post_order, CallGraph};
+
 use tessera_hlo::fxhash::FxHashMap;
 use tessera_hlo::{CompId, InstrId, Module, Opcode};
 
@@ -108,8 +110,7 @@ impl Pass for CallInliner {
         }
         let was_called: Vec<bool> = refs.iter().map(|&n| n > 0).collect();
         let mut dead = Vec::new();
-        // One visit table for the post orders of every callee body copied.
-        let mut walker = PostOrders::new(module);
+        let mut scratch = Scratch::new(module);
         // The names of moved instructions, taken until the dead callees are removed.
         let mut held = Vec::new();
         // Callers first: every callee is still its original body when it is copied, and the
@@ -153,7 +154,9 @@ impl Pass for CallInliner {
                 continue;
             }
             let caller_root = module.comp(comp).root();
-            let mut expansion: FxHashMap<InstrId, Vec<InstrId>> = FxHashMap::default();
+            // Each inlined call's copies, as a range of `copied`.
+            let mut expansion: FxHashMap<InstrId, Range<usize>> = FxHashMap::default();
+            let mut copied: Vec<InstrId> = Vec::new();
             let mut calls = Vec::new();
             while let Some(call) = work.pop() {
                 let Some(callee) = inlinable(module, call) else {
@@ -163,33 +166,35 @@ impl Pass for CallInliner {
                 let movable = self.options.remove_dead_callees
                     && refs[callee.index()] == 1
                     && module.entry() != Some(callee);
-                let copies = inline_body(module, &mut walker, call, movable, &mut held)?;
+                let start = copied.len();
+                inline_body(module, &mut scratch, call, movable, &mut held, &mut copied)?;
                 refs[callee.index()] -= 1;
                 self.inlined += 1;
-                let mut nested = Vec::new();
-                for &c in &copies {
-                    // Moved calls were counted where they were.
-                    if !movable {
+                // Moved calls were counted where they were.
+                if !movable {
+                    for &c in &copied[start..] {
                         for &k in module.called_computations(c) {
                             refs[k.index()] += 1;
                         }
                     }
-                    if inlinable(module, c).is_some() {
-                        nested.push(c);
-                    }
                 }
                 // Inline the copied calls next, in order.
-                work.extend(nested.into_iter().rev());
-                expansion.insert(call, copies);
+                work.extend(
+                    copied[start..]
+                        .iter()
+                        .rev()
+                        .filter(|&&c| inlinable(module, c).is_some()),
+                );
+                expansion.insert(call, start..copied.len());
                 calls.push(call);
             }
             let seq = module
                 .schedule
                 .as_ref()
                 .and_then(|s| s.sequences.get(&comp))
-                .map(|seq| expand(seq, &expansion));
+                .map(|seq| expand(seq, &expansion, &copied));
             module.remove_instructions(&calls)?;
-            module.set_instruction_order(comp, expand(&base, &expansion));
+            module.set_instruction_order(comp, expand(&base, &expansion, &copied));
             if let (Some(seq), Some(s)) = (seq, module.schedule.as_mut()) {
                 s.sequences.insert(comp, seq);
             }
@@ -207,7 +212,11 @@ impl Pass for CallInliner {
 
 /// `base` with every inlined call replaced by its copies, recursively (the copies of a callee
 /// may hold calls inlined in turn).
-fn expand(base: &[InstrId], expansion: &FxHashMap<InstrId, Vec<InstrId>>) -> Vec<InstrId> {
+fn expand(
+    base: &[InstrId],
+    expansion: &FxHashMap<InstrId, Range<usize>>,
+    copied: &[InstrId],
+) -> Vec<InstrId> {
     let mut out = Vec::with_capacity(base.len());
     let mut stack = vec![base.iter()];
     while let Some(it) = stack.last_mut() {
@@ -216,7 +225,7 @@ fn expand(base: &[InstrId], expansion: &FxHashMap<InstrId, Vec<InstrId>>) -> Vec
                 stack.pop();
             }
             Some(i) => match expansion.get(i) {
-                Some(copies) => stack.push(copies.iter()),
+                Some(copies) => stack.push(copied[copies.clone()].iter()),
                 None => out.push(*i),
             },
         }
@@ -224,9 +233,43 @@ fn expand(base: &[InstrId], expansion: &FxHashMap<InstrId, Vec<InstrId>>) -> Vec
     out
 }
 
+/// What one run reuses for every call it inlines: a deep call chain inlines tens of
+/// thousands of small bodies, and a handful of allocations for each, freed into a heap far
+/// larger than the caches, cost more than the copying.
+struct Scratch {
+    walker: PostOrders,
+    /// What stands for each callee instruction in the caller (the copy, the moved
+    /// instruction, or the call's operand for a parameter), by id; `None` outside the body
+    /// being inlined.
+    map: Vec<Option<InstrId>>,
+    /// The callee's post order.
+    order: Vec<InstrId>,
+    /// The callee's instructions but its parameters, in `order`.
+    added: Vec<InstrId>,
+    /// The call's operands.
+    operands: Vec<InstrId>,
+}
+
+impl Scratch {
+    fn new(module: &Module) -> Scratch {
+        Scratch {
+            walker: PostOrders::new(module),
+            map: Vec::new(),
+            order: Vec::new(),
+            added: Vec::new(),
+            operands: Vec::new(),
+        }
+    }
+
+    fn mapped(&self, id: InstrId) -> InstrId {
+        self.map[id.index()].expect("every callee instruction is mapped")
+    }
+}
+
 /// Copies the callee's body into the caller for one `call` and makes the call's users use the
 /// copy of the callee root. The call itself stays, unused, for the caller to remove and to
-/// replace in its order by the returned copies (in the callee's post order).
+/// replace in its order by the copies, which are appended to `copies` (in the callee's post
+/// order).
 ///
 /// With `movable` (no other instruction calls the callee, and it will be removed as dead),
 /// the body is moved instead of copied: the same instructions come out, named as the copies
@@ -235,73 +278,104 @@ fn expand(base: &[InstrId], expansion: &FxHashMap<InstrId, Vec<InstrId>>) -> Vec
 /// dropping a second copy of every instruction of a call chain.
 fn inline_body(
     module: &mut Module,
-    walker: &mut PostOrders,
+    scratch: &mut Scratch,
     call: InstrId,
     movable: bool,
     held: &mut Vec<String>,
-) -> Result<Vec<InstrId>> {
+    copies: &mut Vec<InstrId>,
+) -> Result<()> {
     let caller = module.instr(call).parent();
     let callee = module.instr(call).to_apply().expect("a call has a callee");
-    let operands = module.operands(call).to_vec();
-    let order = walker.post_order(module, callee);
+    scratch.operands.clear();
+    scratch.operands.extend_from_slice(module.operands(call));
+    let mut order = std::mem::take(&mut scratch.order);
+    scratch.walker.post_order_into(module, callee, &mut order);
+    if scratch.map.len() < module.instr_capacity() {
+        scratch.map.resize(module.instr_capacity(), None);
+    }
+    let result = copy_or_move(
+        module, scratch, &order, call, callee, caller, movable, held, copies,
+    );
+    // Unmap the body for the next call, whatever happened.
+    for id in &order {
+        scratch.map[id.index()] = None;
+    }
+    scratch.order = order;
+    result
+}
+
+/// The body of [`inline_body`], with the callee's post order in `order`.
+#[allow(clippy::too_many_arguments)]
+fn copy_or_move(
+    module: &mut Module,
+    scratch: &mut Scratch,
+    order: &[InstrId],
+    call: InstrId,
+    callee: CompId,
+    caller: CompId,
+    movable: bool,
+    held: &mut Vec<String>,
+    copies: &mut Vec<InstrId>,
+) -> Result<()> {
     let movable = movable
         && module.comp(callee).parameters().all(|p| {
             let p = module.instr(p);
             p.control_predecessors().is_empty() && p.control_successors().is_empty()
         });
-    let mut map: FxHashMap<InstrId, InstrId> = FxHashMap::default();
-    let mut added = Vec::new();
-    for id in order {
+    scratch.added.clear();
+    for &id in order {
         let src = module.instr(id);
         if src.opcode() == Opcode::Parameter {
             let n = src.attrs.parameter_number as usize;
-            let Some(&op) = operands.get(n) else {
+            let Some(&op) = scratch.operands.get(n) else {
                 return Err(crate::PassError::Failed(format!(
                     "%{}: calls {} with {} operands, but it has parameter {n}",
                     module.instr(call).name(),
                     module.comp(callee).name(),
-                    operands.len()
+                    scratch.operands.len()
                 )));
             };
-            map.insert(id, op);
+            scratch.map[id.index()] = Some(op);
             continue;
         }
         if movable {
-            map.insert(id, id);
+            scratch.map[id.index()] = Some(id);
         } else {
-            let ops: Vec<InstrId> = src.operands().iter().map(|o| map[o]).collect();
+            let ops: Vec<InstrId> = src.operands().iter().map(|&o| scratch.mapped(o)).collect();
             let copy = src.clone().with_operands(&ops);
             let name = module.unique_copy_name(copy.name());
             let copy = copy.with_name(name);
             let nid = module.add_instruction(caller, copy)?;
-            map.insert(id, nid);
+            scratch.map[id.index()] = Some(nid);
         }
-        added.push(id);
+        scratch.added.push(id);
     }
-    // The instructions that take the call's control predecessors (decided on the originals).
-    let starts: Vec<bool> = added
+    // The instructions that take the call's control predecessors (decided on the originals,
+    // before a move gives them new operands).
+    let starts: Vec<bool> = scratch
+        .added
         .iter()
         .map(|&id| {
             let i = module.instr(id);
             i.operands()
                 .iter()
-                .all(|&o| module.instr(o).opcode() == Opcode::Parameter)
+                .all(|&o| module.opcode(o) == Opcode::Parameter)
                 && i.control_predecessors().is_empty()
         })
         .collect();
-    let new_root = map[&module.comp(callee).root().unwrap()];
+    let new_root = scratch.mapped(module.comp(callee).root().unwrap());
     if movable {
-        for &id in &added {
+        for &id in &scratch.added {
             let base = module.instr(id).name().to_string();
             let name = module.unique_copy_name(&base);
             held.push(module.rename_instruction_holding_old(id, name)?);
         }
-        module.move_instructions(callee, caller, &added, &operands)?;
+        module.move_instructions(callee, caller, &scratch.added, &scratch.operands)?;
     } else {
         // Control edges inside the callee.
-        for &id in &added {
+        for &id in &scratch.added {
             for s in module.instr(id).control_successors().to_vec() {
-                if let (Some(&a), Some(&b)) = (map.get(&id), map.get(&s)) {
+                if let (Some(a), Some(b)) = (scratch.map[id.index()], scratch.map[s.index()]) {
                     module.add_control_dependency(a, b);
                 }
             }
@@ -310,20 +384,21 @@ fn inline_body(
     // The call's own control edges.
     let preds = module.instr(call).control_predecessors().to_vec();
     let succs = module.instr(call).control_successors().to_vec();
-    for (&id, &start) in added.iter().zip(&starts) {
+    for (&id, &start) in scratch.added.iter().zip(&starts) {
         if start {
             for &p in &preds {
-                module.add_control_dependency(p, map[&id]);
+                module.add_control_dependency(p, scratch.mapped(id));
             }
         }
     }
-    if added.iter().any(|a| map[a] == new_root) {
+    if scratch.added.iter().any(|&a| scratch.mapped(a) == new_root) {
         for &s in &succs {
             module.add_control_dependency(new_root, s);
         }
     }
     module.replace_all_uses_with(call, new_root)?;
-    Ok(added.iter().map(|a| map[a]).collect())
+    copies.extend(scratch.added.iter().map(|&a| scratch.mapped(a)));
+    Ok(())
 }
 
 #[cfg(test)]

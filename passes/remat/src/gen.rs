@@ -96,21 +96,9 @@ const UNARY: [Opcode; 3] = [Opcode::Tanh, Opcode::Sin, Opcode::Negate];
 /// `g_i = tanh(g_{i+1} + a_i)`: `3k + 1` instructions, chosen so that the total is close to
 /// `instructions` (at least 4). Root: the last backward value.
 pub fn chain(instructions: usize, width: i64) -> Module {
-    let k = (instructions.saturating_sub(1) / 3).max(1);
-    let mut g = Gen::new(&format!("chain_{instructions}"));
-    let p = g.param(0, value_shape(width));
-    let mut fwd = Vec::with_capacity(k);
-    let mut x = p;
-    for i in 0..k {
-        x = g.op(UNARY[i % UNARY.len()], &[x]);
-        fwd.push(x);
-    }
-    let mut acc = x;
-    for &a in fwd.iter().rev() {
-        let s = g.op(Opcode::Add, &[acc, a]);
-        acc = g.op(Opcode::Tanh, &[s]);
-    }
-    g.finish(acc)
+    forward_backward("chain", instructions, width, |g, i, x, _| {
+        g.op(UNARY[i % UNARY.len()], &[x])
+    })
 }
 
 /// [`chain`] whose forward steps all read the parameter too, `x_i = op_i(x_{i-1}, p)`: the
@@ -123,13 +111,27 @@ pub fn shared_operand_chain(instructions: usize, width: i64) -> Module {
         Opcode::Subtract,
         Opcode::Maximum,
     ];
+    forward_backward("shared_operand_chain", instructions, width, |g, i, x, p| {
+        g.op(BINARY[i % BINARY.len()], &[x, p])
+    })
+}
+
+/// `k` forward values `x_i = step(i, x_{i-1}, p)` from the parameter `p`, then the backward
+/// chain `g = tanh(g + x_i)` over them in reverse; `k` so that the total is close to
+/// `instructions` for a one-instruction step.
+fn forward_backward(
+    name: &str,
+    instructions: usize,
+    width: i64,
+    step: impl Fn(&mut Gen, usize, InstrId, InstrId) -> InstrId,
+) -> Module {
     let k = (instructions.saturating_sub(1) / 3).max(1);
-    let mut g = Gen::new(&format!("shared_operand_chain_{instructions}"));
+    let mut g = Gen::new(&format!("{name}_{instructions}"));
     let p = g.param(0, value_shape(width));
     let mut fwd = Vec::with_capacity(k);
     let mut x = p;
     for i in 0..k {
-        x = g.op(BINARY[i % BINARY.len()], &[x, p]);
+        x = step(&mut g, i, x, p);
         fwd.push(x);
     }
     let mut acc = x;

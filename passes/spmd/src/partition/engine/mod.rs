@@ -189,6 +189,9 @@ struct Engine<'c> {
     n: i64,
     creator: &'c mut dyn CollectiveOps,
     values: FxMap<InstrId, Value>,
+    /// How many of `values` each local instruction stands for (written only by `set`): asked
+    /// once per windowed op, where a scan of `values` made those ops quadratic.
+    locals: FxMap<InstrId, u32>,
     /// Reshards made so far: per local value, each target and the instruction holding it.
     cache: FxMap<InstrId, Vec<(Tree, InstrId)>>,
     pid: FxMap<CompId, InstrId>,
@@ -296,6 +299,7 @@ pub fn partition(
         n,
         creator,
         values: FxMap::default(),
+        locals: FxMap::default(),
         cache: FxMap::default(),
         pid: FxMap::default(),
         tables: FxMap::default(),
@@ -494,7 +498,20 @@ impl Engine<'_> {
     }
 
     fn set(&mut self, id: InstrId, local: InstrId, tree: Tree) {
-        self.values.insert(id, Value { local, tree });
+        if let Some(old) = self.values.insert(id, Value { local, tree }) {
+            if let Some(n) = self.locals.get_mut(&old.local) {
+                *n -= 1;
+                if *n == 0 {
+                    self.locals.remove(&old.local);
+                }
+            }
+        }
+        *self.locals.entry(local).or_insert(0) += 1;
+    }
+
+    /// True if `local` is the local instruction of some partitioned value.
+    fn is_local_of_a_value(&self, local: InstrId) -> bool {
+        self.locals.contains_key(&local)
     }
 
     fn value(&self, m: &Module, id: InstrId) -> Result<Value> {

@@ -796,7 +796,7 @@ impl Engine<'_> {
     /// (not a parameter or another value passed through).
     fn name_result(&mut self, b: &Builder, out: InstrId, name: &str) {
         let reused = b.module().instr(out).opcode() == Opcode::Parameter
-            || self.values.values().any(|v| v.local == out);
+            || self.is_local_of_a_value(out);
         if !reused {
             self.name_later(b.module(), out, name.to_string());
         }

@@ -3,7 +3,8 @@
 #   parse, roundtrip: every module of the shared XLA corpus (split on `// -----`), the
 #                     robustness reproducers and the repository's testdata modules;
 #   opt:              the same modules under 16 KB, each prefixed by a byte that picks the
-#                     pipeline (tessera_robust::PIPELINES), cycling through them;
+#                     pipeline (tessera_robust::PIPELINES, the byte modulo their number),
+#                     cycling through 0..=255 so that every pipeline gets seeds;
 #   proto:            `tessera to-proto` of the modules under 16 KB that parse, and the
 #                     robustness reproducers' .pb files;
 #   options:          pass lists and options of `tessera passes` (first line: --passes).
@@ -33,7 +34,7 @@ k=0
 for f in "$here"/corpus/parse/*; do
   [ "$(stat -c %s "$f")" -le 16384 ] || continue
   base="$(basename "$f" .hlo)"
-  { printf "\\x$(printf %02x $((k % 9)))"; cat "$f"; } > "$here/corpus/opt/$base"
+  { printf "\\x$(printf %02x $((k % 256)))"; cat "$f"; } > "$here/corpus/opt/$base"
   "$tessera" to-proto "$f" -o "$here/corpus/proto/$base.pb" 2>/dev/null || rm -f "$here/corpus/proto/$base.pb"
   k=$((k + 1))
 done

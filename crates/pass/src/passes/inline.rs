@@ -14,9 +14,9 @@
 //! leaves to a later DCE.
 
 use std::ops::Range;
+
 use tessera_hlo::analysis::order::PostOrders;
 use tessera_hlo::analysis::{computation_post_order, CallGraph};
-
 use tessera_hlo::fxhash::FxHashMap;
 use tessera_hlo::{CompId, InstrId, Module, Opcode};
 

@@ -795,8 +795,8 @@ impl Engine<'_> {
     /// `out` takes `name` once the original is gone, when it is a new instruction of its own
     /// (not a parameter or another value passed through).
     fn name_result(&mut self, b: &Builder, out: InstrId, name: &str) {
-        let reused = b.module().instr(out).opcode() == Opcode::Parameter
-            || self.is_local_of_a_value(out);
+        let reused =
+            b.module().instr(out).opcode() == Opcode::Parameter || self.is_local_of_a_value(out);
         if !reused {
             self.name_later(b.module(), out, name.to_string());
         }

@@ -454,7 +454,9 @@ impl EarliestUsers {
                     .collect()
             });
             loop {
-                let &Reverse((_, top)) = heap.peek()?;
+                let Some(&Reverse((_, top))) = heap.peek() else {
+                    break None;
+                };
                 let it = list.item(top);
                 if !it.placed && module.operands(it.instr).contains(&op) {
                     break Some(top);

@@ -298,6 +298,20 @@ fn generated_modules_compute_the_same_after_rematerialization() {
             }
         }
     }
+    // The settings of the remat unit test `clones_of_a_widely_shared_operand`, whose outputs
+    // that test checks only for structure: here they run.
+    let shared = gen::shared_operand_chain(600, 16);
+    for (search, block) in [
+        (SearchKind::Fast, 1),
+        (SearchKind::Faithful, 1),
+        (SearchKind::Fast, 4),
+    ] {
+        let (out, n) = remat(&shared, 0.8, search, block);
+        assert!(n > 100, "shared_operand_chain_600 {search:?} {block}: {n}");
+        let err = max_error(&shared, &out, 13)
+            .unwrap_or_else(|e| panic!("shared_operand_chain_600 {search:?} {block}: {e}"));
+        assert_eq!(err, 0.0, "shared_operand_chain_600 {search:?} {block}");
+    }
     // The faithful scan capped after 50 candidates: the fast search takes over mid-walk
     // (`faithful_effort_limit`); the result computes the same.
     let (name, m) = &cases[0];

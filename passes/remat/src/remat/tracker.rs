@@ -860,7 +860,22 @@ impl<'f> Tracker<'f> {
                 ));
             }
         }
-        // Each item's reads are its uses in the buffers' users lists, in the same order.
+        // Each item's reads are its uses in the buffers' users lists, in the same order, and
+        // name exactly the buffers it lists as used.
+        for item in 0..self.list.len() as ItemId {
+            let it = self.list.item(item);
+            let mut read: Vec<u32> = it.reads.iter().map(|r| r.buffer).collect();
+            read.sort_unstable();
+            read.dedup();
+            let mut used = it.buffers_used.to_vec();
+            used.sort_unstable();
+            if read != used {
+                return bad(format!(
+                    "%{} reads buffers {read:?} but lists {used:?} as used",
+                    name(item)
+                ));
+            }
+        }
         let mut from_buffers: Vec<(ItemId, Read)> = Vec::new();
         for b in &self.buffers {
             from_buffers.extend(b.users.iter().map(|u| (u.user, u.read(b.id))));

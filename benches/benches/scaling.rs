@@ -12,9 +12,12 @@
 //! nice -n 10 cargo bench -p tessera-benches --bench scaling [-- --reps N] [--family chain,flat,wide,remat] [--sizes 1000,10000] [--passes inline,dce]
 //! ```
 //!
-//! The `clone` row is a yardstick, not a pass: `Module::clone` copies every instruction once,
-//! with no lookups and no walks, so its exponent is what touching the module's memory once per
-//! instruction costs on the machine at these sizes (docs/robustness.md).
+//! The `clone` and `read` rows are yardsticks, not passes. `Module::clone` copies every
+//! instruction once, with no lookups and no walks. `read` reads every instruction's record once
+//! in stored order (its name, operand and user counts) and does nothing else: its exponent is
+//! what the memory of the module alone costs a pass that looks at each instruction once, as
+//! the records outgrow the caches between the smallest and the largest size
+//! (docs/robustness.md).
 //!
 //! Times are the thread's CPU time (see `Clock`), else wall-clock.
 //! Every pass runs alone on a fresh copy of the parsed module (no verifier, no printing);
@@ -147,6 +150,18 @@ fn time_stage(stage: &str, input: &Input) -> Duration {
             drop(copy);
             e
         }
+        "read" => {
+            let m = &input.module;
+            let t = Clock::start();
+            let mut sum = 0usize;
+            for &c in m.computations() {
+                for &i in m.comp(c).instructions() {
+                    sum += m.instr(i).name().len() + m.operands(i).len() + m.users(i).len();
+                }
+            }
+            std::hint::black_box(sum);
+            t.elapsed()
+        }
         "rematerialization" => {
             let limit = format!("rematerialization.memory_limit={}", input.peak * 9 / 10);
             run(&input.scheduled, stage, std::slice::from_ref(&limit))
@@ -165,12 +180,13 @@ fn main() {
         .list("--family")
         .unwrap_or_else(|| vec!["chain".into(), "flat".into(), "wide".into()]);
     let reg = registry();
-    let mut stages: Vec<String> = vec!["parse".into(), "clone".into()];
+    let yardsticks = ["clone", "read"];
+    let mut stages: Vec<String> = vec!["parse".into(), "clone".into(), "read".into()];
     stages.extend(reg.iter().map(|p| p.name.to_string()));
     stages.push("inline,tuple-simplify".into());
     stages.push("inline,dce".into());
     if let Some(only) = args.list("--passes") {
-        stages.retain(|s| s == "parse" || s == "clone" || only.contains(s));
+        stages.retain(|s| s == "parse" || yardsticks.contains(&s.as_str()) || only.contains(s));
     }
     let clock = if Clock::cpu().is_some() {
         "CPU time of the thread"

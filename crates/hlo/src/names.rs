@@ -216,6 +216,27 @@ mod tests {
         assert_eq!(t.get("add"), Some(1));
     }
 
+    /// Computation names such as `c123456` differ only in their last bytes; the bucket bits of
+    /// their hashes must still differ (the text parser's computation table hashes with
+    /// `hash`: a bare Fx hash put 200,000 such names in a few probe chains).
+    #[test]
+    fn names_differing_in_their_last_bytes_spread_over_the_buckets() {
+        let buckets = 1u64 << 18;
+        for prefix in ["c", "f", "region_"] {
+            let names: Vec<String> = (100_000..200_000).map(|i| format!("{prefix}{i}")).collect();
+            let mut used = vec![false; buckets as usize];
+            for n in &names {
+                used[(hash(n) & (buckets - 1)) as usize] = true;
+            }
+            let distinct = used.iter().filter(|&&u| u).count();
+            // At random, 100,000 names fill about 83,000 of 262,144 buckets.
+            assert!(
+                distinct > 75_000,
+                "{prefix}N: {distinct} buckets for 100,000 names"
+            );
+        }
+    }
+
     #[test]
     fn removals_compact_the_arena() {
         let mut t = NameTable::default();

@@ -234,8 +234,10 @@ const MAX_DEPTH: u32 = 200;
 pub(super) struct Parser<'a> {
     pub c: Cursor<'a>,
     pub m: Module,
-    /// Computations by their name in the text.
-    comps: FxHashMap<&'a str, CompId>,
+    /// Computations by their name in the text, hashed as the name tables hash names: the bare
+    /// Fx hash of a `FxHashMap` leaves the bucket bits of `c123456` depending on its first bytes
+    /// only, and 200,000 such names shared a few probe chains.
+    comps: hashbrown::HashTable<(u64, &'a str, CompId)>,
     /// Instructions by name in the text, per open computation.
     scope: Scopes<'a>,
     /// The computation being parsed (for placing inline computations before it).
@@ -272,7 +274,7 @@ impl<'a> Parser<'a> {
         Parser {
             c: Cursor::new(src),
             m: Module::new(""),
-            comps: FxHashMap::default(),
+            comps: hashbrown::HashTable::new(),
             scope: Scopes::new(),
             current: None,
             placed_before: Vec::new(),
@@ -345,7 +347,7 @@ impl<'a> Parser<'a> {
         // Roughly one instruction per line: reserve so the arenas never regrow.
         let lines = count_newlines(self.c.b);
         self.m.reserve(lines + 1, lines / 16 + 1);
-        self.comps.reserve(lines / 16 + 1);
+        self.comps.reserve(lines / 16 + 1, |e| e.0);
         let has_header = self.c.eat_keyword("HloModule")?;
         if has_header {
             let name = self.c.name("a module name")?;
@@ -812,13 +814,14 @@ impl<'a> Parser<'a> {
             }
             self.parse_shape()?;
         }
-        if self.comps.contains_key(name) {
+        let hash = crate::names::hash(name);
+        if self.comps.find(hash, |e| e.1 == name).is_some() {
             return Err(self
                 .c
                 .error_at(name_at, format!("computation '{name}' is defined twice")));
         }
         let id = self.parse_body(name, name_at)?;
-        self.comps.insert(name, id);
+        self.comps.insert_unique(hash, (hash, name, id), |e| e.0);
         if self.c.eat(b',')? {
             self.c.skip_ws()?;
             let at = self.c.pos;
@@ -1575,7 +1578,9 @@ impl<'a> Parser<'a> {
             self.c.pos
         };
         let name = self.c.name("a computation name")?;
-        self.comps.get(name).copied().ok_or_else(|| {
+        let hash = crate::names::hash(name);
+        let found = self.comps.find(hash, |e| e.1 == name).map(|e| e.2);
+        found.ok_or_else(|| {
             self.c.error_at(
                 at,
                 format!("computation '{name}' is not defined (callees come first)"),

@@ -13,9 +13,8 @@
 //! ever left unpartitioned; `SpmdReport::defaulted` lists who took that path.
 
 use std::collections::{HashMap, HashSet};
-use std::hash::BuildHasherDefault;
 
-use tessera_hlo::fxhash::FxHasher;
+use tessera_hlo::fxhash::FxHashMap as FxMap;
 
 use tessera_hlo::analysis::post_order;
 use tessera_hlo::attrs::{ComparisonDirection, PaddingDim};
@@ -182,8 +181,6 @@ fn tree_to_sharding(t: &Tree) -> Sharding {
 fn spec_text(s: &Spec) -> String {
     tessera_hlo::text::sharding_to_string(&s.to_sharding())
 }
-
-type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
 
 struct Engine<'c> {
     n: i64,

@@ -30,6 +30,7 @@ use std::collections::BinaryHeap;
 use std::sync::Arc;
 
 use hashbrown::HashTable;
+use tessera_hlo::fxhash::FxHashMap as FxMap;
 
 use super::super::super::plan;
 use super::super::super::spec::{fx, ravel, DeviceTable, Memo, MemoTable, Spec, Tiling};
@@ -250,9 +251,6 @@ impl Classes {
         classes
     }
 }
-
-type FxMap<K, V> =
-    std::collections::HashMap<K, V, std::hash::BuildHasherDefault<tessera_hlo::fxhash::FxHasher>>;
 
 /// Above this many axis combinations only whole-source candidates are tried.
 const MAX_COMBINATIONS: usize = 512;

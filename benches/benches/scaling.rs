@@ -181,7 +181,10 @@ fn main() {
         .unwrap_or_else(|| vec!["chain".into(), "flat".into(), "wide".into()]);
     let reg = registry();
     let yardsticks = ["clone", "read"];
-    let mut stages: Vec<String> = vec!["parse".into(), "clone".into(), "read".into()];
+    let mut stages: Vec<String> = std::iter::once("parse")
+        .chain(yardsticks)
+        .map(String::from)
+        .collect();
     stages.extend(reg.iter().map(|p| p.name.to_string()));
     stages.push("inline,tuple-simplify".into());
     stages.push("inline,dce".into());

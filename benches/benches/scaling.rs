@@ -9,8 +9,13 @@
 //! `nice -n 10`.
 //!
 //! ```text
-//! nice -n 10 cargo bench -p tessera-benches --bench scaling [-- --reps N] [--family chain,flat,wide,remat] [--sizes 1000,10000] [--passes inline,dce]
+//! nice -n 10 cargo bench -p tessera-benches --bench scaling [-- --reps N] [--family chain,flat,wide,remat] [--sizes 1000,10000] [--passes inline,dce] [--cold]
 //! ```
+//!
+//! By default a pass starts on a copy of the module made just before it, which leaves a small
+//! module in the L2 cache and a large one not. `--cold` writes a buffer of [`EVICT_BYTES`]
+//! between the copy and the timing, so that every size starts from the same cold L2 (the
+//! difference is in docs/robustness.md).
 //!
 //! The `clone` and `read` rows are yardsticks, not passes. `Module::clone` copies every
 //! instruction once, with no lookups and no walks. `read` reads every instruction's record once
@@ -36,6 +41,20 @@ use tessera_remat::gen::growth_exponent;
 use tessera_remat::{peak_memory, schedule_module, SchedulerKind};
 
 const TOO_SLOW: Duration = Duration::from_secs(30);
+
+/// What `--cold` writes before each timing: eight times this machine's 4 MiB L2.
+const EVICT_BYTES: usize = 32 << 20;
+
+/// Pushes the module out of the L2 cache (for `--cold`) by writing a buffer larger than it.
+fn evict_l2(cold: bool) {
+    if cold {
+        let mut buf = vec![0u8; EVICT_BYTES];
+        for b in buf.iter_mut().step_by(64) {
+            *b = b.wrapping_add(1);
+        }
+        std::hint::black_box(&buf);
+    }
+}
 
 /// A clock of this thread's time on a CPU (`CLOCK_THREAD_CPUTIME_ID`, user and system),
 /// falling back to wall-clock time where it is not available. On the shared machine a run
@@ -88,11 +107,12 @@ fn parse(text: &str) -> Module {
 }
 
 /// Runs `passes` (a `--passes` list) on a copy of `m`; returns the pass time.
-fn run(m: &Module, passes: &str, options: &[String]) -> Duration {
+fn run(m: &Module, passes: &str, options: &[String], cold: bool) -> Duration {
     let mut copy = m.clone();
     let mut p = registry()
         .build_pipeline(passes, options)
         .expect("a registered pass");
+    evict_l2(cold);
     let t = Clock::start();
     p.run_with_report(&mut copy).expect("the pass runs");
     t.elapsed()
@@ -135,15 +155,17 @@ fn prepare(text: String) -> Input {
     }
 }
 
-/// One timing of `stage` on `input`.
-fn time_stage(stage: &str, input: &Input) -> Duration {
+/// One timing of `stage` on `input`, from a cold L2 with `cold`.
+fn time_stage(stage: &str, input: &Input, cold: bool) -> Duration {
     match stage {
         "parse" => {
+            evict_l2(cold);
             let t = Clock::start();
             drop(parse(&input.text));
             t.elapsed()
         }
         "clone" => {
+            evict_l2(cold);
             let t = Clock::start();
             let copy = input.module.clone();
             let e = t.elapsed();
@@ -152,6 +174,7 @@ fn time_stage(stage: &str, input: &Input) -> Duration {
         }
         "read" => {
             let m = &input.module;
+            evict_l2(cold);
             let t = Clock::start();
             let mut sum = 0usize;
             for &c in m.computations() {
@@ -164,10 +187,10 @@ fn time_stage(stage: &str, input: &Input) -> Duration {
         }
         "rematerialization" => {
             let limit = format!("rematerialization.memory_limit={}", input.peak * 9 / 10);
-            run(&input.scheduled, stage, std::slice::from_ref(&limit))
+            run(&input.scheduled, stage, std::slice::from_ref(&limit), cold)
         }
-        s if s.starts_with("inline,") => run(&input.inlined, &s["inline,".len()..], &[]),
-        s => run(&input.module, s, &[]),
+        s if s.starts_with("inline,") => run(&input.inlined, &s["inline,".len()..], &[], cold),
+        s => run(&input.module, s, &[], cold),
     }
 }
 
@@ -179,6 +202,7 @@ fn main() {
     let families = args
         .list("--family")
         .unwrap_or_else(|| vec!["chain".into(), "flat".into(), "wide".into()]);
+    let cold = args.0.iter().any(|a| a == "--cold");
     let reg = registry();
     let yardsticks = ["clone", "read"];
     let mut stages: Vec<String> = std::iter::once("parse")
@@ -196,7 +220,12 @@ fn main() {
     } else {
         "wall-clock time"
     };
-    println!("median of {reps} rounds; {clock} in ms; exponent = least-squares slope of log time against log size over all sizes");
+    let start = if cold {
+        "each timing from a cold L2 (--cold)"
+    } else {
+        "each pass on a fresh copy"
+    };
+    println!("{start}; median of {reps} rounds; {clock} in ms; exponent = least-squares slope of log time against log size over all sizes");
     for family in &families {
         let sizes: Vec<usize> = match args.list("--sizes") {
             Some(v) => v.iter().map(|s| s.parse().expect("--sizes")).collect(),
@@ -234,9 +263,9 @@ fn main() {
                         // went back to the system when it was dropped; the first timing after
                         // it paid for growing the heap again (the smallest size came out
                         // slower than twice its size, which flattered every exponent).
-                        time_stage(stage, input);
+                        time_stage(stage, input, cold);
                     }
-                    let t = time_stage(stage, input);
+                    let t = time_stage(stage, input, cold);
                     if let Some(v) = times[k][j].as_mut() {
                         v.push(t);
                     }

@@ -402,6 +402,21 @@ impl<'m> Builder<'m> {
         self.op(Opcode::Pad, &[x, value], a, &[], None)
     }
 
+    /// `x` padded with `value` along dimension `d` only. A `d` past `x`'s rank is refused by
+    /// shape inference, like any padding of the wrong length.
+    pub fn pad_dim(
+        &mut self,
+        x: InstrId,
+        value: InstrId,
+        d: usize,
+        padding: PaddingDim,
+    ) -> Result<InstrId> {
+        let rank = self.module.instr(x).shape.rank();
+        let mut pads = vec![PaddingDim::default(); rank.max(d + 1)];
+        pads[d] = padding;
+        self.pad(x, value, &pads)
+    }
+
     pub fn concatenate(&mut self, xs: &[InstrId], dimension: i64) -> Result<InstrId> {
         let a = attrs(|a| a.dimensions = Some(vec![dimension]));
         self.op(Opcode::Concatenate, xs, a, &[], None)

@@ -261,3 +261,24 @@ fn program_shapes_and_scalars() {
     }
     assert!(b.scalar(ElementType::Token, 0.0).is_err());
 }
+
+#[test]
+fn pad_dim_pads_one_dimension_and_refuses_one_past_the_rank() {
+    let (mut m, c, p, _) = base();
+    let mut b = Builder::new(&mut m, c);
+    let zero = b.scalar(F32, 0.0).unwrap();
+    let side = PaddingDim {
+        low: 1,
+        high: 2,
+        interior: 0,
+    };
+    let x = b.pad_dim(p, zero, 1, side).unwrap();
+    let i = b.module().instr(x);
+    assert_eq!(i.shape, f32a(&[8, 7]));
+    assert_eq!(
+        i.attrs.padding.as_deref(),
+        Some(&[PaddingDim::default(), side][..])
+    );
+    assert!(b.pad_dim(p, zero, 2, side).is_err());
+    check(&m);
+}

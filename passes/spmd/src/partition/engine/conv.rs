@@ -933,15 +933,14 @@ impl Engine<'_> {
         kw: &KernelWindow,
         zero: InstrId,
     ) -> Result<InstrId> {
-        let rank = b.module().instr(x).shape.rank();
-        let mut pads = vec![PaddingDim::default(); rank];
-        pads[d] = PaddingDim {
+        let pads = PaddingDim {
             low: kw.max_shift,
             high: kw.max_shift,
             interior: 0,
         };
-        let padded = built(b.pad(x, zero, &pads))?;
+        let padded = built(b.pad_dim(x, zero, d, pads))?;
         let mut sizes: Vec<i64> = b.module().instr(x).shape.dims().to_vec();
+        let rank = sizes.len();
         sizes[d] += kw.max_shift;
         let offsets: Vec<i64> = l
             .tile_indices()

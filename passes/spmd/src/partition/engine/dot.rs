@@ -331,9 +331,11 @@ impl Engine<'_> {
                 let have = b.module().instr(out).shape.dims()[dim];
                 if padded > have {
                     let z = built(b.scalar(oa.ty, 0.0))?;
-                    let mut pads = vec![PaddingDim::default(); shapes.out.len()];
-                    pads[dim].high = padded - have;
-                    out = built(b.pad(out, z, &pads))?;
+                    let pads = PaddingDim {
+                        high: padded - have,
+                        ..PaddingDim::default()
+                    };
+                    out = built(b.pad_dim(out, z, dim, pads))?;
                 }
                 let real = self.real_groups(&groups);
                 out = self.creator.reduce_scatter(b, out, dim as i64, op, &real)?;

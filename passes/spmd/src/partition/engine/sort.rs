@@ -235,13 +235,15 @@ impl Engine<'_> {
             gathered.push(self.reshard(b, &part, &Shape::array(*ty, &cand), &to)?);
         }
         let sorted = stable_sort(b, &gathered, d, cmp)?;
-        let mut padding = vec![PaddingDim::default(); local.len()];
-        padding[d].high = n - k * pieces;
+        let padding = PaddingDim {
+            high: n - k * pieces,
+            ..PaddingDim::default()
+        };
         let mut parts = Vec::with_capacity(2);
         for (e, ty) in types.iter().enumerate() {
             let g = built(b.get_tuple_element(sorted, e as i64))?;
             let zero = built(b.scalar(*ty, 0.0))?;
-            parts.push(built(b.pad(g, zero, &padding))?);
+            parts.push(built(b.pad_dim(g, zero, d, padding))?);
         }
         self.set_top_k_pair(b, id, &parts, whole, own)?;
         Ok(true)

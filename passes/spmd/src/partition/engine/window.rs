@@ -574,14 +574,12 @@ impl Engine<'_> {
         };
         if plan.pad_low > 0 || plan.pad_high > 0 {
             let zero = built(b.scalar(ty, 0.0))?;
-            let rank = b.module().instr(ext).shape.rank();
-            let mut pads = vec![PaddingDim::default(); rank];
-            pads[d] = PaddingDim {
+            let pads = PaddingDim {
                 low: plan.pad_low,
                 high: plan.pad_high,
                 interior: 0,
             };
-            ext = built(b.pad(ext, zero, &pads))?;
+            ext = built(b.pad_dim(ext, zero, d, pads))?;
         }
         let offsets: Vec<i64> = index.iter().map(|&k| plan.offsets[k as usize]).collect();
         self.cut(b, ext, d, &offsets, plan.width)
@@ -676,14 +674,12 @@ impl Engine<'_> {
             );
             let (low, high) = (qmax.max(0), (width - len - qmin).max(0));
             if low > 0 || high > 0 {
-                let rank = b.module().instr(piece).shape.rank();
-                let mut pads = vec![PaddingDim::default(); rank];
-                pads[d] = PaddingDim {
+                let pads = PaddingDim {
                     low,
                     high,
                     interior: 0,
                 };
-                piece = built(b.pad(piece, zero, &pads))?;
+                piece = built(b.pad_dim(piece, zero, d, pads))?;
             }
             let starts: Vec<i64> = place.iter().map(|&q| low - q).collect();
             let placed = self.cut(b, piece, d, &per_device(&starts), width)?;
@@ -745,14 +741,12 @@ impl Engine<'_> {
             span: count,
         };
         let piece = self.windowed_piece(b, x, t, d, &w, Some(fill))?;
-        let rank = b.module().instr(piece).shape.rank();
-        let mut pads = vec![PaddingDim::default(); rank];
-        pads[d] = PaddingDim {
+        let pads = PaddingDim {
             low: bd - 1,
             high: bd - 1,
             interior: bd - 1,
         };
-        let dilated = built(b.pad(piece, fill, &pads))?;
+        let dilated = built(b.pad_dim(piece, fill, d, pads))?;
         let index: Vec<i64> = t.tile_indices().iter().map(|ix| ix[d]).collect();
         let offsets: Vec<i64> = index.iter().map(|&k| bd - 1 - lead[k as usize]).collect();
         self.cut(b, dilated, d, &offsets, width)

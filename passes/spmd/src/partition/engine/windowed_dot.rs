@@ -927,9 +927,11 @@ impl Motion {
                 if dims[k] < whole {
                     let ty = b.module().instr(l).shape.element_type();
                     let z = built(b.scalar(ty, 0.0))?;
-                    let mut pads = vec![PaddingDim::default(); dims.len()];
-                    pads[k].high = whole - dims[k];
-                    x = built(b.pad(x, z, &pads))?;
+                    let pads = PaddingDim {
+                        high: whole - dims[k],
+                        ..PaddingDim::default()
+                    };
+                    x = built(b.pad_dim(x, z, k, pads))?;
                 }
             }
             xs.push(x);

@@ -1105,8 +1105,11 @@ fn concatenate(ops: &[&Shape], attrs: &Attrs) -> Result<Shape> {
                 shape_str(ops[0])
             );
         }
-        for k in 0..a.rank() {
-            if k != d && a.dims[k] != first.dims[k] {
+        for (k, (have, &size)) in dims.iter_mut().zip(&a.dims).enumerate() {
+            if k == d {
+                continue;
+            }
+            if !dims_match(size, *have) {
                 bail!(
                     "concatenate operand {} {} differs from operand 0 {} in dimension {} (only dimension {} may differ)",
                     i,
@@ -1116,8 +1119,25 @@ fn concatenate(ops: &[&Shape], attrs: &Attrs) -> Result<Shape> {
                     d
                 );
             }
+            // An unbounded size (`?`) matches any other; the result keeps the known one.
+            if *have == UNBOUNDED_DIM {
+                *have = size;
+            }
         }
-        dims[d] += a.dims[d];
+        // Concatenating an unbounded size gives an unbounded one, as in XLA.
+        dims[d] = if dims[d] == UNBOUNDED_DIM || a.dims[d] == UNBOUNDED_DIM {
+            UNBOUNDED_DIM
+        } else {
+            match dims[d].checked_add(a.dims[d]) {
+                Some(n) => n,
+                None => bail!(
+                    "concatenate operands 0 to {} ({} the last) are longer in dimension {} than an i64 can count",
+                    i,
+                    shape_str(s),
+                    d
+                ),
+            }
+        };
         ty = higher_precision(ty, a.ty);
     }
     Ok(make(ty, dims))

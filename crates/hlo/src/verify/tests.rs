@@ -313,6 +313,35 @@ fn concatenate_pad_iota() {
         &at
     ))
     .contains("dimension 0"));
+    // An unbounded size (`?`) concatenated gives `?`; beside a known size it takes that size.
+    // (A fuzzed module once overflowed here adding the two `?` markers.)
+    let q = crate::shape::UNBOUNDED_DIM;
+    let mut d0 = attrs();
+    d0.dimensions = Some(vec![0]);
+    assert_eq!(
+        infer(
+            Opcode::Concatenate,
+            &[a(F32, &[q, 4]), a(F32, &[q, 4])],
+            &d0
+        )
+        .unwrap(),
+        a(F32, &[q, 4])
+    );
+    assert_eq!(
+        infer(
+            Opcode::Concatenate,
+            &[a(F32, &[3, q]), a(F32, &[2, 4])],
+            &d0
+        )
+        .unwrap(),
+        a(F32, &[5, 4])
+    );
+    assert!(err(infer(
+        Opcode::Concatenate,
+        &[a(F32, &[i64::MAX, 4]), a(F32, &[1, 4])],
+        &d0
+    ))
+    .contains("than an i64 can count"));
     let mut p = attrs();
     p.padding = Some(vec![
         PaddingDim {

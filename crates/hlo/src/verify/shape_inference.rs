@@ -1124,7 +1124,7 @@ fn concatenate(ops: &[&Shape], attrs: &Attrs) -> Result<Shape> {
                 *have = size;
             }
         }
-        // Concatenating an unbounded size gives an unbounded one, as in XLA.
+        // Concatenating an unbounded size gives an unbounded one (XLA's InferConcatOpShape).
         dims[d] = if dims[d] == UNBOUNDED_DIM || a.dims[d] == UNBOUNDED_DIM {
             UNBOUNDED_DIM
         } else {

@@ -186,9 +186,16 @@ fn opt_type(v: i32, what: &str) -> VResult<Option<ElementType>> {
     if v == 0 {
         return Ok(None);
     }
-    ElementType::from_proto_value(v)
-        .map(Some)
-        .ok_or_else(|| format!("unknown {what} {v} in a layout"))
+    let t = ElementType::from_proto_value(v)
+        .ok_or_else(|| format!("unknown {what} {v} in a layout"))?;
+    // The text form takes only integer types here (`#(s32)`).
+    if !t.is_integral() {
+        return Err(format!(
+            "{what} {} in a layout is not an integer type",
+            t.name()
+        ));
+    }
+    Ok(Some(t))
 }
 
 pub(crate) fn layout_from_proto(p: &pb::LayoutProto) -> VResult<Layout> {

@@ -519,6 +519,21 @@ impl<'a> Verifier<'a> {
             ins.opcode,
             Parameter | CustomCall | Bitcast | Scan | Shuffle
         ) {
+            // No shape to infer, but a fixed operand count still holds (a proto can give a
+            // bitcast none, which the text form cannot print).
+            if let Some(n) = ins.opcode.arity() {
+                if ins.operands().len() != n {
+                    self.err_instr(
+                        id,
+                        format!(
+                            "{} expects {} operand(s), got {}",
+                            ins.opcode,
+                            n,
+                            ins.operands().len()
+                        ),
+                    );
+                }
+            }
             return;
         }
         if ins.opcode == Constant {
@@ -763,9 +778,12 @@ impl<'a> Verifier<'a> {
             }
             AsyncDone => {
                 self.check_single_operand(id, &[AsyncStart, AsyncUpdate]);
-                let s = m.instr(ins.operand(0)).shape.clone();
-                self.check_async_tuple(id, &s);
-                self.check_same_wrapped(id);
+                // Without an operand the finding above is the whole story.
+                if let Some(&start) = ins.operands().first() {
+                    let s = m.instr(start).shape.clone();
+                    self.check_async_tuple(id, &s);
+                    self.check_same_wrapped(id);
+                }
             }
             AllReduceDone => self.check_single_operand(id, &[AllReduceStart]),
             CopyStart => self.check_single_user(id, &[CopyDone]),
@@ -804,7 +822,11 @@ impl<'a> Verifier<'a> {
             return;
         };
         let Some(ty) = cmp.ty else { return };
-        let et = m.instr(ins.operand(1)).shape.element_type();
+        // A wrong operand count is reported by shape inference.
+        let Some(&rhs) = ins.operands().get(1) else {
+            return;
+        };
+        let et = m.instr(rhs).shape.element_type();
         let ok = if et.is_float() {
             matches!(ty, ComparisonType::Float | ComparisonType::TotalOrder)
         } else if et.is_complex() {
@@ -1323,7 +1345,9 @@ impl<'a> Verifier<'a> {
 
     fn check_same_wrapped(&mut self, id: InstrId) {
         let m = self.m;
-        let op = m.instr(id).operand(0);
+        let Some(&op) = m.instr(id).operands().first() else {
+            return;
+        };
         if self.wrapped(op) != self.wrapped(id) {
             self.err_instr(
                 id,

@@ -1115,3 +1115,31 @@ fn named_shardings_are_checked_against_shapes_and_devices() {
     assert!(msgs[3].contains("%p5: invalid sharding: the named sharding has 0 dimension(s)"));
     assert!(msgs[4].contains("%p6: invalid sharding: a named sharding cannot be in a shard group"));
 }
+
+#[test]
+fn wrong_operand_counts_are_findings_not_panics() {
+    // What a proto can hold and text cannot: a bitcast and an async-done with no operand, a
+    // typed compare with one.
+    let mut b = B::new();
+    let p0 = b.param(0, a(F32, &[4]));
+    b.add("bc", Opcode::Bitcast, a(F32, &[4]), &[]);
+    b.add("done", Opcode::AsyncDone, a(F32, &[4]), &[]);
+    let c = b.add("cmp", Opcode::Compare, a(Pred, &[4]), &[p0]);
+    b.m.instr_mut(c).attrs.comparison = Some(Comparison {
+        direction: ComparisonDirection::Lt,
+        ty: Some(ComparisonType::Float),
+    });
+    let msgs = messages(&b.m, &VerifyOptions::default()).join("\n");
+    assert!(
+        msgs.contains("%bc: bitcast expects 1 operand(s), got 0"),
+        "{msgs}"
+    );
+    assert!(
+        msgs.contains("%done: async-done requires exactly one operand"),
+        "{msgs}"
+    );
+    assert!(
+        msgs.contains("%cmp: compare expects 2 operand(s), got 1"),
+        "{msgs}"
+    );
+}

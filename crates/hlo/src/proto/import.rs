@@ -679,6 +679,19 @@ fn instruction_from_proto(
                 .ok_or_else(|| e(format!("called computation id {c} does not exist")))
         })
         .collect::<Result<Vec<_>, _>>()?;
+    // An async-update or async-done given no computation takes its operand's, as the text
+    // parser does (the printer leaves `calls=` out, so a re-parse would add it).
+    let called = if called.is_empty() && matches!(opcode, Opcode::AsyncUpdate | Opcode::AsyncDone) {
+        operands
+            .first()
+            .map(|&o| m.instr(o))
+            .filter(|o| o.opcode().is_async() && o.opcode() != Opcode::AsyncDone)
+            .and_then(|o| o.called.first().copied())
+            .into_iter()
+            .collect()
+    } else {
+        called
+    };
     let mut i = Instruction::new(p.name.clone(), opcode, shape)
         .with_operands(&operands)
         .with_called(&called);

@@ -528,6 +528,16 @@ impl Module {
         self.next_free_name(base)
     }
 
+    /// The computation an async-update or async-done wraps when it does not name one: its
+    /// operand's, if that operand is an async-start or async-update (the text parser and the
+    /// proto reader both fill it in this way).
+    pub(crate) fn async_computation_of_operand(&self, operands: &[InstrId]) -> Option<CompId> {
+        let o = self.instr(*operands.first()?);
+        (o.opcode.is_async() && o.opcode != Opcode::AsyncDone)
+            .then(|| o.called.first().copied())
+            .flatten()
+    }
+
     /// A name not yet used in the module, made from `base` with XLA's `.N` suffixes.
     pub fn unique_name(&mut self, base: &str) -> String {
         if !self.names_mut().contains(base) {

@@ -682,11 +682,7 @@ fn instruction_from_proto(
     // An async-update or async-done given no computation takes its operand's, as the text
     // parser does (the printer leaves `calls=` out, so a re-parse would add it).
     let called = if called.is_empty() && matches!(opcode, Opcode::AsyncUpdate | Opcode::AsyncDone) {
-        operands
-            .first()
-            .map(|&o| m.instr(o))
-            .filter(|o| o.opcode().is_async() && o.opcode() != Opcode::AsyncDone)
-            .and_then(|o| o.called.first().copied())
+        m.async_computation_of_operand(&operands)
             .into_iter()
             .collect()
     } else {

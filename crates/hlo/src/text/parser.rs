@@ -1089,12 +1089,7 @@ impl<'a> Parser<'a> {
         }
         if matches!(opcode, Opcode::AsyncUpdate | Opcode::AsyncDone) {
             // The computation comes from the async-start (a written calls= must agree).
-            let inherited = operands.first().and_then(|&o| {
-                let oi = self.m.instr(o);
-                (oi.opcode.is_async() && oi.opcode != Opcode::AsyncDone)
-                    .then(|| oi.called.first().copied())
-                    .flatten()
-            });
+            let inherited = self.m.async_computation_of_operand(&operands);
             let Some(inherited) = inherited else {
                 return Err(self.c.error_at(
                     op_at,

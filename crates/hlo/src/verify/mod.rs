@@ -521,18 +521,10 @@ impl<'a> Verifier<'a> {
         ) {
             // No shape to infer, but a fixed operand count still holds (a proto can give a
             // bitcast none, which the text form cannot print).
-            if let Some(n) = ins.opcode.arity() {
-                if ins.operands().len() != n {
-                    self.err_instr(
-                        id,
-                        format!(
-                            "{} expects {} operand(s), got {}",
-                            ins.opcode,
-                            n,
-                            ins.operands().len()
-                        ),
-                    );
-                }
+            if let Err(e) =
+                shape_inference::check_operand_count(ins.opcode, ins.operands().len(), 0)
+            {
+                self.err_instr(id, e.to_string());
             }
             return;
         }

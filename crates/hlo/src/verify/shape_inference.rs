@@ -86,25 +86,26 @@ pub fn infer_shape(
 }
 
 /// [`infer_shape`] with every input spelled out.
+/// The operand count of an opcode with a fixed arity (plus `extra` trailing operands).
+pub(crate) fn check_operand_count(opcode: Opcode, got: usize, extra: usize) -> Result<()> {
+    if let Some(n) = opcode.arity() {
+        if got != n + extra {
+            bail!("{} expects {} operand(s), got {}", opcode, n + extra, got);
+        }
+    }
+    Ok(())
+}
+
 pub fn infer(opcode: Opcode, inp: &InferInput<'_>) -> Result<Shape> {
     use Opcode::*;
     let ops = inp.operands;
-    if let Some(n) = opcode.arity() {
-        // Dot's sparsity metadata operands come after its two operands.
-        let extra = if opcode == Dot {
-            inp.attrs.sparsity.len()
-        } else {
-            0
-        };
-        if ops.len() != n + extra {
-            bail!(
-                "{} expects {} operand(s), got {}",
-                opcode,
-                n + extra,
-                ops.len()
-            );
-        }
-    }
+    // Dot's sparsity metadata operands come after its two operands.
+    let extra = if opcode == Dot {
+        inp.attrs.sparsity.len()
+    } else {
+        0
+    };
+    check_operand_count(opcode, ops.len(), extra)?;
     match opcode {
         _ if opcode.is_elementwise_unary()
             && !matches!(opcode, Convert | BitcastConvert | ReducePrecision | Copy) =>

@@ -648,9 +648,16 @@ fn write_attributes(out: &mut String, m: &Module, i: &Instruction, opts: &PrintO
         }
         _ => {}
     }
-    if let Some(rg) = &a.replica_groups {
-        out.push_str(", replica_groups=");
-        write_replica_groups(out, rg);
+    // XLA always prints a collective's groups and a broadcast's dimensions, and the parser
+    // gives them their empty defaults when absent; printing those defaults for an absent value
+    // (from a proto or the builder) keeps print(parse(print(m))) == print(m).
+    match &a.replica_groups {
+        Some(rg) => {
+            out.push_str(", replica_groups=");
+            write_replica_groups(out, rg);
+        }
+        None if i.opcode.takes_replica_groups() => out.push_str(", replica_groups={}"),
+        None => {}
     }
     if a.constrain_layout {
         out.push_str(", constrain_layout=true");
@@ -659,9 +666,13 @@ fn write_attributes(out: &mut String, m: &Module, i: &Instruction, opts: &PrintO
     if a.use_global_device_ids && i.opcode == ReduceScatter {
         out.push_str(", use_global_device_ids=true");
     }
-    if let Some(d) = &a.dimensions {
-        out.push_str(", dimensions=");
-        write_int_list(out, d);
+    match &a.dimensions {
+        Some(d) => {
+            out.push_str(", dimensions=");
+            write_int_list(out, d);
+        }
+        None if i.opcode == Broadcast => out.push_str(", dimensions={}"),
+        None => {}
     }
     if a.use_global_device_ids && i.opcode != ReduceScatter {
         out.push_str(", use_global_device_ids=true");
@@ -926,7 +937,9 @@ fn write_attributes(out: &mut String, m: &Module, i: &Instruction, opts: &PrintO
             }
         }
         Outfeed => {
-            if let Some(s) = &a.outfeed_shape {
+            // Absent, the parser takes the data operand's shape; print that.
+            let data = i.operands.first().map(|&o| &m.instr(o).shape);
+            if let Some(s) = a.outfeed_shape.as_deref().or(data) {
                 out.push_str(", outfeed_shape=");
                 write_shape(out, s, true);
             }

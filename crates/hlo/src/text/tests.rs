@@ -1441,3 +1441,63 @@ fn tuple_element_shorthand_errors() {
             .contains("instruction 'p_0' is not defined")
     );
 }
+
+/// A module from a proto or the builder may leave out what XLA always prints: a collective's
+/// replica groups, a broadcast's dimensions, an outfeed's shape. The printer writes the value the
+/// parser would give, so printing what it parses back changes nothing.
+#[test]
+fn absent_always_printed_attributes_print_their_parsed_defaults() {
+    use crate::instruction::Instruction;
+    use crate::shape::Shape;
+    use crate::types::ElementType::F32;
+    let mut m = Module::new("absent");
+    let add = m.add_computation("add").unwrap();
+    let mut x = Instruction::new("x", Opcode::Parameter, Shape::scalar(F32));
+    x.attrs.parameter_number = 0;
+    let x = m.add_instruction(add, x).unwrap();
+    let mut y = Instruction::new("y", Opcode::Parameter, Shape::scalar(F32));
+    y.attrs.parameter_number = 1;
+    let y = m.add_instruction(add, y).unwrap();
+    let sum = Instruction::new("sum", Opcode::Add, Shape::scalar(F32)).with_operands(&[x, y]);
+    m.add_instruction(add, sum).unwrap();
+    let e = m.add_computation("main").unwrap();
+    let mut p = Instruction::new("p", Opcode::Parameter, Shape::scalar(F32));
+    p.attrs.parameter_number = 0;
+    let p = m.add_instruction(e, p).unwrap();
+    let ar = Instruction::new("ar", Opcode::AllReduce, Shape::scalar(F32))
+        .with_operands(&[p])
+        .with_called(&[add]);
+    let ar = m.add_instruction(e, ar).unwrap();
+    let b = Instruction::new("b", Opcode::Broadcast, Shape::array(F32, &[3])).with_operands(&[ar]);
+    let b = m.add_instruction(e, b).unwrap();
+    let tok = m
+        .add_instruction(e, Instruction::new("tok", Opcode::AfterAll, Shape::Token))
+        .unwrap();
+    let of = Instruction::new("of", Opcode::Outfeed, Shape::Token).with_operands(&[b, tok]);
+    let of = m.add_instruction(e, of).unwrap();
+    let root = Instruction::new(
+        "root",
+        Opcode::Tuple,
+        Shape::Tuple(vec![Shape::array(F32, &[3]), Shape::Token]),
+    )
+    .with_operands(&[b, of]);
+    let root = m.add_instruction(e, root).unwrap();
+    m.set_root(e, root);
+    m.set_entry(e);
+
+    let printed = m.to_text();
+    assert!(
+        line_of(&printed, "ar").ends_with("replica_groups={}, to_apply=%add"),
+        "{printed}"
+    );
+    assert!(
+        line_of(&printed, "b").ends_with("dimensions={}"),
+        "{printed}"
+    );
+    assert!(
+        line_of(&printed, "of").contains("outfeed_shape=f32[3]"),
+        "{printed}"
+    );
+    let (_, again) = roundtrip(&printed);
+    assert_eq!(again, printed);
+}

@@ -17,7 +17,7 @@ pub fn post_order(module: &Module, comp: CompId) -> Vec<InstrId> {
     let mut state: HashMap<InstrId, u8> =
         HashMap::with_capacity(module.comp(comp).instructions().len());
     let mut out = Vec::with_capacity(module.comp(comp).instructions().len());
-    post_order_by(module, comp, &mut state, &mut Vec::new(), &mut out);
+    post_order_by(module, comp, true, &mut state, &mut Vec::new(), &mut out);
     out
 }
 
@@ -46,11 +46,31 @@ impl PostOrders {
     /// [`PostOrders::post_order`] into `out` (cleared first): a caller walking many small
     /// computations reuses one vector instead of allocating one per walk.
     pub fn post_order_into(&mut self, module: &Module, comp: CompId, out: &mut Vec<InstrId>) {
+        self.walk(module, comp, true, out);
+    }
+
+    /// The order text and protos are written in, into `out` (cleared first): the stored order
+    /// where it already puts every operand and control predecessor before its user, else a
+    /// post order started from each instruction in stored order, which moves only what has to
+    /// move. A reader takes a name or an id only once it is defined, and the stored order may
+    /// be anything (`Module::set_instruction_order`, a proto read as given).
+    pub fn def_before_use_into(&mut self, module: &Module, comp: CompId, out: &mut Vec<InstrId>) {
+        self.walk(module, comp, false, out);
+    }
+
+    fn walk(&mut self, module: &Module, comp: CompId, root_first: bool, out: &mut Vec<InstrId>) {
         if self.state.len() < module.instr_capacity() {
             self.state.resize(module.instr_capacity(), 0);
         }
         out.clear();
-        post_order_by(module, comp, &mut self.state, &mut self.stack, out);
+        post_order_by(
+            module,
+            comp,
+            root_first,
+            &mut self.state,
+            &mut self.stack,
+            out,
+        );
         // Every instruction the walk marked is in `out`: unmark them for the next walk.
         for id in out.iter() {
             self.state[id.index()] = 0;
@@ -91,18 +111,21 @@ impl Visits for Vec<u8> {
     }
 }
 
-/// Appends the post order of `comp` to `out`; `stack` is scratch space (left empty).
+/// Appends the post order of `comp` to `out`; `stack` is scratch space (left empty). With
+/// `root_first` the walk starts from the root, so that its cone comes out in a natural order,
+/// then from any instruction not reached from it (in stored order); without, from every
+/// instruction in stored order.
 fn post_order_by(
     module: &Module,
     comp: CompId,
+    root_first: bool,
     state: &mut impl Visits,
     stack: &mut Vec<(InstrId, usize)>,
     out: &mut Vec<InstrId>,
 ) {
     let c = module.comp(comp);
-    // Start from the root first so that its cone comes out in a natural order, then any
-    // instruction not reached from it (in stored order).
-    let starts = c.root().into_iter().chain(c.instructions().iter().copied());
+    let root = if root_first { c.root() } else { None };
+    let starts = root.into_iter().chain(c.instructions().iter().copied());
     for start in starts {
         if state.get(start) != 0 {
             continue;

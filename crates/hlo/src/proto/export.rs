@@ -5,6 +5,7 @@ use super::import::{
 };
 use super::messages as pb;
 use super::values::*;
+use crate::analysis::order::PostOrders;
 use crate::attrs::*;
 use crate::instruction::{CompId, InstrId, Instruction};
 use crate::module::{AliasKind, Module, ProgramShape};
@@ -87,44 +88,6 @@ fn callees(m: &Module, c: CompId, listed: &mut [bool]) -> Vec<CompId> {
     v
 }
 
-/// The computation's instructions with every operand and control predecessor before its user;
-/// the stored order is kept where it already is one.
-/// `seen` is the visited table (by instruction index, false for this computation's
-/// instructions), so one table serves every computation of a module.
-fn def_before_use_order(m: &Module, c: CompId, seen: &mut [bool]) -> Vec<InstrId> {
-    let comp = m.comp(c);
-    let mut out = Vec::with_capacity(comp.instructions().len());
-    for &root in comp.instructions() {
-        if seen[root.index()] {
-            continue;
-        }
-        let mut stack: Vec<(InstrId, usize)> = vec![(root, 0)];
-        seen[root.index()] = true;
-        while let Some((i, k)) = stack.last_mut() {
-            let instr = m.instr(*i);
-            let deps = instr.operands().len() + instr.control_predecessors().len();
-            if *k < deps {
-                let d = if *k < instr.operands().len() {
-                    instr.operands()[*k]
-                } else {
-                    instr.control_predecessors()[*k - instr.operands().len()]
-                };
-                *k += 1;
-                // A dependency on the stack is a cycle; it is left in place and the cycle shows
-                // up as a forward reference that XLA's verifier reports.
-                if !seen[d.index()] {
-                    seen[d.index()] = true;
-                    stack.push((d, 0));
-                }
-            } else {
-                out.push(*i);
-                stack.pop();
-            }
-        }
-    }
-    out
-}
-
 pub(crate) fn program_shape_to_proto(
     ps: &ProgramShape,
     names: Vec<String>,
@@ -162,11 +125,12 @@ fn module_to_proto_parts(m: &Module) -> (pb::HloModuleProto, Ids, Vec<Vec<InstrI
         comp: vec![-1; m.comp_capacity()],
         instr: vec![-1; m.instr_capacity()],
     };
-    let mut seen = vec![false; m.instr_capacity()];
+    let mut walker = PostOrders::new(m);
     let mut instr_orders = Vec::with_capacity(order.len());
     for (ci, &c) in order.iter().enumerate() {
         ids.comp[c.index()] = ci as i64;
-        let io = def_before_use_order(m, c, &mut seen);
+        let mut io = Vec::new();
+        walker.def_before_use_into(m, c, &mut io);
         for (k, &i) in io.iter().enumerate() {
             ids.instr[i.index()] = ((ci as i64) << 32) | k as i64;
         }

@@ -5,6 +5,7 @@ use std::fmt::Write;
 use super::float::format_float;
 use super::parser::ALGORITHMS;
 use super::PrintOptions;
+use crate::analysis::order::PostOrders;
 use crate::attrs::*;
 use crate::instruction::{InstrId, Instruction};
 use crate::literal::{Literal, LiteralData};
@@ -203,6 +204,8 @@ fn write_module(out: &mut String, m: &Module, opts: &PrintOptions, level: usize)
     }
     let pct = if opts.short_form { "" } else { "%" };
     let mut shapes = ShapeSpans::new(m.instr_capacity());
+    let mut walker = PostOrders::new(m);
+    let mut unscheduled = Vec::new();
     for &c in m.computations() {
         let comp = m.comp(c);
         out.push_str(ind);
@@ -231,18 +234,38 @@ fn write_module(out: &mut String, m: &Module, opts: &PrintOptions, level: usize)
             }
         }
         out.push_str(" {\n");
-        let order: &[InstrId] = m
+        let sequence = m
             .schedule
             .as_ref()
             .and_then(|s| s.sequences.get(&c))
-            .filter(|seq| seq.len() == comp.instructions().len())
-            .map_or(comp.instructions(), |v| v.as_slice());
-        for &id in order {
-            let is_root = comp.root() == Some(id);
-            out.push_str(ind);
-            out.push_str(if is_root { "  ROOT " } else { "  " });
-            write_instruction(out, m, id, opts, &mut shapes);
-            out.push('\n');
+            .filter(|seq| seq.len() == comp.instructions().len());
+        let body = out.len();
+        let mut order: &[InstrId] = sequence.map_or(comp.instructions(), Vec::as_slice);
+        // The stored order may use a name before defining it (a proto read as given,
+        // `set_instruction_order`), which the parser refuses. Print it while it defines each
+        // operand first; at the first use before a definition, print the computation again in
+        // the def-before-use order. Checking as we print costs nothing extra on the orders every
+        // parsed module has.
+        let mut check = sequence.is_none();
+        'print: loop {
+            for &id in order {
+                if check && !shapes.dependencies_printed(m.instr(id)) {
+                    out.truncate(body);
+                    for &done in comp.instructions() {
+                        shapes.forget(done);
+                    }
+                    walker.def_before_use_into(m, c, &mut unscheduled);
+                    order = &unscheduled;
+                    check = false;
+                    continue 'print;
+                }
+                let is_root = comp.root() == Some(id);
+                out.push_str(ind);
+                out.push_str(if is_root { "  ROOT " } else { "  " });
+                write_instruction(out, m, id, opts, &mut shapes);
+                out.push('\n');
+            }
+            break;
         }
         out.push_str(ind);
         out.push('}');
@@ -537,6 +560,19 @@ impl ShapeSpans {
     fn new(n: usize) -> ShapeSpans {
         ShapeSpans {
             spans: vec![(0, 0); n],
+        }
+    }
+
+    /// Whether every operand and control predecessor of `i` is printed already.
+    fn dependencies_printed(&self, i: &Instruction) -> bool {
+        let printed = |d: &InstrId| self.spans.get(d.index()).is_some_and(|&(s, e)| s < e);
+        i.operands().iter().all(printed) && i.control_predecessors().iter().all(printed)
+    }
+
+    /// Forgets the printing of `id` (its text was taken back).
+    fn forget(&mut self, id: InstrId) {
+        if let Some(span) = self.spans.get_mut(id.index()) {
+            *span = (0, 0);
         }
     }
 

@@ -1501,3 +1501,26 @@ fn absent_always_printed_attributes_print_their_parsed_defaults() {
     let (_, again) = roundtrip(&printed);
     assert_eq!(again, printed);
 }
+
+/// The stored order may put a user before its operand (a proto read as given,
+/// `set_instruction_order`); the text still defines every name before its use, moving only
+/// what has to move (proto fuzz finding `operand-after-its-user`).
+#[test]
+fn text_defines_every_operand_before_its_user_whatever_the_stored_order() {
+    let text = "HloModule m\n\nENTRY %e (p: f32[]) -> f32[] {\n  %p = f32[] parameter(0)\n  %c = f32[] constant(1)\n  %n = f32[] negate(f32[] %p)\n  ROOT %a = f32[] add(f32[] %n, f32[] %c)\n}\n\n";
+    let mut m = parse_module(text).unwrap();
+    assert_eq!(m.to_text(), text);
+    let e = m.entry().unwrap();
+    let id = |m: &Module, n: &str| m.find_instruction(n).unwrap();
+    let (p, c, n, a) = (id(&m, "p"), id(&m, "c"), id(&m, "n"), id(&m, "a"));
+    m.set_instruction_order(e, vec![a, c, n, p]);
+    let printed = m.to_text();
+    let names: Vec<&str> = printed
+        .lines()
+        .filter_map(|l| l.trim().trim_start_matches("ROOT ").strip_prefix('%'))
+        .filter_map(|l| l.split(' ').next())
+        .collect();
+    assert_eq!(names, vec!["p", "n", "c", "a"], "{printed}");
+    let (_, again) = roundtrip(&printed);
+    assert_eq!(again, printed);
+}

@@ -112,9 +112,28 @@ pub enum Precision {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
 pub struct PrecisionConfig {
     pub operand_precision: Vec<Precision>,
-    /// `xla.PrecisionConfig.Algorithm` value (0 = unset); the text names live in the printer.
+    /// `xla.PrecisionConfig.Algorithm` value (0 = unset), one of [`DOT_ALGORITHMS`].
     pub algorithm: i32,
 }
+
+/// The `xla.PrecisionConfig.Algorithm` values and their text names (`algorithm=` without the
+/// `alg_` prefix XLA's enum has).
+pub const DOT_ALGORITHMS: &[(&str, i32)] = &[
+    ("unset", 0),
+    ("dot_any_f8_any_f8_f32", 1),
+    ("dot_any_f8_any_f8_f32_fast_accum", 2),
+    ("dot_f16_f16_f16", 3),
+    ("dot_f16_f16_f32", 4),
+    ("dot_bf16_bf16_bf16", 5),
+    ("dot_bf16_bf16_f32", 6),
+    ("dot_bf16_bf16_f32_x3", 7),
+    ("dot_bf16_bf16_f32_x6", 8),
+    ("dot_tf32_tf32_f32", 9),
+    ("dot_tf32_tf32_f32_x3", 10),
+    ("dot_f32_f32_f32", 11),
+    ("dot_f64_f64_f64", 12),
+    ("dot_bf16_bf16_f32_x9", 13),
+];
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
 pub struct GatherDimensionNumbers {

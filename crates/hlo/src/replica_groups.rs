@@ -6,6 +6,7 @@
 //! lists themselves; [`ReplicaGroups::groups`] is the one place that expands them.
 
 use crate::attrs::{MeshReplicaGroups, ReplicaGroups};
+use crate::shape::checked_product;
 use crate::sharding::{Mesh, Sharding, TileAssignment};
 
 /// Most devices an iota or mesh description may expand to (a bad description must not make us
@@ -128,9 +129,7 @@ fn iota_groups(
     } else {
         reshape_dims.to_vec()
     };
-    if dims.iter().any(|&d| d < 1)
-        || dims.iter().try_fold(1i64, |a, &d| a.checked_mul(d)) != Some(n)
-    {
+    if dims.iter().any(|&d| d < 1) || checked_product(&dims) != Some(n) {
         return Err(bad());
     }
     if !perm.is_empty() {
@@ -239,9 +238,7 @@ fn mesh_groups(m: &MeshReplicaGroups) -> Result<Vec<Vec<i64>>, ReplicaGroupsErro
             m.group_axes[i]
         )));
     }
-    let n = fine
-        .iter()
-        .try_fold(1i64, |a, &d| a.checked_mul(d))
+    let n = checked_product(&fine)
         .filter(|&n| n <= MAX_GROUP_DEVICES)
         .ok_or(ReplicaGroupsError::TooMany(i64::MAX))?;
     let devices = m.mesh.device_list();

@@ -426,3 +426,8 @@ impl Shape {
         }
     }
 }
+
+/// The product of `dims`, or `None` when it does not fit in an `i64`.
+pub fn checked_product(dims: &[i64]) -> Option<i64> {
+    dims.iter().try_fold(1i64, |n, &d| n.checked_mul(d))
+}

@@ -945,7 +945,11 @@ fn attrs_from_proto(
                     _ => Err(format!("unknown operand precision {v}")),
                 })
                 .collect::<Result<_, _>>()?,
-            algorithm: pc.algorithm,
+            algorithm: DOT_ALGORITHMS
+                .iter()
+                .any(|&(_, v)| v == pc.algorithm)
+                .then_some(pc.algorithm)
+                .ok_or_else(|| format!("unknown dot algorithm {}", pc.algorithm))?,
         }));
     }
     a.gather_dims = p.gather_dimension_numbers.as_ref().map(|g| {

@@ -1094,6 +1094,27 @@ fn malformed_protos_are_refused_by_name() {
         .dimensions = vec![-3];
     expect_error(&p, "negative dimension -3");
 
+    // An algorithm value the text form has no name for (fuzz finding `unknown-dot-algorithm`).
+    let mut p = small_proto();
+    p.computations[0].instructions[1].precision_config = Some(pb::PrecisionConfig {
+        operand_precision: vec![],
+        algorithm: 65,
+    });
+    expect_error(&p, "%n (id 1): unknown dot algorithm 65");
+
+    // Iota replica groups that hold no device count, or whose reshape does not hold it.
+    for (groups, size, reshape) in [(-2, -4, vec![]), (-2, -4, vec![8]), (2, 4, vec![-2, -4])] {
+        let mut p = small_proto();
+        p.computations[0].instructions[1].iota_collective_device_list =
+            Some(pb::IotaReplicaGroupListProto {
+                num_replica_groups: groups,
+                num_devices_per_group: size,
+                iota_reshape_dims: reshape,
+                iota_transpose_perm: vec![],
+            });
+        expect_error(&p, "do not match reshape dims");
+    }
+
     // Garbage bytes: a decode error, not a panic.
     assert!(matches!(
         from_proto_bytes(&[0xff, 0xff, 0xff]),

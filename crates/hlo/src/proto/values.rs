@@ -9,7 +9,8 @@ use crate::literal::{Literal, LiteralData};
 use crate::metadata::{FrontendAttributes, OpMetadata};
 use crate::rare::Rare;
 use crate::shape::{
-    ArrayShape, DimLevel, DimLevelType, Layout, LayoutExtras, Shape, SplitConfig, Tile,
+    checked_product, ArrayShape, DimLevel, DimLevelType, Layout, LayoutExtras, Shape, SplitConfig,
+    Tile,
 };
 use crate::sharding::{
     AxisRef, DimSharding, Mesh, MeshAxis, MeshDevices, NamedSharding, ReductionOp, ShardGroup,
@@ -662,7 +663,8 @@ fn mesh_from_proto(pm: &pb::MeshProto) -> VResult<Mesh> {
         ));
     }
     let sizes: Vec<i64> = axes.iter().map(|a| a.size).collect();
-    let n: i64 = sizes.iter().product();
+    let n = checked_product(&sizes)
+        .ok_or_else(|| format!("a mesh of axis sizes {sizes:?} holds more than 2^63 devices"))?;
     let devices = match (&pm.iota_transform, pm.device_ids.is_empty()) {
         (Some(_), false) => {
             return Err("a mesh has both device_ids and an iota_transform".into());
@@ -681,7 +683,7 @@ fn mesh_from_proto(pm: &pb::MeshProto) -> VResult<Mesh> {
             if axes.is_empty()
                 || !perm_ok
                 || t.reshape_dims.iter().any(|&r| r < 1)
-                || t.reshape_dims.iter().product::<i64>() != n
+                || checked_product(&t.reshape_dims) != Some(n)
             {
                 return Err(format!(
                     "mesh iota_transform {:?}T{:?} does not describe the mesh's {n} devices",
@@ -767,12 +769,15 @@ pub(crate) fn sharding_from_proto(p: &pb::OpSharding) -> VResult<Sharding> {
                     p.tile_assignment_dimensions
                 ));
             }
-            let n: i64 = dims.iter().product();
+            let n = checked_product(&dims).ok_or_else(|| {
+                format!("tile assignment dimensions {dims:?} hold more than 2^63 devices")
+            })?;
             let tile_assignment = if !p.iota_reshape_dims.is_empty() {
-                let r: i64 = p.iota_reshape_dims.iter().product();
-                if r != n {
+                if p.iota_reshape_dims.iter().any(|&d| d <= 0)
+                    || checked_product(&p.iota_reshape_dims) != Some(n)
+                {
                     return Err(format!(
-                        "iota reshape dims {:?} hold {r} devices, the tile assignment {n}",
+                        "iota reshape dims {:?} do not hold the tile assignment's {n} devices",
                         p.iota_reshape_dims
                     ));
                 }
@@ -905,14 +910,26 @@ pub(crate) fn replica_groups_from_proto(
         .as_ref()
         .and_then(|c| c.iota_replica_group_list.as_ref()));
     if let Some(i) = iota {
-        let devices = i.num_replica_groups.checked_mul(i.num_devices_per_group);
-        let product: i64 = i.iota_reshape_dims.iter().product();
-        if !i.iota_reshape_dims.is_empty() && devices != Some(product) {
-            return Err(format!(
-                "iota replica groups [{},{}] do not match reshape dims {:?}",
-                i.num_replica_groups, i.num_devices_per_group, i.iota_reshape_dims
-            ));
-        }
+        let devices = i
+            .num_replica_groups
+            .checked_mul(i.num_devices_per_group)
+            .filter(|_| i.num_replica_groups >= 0 && i.num_devices_per_group >= 0);
+        // No reshape dims: the devices in plain order, one dimension of all of them.
+        let reshape_dims = match (devices, i.iota_reshape_dims.is_empty()) {
+            (Some(n), true) => vec![n],
+            (Some(n), false)
+                if i.iota_reshape_dims.iter().all(|&d| d >= 0)
+                    && checked_product(&i.iota_reshape_dims) == Some(n) =>
+            {
+                i.iota_reshape_dims.clone()
+            }
+            _ => {
+                return Err(format!(
+                    "iota replica groups [{},{}] do not match reshape dims {:?}",
+                    i.num_replica_groups, i.num_devices_per_group, i.iota_reshape_dims
+                ))
+            }
+        };
         if !i.iota_transpose_perm.is_empty()
             && !is_permutation(&i.iota_transpose_perm, i.iota_reshape_dims.len())
         {
@@ -924,7 +941,7 @@ pub(crate) fn replica_groups_from_proto(
         return Ok(Some(ReplicaGroups::Iota {
             num_groups: i.num_replica_groups,
             group_size: i.num_devices_per_group,
-            reshape_dims: i.iota_reshape_dims.clone(),
+            reshape_dims,
             transpose_perm: perm_from_proto(&i.iota_transpose_perm),
         }));
     }

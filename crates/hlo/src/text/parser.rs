@@ -2445,26 +2445,9 @@ fn is_common_attr(key: &str) -> bool {
 }
 
 /// `xla.PrecisionConfig.Algorithm` names as the text spells them (`ALG_` dropped, lower case).
-pub(super) const ALGORITHMS: &[(&str, i32)] = &[
-    ("unset", 0),
-    ("dot_any_f8_any_f8_f32", 1),
-    ("dot_any_f8_any_f8_f32_fast_accum", 2),
-    ("dot_f16_f16_f16", 3),
-    ("dot_f16_f16_f32", 4),
-    ("dot_bf16_bf16_bf16", 5),
-    ("dot_bf16_bf16_f32", 6),
-    ("dot_bf16_bf16_f32_x3", 7),
-    ("dot_bf16_bf16_f32_x6", 8),
-    ("dot_tf32_tf32_f32", 9),
-    ("dot_tf32_tf32_f32_x3", 10),
-    ("dot_f32_f32_f32", 11),
-    ("dot_f64_f64_f64", 12),
-    ("dot_bf16_bf16_f32_x9", 13),
-];
-
 fn algorithm_value(w: &str) -> Option<i32> {
     let w = w.strip_prefix("alg_").unwrap_or(w);
-    ALGORITHMS
+    DOT_ALGORITHMS
         .iter()
         .find(|(n, _)| n.eq_ignore_ascii_case(w))
         .map(|&(_, v)| v)

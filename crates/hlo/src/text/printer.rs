@@ -3,7 +3,6 @@
 use std::fmt::Write;
 
 use super::float::format_float;
-use super::parser::ALGORITHMS;
 use super::PrintOptions;
 use crate::analysis::order::PostOrders;
 use crate::attrs::*;
@@ -12,7 +11,7 @@ use crate::literal::{Literal, LiteralData};
 use crate::metadata::{FrontendAttributes, OpMetadata};
 use crate::module::{AliasKind, Module};
 use crate::opcode::Opcode;
-use crate::shape::{DimLevelType, Layout, Shape, TILE_COMBINE_DIM, UNBOUNDED_DIM};
+use crate::shape::{checked_product, DimLevelType, Layout, Shape, TILE_COMBINE_DIM, UNBOUNDED_DIM};
 use crate::sharding::{
     AxisRef, Mesh, MeshDevices, NamedSharding, ReductionOp, Sharding, ShardingKind, SubgroupType,
     TileAssignment,
@@ -887,7 +886,7 @@ fn write_attributes(out: &mut String, m: &Module, i: &Instruction, opts: &PrintO
             out.push('}');
         }
         if p.algorithm != 0 {
-            let name = ALGORITHMS
+            let name = DOT_ALGORITHMS
                 .iter()
                 .find(|(_, v)| *v == p.algorithm)
                 .map_or("unset", |(n, _)| n);
@@ -1231,7 +1230,23 @@ fn write_aliasing(out: &mut String, v: &[OutputOperandAlias]) {
     out.push('}');
 }
 
-fn write_replica_groups(out: &mut String, rg: &ReplicaGroups) {
+/// `<=[8]` or `<=[2,4]T(1,0)`: an iota of devices reshaped and transposed. Without a
+/// transpose (the identity) the reshape changes nothing, and XLA writes (and reads) only the
+/// device count then.
+fn write_iota(out: &mut String, reshape_dims: &[i64], transpose_perm: &[i64]) {
+    out.push_str("<=[");
+    if transpose_perm.is_empty() {
+        write_i64(out, checked_product(reshape_dims).unwrap_or(i64::MAX));
+        out.push(']');
+    } else {
+        write_ints(out, reshape_dims, ",");
+        out.push_str("]T(");
+        write_ints(out, transpose_perm, ",");
+        out.push(')');
+    }
+}
+
+pub(super) fn write_replica_groups(out: &mut String, rg: &ReplicaGroups) {
     match rg {
         ReplicaGroups::Explicit(groups) => {
             out.push('{');
@@ -1249,14 +1264,15 @@ fn write_replica_groups(out: &mut String, rg: &ReplicaGroups) {
             reshape_dims,
             transpose_perm,
         } => {
-            let _ = write!(out, "[{num_groups},{group_size}]<=[");
-            write_ints(out, reshape_dims, ",");
-            out.push(']');
-            if !transpose_perm.is_empty() {
-                out.push_str("T(");
-                write_ints(out, transpose_perm, ",");
-                out.push(')');
-            }
+            let _ = write!(out, "[{num_groups},{group_size}]");
+            // No reshape dims stand for one dimension of all the devices.
+            let all = [num_groups.saturating_mul(*group_size)];
+            let dims = if reshape_dims.is_empty() {
+                &all[..]
+            } else {
+                reshape_dims
+            };
+            write_iota(out, dims, transpose_perm);
         }
         ReplicaGroups::Mesh(g) => {
             write_mesh(out, &g.mesh);
@@ -1394,14 +1410,7 @@ pub(super) fn write_sharding(out: &mut String, s: &Sharding) {
                     transpose_perm,
                     ..
                 } => {
-                    out.push_str("<=[");
-                    write_ints(out, reshape_dims, ",");
-                    out.push(']');
-                    if !transpose_perm.is_empty() {
-                        out.push_str("T(");
-                        write_ints(out, transpose_perm, ",");
-                        out.push(')');
-                    }
+                    write_iota(out, reshape_dims, transpose_perm);
                 }
             }
             if t.replicate_on_last_tile_dim {

@@ -1524,3 +1524,47 @@ fn text_defines_every_operand_before_its_user_whatever_the_stored_order() {
     let (_, again) = roundtrip(&printed);
     assert_eq!(again, printed);
 }
+
+/// An iota of devices without a transpose is spelled by its device count alone: XLA's parser
+/// refuses `<=[2,4]` and prints `<=[2,4]T(0,1)` as `<=[8]` (jaxlib 0.12); so do we, whether the
+/// value came from text, a proto or the builder (proto fuzz findings
+/// `sharding-iota-without-a-transpose`, `replica-groups-iota-without-a-transpose`).
+#[test]
+fn an_iota_without_a_transpose_prints_its_device_count() {
+    let g = parse_replica_groups("[4,2]<=[2,4]T(0,1)").unwrap();
+    assert_eq!(g, ReplicaGroups::iota(4, 2));
+    for (reshape, want) in [(vec![2, 4], "[4,2]<=[8]"), (vec![], "[4,2]<=[8]")] {
+        let built = ReplicaGroups::Iota {
+            num_groups: 4,
+            group_size: 2,
+            reshape_dims: reshape,
+            transpose_perm: vec![],
+        };
+        let mut out = String::new();
+        super::printer::write_replica_groups(&mut out, &built);
+        assert_eq!(out, want);
+        assert_eq!(parse_replica_groups(&out).unwrap().groups(), built.groups());
+    }
+    let e = parse_replica_groups("[4,2]<=[2,4]")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("'T('"), "{e}");
+    let text = "HloModule m\n\nENTRY %e (p: f32[64]) -> f32[64] {\n  ROOT %p = f32[64]{0} parameter(0), sharding={devices=[4,2]<=[2,4]T(0,1) last_tile_dim_replicate}\n}\n\n";
+    let (m, printed) = roundtrip(text);
+    assert!(
+        printed.contains("sharding={devices=[4,2]<=[8] last_tile_dim_replicate}"),
+        "{printed}"
+    );
+    let p = m.find_instruction("p").unwrap();
+    let mut sharding = m.instr(p).sharding.clone().unwrap();
+    if let ShardingKind::Tiled(t) = &mut sharding.kind {
+        t.tile_assignment = crate::sharding::TileAssignment::Iota {
+            dims: [4, 2].into_iter().collect(),
+            reshape_dims: [2, 4].into_iter().collect(),
+            transpose_perm: Default::default(),
+        };
+    }
+    let mut out = String::new();
+    super::printer::write_sharding(&mut out, &sharding);
+    assert_eq!(out, "{devices=[4,2]<=[8] last_tile_dim_replicate}");
+}

@@ -9,8 +9,8 @@ use crate::attrs::*;
 use crate::literal::{Literal, LiteralData};
 use crate::metadata::{FrontendAttributes, OpMetadata};
 use crate::shape::{
-    ArrayShape, DimLevel, DimLevelType, Layout, Shape, SplitConfig, Tile, TILE_COMBINE_DIM,
-    UNBOUNDED_DIM,
+    checked_product, ArrayShape, DimLevel, DimLevelType, Layout, Shape, SplitConfig, Tile,
+    TILE_COMBINE_DIM, UNBOUNDED_DIM,
 };
 use crate::sharding::{
     AxisRef, DimSharding, Mesh, MeshAxis, MeshDevices, NamedSharding, ReductionOp, ShardGroup,
@@ -1273,8 +1273,7 @@ impl<'a> Parser<'a> {
                 .c
                 .error_at(at, format!("device dimensions must be >= 1, found {d}")));
         }
-        dims.iter()
-            .try_fold(1i64, |n, &d| n.checked_mul(d))
+        checked_product(dims)
             .filter(|&n| n <= MAX_DEVICES)
             .ok_or_else(|| {
                 self.c.error_at(
@@ -1337,6 +1336,10 @@ impl<'a> Parser<'a> {
                     self.c.pos,
                     "the transpose permutation must have one entry per reshape dimension",
                 ));
+            }
+            // The identity transpose: the devices in plain order, as XLA keeps them (`<=[8]`).
+            if perm.iter().enumerate().all(|(k, &d)| d == k as i64) {
+                return Ok((vec![reshape.iter().product()], Vec::new()));
             }
         }
         Ok((reshape, perm))

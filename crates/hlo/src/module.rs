@@ -538,6 +538,15 @@ impl Module {
             .flatten()
     }
 
+    /// The shape of a recv-done of these operands: its recv's data and a token, whatever shape
+    /// was declared, as XLA builds it (the text parser and the proto reader both use it).
+    /// `None` when the operand is not a recv with a data element.
+    pub(crate) fn recv_done_shape(&self, operands: &[InstrId]) -> Option<Shape> {
+        let r = self.instr(*operands.first()?);
+        let data = (r.opcode == Opcode::Recv).then(|| r.shape.tuple_elements().first())??;
+        Some(Shape::Tuple(vec![data.clone(), Shape::Token]))
+    }
+
     /// A name not yet used in the module, made from `base` with XLA's `.N` suffixes.
     pub fn unique_name(&mut self, base: &str) -> String {
         if !self.names_mut().contains(base) {

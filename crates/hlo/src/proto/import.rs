@@ -665,6 +665,11 @@ fn instruction_from_proto(
     let shape =
         shape_from_proto(p.shape.as_ref().ok_or_else(|| e("no shape".into()))?).map_err(&e)?;
     let operands: Vec<InstrId> = p.operand_ids.iter().map(|o| added[local[o]]).collect();
+    // recv-done's shape is its recv's, whatever the proto says, as XLA reads it.
+    let shape = match opcode {
+        Opcode::RecvDone => m.recv_done_shape(&operands).unwrap_or(shape),
+        _ => shape,
+    };
     let mut called_ids = p.called_computation_ids.clone();
     if opcode == Opcode::While && called_ids.len() == 2 {
         // XLA's proto lists a while's `[body, condition]`; the IR keeps `[condition, body]`.

@@ -2416,13 +2416,8 @@ impl<'a> Parser<'a> {
         }
         // recv-done's shape comes from its recv, as in XLA (a declared shape is not kept).
         if op == RecvDone {
-            if let Some(&o) = operands.first() {
-                let r = self.m.instr(o);
-                if r.opcode == Recv {
-                    if let Some(data) = r.shape.tuple_elements().first() {
-                        instr.shape = Shape::Tuple(vec![data.clone(), Shape::Token]);
-                    }
-                }
+            if let Some(shape) = self.m.recv_done_shape(operands) {
+                instr.shape = shape;
             }
         }
         Ok(())

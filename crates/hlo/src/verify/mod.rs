@@ -406,12 +406,12 @@ impl<'a> Verifier<'a> {
         let n = ins.called.len();
         let want: Option<(usize, usize)> = match ins.opcode {
             While | SelectAndScatter => Some((2, 2)),
-            Call | Fusion | Map | Reduce | ReduceWindow | Scatter | Sort | AllReduce
+            Call | Fusion | Map | Reduce | ReduceWindow | Scatter | Sort | Scan | AllReduce
             | AllReduceStart | ReduceScatter | AsyncStart => Some((1, 1)),
             // XLA's protos name the wrapped computation on async-start only.
             AsyncUpdate | AsyncDone => Some((0, 1)),
             Conditional => Some((1, usize::MAX)),
-            CustomCall | Scan | CollectiveReduce => None,
+            CustomCall | CollectiveReduce => None,
             _ => Some((0, 0)),
         };
         if let Some((lo, hi)) = want {

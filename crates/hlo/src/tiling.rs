@@ -58,7 +58,7 @@ type Small = SmallVec<[i64; 4]>;
 /// iota over `n` devices.
 pub(crate) fn iota_normal_form(n: i64, reshape: &[i64], perm: &[i64]) -> Option<(Small, Small)> {
     let r = reshape.len();
-    if reshape.iter().product::<i64>() != n || reshape.iter().any(|&d| d < 1) {
+    if reshape.iter().any(|&d| d < 1) || crate::shape::checked_product(reshape) != Some(n) {
         return None;
     }
     if !perm.is_empty() {

@@ -914,22 +914,18 @@ pub(crate) fn replica_groups_from_proto(
             .num_replica_groups
             .checked_mul(i.num_devices_per_group)
             .filter(|_| i.num_replica_groups >= 0 && i.num_devices_per_group >= 0);
-        // No reshape dims: the devices in plain order, one dimension of all of them.
-        let reshape_dims = match (devices, i.iota_reshape_dims.is_empty()) {
-            (Some(n), true) => vec![n],
-            (Some(n), false)
-                if i.iota_reshape_dims.iter().all(|&d| d >= 0)
-                    && checked_product(&i.iota_reshape_dims) == Some(n) =>
-            {
-                i.iota_reshape_dims.clone()
-            }
-            _ => {
-                return Err(format!(
-                    "iota replica groups [{},{}] do not match reshape dims {:?}",
-                    i.num_replica_groups, i.num_devices_per_group, i.iota_reshape_dims
-                ))
-            }
+        // No reshape dims stand for one dimension of all the devices (as in the IR).
+        let fits = |n| {
+            i.iota_reshape_dims.is_empty()
+                || (i.iota_reshape_dims.iter().all(|&d| d >= 0)
+                    && checked_product(&i.iota_reshape_dims) == Some(n))
         };
+        if !devices.is_some_and(fits) {
+            return Err(format!(
+                "iota replica groups [{},{}] do not match reshape dims {:?}",
+                i.num_replica_groups, i.num_devices_per_group, i.iota_reshape_dims
+            ));
+        }
         if !i.iota_transpose_perm.is_empty()
             && !is_permutation(&i.iota_transpose_perm, i.iota_reshape_dims.len())
         {
@@ -941,7 +937,7 @@ pub(crate) fn replica_groups_from_proto(
         return Ok(Some(ReplicaGroups::Iota {
             num_groups: i.num_replica_groups,
             group_size: i.num_devices_per_group,
-            reshape_dims,
+            reshape_dims: i.iota_reshape_dims.clone(),
             transpose_perm: perm_from_proto(&i.iota_transpose_perm),
         }));
     }

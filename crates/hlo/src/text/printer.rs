@@ -16,6 +16,7 @@ use crate::sharding::{
     AxisRef, Mesh, MeshDevices, NamedSharding, ReductionOp, Sharding, ShardingKind, SubgroupType,
     TileAssignment,
 };
+use crate::tiling::iota_normal_form;
 use crate::types::ElementType;
 
 /// A shape as the text writes it, layout included.
@@ -203,7 +204,8 @@ fn write_module(out: &mut String, m: &Module, opts: &PrintOptions, level: usize)
     }
     let pct = if opts.short_form { "" } else { "%" };
     let mut shapes = ShapeSpans::new(m.instr_capacity());
-    let mut walker = PostOrders::new(m);
+    // Made only for a computation stored out of order (never for a parsed module).
+    let mut walker: Option<PostOrders> = None;
     let mut unscheduled = Vec::new();
     for &c in m.computations() {
         let comp = m.comp(c);
@@ -253,7 +255,9 @@ fn write_module(out: &mut String, m: &Module, opts: &PrintOptions, level: usize)
                     for &done in comp.instructions() {
                         shapes.forget(done);
                     }
-                    walker.def_before_use_into(m, c, &mut unscheduled);
+                    walker
+                        .get_or_insert_with(|| PostOrders::new(m))
+                        .def_before_use_into(m, c, &mut unscheduled);
                     order = &unscheduled;
                     check = false;
                     continue 'print;
@@ -1230,17 +1234,19 @@ fn write_aliasing(out: &mut String, v: &[OutputOperandAlias]) {
     out.push('}');
 }
 
-/// `<=[8]` or `<=[2,4]T(1,0)`: an iota of devices reshaped and transposed. Without a
-/// transpose (the identity) the reshape changes nothing, and XLA writes (and reads) only the
-/// device count then.
-fn write_iota(out: &mut String, reshape_dims: &[i64], transpose_perm: &[i64]) {
+/// `<=[8]` or `<=[2,4]T(1,0)`: an iota of `n` devices reshaped and transposed, in its normal
+/// form, as XLA writes it (`<=[2,4]` with no transpose is `<=[8]`, `<=[1,8]T(1,0)` too) and as
+/// the parser reads it back. An iota that does not describe `n` devices prints as stored.
+fn write_iota(out: &mut String, n: i64, reshape_dims: &[i64], transpose_perm: &[i64]) {
+    let normal = iota_normal_form(n, reshape_dims, transpose_perm);
+    let (reshape_dims, transpose_perm) = normal
+        .as_ref()
+        .map_or((reshape_dims, transpose_perm), |(r, p)| (r, p));
     out.push_str("<=[");
-    if transpose_perm.is_empty() {
-        write_i64(out, checked_product(reshape_dims).unwrap_or(i64::MAX));
-        out.push(']');
-    } else {
-        write_ints(out, reshape_dims, ",");
-        out.push_str("]T(");
+    write_ints(out, reshape_dims, ",");
+    out.push(']');
+    if !transpose_perm.is_empty() {
+        out.push_str("T(");
         write_ints(out, transpose_perm, ",");
         out.push(')');
     }
@@ -1266,13 +1272,14 @@ pub(super) fn write_replica_groups(out: &mut String, rg: &ReplicaGroups) {
         } => {
             let _ = write!(out, "[{num_groups},{group_size}]");
             // No reshape dims stand for one dimension of all the devices.
-            let all = [num_groups.saturating_mul(*group_size)];
+            let n = num_groups.saturating_mul(*group_size);
+            let all = [n];
             let dims = if reshape_dims.is_empty() {
                 &all[..]
             } else {
                 reshape_dims
             };
-            write_iota(out, dims, transpose_perm);
+            write_iota(out, n, dims, transpose_perm);
         }
         ReplicaGroups::Mesh(g) => {
             write_mesh(out, &g.mesh);
@@ -1406,11 +1413,12 @@ pub(super) fn write_sharding(out: &mut String, s: &Sharding) {
             match &t.tile_assignment {
                 TileAssignment::Explicit { devices, .. } => write_ints(out, devices, ","),
                 TileAssignment::Iota {
+                    dims,
                     reshape_dims,
                     transpose_perm,
-                    ..
                 } => {
-                    write_iota(out, reshape_dims, transpose_perm);
+                    let n = checked_product(dims).unwrap_or(i64::MAX);
+                    write_iota(out, n, reshape_dims, transpose_perm);
                 }
             }
             if t.replicate_on_last_tile_dim {

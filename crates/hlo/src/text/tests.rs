@@ -1525,14 +1525,23 @@ fn text_defines_every_operand_before_its_user_whatever_the_stored_order() {
     assert_eq!(again, printed);
 }
 
-/// An iota of devices without a transpose is spelled by its device count alone: XLA's parser
-/// refuses `<=[2,4]` and prints `<=[2,4]T(0,1)` as `<=[8]` (jaxlib 0.12); so do we, whether the
-/// value came from text, a proto or the builder (proto fuzz findings
+/// An iota of devices is spelled in its normal form: XLA's parser refuses `<=[2,4]`, prints
+/// `<=[2,4]T(0,1)` and `<=[1,8]T(1,0)` as `<=[8]` and keeps `<=[2,2,2]T(0,2,1)` (jaxlib 0.12);
+/// so do we, whether the value came from text, a proto or the builder (proto fuzz findings
 /// `sharding-iota-without-a-transpose`, `replica-groups-iota-without-a-transpose`).
 #[test]
 fn an_iota_without_a_transpose_prints_its_device_count() {
-    let g = parse_replica_groups("[4,2]<=[2,4]T(0,1)").unwrap();
-    assert_eq!(g, ReplicaGroups::iota(4, 2));
+    for spelled in ["[4,2]<=[2,4]T(0,1)", "[4,2]<=[1,8]T(1,0)"] {
+        assert_eq!(
+            parse_replica_groups(spelled).unwrap(),
+            ReplicaGroups::iota(4, 2)
+        );
+    }
+    let kept = parse_replica_groups("[4,2]<=[2,2,2]T(0,2,1)").unwrap();
+    assert_eq!(
+        kept,
+        ReplicaGroups::iota_transposed(4, 2, &[2, 2, 2], &[0, 2, 1])
+    );
     for (reshape, want) in [(vec![2, 4], "[4,2]<=[8]"), (vec![], "[4,2]<=[8]")] {
         let built = ReplicaGroups::Iota {
             num_groups: 4,

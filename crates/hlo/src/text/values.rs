@@ -16,6 +16,7 @@ use crate::sharding::{
     AxisRef, DimSharding, Mesh, MeshAxis, MeshDevices, NamedSharding, ReductionOp, ShardGroup,
     Sharding, ShardingKind, SubgroupType, TileAssignment, TiledSharding,
 };
+use crate::tiling::iota_normal_form;
 use crate::types::ElementType;
 
 /// The largest literal, in bytes, that the parser builds from `{...}` or from a single value
@@ -1304,7 +1305,7 @@ impl<'a> Parser<'a> {
     fn iota_reshape(&mut self) -> PResult<(Vec<i64>, Vec<i64>)> {
         let at = self.c.pos;
         let reshape = self.bracket_dims("the iota reshape dimensions")?;
-        self.device_count(&reshape, at)?;
+        let devices = self.device_count(&reshape, at)?;
         let mut perm = Vec::new();
         if reshape.len() > 1 {
             if !(self.c.peek()? == Some(b'T') && self.c.byte_at(1) == Some(b'(')) {
@@ -1337,12 +1338,10 @@ impl<'a> Parser<'a> {
                     "the transpose permutation must have one entry per reshape dimension",
                 ));
             }
-            // The identity transpose: the devices in plain order, as XLA keeps them (`<=[8]`).
-            if perm.iter().enumerate().all(|(k, &d)| d == k as i64) {
-                return Ok((vec![reshape.iter().product()], Vec::new()));
-            }
         }
-        Ok((reshape, perm))
+        // In its normal form, as XLA keeps it: `<=[2,4]T(0,1)` and `<=[1,8]T(1,0)` are `<=[8]`.
+        Ok(iota_normal_form(devices, &reshape, &perm)
+            .map_or((reshape, perm), |(r, p)| (r.to_vec(), p.to_vec())))
     }
 
     // ----- replica groups -----

@@ -13,6 +13,7 @@ use clap::{Parser, Subcommand};
 use tessera_hlo::text::{parse_module, print_module, PrintOptions};
 use tessera_hlo::Module;
 
+mod autoshard;
 mod compile;
 mod embedding;
 mod memory;
@@ -91,6 +92,9 @@ enum Command {
     /// optimizer steps on PJRT CPU devices.
     #[command(subcommand)]
     Embedding(embedding::EmbeddingCommand),
+    /// Automatic sharding: solve an IOPDDL problem.
+    #[command(subcommand)]
+    AutoShard(autoshard::AutoShardCommand),
 }
 
 pub(crate) fn read_input(file: &str) -> Result<Vec<u8>> {
@@ -218,6 +222,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Memory(args) => write_output(None, &memory::memory(&args)?),
         Command::Run(args) => write_output(None, &run::run(&args, run::parse_text)?),
         Command::Embedding(cmd) => write_output(None, &embedding::embedding(&cmd)?),
+        Command::AutoShard(cmd) => write_output(None, &autoshard::auto_shard(&cmd)?),
         Command::Compare(args) => {
             let (report, passed) = run::compare(&args, run::parse_text)?;
             write_output(None, &report)?;

@@ -106,6 +106,8 @@ struct Model {
     /// Per node: (neighbour, edge, this node is the edge's first end).
     adj: Vec<Vec<(usize, usize, bool)>>,
     limit: i64,
+    /// Strategies before the reduction.
+    orig_strategies: usize,
 }
 
 impl Model {
@@ -155,28 +157,35 @@ impl Model {
         let mut changed = true;
         while changed {
             changed = false;
-            for (e, &(x, y)) in order.iter().enumerate() {
-                let m = &merged[&(x, y)];
-                let ky = p.node_costs[y].len();
-                let kx = p.node_costs[x].len();
-                for sx in 0..kx {
-                    if alive[x][sx]
-                        && !(0..ky).any(|sy| alive[y][sy] && m[sx * ky + sy] < FORBIDDEN)
-                    {
-                        alive[x][sx] = false;
-                        changed = true;
+            loop {
+                let mut arc = false;
+                for (e, &(x, y)) in order.iter().enumerate() {
+                    let m = &merged[&(x, y)];
+                    let ky = p.node_costs[y].len();
+                    let kx = p.node_costs[x].len();
+                    for sx in 0..kx {
+                        if alive[x][sx]
+                            && !(0..ky).any(|sy| alive[y][sy] && m[sx * ky + sy] < FORBIDDEN)
+                        {
+                            alive[x][sx] = false;
+                            arc = true;
+                        }
                     }
-                }
-                for sy in 0..ky {
-                    if alive[y][sy]
-                        && !(0..kx).any(|sx| alive[x][sx] && m[sx * ky + sy] < FORBIDDEN)
-                    {
-                        alive[y][sy] = false;
-                        changed = true;
+                    for sy in 0..ky {
+                        if alive[y][sy]
+                            && !(0..kx).any(|sx| alive[x][sx] && m[sx * ky + sy] < FORBIDDEN)
+                        {
+                            alive[y][sy] = false;
+                            arc = true;
+                        }
                     }
+                    let _ = e;
                 }
-                let _ = e;
+                if !arc {
+                    break;
+                }
             }
+            changed |= dominate(p, &order, &merged, &nbrs, &self_cost, &mut alive);
         }
         let dom: Vec<Vec<usize>> = alive
             .iter()
@@ -258,6 +267,7 @@ impl Model {
             emat,
             adj,
             limit,
+            orig_strategies: p.node_costs.iter().map(Vec::len).sum(),
         })
     }
 
@@ -322,6 +332,71 @@ impl Model {
             })
             .collect()
     }
+}
+
+/// Drops strategies that another strategy of the same node dominates: no more cost, no more
+/// usage, and no more cost on every edge whatever the neighbour picks (equal ones: the later
+/// goes). Nodes with more than 64 strategies are left alone. True when something went.
+fn dominate(
+    p: &Problem,
+    order: &[(usize, usize)],
+    merged: &HashMap<(usize, usize), Vec<u64>>,
+    nbrs: &[Vec<usize>],
+    self_cost: &[Vec<u64>],
+    alive: &mut [Vec<bool>],
+) -> bool {
+    let mut any = false;
+    for i in 0..alive.len() {
+        let k = alive[i].len();
+        let rows: usize = nbrs[i]
+            .iter()
+            .map(|&e| {
+                let (x, y) = order[e];
+                p.node_costs[if x == i { y } else { x }].len()
+            })
+            .sum();
+        if k > 64 || k * k * rows > 200_000 {
+            continue;
+        }
+        let edge_le = |a: usize, b: usize, alive: &[Vec<bool>]| {
+            nbrs[i].iter().all(|&e| {
+                let (x, y) = order[e];
+                let m = &merged[&(x, y)];
+                let ky = p.node_costs[y].len();
+                if x == i {
+                    (0..ky).all(|t| !alive[y][t] || m[a * ky + t] <= m[b * ky + t])
+                } else {
+                    (0..p.node_costs[x].len())
+                        .all(|t| !alive[x][t] || m[t * ky + a] <= m[t * ky + b])
+                }
+            })
+        };
+        for b in 0..k {
+            if !alive[i][b] {
+                continue;
+            }
+            for a in 0..k {
+                if a == b || !alive[i][a] {
+                    continue;
+                }
+                let (ca, cb) = (self_cost[i][a], self_cost[i][b]);
+                let (ua, ub) = (p.node_usages[i][a], p.node_usages[i][b]);
+                if ca > cb || ua > ub {
+                    continue;
+                }
+                // Equal in cost and usage: only the earlier one may remove the later.
+                if ca == cb && ua == ub && a > b && edge_le(b, a, alive) {
+                    continue;
+                }
+                if edge_le(a, b, alive) {
+                    alive[i][b] = false;
+                    any = true;
+                    break;
+                }
+            }
+        }
+    }
+    any
 }
 
 /// A cost as (forbidden terms, sum of the others).
@@ -708,6 +783,10 @@ struct Search<'a> {
     scratch: std::cell::RefCell<Vec<bool>>,
     /// Time the current phase may run to (the first local search gets part of the limit).
     phase_limit: std::cell::Cell<Duration>,
+    /// Per node: the summed multipliers over its interval at the best bound (memory prices).
+    weights: Vec<f64>,
+    /// The local-search start, forbidden choices and all, until a solution without any exists.
+    current: Vec<usize>,
 }
 
 impl<'a> Search<'a> {
@@ -723,6 +802,8 @@ impl<'a> Search<'a> {
             min_peak: i64::MAX,
             scratch: std::cell::RefCell::new(Vec::new()),
             phase_limit: std::cell::Cell::new(options.time_limit),
+            weights: vec![0.0; model.n],
+            current: Vec::new(),
         }
     }
 
@@ -778,25 +859,35 @@ impl<'a> Search<'a> {
             return; // infeasible
         }
         let mut x = least.clone();
-        self.phase_limit.set(self.options.time_limit.mul_f64(0.4));
+        self.phase_limit.set(self.options.time_limit.mul_f64(0.3));
         self.unforbid(&mut x, m.limit);
         self.trace("unforbid");
         self.improve(&mut x, m.limit);
         self.phase_limit.set(self.options.time_limit);
-        self.offer(x);
+        self.offer(x.clone());
+        self.current = x;
         self.trace("least-memory start");
 
         let all: Vec<usize> = (0..m.ends.len()).collect();
-        let (edges, dropped, steps) =
-            match plan(m, &all, self.options.max_table, self.options.max_total) {
-                Some(steps) => (all, Vec::new(), steps),
-                None => {
-                    let (tree, rest) = forest(m);
-                    let steps = plan(m, &tree, usize::MAX, usize::MAX).unwrap_or_default();
-                    (tree, rest, steps)
-                }
-            };
+        let tried = if m.n <= 5000 {
+            plan(m, &all, self.options.max_table, self.options.max_total)
+        } else {
+            None // the clique bookkeeping alone takes seconds on large graphs
+        };
+        let (edges, dropped, steps) = match tried {
+            Some(steps) => (all, Vec::new(), steps),
+            None => {
+                let (tree, rest) = forest(m);
+                let steps = plan(m, &tree, usize::MAX, usize::MAX).unwrap_or_default();
+                (tree, rest, steps)
+            }
+        };
         self.exact = dropped.is_empty();
+        self.trace(&format!(
+            "strategies {} of {}",
+            m.dom.iter().map(Vec::len).sum::<usize>(),
+            m.orig_strategies
+        ));
         self.trace(&format!(
             "plan: {} steps, exact {}",
             steps.len(),
@@ -808,7 +899,7 @@ impl<'a> Search<'a> {
             .sum();
         let mut lambda = vec![0.0f64; m.nseg];
         // The bound gets the time up to 60% of the limit; local search the rest.
-        self.phase_limit.set(self.options.time_limit.mul_f64(0.6));
+        self.phase_limit.set(self.options.time_limit.mul_f64(0.5));
         let mut theta = 1.0;
         let mut stall = 0;
         let mut last_best_lower = f64::NEG_INFINITY;
@@ -835,6 +926,9 @@ impl<'a> Search<'a> {
             let bound = value + dropped_min - m.limit as f64 * prefix[m.nseg];
             if bound > self.lower {
                 self.lower = bound;
+                self.weights = (0..m.n)
+                    .map(|i| prefix[m.span[i].1] - prefix[m.span[i].0])
+                    .collect();
             }
             let profile = m.profile(&y);
             if self.exact || m.n <= 5000 {
@@ -909,10 +1003,25 @@ impl<'a> Search<'a> {
         let mut rounds = 0usize;
         while !self.out_of_time() && !self.proven() && rounds < self.options.max_iterations {
             rounds += 1;
-            let Some((_, best)) = self.best.clone() else {
-                return;
+            let have = self.best.is_some();
+            let mut x = match &self.best {
+                Some((_, b)) => b.clone(),
+                None if self.current.len() == m.n => self.current.clone(),
+                None => return,
             };
-            let mut x = best;
+            if !rounds.is_multiple_of(4) || !have {
+                let mut tree = SegTree::new(&m.profile(&x));
+                let seed = next();
+                let scale = [1.0, 0.5, 2.0, 0.0, 1.5][rounds % 5];
+                if self.block_move(&mut x, &mut tree, seed, scale) {
+                    if have {
+                        self.improve(&mut x, m.limit);
+                    }
+                    self.current.clone_from(&x);
+                    self.offer(x);
+                }
+                continue;
+            }
             let kicks = 1 + (next() % (1 + (m.n as u64 / 100).min(20))) as usize;
             let mut free = SegTree::new(&[0]);
             for _ in 0..kicks {
@@ -931,6 +1040,163 @@ impl<'a> Search<'a> {
             }
         }
         self.trace(&format!("perturb: {rounds} rounds"));
+    }
+
+    /// Exact block move: a random induced forest of nodes is re-optimized jointly by dynamic
+    /// programming, the other nodes fixed, memory priced by the multipliers of the best bound
+    /// (times `scale`). Kept when the true cost drops and every time step stays within the limit.
+    fn block_move(&self, x: &mut [usize], tree: &mut SegTree, seed: u64, scale: f64) -> bool {
+        let m = self.model;
+        let n = m.n;
+        let mut rng = seed | 1;
+        let mut order: Vec<usize> = (0..n).collect();
+        for i in (1..n).rev() {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            order.swap(i, (rng % (i as u64 + 1)) as usize);
+        }
+        let mut parent: Vec<usize> = (0..n).collect();
+        fn find(p: &mut [usize], mut v: usize) -> usize {
+            while p[v] != v {
+                p[v] = p[p[v]];
+                v = p[v];
+            }
+            v
+        }
+        let mut sel = vec![false; n];
+        for &v in &order {
+            let mut roots: Vec<usize> = Vec::new();
+            let mut ok = true;
+            for &(j, _, _) in &m.adj[v] {
+                if sel[j] {
+                    let r = find(&mut parent, j);
+                    if roots.contains(&r) {
+                        ok = false;
+                        break;
+                    }
+                    roots.push(r);
+                }
+            }
+            if ok {
+                sel[v] = true;
+                for r in roots {
+                    parent[r] = v;
+                }
+            }
+        }
+        // Unary terms: node cost, memory price, edges to fixed nodes.
+        let unary: Vec<Vec<f64>> = (0..n)
+            .map(|i| {
+                if !sel[i] {
+                    return Vec::new();
+                }
+                (0..m.k(i))
+                    .map(|s| {
+                        let mut c = m.cost[i][s] + scale * self.weights[i] * m.usage[i][s] as f64;
+                        for &(j, e, first) in &m.adj[i] {
+                            if !sel[j] {
+                                c += if first {
+                                    m.edge_cost(e, s, x[j])
+                                } else {
+                                    m.edge_cost(e, x[j], s)
+                                };
+                            }
+                        }
+                        c
+                    })
+                    .collect()
+            })
+            .collect();
+        // Tree DP per component: BFS order from a root, messages leaves-up.
+        let mut seen = vec![false; n];
+        let mut y = x.to_vec();
+        let mut par: Vec<Option<(usize, usize, bool)>> = vec![None; n];
+        let mut belief: Vec<Vec<f64>> = unary;
+        let mut choice: Vec<Vec<usize>> = vec![Vec::new(); n];
+        for root in 0..n {
+            if !sel[root] || seen[root] {
+                continue;
+            }
+            let mut bfs = vec![root];
+            seen[root] = true;
+            let mut h = 0;
+            while h < bfs.len() {
+                let v = bfs[h];
+                h += 1;
+                for &(j, e, first) in &m.adj[v] {
+                    if sel[j] && !seen[j] {
+                        seen[j] = true;
+                        // Edge e seen from j: j is its first end when v is not.
+                        par[j] = Some((v, e, !first));
+                        bfs.push(j);
+                    }
+                }
+            }
+            for &v in bfs.iter().rev() {
+                let Some((p, e, v_first)) = par[v] else {
+                    continue;
+                };
+                let mut msg = vec![0.0; m.k(p)];
+                let mut arg = vec![0usize; m.k(p)];
+                for sp in 0..m.k(p) {
+                    let mut best = (f64::INFINITY, 0);
+                    for (sv, &bv) in belief[v].iter().enumerate() {
+                        let ec = if v_first {
+                            m.edge_cost(e, sv, sp)
+                        } else {
+                            m.edge_cost(e, sp, sv)
+                        };
+                        let c = bv + ec;
+                        if c < best.0 {
+                            best = (c, sv);
+                        }
+                    }
+                    msg[sp] = best.0;
+                    arg[sp] = best.1;
+                }
+                for (b, mv) in belief[p].iter_mut().zip(&msg) {
+                    *b += mv;
+                }
+                choice[v] = arg;
+            }
+            let r = (0..m.k(root))
+                .min_by(|&a, &b| belief[root][a].total_cmp(&belief[root][b]))
+                .unwrap_or(0);
+            y[root] = r;
+            for &v in bfs.iter().skip(1) {
+                let (p, _, _) = par[v].unwrap_or((v, 0, false));
+                y[v] = choice[v][y[p]];
+            }
+        }
+        // Accept on true cost and memory.
+        let set: Vec<usize> = (0..n).filter(|&i| sel[i] && y[i] != x[i]).collect();
+        if set.is_empty() {
+            return false;
+        }
+        let mut inside = vec![false; n];
+        for &i in &set {
+            inside[i] = true;
+        }
+        let old = self.set_cost(x, &set, &inside);
+        let new = self.set_cost(&y, &set, &inside);
+        if !new.better(old) {
+            return false;
+        }
+        for &i in &set {
+            let (a, b) = m.span[i];
+            tree.range_add(a, b, m.usage[i][y[i]] - m.usage[i][x[i]]);
+        }
+        if tree.top() > m.limit {
+            let mut z = y.clone();
+            if !self.repair(&mut z) || !Lex::of(m.total(&z)).better(Lex::of(m.total(x))) {
+                return false;
+            }
+            x.copy_from_slice(&z);
+            return true;
+        }
+        x.copy_from_slice(&y);
+        true
     }
 
     /// Sets node `i` to `s` and lets forbidden neighbours follow (a chain move whatever its cost).
@@ -977,8 +1243,9 @@ impl<'a> Search<'a> {
             }
             let t = tree.argmax();
             let over = tree.top() - m.limit;
-            // The move that frees memory at t for the least cost per byte (whole excess if it can).
-            let mut best: Option<(f64, usize, usize)> = None;
+            // Per live node, the move that frees memory at t for the least cost per byte; the
+            // cheapest ones go first until t fits.
+            let mut moves: Vec<(f64, usize, usize)> = Vec::new();
             for i in 0..m.n {
                 let (a, b) = m.span[i];
                 if !(a <= t && t < b) {
@@ -986,6 +1253,7 @@ impl<'a> Search<'a> {
                 }
                 let cur = m.usage[i][x[i]];
                 let here = m.local(x, i, x[i]);
+                let mut best: Option<(f64, usize, usize)> = None;
                 for s in 0..m.k(i) {
                     let freed = cur - m.usage[i][s];
                     if freed <= 0 {
@@ -1000,11 +1268,20 @@ impl<'a> Search<'a> {
                         best = Some((score, i, s));
                     }
                 }
+                moves.extend(best);
             }
-            let Some((_, i, s)) = best else { return false };
-            let (a, b) = m.span[i];
-            tree.range_add(a, b, m.usage[i][s] - m.usage[i][x[i]]);
-            x[i] = s;
+            if moves.is_empty() {
+                return false;
+            }
+            moves.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+            for (_, i, s) in moves {
+                let (a, b) = m.span[i];
+                tree.range_add(a, b, m.usage[i][s] - m.usage[i][x[i]]);
+                x[i] = s;
+                if tree.range_max(t, t + 1) <= m.limit {
+                    break;
+                }
+            }
         }
         true
     }
@@ -1095,7 +1372,10 @@ impl<'a> Search<'a> {
                 return;
             }
             let mut moved = false;
-            for &i in &work {
+            for (w, &i) in work.iter().enumerate() {
+                if w % 256 == 0 && self.out_of_time() {
+                    return;
+                }
                 for s in 0..m.k(i) {
                     if s != x[i] && self.chain_move(x, &mut tree, i, s, limit) {
                         moved = true;

@@ -1014,7 +1014,8 @@ impl<'a> Search<'a> {
                 let seed = next();
                 let scale = [1.0, 0.5, 2.0, 0.0, 1.5][rounds % 5];
                 if self.block_move(&mut x, &mut tree, seed, scale) {
-                    if have {
+                    // A full pass costs hundreds of block moves on large graphs.
+                    if have && m.n <= 5000 {
                         self.improve(&mut x, m.limit);
                     }
                     self.current.clone_from(&x);

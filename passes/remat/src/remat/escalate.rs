@@ -27,6 +27,9 @@ use crate::RematMode;
 /// configured one: chains of up to 4 and of up to 16 instructions recomputed together.
 pub const BLOCKS: [(usize, i64); 2] = [(4, 2), (16, 8)];
 
+/// States the exact optimum (level 5, computations of at most 32 values) may explore.
+pub const EXACT_STATES: usize = 1 << 18;
+
 /// Reschedule-and-rematerialize rounds per schedule (round 1 is the plain try).
 pub const ROUNDS: usize = 4;
 
@@ -37,7 +40,8 @@ pub struct RematTry {
     pub round: usize,
     /// `None`: the input's own schedule.
     pub scheduler: Option<SchedulerKind>,
-    /// 0 (with the factor 0): the recompute-before-use level (split.rs).
+    /// 0 (with the factor 0): the recompute-before-use level (split.rs); `usize::MAX`: the
+    /// exact optimum (optimal.rs).
     pub block_size_limit: usize,
     pub block_rematerialization_factor: i64,
     /// Peak along the schedule before rematerialization.
@@ -66,6 +70,9 @@ impl RematTry {
             (Some(p), None) => format!("reached {p}"),
             _ => "not run (its floor is above the limit)".into(),
         };
+        if self.block_size_limit == usize::MAX {
+            return format!("the exact optimum (optimal.rs): {result}");
+        }
         if self.block_size_limit == 0 {
             return format!(
                 "{round}recompute before the later use (split.rs): from {}, floor {}, {result}",
@@ -301,8 +308,13 @@ impl Rematerialization {
             });
             for start in starts {
                 let o = self.split_outcome(start, limit, flops_before, input_floor, &mut tries)?;
+                let met = o.peak <= limit;
                 misses.push((None, o.clone()));
                 keep(&mut best, o);
+                if met {
+                    // From the lowest miss first: it already holds the cheap recomputations.
+                    break;
+                }
             }
         }
 
@@ -383,9 +395,67 @@ impl Rematerialization {
             }
         }
 
-        let Some(best) = best else {
+        // Level 5: small computations get the exact optimum (optimal.rs) when it is cheaper
+        // than what the levels above found, or meets a limit they missed.
+        if limit >= any_floor && self.options.mode == RematMode::Recompute {
+            if let Ok(problem) = crate::optimal::Problem::from_module(&input, &*self.size_fn) {
+                if let crate::optimal::Optimum::Found { schedule, .. } =
+                    problem.solve(limit, EXACT_STATES)
+                {
+                    if let Ok(m) = problem.materialize(&input, &schedule) {
+                        let peak = measure_peak(&m, &*self.size_fn);
+                        let flops = (module_flops(&m) - flops_before).max(0);
+                        tries.push(RematTry {
+                            round: 1,
+                            scheduler: None,
+                            block_size_limit: usize::MAX,
+                            block_rematerialization_factor: 0,
+                            scheduled: peak_before,
+                            floor: input_floor,
+                            peak: Some(peak),
+                            recompute_flops: Some(flops),
+                        });
+                        let summary = RematSummary {
+                            peak_after: peak,
+                            instructions_rematerialized: (schedule.len() - problem.len()) as i64,
+                            net_instructions_added: m.instruction_count() as i64
+                                - input.instruction_count() as i64,
+                            instructions_after: m.instruction_count(),
+                            ..RematSummary::default()
+                        };
+                        keep(
+                            &mut best,
+                            Outcome {
+                                module: m,
+                                summary,
+                                peak,
+                                flops,
+                            },
+                        );
+                    }
+                }
+            }
+        }
+
+        let Some(mut best) = best else {
             return Err(RematError::Internal("no try ran".into()));
         };
+        if best.peak > limit && best.peak >= peak_before {
+            // Nothing lowered the peak: the input, unchanged, is the cheapest miss.
+            let summary = RematSummary {
+                peak_after: peak_before,
+                instructions_after: input.instruction_count(),
+                over_limit: best.summary.over_limit.clone(),
+                computations: best.summary.computations.clone(),
+                ..RematSummary::default()
+            };
+            best = Outcome {
+                module: input.clone(),
+                summary,
+                peak: peak_before,
+                flops: 0,
+            };
+        }
         let mut summary = best.summary;
         summary.peak_before = peak_before;
         summary.memory_limit = Some(limit);

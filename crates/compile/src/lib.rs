@@ -306,6 +306,21 @@ impl CompileReport {
         self.collectives.values().map(|c| c.bytes).sum()
     }
 
+    /// Why each collective exists (the partitioner's explanation), then the collectives of
+    /// the output module with their bytes: what `tessera explain` prints.
+    pub fn explain(&self) -> String {
+        let mut out = self.spmd.explain();
+        let _ = writeln!(
+            out,
+            "in the output module (after cleanup): {} bytes received per device",
+            self.collective_bytes()
+        );
+        for (k, c) in &self.collectives {
+            let _ = writeln!(out, "  {k:<20} {:>6}  {:>14} bytes", c.count, c.bytes);
+        }
+        out
+    }
+
     /// The report `tessera compile --report` prints.
     pub fn render(&self) -> String {
         let mut o = String::new();

@@ -4,8 +4,8 @@
 //! The pipeline is the one a frontend needs and nothing else:
 //!
 //! ```text
-//! verify -> [shardy-import] -> sharding-propagation -> [variable-dedup] -> spmd-partitioning
-//!        -> schedule -> [rematerialization] -> verify
+//! verify -> [shardy-import] -> [flatten-call-graph] -> sharding-propagation -> [variable-dedup]
+//!        -> spmd-partitioning -> schedule -> [rematerialization] -> verify
 //! ```
 //!
 //! [`compile`] runs it; [`verify_on_devices`] runs the original and the result on PJRT devices
@@ -777,6 +777,22 @@ pub fn compile_with_progress(
         })?;
         if each {
             run.verify(&module, "shardy-import", false)?;
+        }
+    }
+
+    // jax outlines helpers (`jnp.tril`, ...) into computations that every layer `call`s; the
+    // partitioner rewrites a called computation for its one call site. Shown as a stage only
+    // when it cloned something.
+    let t0 = Instant::now();
+    let mut flatten = tessera_pass::passes::FlattenCallGraph::default();
+    if tessera_pass::Pass::run(&mut flatten, &mut module)? {
+        run.stages.push(StageTime {
+            name: "flatten-call-graph".into(),
+            time: t0.elapsed(),
+            changed: true,
+        });
+        if each {
+            run.verify(&module, "flatten-call-graph", false)?;
         }
     }
 

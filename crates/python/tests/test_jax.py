@@ -37,6 +37,17 @@ def test_equals_jax_jit(name, mode):
         jax.config.update("jax_use_shardy_partitioner", True)
 
 
+def test_layers_sharing_an_outlined_computation():
+    # jax outlines jnp.tril into a computation every layer calls; the pipeline flattens the call
+    # graph before partitioning.
+    m = jax_models.mesh()
+    fn, spec = jax_models.models.transformer(m, 2)
+    args = jax_models.inputs(spec, m)
+    lowered = tj.jit(fn).lower(*args)
+    assert "flatten-call-graph" in [p["name"] for p in lowered.report["passes"]]
+    assert_same(tj.jit(fn)(*args), jax.jit(fn)(*args))
+
+
 def test_topk_values():
     # XLA gives the indices output of a batch-sharded top-k its batch sharding; Tessera's
     # propagation leaves it replicated. The values and indices are the same.

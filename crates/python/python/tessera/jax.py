@@ -164,7 +164,8 @@ class _Executable:
         args = []
         for x, aval, s in zip(flat_args, self.in_avals, self.in_shardings):
             if isinstance(x, jax.Array) and x.dtype == aval.dtype:
-                if not x.sharding.is_equivalent_to(s, aval.ndim):
+                xs = x.sharding
+                if xs is not s and xs != s and not xs.is_equivalent_to(s, aval.ndim):
                     x = jax.device_put(x, s)
             else:
                 x = jax.device_put(np.asarray(x, dtype=aval.dtype), s)

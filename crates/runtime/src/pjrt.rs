@@ -243,37 +243,40 @@ impl Plugin {
                 let mut v = PJRT_NamedValue::new();
                 v.name = name.as_ptr().cast();
                 v.name_size = name.len();
-                match value {
-                    ClientOption::Int(i) => {
-                        v.type_ = PJRT_NamedValue_kInt64;
-                        v.int64_value = PJRT_NamedValue_Value { int64_value: *i };
-                        v.value_size = 1;
-                    }
-                    ClientOption::Ints(list) => {
-                        v.type_ = PJRT_NamedValue_kInt64List;
-                        v.int64_value = PJRT_NamedValue_Value {
+                let (type_, value, size) = match value {
+                    ClientOption::Int(i) => (
+                        PJRT_NamedValue_kInt64,
+                        PJRT_NamedValue_Value { int64_value: *i },
+                        1,
+                    ),
+                    ClientOption::Ints(list) => (
+                        PJRT_NamedValue_kInt64List,
+                        PJRT_NamedValue_Value {
                             int64_array_value: list.as_ptr(),
-                        };
-                        v.value_size = list.len();
-                    }
-                    ClientOption::Float(f) => {
-                        v.type_ = PJRT_NamedValue_kFloat;
-                        v.int64_value = PJRT_NamedValue_Value { float_value: *f };
-                        v.value_size = 1;
-                    }
-                    ClientOption::Bool(b) => {
-                        v.type_ = PJRT_NamedValue_kBool;
-                        v.int64_value = PJRT_NamedValue_Value { bool_value: *b };
-                        v.value_size = 1;
-                    }
-                    ClientOption::Str(text) => {
-                        v.type_ = PJRT_NamedValue_kString;
-                        v.int64_value = PJRT_NamedValue_Value {
+                        },
+                        list.len(),
+                    ),
+                    ClientOption::Float(f) => (
+                        PJRT_NamedValue_kFloat,
+                        PJRT_NamedValue_Value { float_value: *f },
+                        1,
+                    ),
+                    ClientOption::Bool(b) => (
+                        PJRT_NamedValue_kBool,
+                        PJRT_NamedValue_Value { bool_value: *b },
+                        1,
+                    ),
+                    ClientOption::Str(text) => (
+                        PJRT_NamedValue_kString,
+                        PJRT_NamedValue_Value {
                             string_value: text.as_ptr().cast(),
-                        };
-                        v.value_size = text.len();
-                    }
-                }
+                        },
+                        text.len(),
+                    ),
+                };
+                v.type_ = type_;
+                v.int64_value = value;
+                v.value_size = size;
                 v
             })
             .collect();

@@ -24,10 +24,8 @@ def assert_same(got, want):
 
 
 @pytest.mark.parametrize("mode", ["shardy", "gspmd"])
-@pytest.mark.parametrize("name", sorted(jax_models.MODELS))
+@pytest.mark.parametrize("name", sorted(set(jax_models.MODELS) - {"topk"}))  # topk: below
 def test_equals_jax_jit(name, mode):
-    if name == "topk":
-        pytest.skip("topk: values only (see test_topk_values)")
     jax.config.update("jax_use_shardy_partitioner", mode == "shardy")
     try:
         fn, args = jax_models.model(name, jax_models.mesh())

@@ -4,8 +4,8 @@
 //! The pipeline is the one a frontend needs and nothing else:
 //!
 //! ```text
-//! verify -> [shardy-import] -> sharding-propagation -> [variable-dedup] -> spmd-partitioning
-//!        -> schedule -> [rematerialization] -> verify
+//! verify -> [shardy-import] -> [flatten-call-graph] -> sharding-propagation -> [variable-dedup]
+//!        -> spmd-partitioning -> schedule -> [rematerialization] -> verify
 //! ```
 //!
 //! [`compile`] runs it; [`verify_on_devices`] runs the original and the result on PJRT devices
@@ -268,6 +268,21 @@ impl CompileReport {
     /// Total collective bytes per device.
     pub fn collective_bytes(&self) -> i64 {
         self.collectives.values().map(|c| c.bytes).sum()
+    }
+
+    /// Why each collective exists (the partitioner's explanation), then the collectives of
+    /// the output module with their bytes: what `tessera explain` prints.
+    pub fn explain(&self) -> String {
+        let mut out = self.spmd.explain();
+        let _ = writeln!(
+            out,
+            "in the output module (after cleanup): {} bytes received per device",
+            self.collective_bytes()
+        );
+        for (k, c) in &self.collectives {
+            let _ = writeln!(out, "  {k:<20} {:>6}  {:>14} bytes", c.count, c.bytes);
+        }
+        out
     }
 
     /// The report `tessera compile --report` prints.
@@ -703,6 +718,22 @@ pub fn compile_with_progress(
         })?;
         if each {
             run.verify(&module, "shardy-import", false)?;
+        }
+    }
+
+    // jax outlines helpers (`jnp.tril`, ...) into computations that every layer `call`s; the
+    // partitioner rewrites a called computation for its one call site. Shown as a stage only
+    // when it cloned something.
+    let t0 = Instant::now();
+    let mut flatten = tessera_pass::passes::FlattenCallGraph::default();
+    if tessera_pass::Pass::run(&mut flatten, &mut module)? {
+        run.stages.push(StageTime {
+            name: "flatten-call-graph".into(),
+            time: t0.elapsed(),
+            changed: true,
+        });
+        if each {
+            run.verify(&module, "flatten-call-graph", false)?;
         }
     }
 

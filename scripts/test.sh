@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of the workspace, after installing what the tests need (idempotent):
-# the PJRT CPU plugin into .deps/pjrt. The runtime tests fail, not skip, without it.
+# the PJRT CPU plugin into .deps/pjrt (the runtime tests fail, not skip, without it), and for
+# the Python package (scripts/test-python.sh) a Python 3.12 venv with jax 0.12 into .deps/python.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -8,3 +9,4 @@ bash scripts/install-pjrt.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 cargo test --workspace
+bash scripts/test-python.sh

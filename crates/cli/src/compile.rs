@@ -210,17 +210,5 @@ pub fn explain(args: &ExplainArgs) -> Result<String> {
     let original = load(&args.file)?;
     let o = options(&original, args.num_partitions, &args.pass_options);
     let compiled = run(&args.file, original, &o)?;
-    let r = &compiled.report;
-    let mut out = r.spmd.explain();
-    out.push_str(&format!(
-        "in the output module (after cleanup): {} bytes received per device\n",
-        r.collective_bytes()
-    ));
-    for (k, c) in &r.collectives {
-        out.push_str(&format!(
-            "  {k:<20} {:>6}  {:>14} bytes\n",
-            c.count, c.bytes
-        ));
-    }
-    Ok(out)
+    Ok(compiled.report.explain())
 }

@@ -4,8 +4,8 @@
 //! The pipeline is the one a frontend needs and nothing else:
 //!
 //! ```text
-//! verify -> [shardy-import] -> sharding-propagation -> [variable-dedup] -> spmd-partitioning
-//!        -> schedule -> [rematerialization] -> verify
+//! verify -> [shardy-import] -> [flatten-call-graph] -> sharding-propagation -> [variable-dedup]
+//!        -> spmd-partitioning -> schedule -> [rematerialization] -> verify
 //! ```
 //!
 //! [`compile`] runs it; [`verify_on_devices`] runs the original and the result on PJRT devices
@@ -67,10 +67,7 @@ use tessera_pass::options::PassOptions;
 use tessera_pass::{PassError, Registry};
 use tessera_remat::schedule::ScheduleOptions;
 use tessera_remat::schedule_memory::{module_memory, MemoryOptions};
-use tessera_remat::{
-    remat_floor, RematMode, RematOptions, RematSummary, Rematerialization, SchedulePass,
-    SchedulerKind,
-};
+use tessera_remat::{RematOptions, RematSummary, Rematerialization, SchedulePass};
 use tessera_spmd::{PropagationOptions, SpmdOptions, SpmdPartitioning, SpmdReport};
 
 pub use shardy::{has_shardy_shape_calls, import_shardy};
@@ -149,9 +146,10 @@ pub struct CompileOptions {
     /// Also schedule the module before partitioning to report its one-device peak
     /// ([`PeakMemory::unpartitioned`]); costs about a third of the pipeline's time.
     pub measure_unpartitioned: bool,
-    /// Under a memory limit the first try does not meet (and the floor allows), try the other
-    /// schedulers and rematerialization of blocks too (see [`REMAT_TRIES`]); a scheduler or
-    /// block setting given in `pass_options` is kept fixed.
+    /// Under a memory limit, let the rematerialization pass escalate (its default,
+    /// `rematerialization.search=auto`: larger blocks, other schedules, reschedule rounds;
+    /// docs/rematerialization.md). `false` runs it once (`search=fast`) unless `pass_options`
+    /// names a search.
     pub search_remat_settings: bool,
 }
 
@@ -227,42 +225,8 @@ pub struct PeakMemory {
     pub floor_any_schedule: Option<i64>,
 }
 
-/// Block settings of the rematerialization search after the first try: chains of up to 16
-/// instructions recomputed together (a value whose operands are gone too), with up to 8 times
-/// the single-instruction effort spent on them.
-pub const REMAT_BLOCKS: (usize, i64) = (16, 8);
-
-/// Rounds of the memory-limit search per scheduler when no single try meets the limit: the
-/// best result of the scheduler is scheduled again (the scheduler now places each recomputed
-/// chain just before its use, where the walk left it earlier) and rematerialized again,
-/// while the peak goes down. Round 1 is the plain try.
-pub const REMAT_ROUNDS: usize = 4;
-
-/// The schedulers the search tries, in order, after the configured one.
-pub const REMAT_TRIES: [SchedulerKind; 4] = [
-    SchedulerKind::Default,
-    SchedulerKind::List,
-    SchedulerKind::PostOrder,
-    SchedulerKind::Dfs,
-];
-
-/// One try of the memory-limit search: a scheduler, rematerialization block settings, and
-/// what they gave.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RematTry {
-    /// 1 for a try from the partitioned module's schedule; k > 1 for the (k-1)-th
-    /// reschedule-and-rematerialize round on this scheduler's best result ([`REMAT_ROUNDS`]).
-    pub round: usize,
-    pub scheduler: SchedulerKind,
-    pub block_size_limit: usize,
-    pub block_rematerialization_factor: i64,
-    /// Peak along the schedule, before rematerialization.
-    pub scheduled: i64,
-    /// The floor along that schedule (`tessera_remat::RematFloor::bytes`).
-    pub floor: i64,
-    /// Peak after rematerialization (`None`: not run, the floor is above the limit).
-    pub peak: Option<i64>,
-}
+/// One try of the rematerialization pass's escalation (see `tessera_remat::RematTry`).
+pub use tessera_remat::RematTry;
 
 /// Collectives of one kind in the output module, with the bytes each device receives
 /// (ORACLE.md's formulas: all-gather out*(g-1)/g, all-reduce 2*out*(g-1)/g, reduce-scatter
@@ -304,6 +268,21 @@ impl CompileReport {
     /// Total collective bytes per device.
     pub fn collective_bytes(&self) -> i64 {
         self.collectives.values().map(|c| c.bytes).sum()
+    }
+
+    /// Why each collective exists (the partitioner's explanation), then the collectives of
+    /// the output module with their bytes: what `tessera explain` prints.
+    pub fn explain(&self) -> String {
+        let mut out = self.spmd.explain();
+        let _ = writeln!(
+            out,
+            "in the output module (after cleanup): {} bytes received per device",
+            self.collective_bytes()
+        );
+        for (k, c) in &self.collectives {
+            let _ = writeln!(out, "  {k:<20} {:>6}  {:>14} bytes", c.count, c.bytes);
+        }
+        out
     }
 
     /// The report `tessera compile --report` prints.
@@ -373,29 +352,6 @@ impl CompileReport {
         }
         if let Some(r) = &self.remat {
             let _ = writeln!(o, "\nrematerialization:");
-            if let Some(f) = &self.floor {
-                let _ = writeln!(o, "  floor: {f}");
-            }
-            for t in &self.remat_tries {
-                let _ = writeln!(
-                    o,
-                    "  try: {}schedule {}, blocks {}x{}: scheduled {}, floor {}, {}",
-                    if t.round > 1 {
-                        format!("round {}, ", t.round)
-                    } else {
-                        String::new()
-                    },
-                    t.scheduler,
-                    t.block_size_limit,
-                    t.block_rematerialization_factor,
-                    t.scheduled,
-                    t.floor,
-                    match t.peak {
-                        Some(p) => format!("rematerialized {p}"),
-                        None => "not run (floor above the limit)".into(),
-                    }
-                );
-            }
             for line in r.report().lines() {
                 let _ = writeln!(o, "  {line}");
             }
@@ -486,10 +442,6 @@ struct PassSettings {
     spmd: SpmdOptions,
     schedule: ScheduleOptions,
     remat: RematOptions,
-    /// `schedule.scheduler` given: the remat search keeps it.
-    fixed_scheduler: bool,
-    /// `rematerialization.block_*` given: the remat search keeps them.
-    fixed_blocks: bool,
 }
 
 fn settings(options: &CompileOptions, module: &Module) -> Result<PassSettings> {
@@ -590,10 +542,14 @@ fn settings(options: &CompileOptions, module: &Module) -> Result<PassSettings> {
         _ => {}
     }
     let dedup = DedupOptions::from_pairs("variable-dedup", pairs("variable-dedup"))?;
-    let given = |p: &str, key: &str| pairs(p).iter().any(|(k, _)| k.starts_with(key));
+    if !options.search_remat_settings
+        && !pairs("rematerialization")
+            .iter()
+            .any(|(k, _)| k == "search")
+    {
+        remat.search = tessera_remat::SearchKind::Fast;
+    }
     Ok(PassSettings {
-        fixed_scheduler: given("schedule", "scheduler"),
-        fixed_blocks: given("rematerialization", "block_"),
         propagation: PropagationOptions::from_pairs(
             "sharding-propagation",
             pairs("sharding-propagation"),
@@ -765,6 +721,22 @@ pub fn compile_with_progress(
         }
     }
 
+    // jax outlines helpers (`jnp.tril`, ...) into computations that every layer `call`s; the
+    // partitioner rewrites a called computation for its one call site. Shown as a stage only
+    // when it cloned something.
+    let t0 = Instant::now();
+    let mut flatten = tessera_pass::passes::FlattenCallGraph::default();
+    if tessera_pass::Pass::run(&mut flatten, &mut module)? {
+        run.stages.push(StageTime {
+            name: "flatten-call-graph".into(),
+            time: t0.elapsed(),
+            changed: true,
+        });
+        if each {
+            run.verify(&module, "flatten-call-graph", false)?;
+        }
+    }
+
     let prop = run.stage("sharding-propagation", || {
         let (changed, r) = tessera_spmd::propagate(&mut module, &s.propagation)
             .map_err(|e| pass_error("sharding-propagation", e))?;
@@ -842,8 +814,6 @@ pub fn compile_with_progress(
         ));
     }
 
-    // The searches of a memory limit reschedule the partitioned module.
-    let unscheduled = s.remat.memory_limit.map(|_| module.clone());
     run.stage("schedule", || {
         let mut p =
             <SchedulePass as tessera_pass::registry::RegisteredPass>::with_options(s.schedule);
@@ -857,45 +827,41 @@ pub fn compile_with_progress(
     let (partitioned, parameters) = peak_of(&module)?;
     let mut after_remat = partitioned;
     let mut floors = None;
-    if let (Some(limit), Some(unscheduled)) = (s.remat.memory_limit, unscheduled) {
-        let (best, summary, tries, floor) = run.stage("rematerialization", || {
-            let r = remat_search(module.clone(), unscheduled, &s, options, limit)?;
-            let changed = r.1.instructions_rematerialized > 0;
-            Ok((r, changed))
+    if let Some(limit) = s.remat.memory_limit {
+        let summary = run.stage("rematerialization", || {
+            let mut p = Rematerialization::new(s.remat.clone());
+            // The pass warns when it misses the limit; the report says it once, below.
+            let summary = tracing::subscriber::with_default(
+                tracing::subscriber::NoSubscriber::default(),
+                || p.run_with_summary(&mut module),
+            )
+            .map_err(|e| pass_error("rematerialization", e))?;
+            let changed = summary.instructions_rematerialized > 0 || !summary.tries.is_empty();
+            Ok((summary, changed))
         })?;
-        module = best;
         if each {
             run.verify(&module, "rematerialization", false)?;
         }
         after_remat = peak_of(&module)?.0;
         if after_remat > limit {
-            let why = if limit < floor.any_schedule {
-                format!("no schedule can: the floor is {} bytes", floor.any_schedule)
-            } else if limit < floor.bytes {
-                format!(
-                    "the floor of every schedule tried is above it (lowest {} bytes)",
-                    floor.bytes
-                )
-            } else {
-                format!(
-                    "the floor ({} bytes) allows it; the greedy search stopped above",
-                    floor.bytes
-                )
-            };
             report.warnings.push(format!(
                 "rematerialization: the per-device peak is {after_remat} bytes, above \
-                 --memory-limit {limit}{}: {why}",
+                 --memory-limit {limit}{}: {}",
                 summary
                     .over_limit
                     .first()
                     .map(|o| format!(" (at %{} in {})", o.instruction, o.computation))
-                    .unwrap_or_default()
+                    .unwrap_or_default(),
+                summary.verdict().unwrap_or_default()
             ));
         }
-        report.floor = Some(floor.described);
-        floors = Some((floor.bytes, floor.any_schedule));
+        report.floor = summary.floor_described.clone();
+        floors = summary
+            .floor_lowest
+            .or(summary.floor)
+            .zip(summary.floor_any_schedule);
+        report.remat_tries = summary.tries.clone();
         report.remat = Some(summary);
-        report.remat_tries = tries;
     }
     if !each {
         let last = if report.remat.is_some() {
@@ -927,216 +893,6 @@ pub fn compile_with_progress(
         argument_map,
         report,
     })
-}
-
-/// Rematerialization under `limit`: the configured scheduler and block settings first; while
-/// the limit is not met and the floor allows it, blocks of [`REMAT_BLOCKS`] and the other
-/// schedulers of [`REMAT_TRIES`] (what the options fix stays fixed). Returns the module with
-/// the lowest peak (the first that meets the limit), its summary, every try, and the floor:
-/// the lowest along the schedules tried, `any_schedule` for any.
-/// The floor of the search, described in the terms of the schedule it was found along.
-struct Floor {
-    bytes: i64,
-    any_schedule: i64,
-    described: String,
-}
-
-fn remat_search(
-    scheduled: Module,
-    unscheduled: Module,
-    s: &PassSettings,
-    options: &CompileOptions,
-    limit: i64,
-) -> Result<(Module, RematSummary, Vec<RematTry>, Floor)> {
-    let search = options.search_remat_settings;
-    let configured = (
-        s.remat.block_size_limit,
-        s.remat.block_rematerialization_factor,
-    );
-    let mut blocks = vec![configured];
-    if search && !s.fixed_blocks && configured.0 < REMAT_BLOCKS.0 {
-        blocks.push(REMAT_BLOCKS);
-    }
-    let mut schedulers = vec![s.schedule.scheduler];
-    if search && !s.fixed_scheduler {
-        schedulers.extend(REMAT_TRIES.iter().filter(|&&k| k != s.schedule.scheduler));
-    }
-    // The floor holds in recompute mode; compression can hold a pinned value compact.
-    let floor_of = |f: &tessera_remat::RematFloor| match s.remat.mode {
-        RematMode::Recompute => f.bytes,
-        _ => f.any_schedule,
-    };
-    let mut tries = Vec::new();
-    let mut best: Option<(Module, RematSummary, i64)> = None;
-    let mut met = false;
-    // Per scheduler (in the order tried), its lowest miss: where the rounds start.
-    type RematResult = (SchedulerKind, Module, RematSummary, i64);
-    let mut misses: Vec<RematResult> = Vec::new();
-    let mut lowest_floor: Option<Floor> = None;
-    let mut scheduled = Some(scheduled);
-    'outer: for (k, &scheduler) in schedulers.iter().enumerate() {
-        let base = match scheduled.take() {
-            Some(m) if k == 0 => m,
-            _ => {
-                let mut m = unscheduled.clone();
-                tessera_remat::schedule_module(&mut m, scheduler, &shape_size)
-                    .map_err(|e| CompileError::Pass(format!("schedule ({scheduler}): {e}")))?;
-                m
-            }
-        };
-        let mem = module_memory(&base, None, &shape_size, MemoryOptions::default())
-            .map_err(|e| CompileError::Pass(format!("memory accounting: {e}")))?;
-        let floor = remat_floor(&base, &mem);
-        if lowest_floor
-            .as_ref()
-            .is_none_or(|f| floor_of(&floor) < f.bytes)
-        {
-            lowest_floor = Some(Floor {
-                bytes: floor_of(&floor),
-                any_schedule: floor.any_schedule,
-                described: format!("schedule {scheduler}: {}", floor.describe(&base)),
-            });
-        }
-        for (j, &(size, factor)) in blocks.iter().enumerate() {
-            let mut t = RematTry {
-                round: 1,
-                scheduler,
-                block_size_limit: size,
-                block_rematerialization_factor: factor,
-                scheduled: mem.peak_bytes,
-                floor: floor_of(&floor),
-                peak: None,
-            };
-            // The first try always runs (its result is the answer when nothing can meet the
-            // limit); the others only where this schedule's floor allows the limit.
-            let first = k == 0 && j == 0;
-            if !first && t.floor > limit {
-                tries.push(t);
-                continue;
-            }
-            let (m, summary) = run_remat(&base, &s.remat, size, factor)?;
-            let peak = peak_of(&m)?.0;
-            t.peak = Some(peak);
-            tries.push(t);
-            if peak <= limit {
-                best = Some((m, summary, peak));
-                met = true;
-                break 'outer;
-            }
-            if search && misses.last().is_none_or(|l: &RematResult| l.0 != scheduler) {
-                misses.push((scheduler, m.clone(), summary.clone(), peak));
-            } else if let Some(l) = misses.last_mut().filter(|l| peak < l.3) {
-                *l = (scheduler, m.clone(), summary.clone(), peak);
-            }
-            if best.as_ref().is_none_or(|b| peak < b.2) {
-                best = Some((m, summary, peak));
-            }
-            if first && limit < floor.any_schedule {
-                // No schedule can meet it: keep the first try.
-                misses.clear();
-                break 'outer;
-            }
-        }
-    }
-    // Rounds: each scheduler's best miss, scheduled and rematerialized again.
-    'schedulers: for (scheduler, mut m, mut summary, mut peak) in misses {
-        if met {
-            break;
-        }
-        for round in 2..=REMAT_ROUNDS {
-            let mut base = m.clone();
-            tessera_remat::schedule_module(&mut base, scheduler, &shape_size)
-                .map_err(|e| CompileError::Pass(format!("schedule ({scheduler}): {e}")))?;
-            let mem = module_memory(&base, None, &shape_size, MemoryOptions::default())
-                .map_err(|e| CompileError::Pass(format!("memory accounting: {e}")))?;
-            let floor = floor_of(&remat_floor(&base, &mem));
-            let mut round_best: Option<(Module, RematSummary, i64)> = None;
-            for &(size, factor) in &blocks {
-                let mut t = RematTry {
-                    round,
-                    scheduler,
-                    block_size_limit: size,
-                    block_rematerialization_factor: factor,
-                    scheduled: mem.peak_bytes,
-                    floor,
-                    peak: None,
-                };
-                if floor > limit {
-                    tries.push(t);
-                    continue;
-                }
-                let (r, rs) = run_remat(&base, &s.remat, size, factor)?;
-                let p = peak_of(&r)?.0;
-                t.peak = Some(p);
-                tries.push(t);
-                if round_best.as_ref().is_none_or(|b| p < b.2) {
-                    round_best = Some((r, rs, p));
-                }
-                if p <= limit {
-                    break;
-                }
-            }
-            match round_best {
-                Some((r, rs, p)) if p < peak => {
-                    summary = merge_summaries(&summary, rs);
-                    (m, peak) = (r, p);
-                }
-                _ => continue 'schedulers,
-            }
-            if best.as_ref().is_none_or(|b| peak < b.2) {
-                best = Some((m.clone(), summary.clone(), peak));
-            }
-            if peak <= limit {
-                break 'schedulers;
-            }
-        }
-    }
-    let (m, summary, _) = best.expect("the first try always runs");
-    Ok((
-        m,
-        summary,
-        tries,
-        lowest_floor.expect("the first schedule is always measured"),
-    ))
-}
-
-/// One rematerialization of `base` (scheduled) with the given block settings.
-fn run_remat(
-    base: &Module,
-    options: &RematOptions,
-    size: usize,
-    factor: i64,
-) -> Result<(Module, RematSummary)> {
-    let mut m = base.clone();
-    let mut o = options.clone();
-    o.block_size_limit = size;
-    o.block_rematerialization_factor = factor;
-    // The pass logs a warning when it misses the limit; the report says it once, for the
-    // result, with the floor.
-    let summary =
-        tracing::subscriber::with_default(tracing::subscriber::NoSubscriber::default(), || {
-            Rematerialization::new(o).run_with_summary(&mut m)
-        })
-        .map_err(|e| pass_error("rematerialization", e))?;
-    Ok((m, summary))
-}
-
-/// The summary of two rematerializations in a row, as one: peaks and sizes from the first
-/// before and the second after, counts summed.
-fn merge_summaries(first: &RematSummary, second: RematSummary) -> RematSummary {
-    RematSummary {
-        peak_before: first.peak_before,
-        instructions_before: first.instructions_before,
-        instructions_rematerialized: first.instructions_rematerialized
-            + second.instructions_rematerialized,
-        net_instructions_added: first.net_instructions_added + second.net_instructions_added,
-        effort: first.effort + second.effort,
-        queue_pops: first.queue_pops + second.queue_pops,
-        scan_effort: first.scan_effort + second.scan_effort,
-        search_degraded: first.search_degraded || second.search_degraded,
-        max_block_size: first.max_block_size.max(second.max_block_size),
-        ..second
-    }
 }
 
 fn pass_error(pass: &str, e: PassError) -> CompileError {

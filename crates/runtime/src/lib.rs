@@ -54,7 +54,9 @@ pub use error::{Error, ErrorCode, Result};
 pub use harness::{check_equivalence, CompareOptions, EquivalenceReport, OutputReport, Tolerance};
 pub use host::{HostArray, HostValue, Scalar};
 pub use options::{CompileOptions, DeviceAssignment};
-pub use pjrt::{Buffer, Client, Device, ExecuteOptions, LoadedExecutable, Plugin, Program};
+pub use pjrt::{
+    Buffer, Client, ClientOption, Device, ExecuteOptions, LoadedExecutable, Plugin, Program,
+};
 pub use runtime::{
     BufferHandle, CompileRequest, ExecutableHandle, ExecutableInfo, ExecuteConfig, MemoryStats,
     ParamSource, Plan, PlanInput, PlanStep, Runtime, VariableBinding,

@@ -33,6 +33,9 @@ pub struct Plugin {
     api: &'static PJRT_Api,
     path: PathBuf,
     version: (i32, i32),
+    /// Whether the plugin takes `cpu_device_count` (its platform is `cpu`); learnt by the
+    /// first [`Plugin::client`].
+    takes_device_count: OnceLock<bool>,
 }
 
 // SAFETY: the PJRT C API is thread-safe; the table is immutable.
@@ -83,6 +86,7 @@ impl Plugin {
             path: canonical.clone(),
             message,
         };
+        preload_nvidia_libraries(&canonical);
         // SAFETY: loading a shared object runs its initializers; the PJRT
         // plugin's are well behaved.
         let lib =
@@ -118,6 +122,7 @@ impl Plugin {
             api,
             path: canonical.clone(),
             version,
+            takes_device_count: OnceLock::new(),
         });
         let mut args = PJRT_Plugin_Initialize_Args::new();
         plugin.call(
@@ -195,21 +200,93 @@ impl Plugin {
         }
     }
 
-    /// Creates a client with `cpu_device_count = num_devices` (the CPU
-    /// plugin's option; other plugins ignore unknown options or reject them).
+    /// A client with `num_devices` devices where the plugin lets the caller choose the count:
+    /// a plugin whose platform is `cpu` gets `cpu_device_count = num_devices`; any other (the
+    /// CUDA plugin refuses unknown options: "Unexpected option name passed to
+    /// PJRT_Client_Create") is created without options and has the devices it finds. Which kind
+    /// a plugin is, is learnt once, by creating its first client without options.
     pub fn client(self: &Arc<Self>, num_devices: usize) -> Result<Client> {
-        let name = b"cpu_device_count";
-        let mut opt = PJRT_NamedValue::new();
-        opt.name = name.as_ptr().cast();
-        opt.name_size = name.len();
-        opt.type_ = PJRT_NamedValue_kInt64;
-        opt.int64_value = PJRT_NamedValue_Value {
-            int64_value: num_devices as i64,
+        let count = || {
+            [(
+                CPU_DEVICE_COUNT.to_string(),
+                ClientOption::Int(num_devices as i64),
+            )]
         };
-        opt.value_size = 1;
+        if let Some(&takes) = self.takes_device_count.get() {
+            return if takes {
+                self.client_with_options(&count())
+            } else {
+                self.client_with_options(&[])
+            };
+        }
+        let probe = self.client_with_options(&[])?;
+        let takes = probe.platform_name()? == "cpu";
+        let _ = self.takes_device_count.set(takes);
+        if takes && probe.devices().len() != num_devices {
+            drop(probe);
+            return self.client_with_options(&count());
+        }
+        Ok(probe)
+    }
+
+    /// A client created with the caller's options (`PJRT_Client_Create`'s named values, e.g.
+    /// the CUDA plugin's `platform_name`, `allocator`, `memory_fraction`, `preallocate`,
+    /// `visible_devices`). The plugin refuses options it does not know.
+    pub fn client_with_options(
+        self: &Arc<Self>,
+        options: &[(String, ClientOption)],
+    ) -> Result<Client> {
+        // The named values point into `options`, which outlives the call.
+        let named: Vec<PJRT_NamedValue> = options
+            .iter()
+            .map(|(name, value)| {
+                let mut v = PJRT_NamedValue::new();
+                v.name = name.as_ptr().cast();
+                v.name_size = name.len();
+                let (type_, value, size) = match value {
+                    ClientOption::Int(i) => (
+                        PJRT_NamedValue_kInt64,
+                        PJRT_NamedValue_Value { int64_value: *i },
+                        1,
+                    ),
+                    ClientOption::Ints(list) => (
+                        PJRT_NamedValue_kInt64List,
+                        PJRT_NamedValue_Value {
+                            int64_array_value: list.as_ptr(),
+                        },
+                        list.len(),
+                    ),
+                    ClientOption::Float(f) => (
+                        PJRT_NamedValue_kFloat,
+                        PJRT_NamedValue_Value { float_value: *f },
+                        1,
+                    ),
+                    ClientOption::Bool(b) => (
+                        PJRT_NamedValue_kBool,
+                        PJRT_NamedValue_Value { bool_value: *b },
+                        1,
+                    ),
+                    ClientOption::Str(text) => (
+                        PJRT_NamedValue_kString,
+                        PJRT_NamedValue_Value {
+                            string_value: text.as_ptr().cast(),
+                        },
+                        text.len(),
+                    ),
+                };
+                v.type_ = type_;
+                v.int64_value = value;
+                v.value_size = size;
+                v
+            })
+            .collect();
         let mut args = PJRT_Client_Create_Args::new();
-        args.create_options = &opt;
-        args.num_options = 1;
+        args.create_options = if named.is_empty() {
+            ptr::null()
+        } else {
+            named.as_ptr()
+        };
+        args.num_options = named.len();
         self.call("PJRT_Client_Create", self.api.PJRT_Client_Create, &mut args)?;
         if args.client.is_null() {
             return Err(Error::InvalidArgument(
@@ -222,6 +299,65 @@ impl Plugin {
         });
         let devices = inner.device_list(true)?;
         Ok(Client { inner, devices })
+    }
+}
+
+/// The CPU plugin's create option for its number of devices.
+pub const CPU_DEVICE_COUNT: &str = "cpu_device_count";
+
+/// The value of one client create option (a `PJRT_NamedValue`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum ClientOption {
+    Int(i64),
+    Ints(Vec<i64>),
+    Float(f32),
+    Bool(bool),
+    Str(String),
+}
+
+/// NVIDIA libraries a GPU plugin needs, by the pip package that ships them (`nvidia-<name>`,
+/// installed as `site-packages/nvidia/<dir>/lib/<file>`): what `pip install jax[cuda12]`
+/// brings next to `jax_plugins/xla_cuda12/xla_cuda_plugin.so`.
+const NVIDIA_LIBRARIES: [(&str, &[&str]); 10] = [
+    ("cuda_runtime", &["libcudart.so.12"]),
+    ("cuda_nvrtc", &["libnvrtc.so.12"]),
+    ("cublas", &["libcublas.so.12", "libcublasLt.so.12"]),
+    ("nccl", &["libnccl.so.2"]),
+    ("cuda_cupti", &["libcupti.so.12"]),
+    ("cusparse", &["libcusparse.so.12"]),
+    ("cusolver", &["libcusolver.so.11"]),
+    ("cufft", &["libcufft.so.11"]),
+    ("nvshmem", &["libnvshmem_host.so.3"]),
+    ("cudnn", &["libcudnn.so.9"]),
+];
+
+/// Loads the NVIDIA libraries of the Python environment a plugin was installed into, as jax
+/// does before it loads its CUDA plugin: the plugin's own `dlopen`s of `libcudart.so.12`, ...
+/// then find them already loaded, with no `LD_LIBRARY_PATH`. The environment is the
+/// `site-packages` two levels above the plugin (`site-packages/jax_plugins/xla_cuda12/`);
+/// libraries that are not there are left to the system's search path, as jax leaves them.
+/// Nothing is loaded beside the CPU plugin, which has no `nvidia/` next to it.
+fn preload_nvidia_libraries(plugin: &Path) {
+    let Some(site) = plugin.parent().and_then(Path::parent) else {
+        return;
+    };
+    let nvidia = site.join("nvidia");
+    if !nvidia.is_dir() {
+        return;
+    }
+    for (dir, files) in NVIDIA_LIBRARIES {
+        for file in files {
+            let path = nvidia.join(dir).join("lib").join(file);
+            if !path.is_file() {
+                continue;
+            }
+            // SAFETY: NVIDIA's libraries run only their own initializers on load. Loaded for
+            // the life of the process, like the plugin; a library that fails to load is left
+            // for the plugin's own search to report.
+            if let Ok(lib) = unsafe { libloading::Library::new(&path) } {
+                std::mem::forget(lib);
+            }
+        }
     }
 }
 

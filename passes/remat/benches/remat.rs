@@ -63,6 +63,7 @@ fn transformer(c: &mut Criterion) {
     ] {
         for &pct in pcts {
             let name = match search {
+                SearchKind::Auto => "auto",
                 SearchKind::Fast => "fast",
                 SearchKind::Faithful => "faithful",
             };

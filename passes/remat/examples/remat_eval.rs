@@ -53,6 +53,7 @@ fn peak_of(m: &Module) -> i64 {
 
 fn search_name(s: SearchKind) -> &'static str {
     match s {
+        SearchKind::Auto => "auto",
         SearchKind::Fast => "fast",
         SearchKind::Faithful => "faithful",
     }
@@ -60,6 +61,7 @@ fn search_name(s: SearchKind) -> &'static str {
 
 fn parse_search(s: &str) -> SearchKind {
     match s {
+        "auto" => SearchKind::Auto,
         "fast" => SearchKind::Fast,
         "faithful" => SearchKind::Faithful,
         other => panic!("unknown search `{other}`"),

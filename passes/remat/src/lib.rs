@@ -4,12 +4,14 @@
 //!   `print-memory` passes.
 //! - [`schedule_memory`]: peak memory along a schedule, as XLA's rematerialization counts it.
 //! - [`schedule_svg`]: an SVG of memory over schedule positions.
+//! - [`cost`]: recompute flops of instructions and modules.
 //! - [`floor`]: the bytes no rematerialization can bring a module's peak below.
 //! - [`gen`]: generated module families (chains, ladders, random DAGs) for evaluation.
 //! - [`optimal`]: the fewest recomputations under a limit, found exhaustively (small graphs).
 //! - [`remat::Rematerialization`] (`rematerialization`, options prefix `remat.`): see
 //!   docs/rematerialization.md.
 
+pub mod cost;
 pub mod floor;
 pub mod gen;
 pub mod optimal;
@@ -19,7 +21,9 @@ pub mod schedule_memory;
 pub mod schedule_svg;
 
 pub use floor::{remat_floor, RematFloor};
-pub use remat::{OverLimit, RematMode, RematOptions, RematSummary, Rematerialization, SearchKind};
+pub use remat::{
+    OverLimit, RematMode, RematOptions, RematSummary, RematTry, Rematerialization, SearchKind,
+};
 pub use schedule::{
     compute_schedule, schedule_computation, schedule_module, ComputationSchedule, PrintMemory,
     ScheduleError, SchedulePass, ScheduleReport, SchedulerKind, SizeFn,

@@ -286,8 +286,13 @@ fn generated_modules_compute_the_same_after_rematerialization() {
     for seed in 0..3 {
         cases.push((format!("dag_30_{seed}"), gen::random_dag(30, 2, 16, seed)));
     }
+    // Small ones that `search=auto` solves exactly (its last level), and chains it meets by
+    // recomputing before the later use.
+    for seed in 3..9 {
+        cases.push((format!("dag_20_{seed}"), gen::random_dag(20, 2, 16, seed)));
+    }
     for (name, m) in &cases {
-        for search in [SearchKind::Fast, SearchKind::Faithful] {
+        for search in [SearchKind::Fast, SearchKind::Faithful, SearchKind::Auto] {
             let (out, n) = remat(m, 0.6, search, 4);
             if !name.starts_with("dag") {
                 assert!(n > 0, "{name} {search:?}: nothing rematerialized");

@@ -3,8 +3,10 @@
 //! values later instead of keeping them live. After XLA's `HloRematerialization` (seed 003);
 //! see docs/rematerialization.md.
 
+pub mod escalate;
 pub mod list;
 pub mod search;
+pub mod split;
 pub mod tracker;
 
 use std::collections::HashSet;
@@ -21,6 +23,7 @@ use tessera_pass::registry::RegisteredPass;
 use tessera_pass::util::{sort_computations_callees_first, SideEffects};
 use tessera_pass::{OptionDoc, Pass, PassError, PassOptions};
 
+pub use escalate::RematTry;
 use list::{EarliestUsers, InstructionList, ItemId, NIL};
 use search::{
     pick_faithful, remat_cost, CompressIndex, FastQueue, Pick, RematerializableCache, Strategy,
@@ -65,9 +68,13 @@ pub enum RematMode {
 /// of scanning (release build) before the fast search takes over.
 pub const DEFAULT_FAITHFUL_EFFORT_LIMIT: i64 = 20_000_000;
 
-/// How candidates are found.
+/// How candidates are found, and whether the pass escalates.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SearchKind {
+    /// The fast search, escalating (larger blocks, other schedules, reschedule rounds) until
+    /// the limit is met; among the results of the first level that meets it, the fewest
+    /// recompute flops (see escalate.rs).
+    Auto,
     /// A priority queue of single-item candidates (same choices as the scan, see search.rs);
     /// blocks of several items and compression fall back to the scan.
     Fast,
@@ -139,7 +146,7 @@ impl Default for RematOptions {
             block_size_limit: 1,
             block_rematerialization_factor: 1,
             mode: RematMode::Recompute,
-            search: SearchKind::Fast,
+            search: SearchKind::Auto,
             faithful_effort_limit: Some(DEFAULT_FAITHFUL_EFFORT_LIMIT),
             size_function: SizeFunction::Default,
             compact_shape: CompactShape::Identity,
@@ -180,8 +187,8 @@ impl PassOptions for RematOptions {
         },
         OptionDoc {
             key: "search",
-            default: "fast",
-            doc: "fast (priority queue) | faithful (the seed's scan)",
+            default: "auto",
+            doc: "auto (fast, escalating until the limit is met) | fast (one run, priority queue) | faithful (one run, the seed's scan: XLA)",
         },
         OptionDoc {
             key: "faithful_effort_limit",
@@ -262,9 +269,10 @@ impl PassOptions for RematOptions {
             }
             "search" => {
                 self.search = match value {
+                    "auto" => SearchKind::Auto,
                     "fast" => SearchKind::Fast,
                     "faithful" => SearchKind::Faithful,
-                    _ => return Err(format!("expected fast or faithful, found `{value}`")),
+                    _ => return Err(format!("expected auto, fast or faithful, found `{value}`")),
                 }
             }
             "faithful_effort_limit" => {
@@ -345,9 +353,52 @@ pub struct RematSummary {
     /// `peak_guard`: the peak the rewritten module measured, when it was above the input's and
     /// the input was returned unchanged instead (the other fields then describe the input).
     pub reverted: Option<i64>,
+    /// Flops the result computes beyond the input's (`crate::cost`; 0 when nothing was
+    /// recomputed; a move costs nothing).
+    pub recompute_flops: i64,
+    /// With a limit: the floor along the input's schedule (`RematFloor::bytes`; in the
+    /// compressing modes `any_schedule`).
+    pub floor: Option<i64>,
+    /// With a limit: the floor of any schedule (`RematFloor::any_schedule`).
+    pub floor_any_schedule: Option<i64>,
+    /// With a limit: the lowest floor along the schedules the escalation tried.
+    pub floor_lowest: Option<i64>,
+    /// The input schedule's floor: where and what makes it.
+    pub floor_described: Option<String>,
+    /// `search=auto`: every try, in order.
+    pub tries: Vec<RematTry>,
 }
 
 impl RematSummary {
+    /// When the limit is missed: why, by the floors. `None` when it is met (or unknown).
+    pub fn verdict(&self) -> Option<String> {
+        let limit = self.memory_limit?;
+        if self.limit_met {
+            return None;
+        }
+        let any = self.floor_any_schedule?;
+        let along = self.floor_lowest.or(self.floor)?;
+        Some(if limit < any {
+            format!(
+                "below the floor: no rematerialization of any schedule can reach {limit} bytes; \
+                 the floor is {any} bytes, {} above the limit",
+                any - limit
+            )
+        } else if limit < along {
+            format!(
+                "below the floor of every schedule tried: the lowest is {along} bytes, {} above \
+                 the limit (the floor of any schedule, {any} bytes, is not above it)",
+                along - limit
+            )
+        } else {
+            format!(
+                "BUG: the limit {limit} is at or above the floor ({along} bytes along the schedule, \
+                 {any} for any), yet the pass stopped at {} bytes; please report it with the module",
+                self.peak_after
+            )
+        })
+    }
+
     /// The report `print_summary` shows.
     pub fn report(&self) -> String {
         let mut s = String::new();
@@ -396,6 +447,18 @@ impl RematSummary {
                 o.computation, o.instruction, o.bytes, o.limit
             );
         }
+        if self.memory_limit.is_some() {
+            let _ = writeln!(s, "recompute flops: {}", self.recompute_flops);
+        }
+        if let Some(d) = &self.floor_described {
+            let _ = writeln!(s, "floor: {d}");
+        }
+        if let Some(v) = self.verdict() {
+            let _ = writeln!(s, "{v}");
+        }
+        for t in &self.tries {
+            let _ = writeln!(s, "try: {}", t.describe());
+        }
         s
     }
 }
@@ -404,6 +467,8 @@ impl RematSummary {
 pub struct Rematerialization {
     pub options: RematOptions,
     pub summary: Option<RematSummary>,
+    /// Set while the escalation runs its tries (no warning per try).
+    quiet: bool,
     size_fn: Box<dyn Fn(&Shape) -> i64>,
     compact_fn: Box<dyn Fn(&Shape) -> Shape>,
 }
@@ -474,6 +539,7 @@ impl Rematerialization {
         Rematerialization {
             options,
             summary: None,
+            quiet: false,
             size_fn,
             compact_fn,
         }
@@ -616,8 +682,37 @@ impl Rematerialization {
             st.over_limit.clone()
         };
         summary.instructions_after = module.instruction_count();
-        if !summary.limit_met {
-            let limit = self.options.memory_limit.unwrap_or(0);
+        Ok((changed || summary.scheduled_post_order, summary))
+    }
+}
+
+impl Rematerialization {
+    /// The run as `Pass::run` does it: escalating with `search=auto`, else once; with a
+    /// limit, the floors and the recompute flops in the summary, and a warning on a miss.
+    fn run_reporting(&mut self, module: &mut Module) -> Result<(bool, RematSummary), RematError> {
+        let Some(limit) = self.options.memory_limit else {
+            return self.run_inner(module);
+        };
+        let post_order = module.schedule.is_none();
+        if post_order {
+            module.schedule = Some(post_order_schedule(module));
+        }
+        let (changed, mut summary) =
+            if self.options.search == SearchKind::Auto && !self.options.keep_dead_originals {
+                self.run_escalating(module, limit)?
+            } else {
+                let flops_before = crate::cost::module_flops(module);
+                let (floor, any, described) = self.floors(module)?;
+                let (changed, mut summary) = self.run_inner(module)?;
+                summary.recompute_flops = (crate::cost::module_flops(module) - flops_before).max(0);
+                summary.floor = Some(floor);
+                summary.floor_any_schedule = Some(any);
+                summary.floor_described = Some(described);
+                (changed, summary)
+            };
+        summary.scheduled_post_order |= post_order;
+        if !summary.limit_met && !self.quiet {
+            let after = summary.peak_after;
             // The first few places, then a count: a deep call chain can have thousands.
             const SHOWN: usize = 8;
             let mut places: Vec<String> = summary
@@ -635,11 +730,12 @@ impl Rematerialization {
                 places.push(format!("{} more", summary.over_limit.len() - SHOWN));
             }
             tracing::warn!(
-                "can't reduce memory use below {limit} bytes by rematerialization; only reduced to {after} bytes (over the limit in {})",
-                places.join(", ")
+                "can't reduce memory use below {limit} bytes by rematerialization; only reduced to {after} bytes (over the limit in {}); {}",
+                places.join(", "),
+                summary.verdict().unwrap_or_default()
             );
         }
-        Ok((changed || summary.scheduled_post_order, summary))
+        Ok((changed || post_order, summary))
     }
 }
 
@@ -659,7 +755,7 @@ impl Pass for Rematerialization {
     }
 
     fn run(&mut self, module: &mut Module) -> tessera_pass::Result<bool> {
-        let (changed, summary) = self.run_inner(module)?;
+        let (changed, summary) = self.run_reporting(module)?;
         self.summary = Some(summary);
         Ok(changed)
     }
@@ -962,7 +1058,7 @@ impl<'a> State<'a> {
         self.check(module, &t)?;
         let peak = t.memory_usage();
         let item = t.list.first();
-        let use_fast = self.opts.search == SearchKind::Fast || self.degraded;
+        let use_fast = self.opts.search != SearchKind::Faithful || self.degraded;
         let peak_before = self.peak[c.index()].unwrap_or(0);
         let compress = (use_fast && self.opts.mode != RematMode::Recompute)
             .then(|| CompressIndex::new(memory_limit, peak_before));

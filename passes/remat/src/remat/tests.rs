@@ -156,6 +156,7 @@ fn keep_dead_originals_keeps_the_walk() {
         let opts = RematOptions {
             memory_limit: Some(peak * 9 / 10),
             check_invariants: true,
+            search: SearchKind::Fast,
             ..RematOptions::default()
         };
         let mut swept = m.clone();

@@ -9,6 +9,12 @@ impl Engine<'_> {
         let Tree::Leaf(spec) = &own else {
             return self.default(b, id, own);
         };
+        if i.opcode() == Opcode::BitcastConvert {
+            let in_rank = self.global(b.module(), i.operands()[0]).rank();
+            if in_rank != i.shape.rank() {
+                return self.bitcast_convert_resized(b, id, own, in_rank);
+            }
+        }
         let mut ops = Vec::with_capacity(i.operands().len());
         for k in 0..i.operands().len() {
             let shape = self.global(b.module(), i.operands()[k]);
@@ -22,6 +28,46 @@ impl Engine<'_> {
         let _ = spec;
         let out = self.clone_with(b, &i, &ops, local_shape(&i.shape, &own))?;
         self.set(id, out, own);
+        Ok(())
+    }
+
+    /// A bitcast-convert between widths adds (narrowing) or drops (widening) the minor
+    /// dimension that holds the parts of one wide element. That dimension is never split; the
+    /// others keep their tiles on both sides, so each device converts its own shard.
+    fn bitcast_convert_resized(
+        &mut self,
+        b: &mut Builder,
+        id: InstrId,
+        own: Tree,
+        in_rank: usize,
+    ) -> Result<()> {
+        let i = b.module().instr(id).clone();
+        let Tree::Leaf(Spec::Tiled(t)) = &own else {
+            return self.default(b, id, own);
+        };
+        let out_rank = t.rank();
+        let (work, map): (Tiling, Vec<Option<usize>>) = if in_rank == out_rank + 1 {
+            (t.clone(), (0..out_rank).map(Some).chain([None]).collect())
+        } else {
+            let last = out_rank - 1;
+            let work = if t.tiles[last] > 1 {
+                t.replicate_dims(&[last])
+            } else {
+                t.clone()
+            };
+            (work, (0..last).map(Some).collect())
+        };
+        let target = Tree::Leaf(Spec::Tiled(work.project(&map)));
+        let x = self.operand(b, id, 0, &target)?;
+        let tree = Tree::Leaf(Spec::Tiled(work));
+        let out = self.clone_with(b, &i, &[x], local_shape(&i.shape, &tree))?;
+        if tree == own {
+            self.set(id, out, own);
+        } else {
+            let v = Value { local: out, tree };
+            let local = self.reshard(b, &v, &i.shape, &own)?;
+            self.set(id, local, own);
+        }
         Ok(())
     }
 

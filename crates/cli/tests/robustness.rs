@@ -154,6 +154,14 @@ fn every_stored_reproducer_is_handled_or_refused_with_a_place() {
             .collect();
         files.sort();
         for f in files {
+            // Probe 3's reproducers (`r3_*`) are mostly valid modules that break one command
+            // with one flag; each has its own command and expectation in that folder's README
+            // (issue 39), not this every-command refusal.
+            if f.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("r3_"))
+            {
+                continue;
+            }
             let s = f.to_str().unwrap();
             match f.extension().and_then(|e| e.to_str()) {
                 Some("hlo") => check_text_commands(s, expected_exit(&f)),

@@ -63,6 +63,7 @@ fn names_a_place(stderr: &str) -> bool {
             "computation `",
             "module `",
             "--devices",
+            "--num-partitions",
             "--pass-option",
             "--passes",
             "instruction",
@@ -293,6 +294,19 @@ fn hostile_command_lines_are_refused_with_a_place() {
     for d in ["0", "100000", "4294967296"] {
         check(&["run", ok, "--devices", d], None, 1);
     }
+    // Partition counts past the most devices a sharding may name (issue 39, C1): refused
+    // before anything is sized by them, from the flag and from the module header alike.
+    for np in ["0", "4294967296", "9223372036854775807"] {
+        for cmd in ["compile", "explain"] {
+            check(&[cmd, ok, "--num-partitions", np], None, 1);
+        }
+    }
+    let huge =
+        b"HloModule h, num_partitions=4294967296\nENTRY e {\n  ROOT p = f32[2] parameter(0)\n}\n";
+    let tmp = std::env::temp_dir().join(format!("tessera-np-{}.hlo", std::process::id()));
+    std::fs::write(&tmp, huge).unwrap();
+    check(&["compile", tmp.to_str().unwrap()], None, 1);
+    std::fs::remove_file(&tmp).unwrap();
     // Not a number at all: a usage error, exit 1 like every other error.
     let (out, _) = tessera(&["run", ok, "--devices", "many"], None);
     assert_eq!(out.status.code(), Some(1));

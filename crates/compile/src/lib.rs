@@ -447,8 +447,12 @@ struct PassSettings {
 fn settings(options: &CompileOptions, module: &Module) -> Result<PassSettings> {
     let bad = |m: String| Err(CompileError::Settings(m));
     let n = options.num_partitions;
-    if n < 1 {
-        return bad(format!("--num-partitions {n}: expected at least 1"));
+    if !(1..=tessera_hlo::text::MAX_DEVICES).contains(&n) {
+        return bad(format!(
+            "--num-partitions {n} (the flag, else the module header's num_partitions): \
+             expected 1 to {} (the most devices a sharding may name)",
+            tessera_hlo::text::MAX_DEVICES
+        ));
     }
     if options.num_replicas != 1 {
         return bad(format!(

@@ -21,6 +21,7 @@ mod values;
 mod tests;
 
 pub use compare::module_diff;
+pub use values::MAX_DEVICES;
 
 use crate::module::Module;
 use crate::shape::Shape;

@@ -120,12 +120,7 @@ pub fn remat_floor(module: &Module, mem: &ModuleMemory) -> RematFloor {
 /// Instructions of `cm`'s computation that its root or a side effect needs (through operands
 /// and control predecessors).
 fn needed(module: &Module, cm: &ComputationMemory, effects: &SideEffects) -> Vec<bool> {
-    let pos: HashMap<InstrId, usize> = cm
-        .sequence
-        .iter()
-        .enumerate()
-        .map(|(k, &i)| (i, k))
-        .collect();
+    let pos = cm.positions();
     let mut need = vec![false; cm.sequence.len()];
     let mut work: Vec<usize> = Vec::new();
     let root = module.comp(cm.comp).root();
@@ -156,12 +151,7 @@ fn computation_floor(
     floors: &HashMap<CompId, (i64, i64)>,
 ) -> CompFloor {
     let n = cm.sequence.len();
-    let pos: HashMap<InstrId, usize> = cm
-        .sequence
-        .iter()
-        .enumerate()
-        .map(|(k, &i)| (i, k))
-        .collect();
+    let pos = cm.positions();
     let need = needed(module, cm, effects);
     // Buffers each position reads or defines (indices into cm.buffers), counting bytes.
     let mut touched: Vec<Vec<usize>> = vec![Vec::new(); n];

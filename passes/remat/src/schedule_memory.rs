@@ -112,6 +112,15 @@ pub struct ComputationMemory {
 }
 
 impl ComputationMemory {
+    /// Each instruction's position in `sequence`.
+    pub fn positions(&self) -> HashMap<InstrId, usize> {
+        self.sequence
+            .iter()
+            .enumerate()
+            .map(|(k, &i)| (i, k))
+            .collect()
+    }
+
     /// Buffers that count bytes at position `p`, largest first (ties by position of definition,
     /// then index).
     pub fn live_at(&self, p: usize) -> Vec<&TrackedBuffer> {

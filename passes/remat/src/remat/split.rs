@@ -184,12 +184,7 @@ fn candidates(
                 .as_ref()
                 .is_some_and(|c| c.target == "Sharding")
     };
-    let pos: HashMap<InstrId, usize> = cm
-        .sequence
-        .iter()
-        .enumerate()
-        .map(|(k, &i)| (i, k))
-        .collect();
+    let pos = cm.positions();
     // Buffers by defining instruction.
     let mut defined: HashMap<InstrId, Vec<usize>> = HashMap::new();
     for (k, b) in cm.buffers.iter().enumerate() {
@@ -298,12 +293,7 @@ fn apply(
     cands: &[Candidate],
 ) -> Result<usize, String> {
     let p = cm.peak_position.unwrap_or(0);
-    let pos: HashMap<InstrId, usize> = cm
-        .sequence
-        .iter()
-        .enumerate()
-        .map(|(k, &i)| (i, k))
-        .collect();
+    let pos = cm.positions();
     let mut before: HashMap<usize, Vec<InstrId>> = HashMap::new();
     let mut added = 0;
     for c in cands {

@@ -13,11 +13,11 @@
 
 use std::io::{IsTerminal, Write};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::Args;
 use tessera_compile::{
     compile_with_progress, parse_input, verify_on_devices, CompileOptions, Compiled, Progress,
-    VerifyOptions, VerifyPrecision,
+    VerifyOptions,
 };
 use tessera_hlo::Module;
 use tessera_pass::options::parse_int;
@@ -50,17 +50,9 @@ pub struct CompileArgs {
     /// Seed of the random inputs of --verify.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// --verify: relative tolerance of floating-point outputs (default: by element type).
-    #[arg(long, requires = "atol")]
-    pub rtol: Option<f64>,
-    /// --verify: absolute tolerance of floating-point outputs.
-    #[arg(long, requires = "rtol")]
-    pub atol: Option<f64>,
-    /// --verify: run both programs again with every f32 promoted to f64 (same inputs) and
-    /// decide by that comparison at f64's tolerance; the f32 comparison's errors are reported
-    /// beside it. For long reductions whose other summation order exceeds f32's tolerance.
-    #[arg(long, requires = "verify", conflicts_with = "rtol")]
-    pub f64: bool,
+    /// --verify: how the verdict is decided (the flags of `tessera compare`).
+    #[command(flatten)]
+    pub verdict: crate::run::VerdictArgs,
     /// Print per-pass times, per-device peak memory, collectives and why each exists, warnings.
     #[arg(long)]
     pub report: bool,
@@ -160,26 +152,18 @@ pub fn compile(args: &CompileArgs) -> Result<()> {
     if args.report {
         text.push_str(&compiled.report.render());
     }
-    let mut passed = true;
+    let mut outcome = tessera_runtime::Outcome::Equivalent;
     if args.verify {
         let n = compiled.report.num_partitions as usize;
         let client = tessera_runtime::Client::cpu(n.max(1))
             .context("--verify: cannot create the PJRT CPU client")?;
         let vo = VerifyOptions {
             seed: args.seed,
-            float_tolerance: args
-                .rtol
-                .zip(args.atol)
-                .map(|(rel, abs)| tessera_runtime::Tolerance { rel, abs }),
-            precision: if args.f64 {
-                VerifyPrecision::F64
-            } else {
-                VerifyPrecision::Native
-            },
+            compare: args.verdict.options(),
         };
         let v = verify_on_devices(&client, &original, &compiled, &vo)
             .with_context(|| format!("{}: --verify", shown(&args.file)))?;
-        passed = v.passed();
+        outcome = v.outcome();
         text.push_str(&format!("\nverify:\n{v}\n"));
     }
     if !compiled.report.warnings.is_empty() && !args.report {
@@ -194,8 +178,8 @@ pub fn compile(args: &CompileArgs) -> Result<()> {
             eprint!("{text}");
         }
     }
-    if !passed {
-        bail!("the compiled program's outputs differ from the original's");
+    if outcome != tessera_runtime::Outcome::Equivalent {
+        return Err(crate::run::VerdictError(outcome).into());
     }
     Ok(())
 }

@@ -1,14 +1,16 @@
 //! `tessera`: the pass-driver binary.
 //!
 //! Every subcommand reads HLO text (a file or `-` for stdin) or an `xla.HloModuleProto`, and
-//! reports any error on stderr with exit code 1. A panic (exit 101) is a bug.
+//! reports any error on stderr with exit code 1. `compare` and `compile --verify` exit 1 on a
+//! verdict of NOT equivalent and 3 on *not comparable* (docs/runtime.md). A panic (exit 101)
+//! is a bug.
 
 use std::fs;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use tessera_hlo::text::{parse_module, print_module, PrintOptions};
 use tessera_hlo::Module;
@@ -224,10 +226,10 @@ fn run(cli: Cli) -> Result<()> {
         Command::Embedding(cmd) => write_output(None, &embedding::embedding(&cmd)?),
         Command::AutoShard(cmd) => write_output(None, &autoshard::auto_shard(&cmd)?),
         Command::Compare(args) => {
-            let (report, passed) = run::compare(&args, run::parse_text)?;
+            let (report, outcome) = run::compare(&args, run::parse_text)?;
             write_output(None, &report)?;
-            if !passed {
-                bail!("the partitioned module's outputs differ from the original's");
+            if outcome != tessera_runtime::Outcome::Equivalent {
+                return Err(run::VerdictError(outcome).into());
             }
             Ok(())
         }
@@ -251,7 +253,10 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::FAILURE
+            match e.downcast_ref::<run::VerdictError>() {
+                Some(v) => ExitCode::from(v.0.exit_code()),
+                None => ExitCode::FAILURE,
+            }
         }
     }
 }

@@ -71,10 +71,7 @@ use tessera_remat::{RematOptions, RematSummary, Rematerialization, SchedulePass}
 use tessera_spmd::{PropagationOptions, SpmdOptions, SpmdPartitioning, SpmdReport};
 
 pub use shardy::{has_shardy_shape_calls, import_shardy};
-pub use verify::{
-    promote_f32_to_f64, verify_on_devices, Verification, VerifyOptions, VerifyPrecision,
-    VerifyReference,
-};
+pub use verify::{verify_on_devices, Verification, VerifyOptions};
 
 /// The passes of the pipeline, in order (their registry names; `shardy-import` runs before
 /// them when the module has Shardy's shape custom-calls, see [`import_shardy`]).

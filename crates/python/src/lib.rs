@@ -20,7 +20,7 @@ use pyo3::types::{PyBytes, PyDict, PyList};
 use tessera_compile::{CompileOptions, CompileReport, Compiled};
 use tessera_hlo::text::{parse_module, print_module, sharding_to_string, PrintOptions};
 use tessera_hlo::{ElementType, Module as HloModule, ShardingKind};
-use tessera_runtime::harness::{self, CompareOptions, Reference, Tolerance};
+use tessera_runtime::harness::{self, CompareOptions, Precision, Reference, Tolerance};
 use tessera_runtime::{Client, HostArray, HostValue};
 
 create_exception!(
@@ -615,7 +615,7 @@ type OutputRow = (usize, String, bool, f64, f64, u64);
 /// `tessera.compare` without the numpy conversion: the runtime's equivalence harness
 /// (`tessera compare`), returning (passed, report text, per-output dicts).
 #[pyfunction]
-#[pyo3(signature = (original, partitioned, devices, inputs = None, seed = 0, rtol = None, atol = None, reference = "single-device"))]
+#[pyo3(signature = (original, partitioned, devices, inputs = None, seed = 0, rtol = None, atol = None, reference = "auto", native = false))]
 #[allow(clippy::too_many_arguments)]
 fn _compare(
     py: Python<'_>,
@@ -627,16 +627,18 @@ fn _compare(
     rtol: Option<f64>,
     atol: Option<f64>,
     reference: &str,
-) -> PyResult<(bool, String, Vec<OutputRow>)> {
+    native: bool,
+) -> PyResult<(bool, String, Vec<OutputRow>, String)> {
     check_devices(devices)?;
     let original = module_arg(py, original)?;
     let partitioned = module_arg(py, partitioned)?;
     let reference = match reference {
+        "auto" => Reference::Auto,
         "single-device" => Reference::SingleDevice,
         "xla-spmd" => Reference::XlaPartitioned,
         r => {
             return Err(err(format!(
-                "reference={r:?}: expected \"single-device\" or \"xla-spmd\""
+                "reference={r:?}: expected \"auto\", \"single-device\" or \"xla-spmd\""
             )))
         }
     };
@@ -668,6 +670,12 @@ fn _compare(
             CompareOptions {
                 float_tolerance,
                 reference,
+                precision: if native {
+                    Precision::Native
+                } else {
+                    Precision::Wide
+                },
+                ..CompareOptions::default()
             },
         )
         .map_err(err)?;
@@ -685,7 +693,7 @@ fn _compare(
                 )
             })
             .collect();
-        Ok((r.passed(), r.to_string(), outs))
+        Ok((r.passed(), r.to_string(), outs, r.outcome().to_string()))
     })
 }
 

@@ -31,6 +31,7 @@ use crate::host::{decode, hlo_type, runtime_type, shape_string, HostArray, HostV
 use crate::options::CompileOptions;
 use crate::pjrt::{Buffer, Client, ExecuteOptions, Program};
 use crate::sharded::{self, ReplicaMismatch};
+use crate::verdict::{Bound, Outcome};
 
 /// `|actual - expected| <= abs + rel * |expected|` (numpy's `allclose` rule).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -98,28 +99,85 @@ pub struct OutputReport {
     /// Devices that should hold equal replicas of this output but do not.
     pub replica_mismatches: Vec<ReplicaMismatch>,
     pub replica_mismatch_count: u64,
+    /// When the verdict was decided in the wide run: the bound and what it was measured from
+    /// (the errors above are then the wide run's).
+    pub bound: Option<Bound>,
+    /// When the verdict was decided in the wide run: the comparison of the programs as given.
+    pub native: Option<NativeErrors>,
+    /// Why this output is not compared (it depends on a stateful random number generator).
+    pub not_comparable: Option<String>,
+}
+
+/// The errors of one output in the programs as given, when the wide run decides.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct NativeErrors {
+    pub max_abs_error: f64,
+    pub max_rel_error: f64,
+    /// Elements outside `tolerance`, the element type's own ([`Tolerance::for_type`]).
+    pub outside_type_tolerance: u64,
+    pub tolerance: Tolerance,
 }
 
 impl OutputReport {
     pub fn passed(&self) -> bool {
-        self.mismatched == 0 && self.replica_mismatch_count == 0
+        self.outcome() == Outcome::Equivalent
+    }
+
+    pub fn outcome(&self) -> Outcome {
+        if self.mismatched > 0 || self.replica_mismatch_count > 0 {
+            Outcome::NotEquivalent
+        } else if self.not_comparable.is_some() {
+            Outcome::NotComparable
+        } else {
+            Outcome::Equivalent
+        }
     }
 }
 
 impl fmt::Display for OutputReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "output {} {}: {} max abs error {:.3e}, max rel error {:.3e} ({})",
-            self.index,
-            self.shape,
-            if self.passed() { "ok" } else { "DIFFERS" },
-            self.max_abs_error,
-            self.max_rel_error,
-            self.tolerance
-        )?;
+        if let Some(why) = &self.not_comparable {
+            return write!(
+                f,
+                "output {} {}: not comparable: {why}",
+                self.index, self.shape
+            );
+        }
+        let verdict = if self.passed() { "ok" } else { "DIFFERS" };
+        match &self.bound {
+            Some(b) => write!(
+                f,
+                "output {} {}: {verdict} in f64: max abs error {:.3e} (bound {:.3e}: own rounding \
+                 {:.3e}, largest magnitude {:.3e})",
+                self.index, self.shape, self.max_abs_error, b.abs, b.own, b.scale
+            )?,
+            None => write!(
+                f,
+                "output {} {}: {verdict} max abs error {:.3e}, max rel error {:.3e} ({})",
+                self.index, self.shape, self.max_abs_error, self.max_rel_error, self.tolerance
+            )?,
+        }
+        if let Some(n) = &self.native {
+            write!(
+                f,
+                "; as given: max abs error {:.3e}, max rel error {:.3e}",
+                n.max_abs_error, n.max_rel_error
+            )?;
+            if n.outside_type_tolerance > 0 {
+                write!(
+                    f,
+                    ", {} elements outside {}",
+                    n.outside_type_tolerance, n.tolerance
+                )?;
+            }
+        }
         if self.mismatched > 0 {
-            write!(f, "; {} elements outside the tolerance", self.mismatched)?;
+            let what = if self.bound.is_some() {
+                "the bound"
+            } else {
+                "the tolerance"
+            };
+            write!(f, "; {} elements outside {what}", self.mismatched)?;
             if let Some(m) = &self.first_mismatch {
                 write!(
                     f,
@@ -141,34 +199,91 @@ impl fmt::Display for OutputReport {
     }
 }
 
-/// The comparison of every output.
+/// The comparison of every output, and how it was made.
 #[derive(Clone, Debug, PartialEq)]
 pub struct EquivalenceReport {
     pub num_devices: usize,
     pub outputs: Vec<OutputReport>,
+    /// What the outputs were compared with, and why.
+    pub reference: ReferenceChoice,
+    /// How the candidate ran (`our per-device program on 8 devices`).
+    pub candidate: String,
+    /// `None` when decided in the wide (f64) run; else why the programs' own precision decides.
+    pub native_because: Option<String>,
+    /// Why nothing could be compared (an unrunnable custom-call), when so.
+    pub not_comparable: Option<String>,
+    /// Wall time of each stage (`reference as given`, `candidate in f64`...).
+    pub timings: Vec<(String, std::time::Duration)>,
+}
+
+/// The reference [`Reference::Auto`] resolved to, with the reason.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReferenceChoice {
+    pub used: Reference,
+    pub why: String,
 }
 
 impl EquivalenceReport {
     pub fn passed(&self) -> bool {
-        self.outputs.iter().all(OutputReport::passed)
+        self.outcome() == Outcome::Equivalent
+    }
+
+    /// Not equivalent when any output differs; else not comparable when any output (or the
+    /// whole run) could not be compared; else equivalent.
+    pub fn outcome(&self) -> Outcome {
+        let worst = self
+            .outputs
+            .iter()
+            .map(OutputReport::outcome)
+            .max_by_key(|o| *o as u8)
+            .unwrap_or(Outcome::Equivalent);
+        if worst == Outcome::Equivalent && self.not_comparable.is_some() {
+            Outcome::NotComparable
+        } else {
+            worst
+        }
     }
 }
 
 impl fmt::Display for EquivalenceReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let reference = match self.reference.used {
+            Reference::XlaPartitioned => format!(
+                "XLA's own SPMD partitioning of the original on {} devices",
+                self.num_devices
+            ),
+            _ => "the original on 1 device".to_string(),
+        };
+        writeln!(f, "reference: {reference} ({})", self.reference.why)?;
+        writeln!(f, "compared: {}", self.candidate)?;
+        match &self.native_because {
+            None => writeln!(
+                f,
+                "decided in f64: both programs rerun with every narrower float promoted, the same \
+                 inputs; per output, the bound is {} times the reference's own rounding, scaled \
+                 to f64 (docs/runtime.md)",
+                crate::verdict::MARGIN
+            )?,
+            Some(why) => writeln!(
+                f,
+                "decided at the programs' own precision, element by element ({why})"
+            )?,
+        }
+        if let Some(why) = &self.not_comparable {
+            writeln!(f, "not comparable: {why}")?;
+        }
         for o in &self.outputs {
             writeln!(f, "{o}")?;
         }
-        write!(
-            f,
-            "{} on {} devices",
-            if self.passed() {
-                "equivalent"
-            } else {
-                "NOT equivalent"
-            },
-            self.num_devices
-        )
+        if !self.timings.is_empty() {
+            let parts: Vec<String> = self
+                .timings
+                .iter()
+                .map(|(what, d)| format!("{what} {:.1} s", d.as_secs_f64()))
+                .collect();
+            writeln!(f, "time: {}", parts.join(", "))?;
+        }
+        write!(f, "{} on {} devices", self.outcome(), self.num_devices)
     }
 }
 
@@ -523,10 +638,20 @@ pub fn prepare_partitioned(m: &Module, num_devices: usize) -> Result<Module> {
 /// partitioner switched off (`xla_disable_hlo_passes`) so that nothing re-partitions the
 /// per-device program; its MANUAL shardings say the same thing to any pass that looks.
 pub fn per_device_options(n: usize) -> CompileOptions {
-    CompileOptions::partitioned(n).with_debug_override(
-        "xla_disable_hlo_passes",
-        "sharding-propagation,spmd-partitioning",
+    harness_options(
+        CompileOptions::partitioned(n),
+        &["sharding-propagation", "spmd-partitioning"],
     )
+}
+
+/// `base` with XLA's passes `disabled` and its CPU `fusion` pass switched off. The harness
+/// runs a program to know its values, not to run it fast: fusion changes no value, and on a
+/// deep model it is nearly all of XLA's compile time and memory (jax's 48-layer transformer
+/// step: 190 s and 8.2 GB with it, 7 s and 0.5 GB without, docs/BENCHMARKS.md).
+pub fn harness_options(base: CompileOptions, disabled: &[&str]) -> CompileOptions {
+    let mut passes = disabled.to_vec();
+    passes.push("fusion");
+    base.with_debug_override("xla_disable_hlo_passes", &passes.join(","))
 }
 
 /// Compiles `m` as is (no preparation) with `options` and runs it with one argument list per
@@ -628,7 +753,8 @@ pub fn run_original(
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    let mut outs = run_module(client, &prepared, &CompileOptions::default(), &[args])?;
+    let options = harness_options(CompileOptions::default(), &[]);
+    let mut outs = run_module(client, &prepared, &options, &[args])?;
     Ok(outs.pop().unwrap_or_default())
 }
 
@@ -702,7 +828,7 @@ pub fn run_xla_partitioned(
     let outs = run_module(
         client,
         &prepared,
-        &CompileOptions::partitioned(num_devices),
+        &harness_options(CompileOptions::partitioned(num_devices), &[]),
         &args,
     )?;
     assemble_outputs(m, m, &outs)
@@ -930,6 +1056,9 @@ pub fn compare_arrays(
         first_mismatch: None,
         replica_mismatches: Vec::new(),
         replica_mismatch_count: 0,
+        bound: None,
+        native: None,
+        not_comparable: None,
     };
     let w = expected.ty.byte_size();
     for k in 0..expected.element_count() {
@@ -985,30 +1114,80 @@ fn element_error(expected: f64, actual: f64) -> (f64, f64) {
     (abs, rel)
 }
 
-/// What to compare with.
+/// What to compare with, and how.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct CompareOptions {
-    /// Replaces the per-type default tolerance of every floating-point output.
+    /// Decide at the programs' own precision, element by element, with this tolerance for
+    /// every floating-point output (no wide run).
     pub float_tolerance: Option<Tolerance>,
-    /// What the partitioned module's outputs are compared with.
+    /// What the candidate's outputs are compared with.
     pub reference: Reference,
+    pub precision: Precision,
+    /// How the candidate runs.
+    pub candidate: CandidateMode,
 }
 
 /// The reference outputs of [`check_equivalence`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Reference {
-    /// The original run as one global program on one device, its shardings ignored (they
-    /// only annotate it). Refused for an original with manual regions ([`manual_region`]).
+    /// [`Reference::SingleDevice`] where the original has a single-device meaning, else
+    /// [`Reference::XlaPartitioned`] ([`auto_reference`]).
     #[default]
+    Auto,
+    /// The original run as one global program on one device, its shardings ignored (they
+    /// only annotate it).
     SingleDevice,
     /// The original partitioned by XLA's own SPMD partitioner (in the plugin) on the same
     /// devices, its outputs assembled by its root sharding: the reference for an original
-    /// with manual regions, which has no single-device meaning.
+    /// with manual regions or explicit cross-partition collectives, which has no single-device
+    /// meaning.
     XlaPartitioned,
 }
 
-/// Runs `original` on one device and `partitioned` on `num_devices` devices with the same global
-/// `inputs` and compares every output.
+/// Where the verdict is decided.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Precision {
+    /// In a second run of both programs with every float narrower than `f64` promoted to
+    /// `f64`, against a bound measured from the reference's own rounding
+    /// ([`crate::verdict`]); the errors as given are reported beside. Falls back to
+    /// [`Precision::Native`], saying why, where a program has no wide counterpart.
+    #[default]
+    Wide,
+    /// At the programs' own precision, each element within its type's tolerance.
+    Native,
+}
+
+/// How the candidate of [`check_equivalence`] runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CandidateMode {
+    /// As a per-device program, unless it still carries the global shapes and shardings of a
+    /// module before partitioning ([`carries_global_shardings`]); then as
+    /// [`CandidateMode::XlaPartitioned`].
+    #[default]
+    Auto,
+    /// As the per-device program on every device.
+    PerDevice,
+    /// As a global module with shardings: partitioned by the plugin's SPMD partitioner for the
+    /// device count, or on 1 device run as one global program.
+    XlaPartitioned,
+}
+
+/// The program compared with the reference.
+#[derive(Clone, Copy, Debug)]
+pub enum Candidate<'a> {
+    /// A per-device program; `layout` is the global module whose shardings split the inputs
+    /// and assemble the outputs (the original, or the compiler's module with every sharding
+    /// decided).
+    PerDevice {
+        layout: &'a Module,
+        program: &'a Module,
+    },
+    /// A global module with shardings ([`CandidateMode::XlaPartitioned`]).
+    Sharded(&'a Module),
+}
+
+/// Runs the reference and `partitioned` with the same global `inputs` and compares every
+/// output ([`verify`]); `partitioned` runs as `options.candidate` says.
 pub fn check_equivalence(
     client: &Client,
     original: &Module,
@@ -1017,16 +1196,24 @@ pub fn check_equivalence(
     inputs: &[HostValue],
     options: CompareOptions,
 ) -> Result<EquivalenceReport> {
-    enough_devices(client, num_devices)?;
-    let expected = reference_outputs(client, original, num_devices, inputs, options.reference)?;
-    let actual = run_partitioned(client, original, partitioned, num_devices, inputs)?;
-    compare_outputs(partitioned, num_devices, &expected, actual, options)
+    let sharded = match options.candidate {
+        CandidateMode::PerDevice => false,
+        CandidateMode::XlaPartitioned => true,
+        CandidateMode::Auto => carries_global_shardings(original, partitioned, num_devices)?,
+    };
+    let candidate = if sharded {
+        Candidate::Sharded(partitioned)
+    } else {
+        Candidate::PerDevice {
+            layout: original,
+            program: partitioned,
+        }
+    };
+    verify(client, original, candidate, num_devices, inputs, options)
 }
 
 /// [`check_equivalence`] for a candidate that still carries shardings (a deduplicated or
-/// otherwise rewritten original): XLA's own SPMD partitioner partitions it for `num_devices`
-/// ([`run_xla_partitioned`]), and its assembled outputs are compared with the original's on
-/// one device. A deduplicated candidate takes the original's arguments through its map.
+/// otherwise rewritten original), whatever its shapes say.
 pub fn check_equivalence_xla(
     client: &Client,
     original: &Module,
@@ -1035,10 +1222,315 @@ pub fn check_equivalence_xla(
     inputs: &[HostValue],
     options: CompareOptions,
 ) -> Result<EquivalenceReport> {
+    let options = CompareOptions {
+        candidate: CandidateMode::XlaPartitioned,
+        ..options
+    };
+    check_equivalence(client, original, candidate, num_devices, inputs, options)
+}
+
+/// Whether `candidate` is a global module with shardings rather than a per-device program:
+/// on more than one device, its entry parameters have the original's global shapes while
+/// the original's shardings cut one of them, or (all of them whole) some instruction of it
+/// carries a sharding that tiles. On one device a sharded candidate is global.
+pub fn carries_global_shardings(
+    original: &Module,
+    candidate: &Module,
+    num_devices: usize,
+) -> Result<bool> {
+    // Whether `s` cuts `shape` into smaller pieces on `n` devices (manual shardings do not:
+    // their shapes are per device already).
+    let cuts = |shape: &Shape, s: &Sharding, n: usize| {
+        let mut whole = shape.clone();
+        whole.clear_layouts();
+        !s.is_manual() && sharded::shard_shape(shape, s, n).is_ok_and(|p| p != whole)
+    };
+    let tiles = || {
+        let n = sharding_device_count(candidate).max(num_devices as i64) as usize;
+        ids_of(candidate).into_iter().any(|id| {
+            let i = candidate.instr(id);
+            i.sharding.as_ref().is_some_and(|s| cuts(&i.shape, s, n))
+        })
+    };
+    if num_devices <= 1 {
+        return Ok(tiles());
+    }
+    let plain = |s: &Shape| {
+        let mut s = s.clone();
+        s.clear_layouts();
+        s
+    };
+    // Where the original's shardings cut an input or the output, the candidate's shapes
+    // there tell: global shapes, a global module.
+    let (shapes, shardings) = merged_parameters(original, candidate)?;
+    if shapes
+        .iter()
+        .zip(&shardings)
+        .any(|(sh, s)| cuts(sh, s, num_devices))
+    {
+        let own = entry_parameter_shapes(candidate)?;
+        return Ok(own.iter().map(plain).eq(shapes.iter().map(plain)));
+    }
+    let (root, root_sharding) = root_shape_and_sharding(original)?;
+    if cuts(&root, &root_sharding, num_devices) {
+        let (own, _) = root_shape_and_sharding(candidate)?;
+        return Ok(plain(&own) == plain(&root));
+    }
+    // Nothing at its ends is cut: a sharding inside that cuts says it is not partitioned yet.
+    Ok(tiles())
+}
+
+/// The reference for `original` on `num_devices` devices: its own run on one device where it
+/// has a single-device meaning; XLA's partitioning of it where it holds a manual region or a
+/// collective or partition id (code written per device), with that instruction as the reason.
+pub fn auto_reference(original: &Module, num_devices: usize) -> ReferenceChoice {
+    if num_devices > 1 {
+        if let Some(what) = manual_region(original) {
+            return ReferenceChoice {
+                used: Reference::XlaPartitioned,
+                why: format!("{what}: a manual region has no single-device meaning"),
+            };
+        }
+        if let Some(what) = per_device_instruction(original) {
+            return ReferenceChoice {
+                used: Reference::XlaPartitioned,
+                why: format!("{what}: its meaning depends on the devices it runs on"),
+            };
+        }
+    }
+    ReferenceChoice {
+        used: Reference::SingleDevice,
+        why: "the original has a single-device meaning".into(),
+    }
+}
+
+/// The first collective, partition id or replica id of `m`, described.
+fn per_device_instruction(m: &Module) -> Option<String> {
+    ids_of(m).into_iter().find_map(|id| {
+        let i = m.instr(id);
+        let op = i.opcode();
+        (op.is_collective() || matches!(op, Opcode::PartitionId | Opcode::ReplicaId))
+            .then(|| format!("%{} is a {op}", i.name()))
+    })
+}
+
+/// Checks that one comparison of `original` on `num_devices` devices fits in host memory:
+/// the global inputs and outputs, a piece of each per device, the reference's outputs kept
+/// for the bound, twice over for the wide run. Refuses with both numbers when it does not.
+pub fn check_host_memory(original: &Module, num_devices: usize, wide: bool) -> Result<()> {
+    let bytes = |s: &Shape| -> u128 {
+        fn walk(s: &Shape) -> u128 {
+            match s {
+                Shape::Array(a) => a.dims.iter().fold(a.ty.byte_size() as u128, |acc, &d| {
+                    acc.saturating_mul(d.max(0) as u128)
+                }),
+                Shape::Tuple(e) => e.iter().map(walk).fold(0u128, u128::saturating_add),
+                _ => 0,
+            }
+        }
+        walk(s)
+    };
+    let inputs: u128 = entry_parameter_shapes(original)?
+        .iter()
+        .map(bytes)
+        .fold(0, u128::saturating_add);
+    let outputs = root_shape_and_sharding(original)
+        .map(|(s, _)| bytes(&s))
+        .unwrap_or(0);
+    let copies = num_devices as u128 + 3;
+    let need = inputs
+        .saturating_add(outputs)
+        .saturating_mul(copies)
+        .saturating_mul(if wide { 3 } else { 1 });
+    if let Some(have) = crate::verdict::available_memory() {
+        if need > u128::from(have) {
+            return Err(module_error(
+                original,
+                format!(
+                    "a comparison on {num_devices} devices needs about {need} bytes of host \
+                     memory ({inputs} bytes of inputs and {outputs} of outputs, held globally \
+                     and per device{}), and {have} are available",
+                    if wide { ", again in f64" } else { "" }
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The comparison: the reference ([`CompareOptions::reference`], resolved by
+/// [`auto_reference`]) and `candidate` run with the same global `inputs` at the programs' own
+/// precision and, unless told otherwise, again wide ([`crate::verdict`]), and every output is
+/// judged. Outputs that depend on a stateful random number generator are not compared; a
+/// program the plugin cannot run on the host (an unregistered custom-call) makes the whole
+/// comparison not comparable instead of an error.
+pub fn verify(
+    client: &Client,
+    original: &Module,
+    candidate: Candidate<'_>,
+    num_devices: usize,
+    inputs: &[HostValue],
+    options: CompareOptions,
+) -> Result<EquivalenceReport> {
     enough_devices(client, num_devices)?;
-    let expected = reference_outputs(client, original, num_devices, inputs, options.reference)?;
-    let actual = run_xla_partitioned(client, candidate, num_devices, inputs)?;
-    compare_outputs(candidate, num_devices, &expected, actual, options)
+    let reference = match options.reference {
+        Reference::Auto => auto_reference(original, num_devices),
+        used => ReferenceChoice {
+            used,
+            why: "as asked".into(),
+        },
+    };
+    let candidate_text = match candidate {
+        Candidate::PerDevice { .. } => format!("the per-device program on {num_devices} devices"),
+        Candidate::Sharded(_) if num_devices == 1 => {
+            "the candidate as one global program on 1 device, its shardings ignored".to_string()
+        }
+        Candidate::Sharded(_) => format!(
+            "the candidate partitioned by XLA's SPMD partitioner on {num_devices} devices (it \
+             carries global shapes and shardings)"
+        ),
+    };
+    let modules: Vec<&Module> = match candidate {
+        Candidate::PerDevice { layout, program } => vec![original, layout, program],
+        Candidate::Sharded(m) => vec![original, m],
+    };
+    let narrow = modules.iter().any(|m| has_narrow_float(m));
+    let native_because = if options.float_tolerance.is_some() {
+        Some("a tolerance was given".to_string())
+    } else if options.precision == Precision::Native {
+        Some("as asked".to_string())
+    } else if !narrow {
+        Some("no float narrower than f64 to promote".to_string())
+    } else {
+        modules
+            .iter()
+            .find_map(|m| crate::verdict::not_widenable(m))
+            .map(|why| format!("no wide run: {why}"))
+    };
+    check_host_memory(original, num_devices, native_because.is_none())?;
+    let mut report = EquivalenceReport {
+        num_devices,
+        outputs: Vec::new(),
+        reference,
+        candidate: candidate_text,
+        native_because,
+        not_comparable: None,
+        timings: Vec::new(),
+    };
+    let random = crate::verdict::stateful_random_outputs(original);
+    let used = report.reference.used;
+    let run = |original: &Module, candidate: Candidate<'_>, inputs: &[HostValue], what: &str| {
+        let t = std::time::Instant::now();
+        let expected = reference_outputs(client, original, num_devices, inputs, used)?;
+        let t_ref = (format!("reference{what}"), t.elapsed());
+        let t = std::time::Instant::now();
+        let actual = run_candidate(client, original, candidate, num_devices, inputs)?;
+        let t_cand = (format!("candidate{what}"), t.elapsed());
+        Ok::<_, Error>((expected, actual, [t_ref, t_cand]))
+    };
+    let unrunnable = |e: &Error| {
+        modules
+            .iter()
+            .find_map(|m| crate::verdict::unrunnable_custom_call(m, &e.to_string()))
+    };
+    let (expected, actual, times) = match run(original, candidate, inputs, "") {
+        Ok(r) => r,
+        Err(e) => match unrunnable(&e) {
+            Some(why) => {
+                report.not_comparable = Some(why);
+                return Ok(report);
+            }
+            None => return Err(e),
+        },
+    };
+    report.timings.extend(times);
+    if expected.len() != actual.len() {
+        return Err(module_error(
+            modules[modules.len() - 1],
+            format!(
+                "gives {} outputs, the original {}",
+                actual.len(),
+                expected.len()
+            ),
+        ));
+    }
+    let native = native_reports(&expected, actual, options)?;
+    if report.native_because.is_some() {
+        report.outputs = native;
+    } else {
+        let wide_original = crate::verdict::widen_module(original);
+        let wide_modules: Vec<Module> = modules[1..]
+            .iter()
+            .map(|m| crate::verdict::widen_module(m))
+            .collect();
+        let wide_candidate = match candidate {
+            Candidate::PerDevice { .. } => Candidate::PerDevice {
+                layout: &wide_modules[0],
+                program: &wide_modules[1],
+            },
+            Candidate::Sharded(_) => Candidate::Sharded(&wide_modules[0]),
+        };
+        let wide_inputs: Vec<HostValue> =
+            inputs.iter().map(crate::verdict::widen_value).collect();
+        let (wide_expected, wide_actual, times) =
+            run(&wide_original, wide_candidate, &wide_inputs, " in f64")?;
+        report.timings.extend(times);
+        report.outputs = wide_reports(&expected, &wide_expected, wide_actual, native)?;
+    }
+    for (k, why) in random {
+        if let Some(o) = report.outputs.get_mut(k) {
+            *o = OutputReport {
+                not_comparable: Some(format!(
+                    "it depends on %{why}, a stateful random number generator"
+                )),
+                mismatched: 0,
+                first_mismatch: None,
+                replica_mismatches: Vec::new(),
+                replica_mismatch_count: 0,
+                ..o.clone()
+            };
+        }
+    }
+    Ok(report)
+}
+
+/// Whether `m` holds a float narrower than `f64` anywhere (a shape or a constant).
+fn has_narrow_float(m: &Module) -> bool {
+    fn narrow(s: &Shape) -> bool {
+        match s {
+            Shape::Array(a) => crate::verdict::wide_type(a.ty) != a.ty,
+            Shape::Tuple(e) => e.iter().any(narrow),
+            Shape::Buffer(b) => narrow(b),
+            _ => false,
+        }
+    }
+    ids_of(m).into_iter().any(|id| narrow(&m.instr(id).shape))
+}
+
+/// Runs the candidate: as a per-device program, or partitioned by XLA (as one global program
+/// when on one device).
+fn run_candidate(
+    client: &Client,
+    original: &Module,
+    candidate: Candidate<'_>,
+    num_devices: usize,
+    inputs: &[HostValue],
+) -> Result<Vec<sharded::Assembled>> {
+    match candidate {
+        Candidate::PerDevice { layout, program } => {
+            let _ = original;
+            run_partitioned(client, layout, program, num_devices, inputs)
+        }
+        Candidate::Sharded(m) if num_devices == 1 => Ok(run_original(client, m, inputs)?
+            .into_iter()
+            .map(|a| sharded::Assembled {
+                value: HostValue::Array(a),
+                mismatches: Vec::new(),
+                mismatch_count: 0,
+            })
+            .collect()),
+        Candidate::Sharded(m) => run_xla_partitioned(client, m, num_devices, inputs),
+    }
 }
 
 fn enough_devices(client: &Client, num_devices: usize) -> Result<()> {
@@ -1051,9 +1543,8 @@ fn enough_devices(client: &Client, num_devices: usize) -> Result<()> {
     Ok(())
 }
 
-/// The outputs `options.reference` says `original` must give: its own on one device, or those
-/// of XLA's partitioning of it on `num_devices` (for manual regions, which have no
-/// one-device meaning).
+/// The outputs `reference` says `original` must give: its own on one device, or those
+/// of XLA's partitioning of it on `num_devices`.
 fn reference_outputs(
     client: &Client,
     original: &Module,
@@ -1062,7 +1553,7 @@ fn reference_outputs(
     reference: Reference,
 ) -> Result<Vec<HostArray>> {
     match reference {
-        Reference::SingleDevice => run_original(client, original, inputs),
+        Reference::Auto | Reference::SingleDevice => run_original(client, original, inputs),
         Reference::XlaPartitioned => {
             let mut outs = Vec::new();
             for (k, a) in run_xla_partitioned(client, original, num_devices, inputs)?
@@ -1084,23 +1575,13 @@ fn reference_outputs(
     }
 }
 
-fn compare_outputs(
-    partitioned: &Module,
-    num_devices: usize,
+/// Each output compared at its own precision: with `options.float_tolerance` for floats when
+/// given, else its type's tolerance.
+fn native_reports(
     expected: &[HostArray],
     actual: Vec<sharded::Assembled>,
     options: CompareOptions,
-) -> Result<EquivalenceReport> {
-    if expected.len() != actual.len() {
-        return Err(module_error(
-            partitioned,
-            format!(
-                "gives {} outputs, the original {}",
-                actual.len(),
-                expected.len()
-            ),
-        ));
-    }
+) -> Result<Vec<OutputReport>> {
     let mut outputs = Vec::with_capacity(expected.len());
     for (k, (e, a)) in expected.iter().zip(actual).enumerate() {
         let arr = a
@@ -1116,10 +1597,46 @@ fn compare_outputs(
         r.replica_mismatch_count = a.mismatch_count;
         outputs.push(r);
     }
-    Ok(EquivalenceReport {
-        num_devices,
-        outputs,
-    })
+    Ok(outputs)
+}
+
+/// Each output judged in the wide run: floats within their [`crate::verdict::wide_bound`],
+/// the rest exactly; the native comparison kept beside.
+fn wide_reports(
+    native_expected: &[HostArray],
+    expected: &[HostArray],
+    actual: Vec<sharded::Assembled>,
+    native: Vec<OutputReport>,
+) -> Result<Vec<OutputReport>> {
+    let mut outputs = Vec::with_capacity(expected.len());
+    for (k, ((e, a), n)) in expected.iter().zip(actual).zip(native).enumerate() {
+        let arr = a
+            .value
+            .as_array()
+            .ok_or_else(|| Error::InvalidArgument(format!("output {k} assembled into a tuple")))?;
+        let bound = native_expected
+            .get(k)
+            .filter(|_| e.ty.is_float() || e.ty.is_complex())
+            .and_then(|ne| crate::verdict::wide_bound(ne, e));
+        let tolerance = match bound {
+            Some(b) => Tolerance { rel: 0.0, abs: b.abs },
+            None => Tolerance::EXACT,
+        };
+        let mut r = compare_arrays(k, e, arr, tolerance)?;
+        // Report the output's shape as given, not widened.
+        r.shape = n.shape.clone();
+        r.replica_mismatches = a.mismatches;
+        r.replica_mismatch_count = a.mismatch_count;
+        r.bound = bound;
+        r.native = Some(NativeErrors {
+            max_abs_error: n.max_abs_error,
+            max_rel_error: n.max_rel_error,
+            outside_type_tolerance: n.mismatched,
+            tolerance: n.tolerance,
+        });
+        outputs.push(r);
+    }
+    Ok(outputs)
 }
 
 /// A small deterministic generator (splitmix64) for test inputs.

@@ -48,10 +48,15 @@ pub mod shape;
 pub mod sharded;
 pub mod signature;
 pub mod variables;
+pub mod verdict;
 
 pub use element::{Bf16, Complex, ElementType, NativeType, F16};
 pub use error::{Error, ErrorCode, Result};
-pub use harness::{check_equivalence, CompareOptions, EquivalenceReport, OutputReport, Tolerance};
+pub use harness::{
+    check_equivalence, CompareOptions, EquivalenceReport, OutputReport, Precision, Reference,
+    Tolerance,
+};
+pub use verdict::Outcome;
 pub use host::{HostArray, HostValue, Scalar};
 pub use options::{CompileOptions, DeviceAssignment};
 pub use pjrt::{

@@ -167,6 +167,9 @@ class Comparison:
     passed: bool
     text: str
     outputs: list[OutputComparison] = field(default_factory=list)
+    #: ``"equivalent"``, ``"NOT equivalent"`` or ``"not comparable"`` (an output depends on a
+    #: stateful rng, or a custom-call cannot run on the host).
+    outcome: str = "equivalent"
 
     def __bool__(self) -> bool:
         return self.passed
@@ -183,15 +186,17 @@ def compare(
     seed: int = 0,
     rtol: Optional[float] = None,
     atol: Optional[float] = None,
-    reference: str = "single-device",
+    reference: str = "auto",
+    native: bool = False,
 ) -> Comparison:
-    """Runs ``original`` (the reference) and the per-device ``partitioned`` module on
-    ``devices`` devices with the same global inputs (``inputs``, else random ones from
-    ``seed``) and compares every output: the runtime's equivalence harness, the verdict of
-    ``tessera compare``. ``reference``: ``"single-device"`` (the original as one program on one
-    device) or ``"xla-spmd"`` (XLA's partitioning of it, for shard_map originals)."""
+    """Runs the reference and the per-device ``partitioned`` module on ``devices`` devices
+    with the same global inputs (``inputs``, else random ones from ``seed``) and judges every
+    output: the verdict of ``tessera compare``, decided in f64 unless ``native`` (or
+    ``rtol``/``atol``) is given. ``reference``: ``"auto"`` (the original on one device where it
+    has a single-device meaning, else XLA's partitioning of it), ``"single-device"`` or
+    ``"xla-spmd"``."""
     triples = None if inputs is None else [_to_triple(i, a) for i, a in enumerate(inputs)]
-    passed, text, outs = _compare(
-        original, partitioned, devices, triples, seed, rtol, atol, reference
+    passed, text, outs, outcome = _compare(
+        original, partitioned, devices, triples, seed, rtol, atol, reference, native
     )
-    return Comparison(passed, text, [OutputComparison(*o) for o in outs])
+    return Comparison(passed, text, [OutputComparison(*o) for o in outs], outcome)

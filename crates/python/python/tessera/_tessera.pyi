@@ -86,5 +86,6 @@ def _compare(
     seed: int = 0,
     rtol: Optional[float] = None,
     atol: Optional[float] = None,
-    reference: str = "single-device",
-) -> tuple[bool, str, list[tuple[int, str, bool, float, float, int]]]: ...
+    reference: str = "auto",
+    native: bool = False,
+) -> tuple[bool, str, list[tuple[int, str, bool, float, float, int]], str]: ...

@@ -123,6 +123,11 @@ fn run(file: &str, module: Module, o: &CompileOptions) -> Result<Compiled> {
 
 /// `tessera compile`.
 pub fn compile(args: &CompileArgs) -> Result<()> {
+    if !args.verify {
+        if let Some(flag) = args.verdict.given() {
+            anyhow::bail!("{flag} says how --verify decides: add --verify, or leave {flag} out");
+        }
+    }
     crate::opt::init_tracing(0);
     let original = load(&args.file)?;
     let mut o = options(&original, args.num_partitions, &args.pass_options);

@@ -28,7 +28,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use tessera_hlo::Module;
-use tessera_runtime::harness::{self, CandidateMode, CompareOptions, Precision, Reference, Tolerance};
+use tessera_runtime::harness::{
+    self, CandidateMode, CompareOptions, Precision, Reference, Tolerance,
+};
 use tessera_runtime::Outcome;
 use tessera_runtime::{npy, Client, HostArray, HostValue};
 
@@ -108,9 +110,27 @@ pub struct VerdictArgs {
 }
 
 impl VerdictArgs {
+    /// The first flag given, by name (`compile` takes them only with `--verify`).
+    pub fn given(&self) -> Option<&'static str> {
+        if self.f64 {
+            Some("--f64")
+        } else if self.native {
+            Some("--native")
+        } else if self.rtol.is_some() {
+            Some("--rtol")
+        } else if self.reference != ReferenceArg::Auto {
+            Some("--reference")
+        } else {
+            None
+        }
+    }
+
     pub fn options(&self) -> CompareOptions {
         CompareOptions {
-            float_tolerance: self.rtol.zip(self.atol).map(|(rel, abs)| Tolerance { rel, abs }),
+            float_tolerance: self
+                .rtol
+                .zip(self.atol)
+                .map(|(rel, abs)| Tolerance { rel, abs }),
             reference: match self.reference {
                 ReferenceArg::Auto => Reference::Auto,
                 ReferenceArg::SingleDevice => Reference::SingleDevice,
@@ -144,8 +164,7 @@ impl std::fmt::Display for VerdictError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self.0 {
             Outcome::NotComparable => {
-                "some outputs could not be compared (see `not comparable` above); every other \
-                 output is equal"
+                "not comparable: see the reason above (exit status 3); no compared output differs"
             }
             _ => "the outputs differ from the reference's",
         })
@@ -377,6 +396,7 @@ pub fn run(args: &RunArgs, parse: ParseFn) -> Result<String> {
         args.devices > 1 && !args.per_device,
         &shown,
     )?;
+    harness::check_host_memory(&m, args.devices, false).with_context(|| shown.clone())?;
     let client = Client::cpu(args.devices.max(1))?;
     let mut text = String::new();
     // Per device outputs (per-device mode) or global outputs.
@@ -471,10 +491,11 @@ pub fn run(args: &RunArgs, parse: ParseFn) -> Result<String> {
 pub fn compare(args: &CompareArgs, parse: ParseFn) -> Result<(String, Outcome)> {
     let original = load_module(&args.original, parse)?;
     let partitioned = load_module(&args.partitioned, parse)?;
+    // On one device the original runs as one global program, its shardings ignored.
     check_runnable(
         &original,
         args.devices,
-        true,
+        args.devices > 1,
         &args.original.display().to_string(),
     )?;
     check_runnable(

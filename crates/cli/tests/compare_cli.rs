@@ -29,7 +29,10 @@ fn compare_exit_codes() {
         "{text}\n{}",
         String::from_utf8_lossy(&ok.stderr)
     );
-    assert!(text.contains("output 0 f32[8]: ok max abs error"), "{text}");
+    assert!(
+        text.contains("output 0 f32[8]: ok in f64: max abs error"),
+        "{text}"
+    );
     assert!(text.contains("equivalent on 4 devices"), "{text}");
 
     // The same module with its all-reduce turned into a copy of the partial sums.
@@ -50,4 +53,84 @@ fn compare_exit_codes() {
     assert!(text.contains("replica disagreements"), "{text}");
     assert!(text.contains("NOT equivalent on 4 devices"), "{text}");
     std::fs::remove_dir_all(&dir).ok();
+}
+
+fn testdata(rel: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../testdata")
+        .join(rel)
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// An output that depends on a stateful rng is not compared, and says why; the others are;
+/// the verdict is *not comparable*, exit 3. A custom-call the plugin cannot run on the host
+/// makes the whole comparison not comparable, naming the instruction, not a raw PJRT error.
+#[test]
+fn not_comparable_is_its_own_verdict() {
+    let rng = testdata("verify/stateful_rng.hlo");
+    // The module against itself, on one device: it carries shardings, so it runs as one
+    // global program.
+    let out = tessera(&["compare", &rng, &rng, "--devices", "1"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(3), "{text}");
+    assert!(
+        text.contains("output 0 f32[4]: not comparable: it depends on %r, a stateful random"),
+        "{text}"
+    );
+    assert!(text.contains("output 1 f32[4]: ok"), "{text}");
+    assert!(text.contains("one global program on 1 device"), "{text}");
+    assert!(text.contains("not comparable on 1 device"), "{text}");
+
+    let seed = testdata("verify/host_custom_call.hlo");
+    let out = tessera(&["compare", &seed, &seed, "--devices", "1"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{text}\n{err}");
+    assert!(
+        text.contains("not comparable: %c is a custom-call to GetRngSeed"),
+        "{text}\n{err}"
+    );
+}
+
+/// What the plugin would abort on is refused first, with the place and the reason (issue 39,
+/// C4 and C6): a 32 GiB parameter (before any host buffer), a transpose inside a fusion (an
+/// XLA dump after its optimizations), a maximal operand inside a partially manual region
+/// (XLA's partitioning of it, the reference, CHECK-fails).
+#[test]
+fn what_the_plugin_would_abort_on_is_refused_first() {
+    let huge = testdata("verify/huge_param.hlo");
+    let fused = testdata("examples/mlp_train_step.after_spmd.hlo");
+    let maximal = testdata("spmd-partitioning/partial-manual-maximal-operand.hlo");
+    let cases: [(&[&str], &str); 6] = [
+        (
+            &["compile", &huge, "--verify", "-o", "/dev/null"],
+            "GiB of host memory",
+        ),
+        (&["run", &huge, "--devices", "2"], "GiB of host memory"),
+        (
+            &["compare", &huge, &huge, "--devices", "2"],
+            "GiB of host memory",
+        ),
+        (
+            &["compile", &fused, "--verify", "-o", "/dev/null"],
+            "%transpose.13 is a transpose inside fusion %copy_subtract_fusion.1",
+        ),
+        (
+            &["run", &testdata("verify/fusion_transpose.hlo")],
+            "transpose inside fusion",
+        ),
+        (
+            &["compile", &maximal, "--verify", "-o", "/dev/null"],
+            "%q ({maximal device=3}) feeds %y inside a partially manual region",
+        ),
+    ];
+    for (args, want) in cases {
+        let out = tessera(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: missing `{want}` in {err}");
+        // Said once (issue 39, M2).
+        assert_eq!(err.matches(want).count(), 1, "{args:?}: {err}");
+    }
 }

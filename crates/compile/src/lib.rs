@@ -105,8 +105,9 @@ pub enum CompileError {
     /// The result does not verify: a bug in a pass, never the user's fault.
     #[error("the compiled module is invalid after `{after}` (a bug in Tessera):\n{message}")]
     InvalidOutput { after: String, message: String },
-    /// Running on PJRT failed.
-    #[error("{0}")]
+    /// Running on PJRT failed. Transparent: its text is the runtime error's, said once (a
+    /// `{0}` message with the error also as its source printed it twice in `{:#}`).
+    #[error(transparent)]
     Runtime(#[from] tessera_runtime::Error),
 }
 

@@ -202,7 +202,9 @@ fn f64_verification_is_equal_for_the_right_program_and_catches_wrong_ones() {
     assert!(v.passed(), "{v}");
     assert!(v.native_because.is_none(), "decided in f64: {v}");
     assert!(
-        v.outputs.iter().all(|o| o.native.is_some_and(|n| n.outside_type_tolerance == 0)),
+        v.outputs
+            .iter()
+            .all(|o| o.native.is_some_and(|n| n.outside_type_tolerance == 0)),
         "the f32 comparison is reported, and within f32's tolerance here: {v}"
     );
     let text = v.to_string();

@@ -212,7 +212,8 @@ pub struct EquivalenceReport {
     pub native_because: Option<String>,
     /// Why nothing could be compared (an unrunnable custom-call), when so.
     pub not_comparable: Option<String>,
-    /// Wall time of each stage (`reference as given`, `candidate in f64`...).
+    /// Wall time of each stage (`reference`, `candidate in f64`...); not printed (the
+    /// report is deterministic).
     pub timings: Vec<(String, std::time::Duration)>,
 }
 
@@ -275,15 +276,21 @@ impl fmt::Display for EquivalenceReport {
         for o in &self.outputs {
             writeln!(f, "{o}")?;
         }
-        if !self.timings.is_empty() {
-            let parts: Vec<String> = self
-                .timings
-                .iter()
-                .map(|(what, d)| format!("{what} {:.1} s", d.as_secs_f64()))
-                .collect();
-            writeln!(f, "time: {}", parts.join(", "))?;
-        }
-        write!(f, "{} on {} devices", self.outcome(), self.num_devices)
+        write!(f, "{} on {}", self.outcome(), devices(self.num_devices))
+    }
+}
+
+/// Bytes in GiB: `32.0 GiB`.
+fn gib(bytes: u128) -> String {
+    format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
+}
+
+/// `1 device`, `8 devices`.
+fn devices(n: usize) -> String {
+    if n == 1 {
+        "1 device".into()
+    } else {
+        format!("{n} devices")
     }
 }
 
@@ -378,6 +385,88 @@ fn refuse_shardy_custom_calls(m: &Module) -> Result<()> {
     }
 }
 
+/// Refuses a transpose inside a fusion's computation: the plugin's CPU compiler stops the
+/// process on one (a CHECK that the transpose's shapes have layouts, in its cost analysis of
+/// fusions). Fusions come from XLA's own optimizations, so the module is a dump taken after
+/// them; the dump taken before them (after `spmd-partitioning`) runs.
+fn refuse_transposes_in_fusions(m: &Module) -> Result<()> {
+    for id in ids_of(m) {
+        let i = m.instr(id);
+        if i.opcode() != Opcode::Fusion {
+            continue;
+        }
+        for &c in &i.called {
+            let found = m
+                .comp(c)
+                .instructions()
+                .iter()
+                .map(|&t| m.instr(t))
+                .find(|t| t.opcode() == Opcode::Transpose);
+            if let Some(t) = found {
+                return Err(module_error(
+                    m,
+                    format!(
+                        "%{} is a transpose inside fusion %{}: the PJRT CPU plugin's compiler \
+                         stops the process on that (a layout CHECK); fusions come from XLA's \
+                         own optimizations, so give the module XLA dumps before them (e.g. \
+                         after spmd-partitioning)",
+                        t.name(),
+                        i.name()
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Refuses what XLA's SPMD partitioner in the plugin stops the process on (a CHECK in its
+/// visitor's `Preprocess`, not an error): an instruction of a partially manual region (its
+/// sharding has a manual subgroup) that takes an operand sharded otherwise, maximal or tiled,
+/// other than through `SPMDFullToShardShape`. Tessera partitions such a module; only XLA's
+/// partitioning of it, the reference for a manual region, cannot be made.
+fn refuse_non_manual_operands_in_partially_manual_regions(m: &Module) -> Result<()> {
+    for id in ids_of(m) {
+        let i = m.instr(id);
+        if !i
+            .sharding
+            .as_ref()
+            .is_some_and(Sharding::is_manual_subgroup)
+        {
+            continue;
+        }
+        let target = i.attrs.custom_call.as_ref().map(|c| c.target.as_str());
+        if matches!(
+            target,
+            Some("SPMDFullToShardShape" | "SPMDShardToFullShape")
+        ) {
+            continue;
+        }
+        for &o in m.operands(id) {
+            let op = m.instr(o);
+            let Some(s) = op.sharding.as_ref() else {
+                continue;
+            };
+            if s.is_manual_subgroup() || s.is_manual() || s.is_replicated() || s.is_tuple() {
+                continue;
+            }
+            return Err(module_error(
+                m,
+                format!(
+                    "%{} ({}) feeds %{} inside a partially manual region; XLA's SPMD \
+                     partitioner in the PJRT plugin stops the process on that (a CHECK that \
+                     every operand there is manual), so XLA's partitioning of this module, the \
+                     reference for a manual region, cannot be made",
+                    op.name(),
+                    tessera_hlo::text::sharding_to_string(s),
+                    i.name()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The entry computation's parameter shapes, by parameter number.
 pub fn entry_parameter_shapes(m: &Module) -> Result<Vec<Shape>> {
     let e = m
@@ -446,17 +535,20 @@ fn strip(m: &Module) -> Result<Module> {
     Ok(out)
 }
 
-/// A clone the 0.0.1 CPU plugin compiles: default layouts ([`normalize_layouts`]), explicit
+/// A clone the 0.0.1 CPU plugin compiles, or a refusal of what it would stop the process on
+/// ([`refuse_transposes_in_fusions`]): default layouts ([`normalize_layouts`]), explicit
 /// replica groups (the plugin reads only explicit lists: an iota or mesh form written into the
 /// newer proto fields reaches it as "no groups"; see [`ReplicaGroups::groups`]), single-operand
 /// all-reduces ([`split_tuple_all_reduces`]) and tiled shardings ([`tiled_shardings`]). Each
 /// rewrite keeps the module's meaning.
 pub fn for_plugin(m: &Module) -> Result<Module> {
-    let mut out = normalize_layouts(m);
+    refuse_transposes_in_fusions(m)?;
+    let mut out = m.clone();
     explicit_collectives(&mut out)?;
     split_tuple_all_reduces(&mut out)?;
     tiled_shardings(&mut out)?;
-    Ok(out)
+    // Last: the all-reduces split above have shapes without layouts, which the plugin CHECKs.
+    Ok(normalize_layouts(&out))
 }
 
 /// Replaces every named (mesh) sharding by its tiled equivalent. The plugin's XLA reads named
@@ -820,6 +912,7 @@ pub fn run_xla_partitioned(
     inputs: &[HostValue],
 ) -> Result<Vec<sharded::Assembled>> {
     refuse_shardy_custom_calls(m)?;
+    refuse_non_manual_operands_in_partially_manual_regions(m)?;
     let inputs = feed_through_map(m, inputs)?;
     let args = split_inputs(m, num_devices, &inputs)?;
     let mut prepared = for_plugin(m)?;
@@ -1314,9 +1407,11 @@ fn per_device_instruction(m: &Module) -> Option<String> {
     })
 }
 
-/// Checks that one comparison of `original` on `num_devices` devices fits in host memory:
+/// Checks that one run or comparison of `original` on `num_devices` devices fits in host
+/// memory (`wide`: a comparison, which also runs both programs in f64):
 /// the global inputs and outputs, a piece of each per device, the reference's outputs kept
-/// for the bound, twice over for the wide run. Refuses with both numbers when it does not.
+/// for the bound, three times over for the wide run. Refuses with both numbers when it does
+/// not.
 pub fn check_host_memory(original: &Module, num_devices: usize, wide: bool) -> Result<()> {
     let bytes = |s: &Shape| -> u128 {
         fn walk(s: &Shape) -> u128 {
@@ -1347,10 +1442,14 @@ pub fn check_host_memory(original: &Module, num_devices: usize, wide: bool) -> R
             return Err(module_error(
                 original,
                 format!(
-                    "a comparison on {num_devices} devices needs about {need} bytes of host \
-                     memory ({inputs} bytes of inputs and {outputs} of outputs, held globally \
-                     and per device{}), and {have} are available",
-                    if wide { ", again in f64" } else { "" }
+                    "running it on {} needs about {} of host memory ({} of inputs and {} of \
+                     outputs, held globally and per device{}), and {} are available",
+                    devices(num_devices),
+                    gib(need),
+                    gib(inputs),
+                    gib(outputs),
+                    if wide { ", again in f64" } else { "" },
+                    gib(u128::from(have))
                 ),
             ));
         }
@@ -1381,7 +1480,9 @@ pub fn verify(
         },
     };
     let candidate_text = match candidate {
-        Candidate::PerDevice { .. } => format!("the per-device program on {num_devices} devices"),
+        Candidate::PerDevice { .. } => {
+            format!("the per-device program on {}", devices(num_devices))
+        }
         Candidate::Sharded(_) if num_devices == 1 => {
             "the candidate as one global program on 1 device, its shardings ignored".to_string()
         }
@@ -1470,8 +1571,7 @@ pub fn verify(
             },
             Candidate::Sharded(_) => Candidate::Sharded(&wide_modules[0]),
         };
-        let wide_inputs: Vec<HostValue> =
-            inputs.iter().map(crate::verdict::widen_value).collect();
+        let wide_inputs: Vec<HostValue> = inputs.iter().map(crate::verdict::widen_value).collect();
         let (wide_expected, wide_actual, times) =
             run(&wide_original, wide_candidate, &wide_inputs, " in f64")?;
         report.timings.extend(times);
@@ -1619,7 +1719,10 @@ fn wide_reports(
             .filter(|_| e.ty.is_float() || e.ty.is_complex())
             .and_then(|ne| crate::verdict::wide_bound(ne, e));
         let tolerance = match bound {
-            Some(b) => Tolerance { rel: 0.0, abs: b.abs },
+            Some(b) => Tolerance {
+                rel: 0.0,
+                abs: b.abs,
+            },
             None => Tolerance::EXACT,
         };
         let mut r = compare_arrays(k, e, arr, tolerance)?;

@@ -56,7 +56,6 @@ pub use harness::{
     check_equivalence, CompareOptions, EquivalenceReport, OutputReport, Precision, Reference,
     Tolerance,
 };
-pub use verdict::Outcome;
 pub use host::{HostArray, HostValue, Scalar};
 pub use options::{CompileOptions, DeviceAssignment};
 pub use pjrt::{
@@ -69,3 +68,4 @@ pub use runtime::{
 pub use shape::ArrayShape;
 pub use sharded::{assemble, shard_shape, split, Assembled, ReplicaMismatch, ShardError};
 pub use signature::Alias;
+pub use verdict::Outcome;

@@ -205,7 +205,11 @@ pub fn stateful_random_outputs(m: &Module) -> Vec<(usize, String)> {
                 found = Some(i.name().to_string());
                 break;
             }
-            if let Some(f) = i.called.iter().find_map(|&k| holds(m, k, inside, depth + 1)) {
+            if let Some(f) = i
+                .called
+                .iter()
+                .find_map(|&k| holds(m, k, inside, depth + 1))
+            {
                 found = Some(f);
                 break;
             }

@@ -63,8 +63,8 @@ fn opt_then_compare_on_one_device() {
     let o = tessera(&["compare", &input, out.to_str().unwrap(), "--devices", "1"]);
     let t = text(&o);
     assert!(o.status.success(), "{t}");
-    assert!(t.contains("equivalent on 1 devices"), "{t}");
-    assert_eq!(t.matches(": ok max abs error").count(), 4, "{t}");
+    assert!(t.contains("equivalent on 1 device"), "{t}");
+    assert_eq!(t.matches(": ok in f64: max abs error").count(), 4, "{t}");
 
     // A tampered map (w1's and m1's arguments swapped: same shapes, other numbers) is caught.
     let good = std::fs::read_to_string(&out).unwrap();

@@ -1323,9 +1323,10 @@ pub fn check_equivalence_xla(
 }
 
 /// Whether `candidate` is a global module with shardings rather than a per-device program:
-/// on more than one device, its entry parameters have the original's global shapes while
-/// the original's shardings cut one of them, or (all of them whole) some instruction of it
-/// carries a sharding that tiles. On one device a sharded candidate is global.
+/// on more than one device, its entry parameters (or root) have the original's global shapes
+/// where the original's shardings cut them, or, nothing at its ends being cut, an instruction
+/// inside it carries a sharding that cuts. On one device a candidate with such a sharding
+/// anywhere is global.
 pub fn carries_global_shardings(
     original: &Module,
     candidate: &Module,
@@ -1338,15 +1339,25 @@ pub fn carries_global_shardings(
         whole.clear_layouts();
         !s.is_manual() && sharded::shard_shape(shape, s, n).is_ok_and(|p| p != whole)
     };
-    let tiles = || {
+    // A sharding that cuts, on an instruction other than the entry's parameters and root
+    // (where a per-device program restates the shardings it was partitioned to).
+    let tiles = |with_ends: bool| {
         let n = sharding_device_count(candidate).max(num_devices as i64) as usize;
+        let ends: Vec<InstrId> = candidate
+            .entry()
+            .filter(|_| !with_ends)
+            .map(|e| {
+                let c = candidate.comp(e);
+                c.parameters().chain(c.root()).collect()
+            })
+            .unwrap_or_default();
         ids_of(candidate).into_iter().any(|id| {
             let i = candidate.instr(id);
-            i.sharding.as_ref().is_some_and(|s| cuts(&i.shape, s, n))
+            !ends.contains(&id) && i.sharding.as_ref().is_some_and(|s| cuts(&i.shape, s, n))
         })
     };
     if num_devices <= 1 {
-        return Ok(tiles());
+        return Ok(tiles(true));
     }
     let plain = |s: &Shape| {
         let mut s = s.clone();
@@ -1370,7 +1381,7 @@ pub fn carries_global_shardings(
         return Ok(plain(&own) == plain(&root));
     }
     // Nothing at its ends is cut: a sharding inside that cuts says it is not partitioned yet.
-    Ok(tiles())
+    Ok(tiles(false))
 }
 
 /// The reference for `original` on `num_devices` devices: its own run on one device where it

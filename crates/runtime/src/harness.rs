@@ -730,20 +730,43 @@ pub fn prepare_partitioned(m: &Module, num_devices: usize) -> Result<Module> {
 /// partitioner switched off (`xla_disable_hlo_passes`) so that nothing re-partitions the
 /// per-device program; its MANUAL shardings say the same thing to any pass that looks.
 pub fn per_device_options(n: usize) -> CompileOptions {
-    harness_options(
+    per_device_options_for(n, Fusion::On)
+}
+
+fn per_device_options_for(n: usize, fusion: Fusion) -> CompileOptions {
+    fusion.disabling(
         CompileOptions::partitioned(n),
         &["sharding-propagation", "spmd-partitioning"],
     )
 }
 
-/// `base` with XLA's passes `disabled` and its CPU `fusion` pass switched off. The harness
-/// runs a program to know its values, not to run it fast: fusion changes no value, and on a
-/// deep model it is nearly all of XLA's compile time and memory (jax's 48-layer transformer
-/// step: 190 s and 8.2 GB with it, 7 s and 0.5 GB without, docs/BENCHMARKS.md).
-pub fn harness_options(base: CompileOptions, disabled: &[&str]) -> CompileOptions {
-    let mut passes = disabled.to_vec();
-    passes.push("fusion");
-    base.with_debug_override("xla_disable_hlo_passes", &passes.join(","))
+/// Whether XLA's CPU `fusion` pass runs when the harness compiles a program.
+///
+/// Off for a verification ([`verify`]): it runs programs to know their values, not to run them
+/// fast, and on a deep model fusion is nearly all of XLA's compile time and memory (jax's
+/// 48-layer transformer step: 190 s and 8.2 GB with it, 7 s and 0.5 GB without,
+/// docs/BENCHMARKS.md). Fusion changes only rounding (the fused code may contract or reorder
+/// floating-point operations), which the verdict's bound is measured on. On for the public
+/// `run_*` functions, whose outputs equal, bit for bit, what the runtime's own executables give.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fusion {
+    On,
+    Off,
+}
+
+impl Fusion {
+    /// `base` with XLA's passes `disabled`, and `fusion` too when off.
+    fn disabling(self, base: CompileOptions, disabled: &[&str]) -> CompileOptions {
+        let mut passes = disabled.to_vec();
+        if self == Fusion::Off {
+            passes.push("fusion");
+        }
+        if passes.is_empty() {
+            base
+        } else {
+            base.with_debug_override("xla_disable_hlo_passes", &passes.join(","))
+        }
+    }
 }
 
 /// Compiles `m` as is (no preparation) with `options` and runs it with one argument list per
@@ -818,6 +841,15 @@ pub fn run_original(
     original: &Module,
     inputs: &[HostValue],
 ) -> Result<Vec<HostArray>> {
+    run_original_with(client, original, inputs, Fusion::On)
+}
+
+fn run_original_with(
+    client: &Client,
+    original: &Module,
+    inputs: &[HostValue],
+    fusion: Fusion,
+) -> Result<Vec<HostArray>> {
     refuse_shardy_custom_calls(original)?;
     if let Some(what) = manual_region(original) {
         let n = sharding_device_count(original);
@@ -845,7 +877,7 @@ pub fn run_original(
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    let options = harness_options(CompileOptions::default(), &[]);
+    let options = fusion.disabling(CompileOptions::default(), &[]);
     let mut outs = run_module(client, &prepared, &options, &[args])?;
     Ok(outs.pop().unwrap_or_default())
 }
@@ -859,6 +891,24 @@ pub fn run_partitioned(
     partitioned: &Module,
     num_devices: usize,
     inputs: &[HostValue],
+) -> Result<Vec<sharded::Assembled>> {
+    run_partitioned_with(
+        client,
+        original,
+        partitioned,
+        num_devices,
+        inputs,
+        Fusion::On,
+    )
+}
+
+fn run_partitioned_with(
+    client: &Client,
+    original: &Module,
+    partitioned: &Module,
+    num_devices: usize,
+    inputs: &[HostValue],
+    fusion: Fusion,
 ) -> Result<Vec<sharded::Assembled>> {
     // A deduplicated partitioned module takes the original's arguments through its map.
     let (shapes, mut shardings) = merged_parameters(original, partitioned)?;
@@ -898,7 +948,8 @@ pub fn run_partitioned(
     let values = feed_through_map(partitioned, inputs)?;
     let args = split_values(partitioned, &shapes, &shardings, num_devices, &values)?;
     let prepared = prepare_partitioned(partitioned, num_devices)?;
-    let outs = run_module(client, &prepared, &per_device_options(num_devices), &args)?;
+    let options = per_device_options_for(num_devices, fusion);
+    let outs = run_module(client, &prepared, &options, &args)?;
     assemble_outputs(original, partitioned, &outs)
 }
 
@@ -911,6 +962,16 @@ pub fn run_xla_partitioned(
     num_devices: usize,
     inputs: &[HostValue],
 ) -> Result<Vec<sharded::Assembled>> {
+    run_xla_partitioned_with(client, m, num_devices, inputs, Fusion::On)
+}
+
+fn run_xla_partitioned_with(
+    client: &Client,
+    m: &Module,
+    num_devices: usize,
+    inputs: &[HostValue],
+    fusion: Fusion,
+) -> Result<Vec<sharded::Assembled>> {
     refuse_shardy_custom_calls(m)?;
     refuse_non_manual_operands_in_partially_manual_regions(m)?;
     let inputs = feed_through_map(m, inputs)?;
@@ -921,7 +982,7 @@ pub fn run_xla_partitioned(
     let outs = run_module(
         client,
         &prepared,
-        &harness_options(CompileOptions::partitioned(num_devices), &[]),
+        &fusion.disabling(CompileOptions::partitioned(num_devices), &[]),
         &args,
     )?;
     assemble_outputs(m, m, &outs)
@@ -1630,17 +1691,21 @@ fn run_candidate(
     match candidate {
         Candidate::PerDevice { layout, program } => {
             let _ = original;
-            run_partitioned(client, layout, program, num_devices, inputs)
+            run_partitioned_with(client, layout, program, num_devices, inputs, Fusion::Off)
         }
-        Candidate::Sharded(m) if num_devices == 1 => Ok(run_original(client, m, inputs)?
-            .into_iter()
-            .map(|a| sharded::Assembled {
-                value: HostValue::Array(a),
-                mismatches: Vec::new(),
-                mismatch_count: 0,
-            })
-            .collect()),
-        Candidate::Sharded(m) => run_xla_partitioned(client, m, num_devices, inputs),
+        Candidate::Sharded(m) if num_devices == 1 => {
+            Ok(run_original_with(client, m, inputs, Fusion::Off)?
+                .into_iter()
+                .map(|a| sharded::Assembled {
+                    value: HostValue::Array(a),
+                    mismatches: Vec::new(),
+                    mismatch_count: 0,
+                })
+                .collect())
+        }
+        Candidate::Sharded(m) => {
+            run_xla_partitioned_with(client, m, num_devices, inputs, Fusion::Off)
+        }
     }
 }
 
@@ -1664,12 +1729,15 @@ fn reference_outputs(
     reference: Reference,
 ) -> Result<Vec<HostArray>> {
     match reference {
-        Reference::Auto | Reference::SingleDevice => run_original(client, original, inputs),
+        Reference::Auto | Reference::SingleDevice => {
+            run_original_with(client, original, inputs, Fusion::Off)
+        }
         Reference::XlaPartitioned => {
             let mut outs = Vec::new();
-            for (k, a) in run_xla_partitioned(client, original, num_devices, inputs)?
-                .into_iter()
-                .enumerate()
+            for (k, a) in
+                run_xla_partitioned_with(client, original, num_devices, inputs, Fusion::Off)?
+                    .into_iter()
+                    .enumerate()
             {
                 if let Some(mm) = a.mismatches.first() {
                     return Err(module_error(

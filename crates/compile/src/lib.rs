@@ -808,6 +808,9 @@ pub fn compile_with_progress(
         run.verify(&module, "spmd-partitioning", false)?;
     }
     let spmd_report = std::mem::take(&mut spmd.report);
+    report
+        .warnings
+        .extend(spmd_report.dropped_aliases.iter().cloned());
     if !spmd_report.last_resorts.is_empty() {
         report.warnings.push(format!(
             "spmd-partitioning: {} reshards gathered the whole array (first: {})",

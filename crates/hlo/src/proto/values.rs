@@ -663,8 +663,10 @@ fn mesh_from_proto(pm: &pb::MeshProto) -> VResult<Mesh> {
         ));
     }
     let sizes: Vec<i64> = axes.iter().map(|a| a.size).collect();
+    let max = crate::text::MAX_DEVICES;
     let n = checked_product(&sizes)
-        .ok_or_else(|| format!("a mesh of axis sizes {sizes:?} holds more than 2^63 devices"))?;
+        .filter(|&n| n <= max)
+        .ok_or_else(|| format!("a mesh of axis sizes {sizes:?} holds more than {max} devices"))?;
     let devices = match (&pm.iota_transform, pm.device_ids.is_empty()) {
         (Some(_), false) => {
             return Err("a mesh has both device_ids and an iota_transform".into());
@@ -746,7 +748,13 @@ pub(crate) fn sharding_from_proto(p: &pb::OpSharding) -> VResult<Sharding> {
         SHARDING_UNKNOWN => ShardingKind::Unknown,
         SHARDING_UNREDUCED => ShardingKind::Unreduced,
         SHARDING_MAXIMAL => match p.tile_assignment_devices.as_slice() {
-            [d] => ShardingKind::Maximal(*d),
+            [d] if (0..crate::text::MAX_DEVICES).contains(d) => ShardingKind::Maximal(*d),
+            [d] => {
+                return Err(format!(
+                    "maximal device id {d}: expected 0 to {}",
+                    crate::text::MAX_DEVICES - 1
+                ))
+            }
             other => {
                 return Err(format!(
                     "a maximal sharding needs exactly one device, found {}",

@@ -816,7 +816,20 @@ impl<'a> Parser<'a> {
                 }
                 "device" => {
                     self.c.expect(b'=', "after device")?;
-                    device = Some(self.c.int("a device id")?);
+                    self.c.skip_ws()?;
+                    let at = self.c.pos;
+                    let d = self.c.int("a device id")?;
+                    if !(0..MAX_DEVICES).contains(&d) {
+                        return Err(self.c.error_at(
+                            at,
+                            format!(
+                                "device id {d}: expected 0 to {} (a sharding names at most \
+                                 {MAX_DEVICES} devices)",
+                                MAX_DEVICES - 1
+                            ),
+                        ));
+                    }
+                    device = Some(d);
                 }
                 "devices" => {
                     self.c.expect(b'=', "after devices")?;
@@ -1046,6 +1059,20 @@ impl<'a> Parser<'a> {
                     return Err(self.c.error_at(
                         at,
                         format!("mesh axis sizes must be positive, found {size}"),
+                    ));
+                }
+                let devices = axes
+                    .iter()
+                    .map(|a| a.size)
+                    .try_fold(size, i64::checked_mul)
+                    .filter(|&n| n <= MAX_DEVICES);
+                if devices.is_none() {
+                    return Err(self.c.error_at(
+                        at,
+                        format!(
+                            "mesh axis '{name}' of size {size}: the mesh would stand for more \
+                             than {MAX_DEVICES} devices"
+                        ),
                     ));
                 }
                 axes.push(MeshAxis { name, size });

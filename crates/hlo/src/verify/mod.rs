@@ -1579,6 +1579,26 @@ impl<'a> Verifier<'a> {
                     }
                 }
             }
+            // XLA's rule: an aliased input and output share one buffer, so their sizes agree.
+            let out = to_idx(&a.output_index).and_then(|ix| sig.result.subshape(&ix));
+            let input = usize::try_from(a.parameter_number)
+                .ok()
+                .and_then(|p| sig.parameters.get(p))
+                .zip(to_idx(&a.parameter_index))
+                .and_then(|(ps, ix)| ps.subshape(&ix));
+            if let (Some(Shape::Array(o)), Some(Shape::Array(i))) = (out, input) {
+                if o.byte_size() != i.byte_size() {
+                    self.err_module(format!(
+                        "input_output_alias pairs output {:?} ({}) with parameter {} index {:?} \
+                         ({}): an alias shares one buffer, so both must have the same size",
+                        a.output_index,
+                        shape_str(&Shape::Array(o.clone())),
+                        a.parameter_number,
+                        a.parameter_index,
+                        shape_str(&Shape::Array(i.clone()))
+                    ));
+                }
+            }
             if !seen_params.insert((a.parameter_number, a.parameter_index.clone())) {
                 self.err_module(format!(
                     "parameter {} index {:?} is aliased to more than one output",

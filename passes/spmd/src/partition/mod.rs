@@ -356,6 +356,49 @@ pub struct CollectiveNote {
     pub bytes: i64,
 }
 
+/// Drops every `input_output_alias` whose parameter and output are arrays of different sizes
+/// per device (an input sharded one way aliased to an output sharded another: XLA refuses to
+/// compile that, "Expected aliased input ... same size"), and describes each.
+fn drop_resized_aliases(m: &mut Module) -> Vec<String> {
+    use tessera_hlo::Shape;
+    let Some(entry) = m.entry() else {
+        return Vec::new();
+    };
+    let c = m.comp(entry);
+    let params: Vec<Shape> = c.parameters().map(|p| m.instr(p).shape.clone()).collect();
+    let Some(result) = c.root().map(|r| m.instr(r).shape.clone()) else {
+        return Vec::new();
+    };
+    let index = |v: &[i64]| -> Option<Vec<usize>> {
+        v.iter().map(|&x| usize::try_from(x).ok()).collect()
+    };
+    let mut dropped = Vec::new();
+    m.config.input_output_alias.retain(|a| {
+        let out = index(&a.output_index).and_then(|ix| result.subshape(&ix).cloned());
+        let input = usize::try_from(a.parameter_number)
+            .ok()
+            .and_then(|p| params.get(p))
+            .zip(index(&a.parameter_index))
+            .and_then(|(ps, ix)| ps.subshape(&ix).cloned());
+        match (out, input) {
+            (Some(Shape::Array(o)), Some(Shape::Array(i))) if o.byte_size() != i.byte_size() => {
+                dropped.push(format!(
+                    "input_output_alias of output {:?} and parameter {} dropped: partitioned, \
+                     they are {} and {} per device (their shardings differ), and an alias needs \
+                     one buffer of one size",
+                    a.output_index,
+                    a.parameter_number,
+                    tessera_hlo::text::shape_to_string(&Shape::Array(o)),
+                    tessera_hlo::text::shape_to_string(&Shape::Array(i))
+                ));
+                false
+            }
+            _ => true,
+        }
+    });
+    dropped
+}
+
 /// What the last run did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SpmdReport {
@@ -375,6 +418,9 @@ pub struct SpmdReport {
     /// The strategy the cost model chose for each dot-like instruction and why (its bytes and
     /// peak against the runner-up).
     pub choices: Vec<String>,
+    /// `input_output_alias` entries dropped because partitioning gave the parameter and the
+    /// output different per-device sizes (their shardings differ), each described.
+    pub dropped_aliases: Vec<String>,
 }
 
 impl SpmdReport {
@@ -395,6 +441,9 @@ impl SpmdReport {
         let _ = writeln!(out, "largest instructions after (bytes per device):");
         for (n, b) in &self.largest_after {
             let _ = writeln!(out, "  %{n}: {b}");
+        }
+        for d in &self.dropped_aliases {
+            let _ = writeln!(out, "{d}");
         }
         let total: i64 = self.collectives.iter().map(|c| c.bytes).sum();
         let _ = writeln!(
@@ -471,7 +520,8 @@ impl Pass for SpmdPartitioning {
             Some(c) => c.as_mut(),
             None => &mut default,
         };
-        let report = partition(module, &self.options, creator)?;
+        let mut report = partition(module, &self.options, creator)?;
+        report.dropped_aliases = drop_resized_aliases(module);
         if !report.last_resorts.is_empty() {
             tracing::warn!(
                 "spmd-partitioning: {} reshards gathered the whole array (first: {})",

@@ -930,7 +930,7 @@ impl Engine<'_> {
             } => {
                 let local: Vec<i64> = b.module().instr(x).shape.dims().to_vec();
                 let gathered = if along.len() == 1 {
-                    let groups = self.real_groups(groups);
+                    let groups = self.real_groups(groups)?;
                     self.creator.all_gather(b, x, along[0] as i64, &groups)?
                 } else {
                     // One collective for several dimensions: gather along a new leading
@@ -938,7 +938,7 @@ impl Engine<'_> {
                     let mut lead = vec![1];
                     lead.extend_from_slice(&local);
                     let r = built(b.reshape(x, &lead))?;
-                    let groups = self.real_groups(groups);
+                    let groups = self.real_groups(groups)?;
                     let g = self.creator.all_gather(b, r, 0, &groups)?;
                     let mut split: Vec<i64> = tiles.clone();
                     split.extend_from_slice(&local);
@@ -967,7 +967,7 @@ impl Engine<'_> {
                 ..
             } => self.emit_all_to_all(b, x, split, concat, groups, dims, ty),
             Step::Permute { pairs, .. } => {
-                let pairs = self.real_pairs(pairs);
+                let pairs = self.real_pairs(pairs)?;
                 self.creator.collective_permute(b, x, &pairs)
             }
             Step::FromMaximal { device, .. } => {

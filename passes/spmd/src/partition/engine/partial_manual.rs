@@ -167,38 +167,58 @@ fn walk(
     }
 }
 
+/// The real device of local id `l` in a manual group of devices `real`.
+fn local(real: &[i64], l: i64) -> Result<i64> {
+    usize::try_from(l)
+        .ok()
+        .and_then(|k| real.get(k).copied())
+        .ok_or_else(|| {
+            fail(format!(
+                "a collective inside a partially manual region names device {l} of a manual \
+                 group of {} devices: an operand partitioned over all the devices is used \
+                 inside the region; a value enters a partially manual region through a \
+                 custom-call to SPMDFullToShardShape",
+                real.len()
+            ))
+        })
+}
+
 impl Engine<'_> {
-    /// `groups` of local device ids as groups of real ones: one copy per manual group.
+    /// `groups` of local device ids as groups of real ones: one copy per manual group. Refused
+    /// when a group names a local id past the view's devices: a value from outside the region
+    /// (partitioned over all devices) used by an instruction inside it, other than through
+    /// `SPMDFullToShardShape`.
     pub(super) fn real_groups<'g>(
         &self,
         groups: &'g [Vec<i64>],
-    ) -> std::borrow::Cow<'g, [Vec<i64>]> {
+    ) -> Result<std::borrow::Cow<'g, [Vec<i64>]>> {
         match &self.view {
             // Outside a region the groups are the real ones (not copied: on 512 devices each
             // group list names every device).
-            None => std::borrow::Cow::Borrowed(groups),
+            None => Ok(std::borrow::Cow::Borrowed(groups)),
             Some(v) => v
                 .iter()
                 .flat_map(|real| {
                     groups
                         .iter()
-                        .map(move |g| g.iter().map(|&l| real[l as usize]).collect())
+                        .map(move |g| g.iter().map(|&l| local(real, l)).collect())
                 })
-                .collect::<Vec<Vec<i64>>>()
-                .into(),
+                .collect::<Result<Vec<Vec<i64>>>>()
+                .map(Into::into),
         }
     }
 
-    /// Source-target pairs of local ids as pairs of real ones, in every manual group.
-    pub(super) fn real_pairs(&self, pairs: &[(i64, i64)]) -> Vec<(i64, i64)> {
+    /// Source-target pairs of local ids as pairs of real ones, in every manual group (refused
+    /// as [`Engine::real_groups`] says).
+    pub(super) fn real_pairs(&self, pairs: &[(i64, i64)]) -> Result<Vec<(i64, i64)>> {
         match &self.view {
-            None => pairs.to_vec(),
+            None => Ok(pairs.to_vec()),
             Some(v) => v
                 .iter()
                 .flat_map(|real| {
                     pairs
                         .iter()
-                        .map(move |&(s, t)| (real[s as usize], real[t as usize]))
+                        .map(move |&(s, t)| Ok((local(real, s)?, local(real, t)?)))
                 })
                 .collect(),
         }
@@ -232,7 +252,14 @@ impl Engine<'_> {
         groups: Groups,
         params: &[Tree],
     ) -> Result<()> {
+        let name = b.module().instr(id).name().to_string();
         self.in_groups(groups, |e| e.dispatch(b, id, own, params))
+            .map_err(|e| match e {
+                PassError::Failed(m) if !m.starts_with('%') => {
+                    PassError::Failed(format!("%{name}: {m}"))
+                }
+                e => e,
+            })
     }
 
     /// Runs `f` in the view of the manual subgroups `groups`.

@@ -487,8 +487,8 @@ impl Engine<'_> {
         let bidirectional = self.windowed.bidirectional && ring >= 3;
         let per = if self.windowed.unroll { 2 } else { 1 };
         let rank = own_shape.rank();
-        let pairs = self.real_pairs(&ring_of.pairs);
-        let back = self.real_pairs(&ring_of.reversed());
+        let pairs = self.real_pairs(&ring_of.pairs)?;
+        let back = self.real_pairs(&ring_of.reversed())?;
         // One window: the product of `mine` with the piece at ring offset `k` from the
         // device's own, written into the accumulator.
         let window = |this: &mut Self,
@@ -678,7 +678,7 @@ impl Engine<'_> {
         let mut hsizes = hdims.clone();
         hsizes[hd] = win;
         let ring_of = Ring::along(mine_t, cm);
-        let pairs = self.real_pairs(&ring_of.pairs);
+        let pairs = self.real_pairs(&ring_of.pairs)?;
         let lhs_t = match mine {
             Side::Lhs => mine_t.clone(),
             Side::Rhs => other_t.clone(),
@@ -717,7 +717,7 @@ impl Engine<'_> {
             // takes the window's offset minus one.
             let h = (ring - 1) / 2;
             let h2 = ring - 1 - h;
-            let back = self.real_pairs(&ring_of.reversed());
+            let back = self.real_pairs(&ring_of.reversed())?;
             let at = |b: &mut Builder, v: i64| Self::step_index(b, None, 1, v);
             let k = at(b, ring - h - 1)?;
             let fa0 = partial(self, b, hl, fixed, k)?;

@@ -63,19 +63,22 @@ fn testdata(rel: &str) -> String {
         .into_owned()
 }
 
-/// An output that depends on a stateful rng is not compared, and says why; the others are;
-/// the verdict is *not comparable*, exit 3. A custom-call the plugin cannot run on the host
-/// makes the whole comparison not comparable, naming the instruction, not a raw PJRT error.
+/// An output that depends on a stateful rng and differs is not comparable, and says why; the
+/// others are compared; the verdict is *not comparable*, exit 3. A
+/// custom-call the plugin cannot run on the host makes the whole comparison not comparable,
+/// naming the instruction, not a raw PJRT error.
 #[test]
 fn not_comparable_is_its_own_verdict() {
     let rng = testdata("verify/stateful_rng.hlo");
     // The module against itself, on one device: it carries shardings, so it runs as one
-    // global program.
+    // global program. Its f32 rng comes out different from one executable to the next.
     let out = tessera(&["compare", &rng, &rng, "--devices", "1"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(3), "{text}");
     assert!(
-        text.contains("output 0 f32[4]: not comparable: it depends on %r, a stateful random"),
+        text.contains(
+            "output 0 f32[4]: not comparable: it differs, and depends on %r, a stateful random"
+        ),
         "{text}"
     );
     assert!(text.contains("output 1 f32[4]: ok"), "{text}");

@@ -369,9 +369,8 @@ fn drop_resized_aliases(m: &mut Module) -> Vec<String> {
     let Some(result) = c.root().map(|r| m.instr(r).shape.clone()) else {
         return Vec::new();
     };
-    let index = |v: &[i64]| -> Option<Vec<usize>> {
-        v.iter().map(|&x| usize::try_from(x).ok()).collect()
-    };
+    let index =
+        |v: &[i64]| -> Option<Vec<usize>> { v.iter().map(|&x| usize::try_from(x).ok()).collect() };
     let mut dropped = Vec::new();
     m.config.input_output_alias.retain(|a| {
         let out = index(&a.output_index).and_then(|ix| result.subshape(&ix).cloned());

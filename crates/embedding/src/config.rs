@@ -447,6 +447,19 @@ impl EmbeddingConfig {
             if t.embedding_dim < 1 {
                 return Err(config_err(at, "dim must be >= 1. Received: 0."));
             }
+            // Rows are padded to a multiple of 8 columns, in 32 bits.
+            if u64::from(t.embedding_dim).next_multiple_of(8) > u64::from(u32::MAX) {
+                return Err(config_err(
+                    format!("{at}.embedding_dim"),
+                    format!(
+                        "{} pads to {} columns (a multiple of 8), which does not fit in 32 bits; \
+                         expected at most {}",
+                        t.embedding_dim,
+                        u64::from(t.embedding_dim).next_multiple_of(8),
+                        u32::MAX - 7
+                    ),
+                ));
+            }
             if t.max_ids_per_partition < 1 {
                 return Err(config_err(
                     at,

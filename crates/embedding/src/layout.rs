@@ -51,6 +51,8 @@ pub struct Stack {
     pub features: Vec<usize>,
     pub vocab_size: u32,
     pub embedding_dim: u32,
+    /// The first table's combiner. Preprocessing applies each feature's own table's combiner,
+    /// so a TF-mode stack may hold tables with different ones.
     pub combiner: Combiner,
     pub total_sample_count: u64,
     pub max_ids_per_partition: u32,
@@ -280,20 +282,6 @@ impl Layout {
                 max_ids_per_partition: max_ids,
                 max_unique_ids_per_partition: max_unique,
             });
-        }
-        // Stacks mixing combiners (TF mode) take the first table's for preprocessing, as
-        // jax-tpu-embedding's stacked spec does; say so.
-        for s in &stacks {
-            if s.tables
-                .iter()
-                .any(|&t| config.tables[t].combiner != s.combiner)
-            {
-                warnings.push(format!(
-                    "stack '{}' holds tables with different combiners; preprocessing uses '{}' for all of them",
-                    s.name,
-                    s.combiner.name()
-                ));
-            }
         }
         Ok(Layout {
             global_device_count: config.global_device_count,

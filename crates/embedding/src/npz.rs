@@ -144,6 +144,15 @@ pub fn batch_from_arrays(
                 if ix.dims.len() != 2 || ix.dims[1] != 2 || shape.len() != 2 || shape[0] < 0 {
                     return Err(input("sparse input: indices must be [nnz, 2] and dense_shape [2]".into()));
                 }
+                // The dense shape sizes the rows; it must be the batch the config says, checked
+                // before anything is sized by it.
+                let batch = f.input_shape.first().copied().map(i64::from).unwrap_or(0);
+                if shape[0] != batch {
+                    return Err(input(format!(
+                        "{path}: dense_shape {shape:?} has {} rows, the config's input_shape {:?} a batch of {batch}",
+                        shape[0], f.input_shape
+                    )));
+                }
                 let ix = ints(ix, name, "indices")?;
                 let pairs: Vec<(i64, i64)> = ix.chunks_exact(2).map(|p| (p[0], p[1])).collect();
                 let vals = ids32(ints(v, name, "values")?, name)?;

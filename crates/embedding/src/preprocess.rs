@@ -608,7 +608,10 @@ fn run_task(
     let bits = plan.bits;
     let per_core = plan.samples_per_core[stack];
     let weighted = plan.has_weights[stack];
-    let combiner = s.combiner;
+    // Each feature keeps its own table's combiner, also in a stack of tables with different
+    // ones (TF mode stacks them together): a `sum` table is never averaged.
+    let combiner_of = |f: usize| plan.config.tables[plan.config.features[f].table].combiner;
+    let all_sum = s.features.iter().all(|&f| combiner_of(f) == Combiner::Sum);
 
     // 1. COO with gains, as sort keys: [partition][row in the shard: lbits][sample or index:
     // 26 bits]. Ids arrive in increasing sample (and index) order, so a stable sort on the
@@ -642,10 +645,11 @@ fn run_task(
     if weighted {
         rows_of.reserve(total);
         gains_of.reserve(total);
-    } else if combiner != Combiner::Sum {
+    } else if !all_sum {
         row_gain = vec![1.0; per_core as usize];
     }
     for &fi in &s.features {
+        let combiner = combiner_of(fi);
         let b = &plan.batches[fi];
         let fl = &layout.features[fi];
         let n = b.rows() / (devices * nsc) as usize;
@@ -744,7 +748,7 @@ fn run_task(
         let data = (key & ((1 << 26) - 1)) as u32;
         let (row, gain) = if weighted {
             (rows_of[data as usize], gains_of[data as usize])
-        } else if combiner == Combiner::Sum {
+        } else if all_sum {
             (data, 1.0)
         } else {
             (data, row_gain[(data % per_core) as usize])

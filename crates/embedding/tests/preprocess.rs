@@ -200,6 +200,33 @@ fn combiners_and_weights() {
         || x.gain == 1.0));
 }
 
+/// A TF-mode stack of a `mean` table and a `sum` table (stacked together: TF keys stacks on
+/// the padded dim and optimizer only) keeps each table's combiner: the `sum` feature's gains
+/// stay 1, the `mean` feature's are 1/k (issue 39: a `sum` table was averaged).
+#[test]
+fn a_stack_keeps_each_tables_combiner() {
+    let (mut c, _, b) = example();
+    c.tables[0].combiner = tessera_embedding::Combiner::Mean;
+    let l = Layout::new(&mut c).unwrap();
+    assert_eq!(l.stacks.len(), 1, "one stack of both tables");
+    assert!(
+        l.warnings.iter().all(|w| !w.contains("combiner")),
+        "{:?}",
+        l.warnings
+    );
+    let out = preprocess(&c, &l, &b).unwrap();
+    let e = out.decode(&out.stacks[0]).unwrap();
+    // fa (mean, 2 ids per sample) occupies samples 0..4 of the stack, fb (sum) 4..8.
+    for x in &e {
+        if x.sample >= 4 {
+            assert!(x.gain == 1.0 || x.gain == 2.0, "sum feature: {x:?}");
+        } else {
+            assert!(x.gain == 0.5 || x.gain == 1.0, "mean feature: {x:?}");
+        }
+    }
+    assert!(e.iter().any(|x| x.sample < 4 && x.gain == 0.5));
+}
+
 #[test]
 fn sparse_coo_equals_ragged() {
     let (c, l, b) = example();

@@ -156,6 +156,15 @@ fn report(out: &mut String, module: &Module, mem: &ModuleMemory, top: usize) {
 /// `tessera memory FILE [--scheduler S] [--top N] [--passes P --pass-option K=V...] [--svg OUT]`.
 pub fn memory(args: &MemoryArgs) -> Result<String> {
     crate::opt::init_tracing(0);
+    // A pass option configures a pass of --passes; without them nothing would read it.
+    if args.passes.is_none() {
+        if let Some(o) = args.pass_options.first() {
+            anyhow::bail!(
+                "--pass-option {o}: options configure the passes of --passes, and none are \
+                 given (e.g. --passes schedule,remat --pass-option remat.memory_limit=8MB)"
+            );
+        }
+    }
     let mut module = crate::load_text(&args.file)?;
     let mut out = String::new();
     let kind = match &args.scheduler {

@@ -156,8 +156,9 @@ fn every_stored_reproducer_is_handled_or_refused_with_a_place() {
         files.sort();
         for f in files {
             // Probe 3's reproducers (`r3_*`) are mostly valid modules that break one command
-            // with one flag; each has its own command and expectation in that folder's README
-            // (issue 39), not this every-command refusal.
+            // with one flag; each is checked with its own command and expectation by
+            // tests/probe3.rs (copies in testdata/probe3) and tests/compare_cli.rs (the
+            // `r3_verify_*` ones), not by this every-command refusal.
             if f.file_name()
                 .is_some_and(|n| n.to_string_lossy().starts_with("r3_"))
             {

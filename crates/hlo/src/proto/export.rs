@@ -510,6 +510,11 @@ fn instr_to_proto(m: &Module, id: InstrId, ids: &Ids) -> pb::HloInstructionProto
                 .collect(),
         });
     }
+    // XLA's proto reader requires a convolution's window; without spatial dimensions it is
+    // the empty one, which its printer (and ours) leaves out of the text.
+    if p.window.is_none() && i.opcode() == Opcode::Convolution {
+        p.window = Some(pb::Window::default());
+    }
     if let Some(c) = &a.conv_dims {
         p.convolution_dimension_numbers = Some(Box::new(pb::ConvolutionDimensionNumbers {
             input_batch_dimension: c.input_batch_dimension,

@@ -868,7 +868,10 @@ fn attrs_from_proto(
     } else if op == Opcode::Compare {
         return Err("compare without a comparison direction".into());
     }
-    a.window = p.window.as_ref().map(|w| {
+    // A convolution's empty window is how the proto says "none" (see the export).
+    let empty_conv_window =
+        op == Opcode::Convolution && p.window.as_ref().is_some_and(|w| w.dimensions.is_empty());
+    a.window = p.window.as_ref().filter(|_| !empty_conv_window).map(|w| {
         Box::new(Window {
             dims: w
                 .dimensions

@@ -1816,8 +1816,13 @@ fn convolution(ops: &[&Shape], inp: &InferInput<'_>) -> Result<Shape> {
     if !distinct(&in_all, rank) || !distinct(&k_all, rank) || !distinct(&o_all, rank) {
         bail!("dim_labels must name each dimension of the input, kernel and output exactly once");
     }
-    let Some(window) = inp.attrs.window.as_deref() else {
-        bail!("convolution needs window={{...}} for its spatial dimensions");
+    // No `window=` is an empty window, which is right only without spatial dimensions (a dot
+    // written as a convolution; XLA prints no window then).
+    let empty = crate::attrs::Window::default();
+    let window = match inp.attrs.window.as_deref() {
+        Some(w) => w,
+        None if ns == 0 => &empty,
+        None => bail!("convolution needs window={{...}} for its spatial dimensions"),
     };
     if window.dims.len() != ns {
         bail!(

@@ -426,8 +426,10 @@ fn halo_positions(w: &Windowed) -> i64 {
 impl Engine<'_> {
     pub(super) fn convolution(&mut self, b: &mut Builder, id: InstrId, own: Tree) -> Result<()> {
         let i = b.module().instr(id).clone();
-        let (Some(dn), Some(win)) = (i.attrs.conv_dims.as_deref(), i.attrs.window.as_deref())
-        else {
+        // No window is the empty one (a convolution without spatial dimensions).
+        let empty = tessera_hlo::attrs::Window::default();
+        let win = i.attrs.window.as_deref().unwrap_or(&empty);
+        let Some(dn) = i.attrs.conv_dims.as_deref() else {
             return self.default(b, id, own);
         };
         let Tree::Leaf(Spec::Tiled(t)) = &own else {
@@ -788,7 +790,7 @@ impl Engine<'_> {
         let r_t = w.project(&c.dims.operand_from_out(Side::Rhs, c.rhs.len()));
         let r = self.operand_of(b, rhs, &r_t)?;
         let zero = built(b.scalar(b.module().instr(x).shape.element_type(), 0.0))?;
-        let mut local_win = i.attrs.window.as_deref().cloned().expect("checked");
+        let mut local_win = i.attrs.window.as_deref().cloned().unwrap_or_default();
         for (k, s) in c.dims.spatial.iter().enumerate() {
             let d = s.lhs.expect("spatial");
             if target.tiles[d] <= 1 {
@@ -849,7 +851,7 @@ impl Engine<'_> {
         let whole_dims: Vec<usize> = (0..whole.len()).filter(|&d| whole[d]).collect();
         let held = target.replicate_dims(&whole_dims);
         x = self.mask_padding(b, x, &c.lhs, &held, &lhs_contracting, lzero)?;
-        let mut local_win = i.attrs.window.as_deref().cloned().expect("checked");
+        let mut local_win = i.attrs.window.as_deref().cloned().unwrap_or_default();
         for (k, s) in c.dims.spatial.iter().enumerate() {
             let (d, kd) = (s.lhs.expect("spatial"), s.rhs.expect("spatial"));
             if r.tiles[kd] <= 1 {
@@ -894,7 +896,7 @@ impl Engine<'_> {
         // The padded ends of uneven input pieces (spatial and contracting) multiply nothing.
         let summed = c.summed(l, Side::Lhs);
         x = self.mask_padding(b, x, &c.lhs, l, &summed, lzero)?;
-        let mut local_win = i.attrs.window.as_deref().cloned().expect("checked");
+        let mut local_win = i.attrs.window.as_deref().cloned().unwrap_or_default();
         for (k, s) in c.dims.spatial.iter().enumerate() {
             let (d, kd) = (s.lhs.expect("spatial"), s.rhs.expect("spatial"));
             if l.tiles[d] <= 1 {

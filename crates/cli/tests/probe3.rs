@@ -1,0 +1,136 @@
+//! The third hostile probe's reproducers (issue 39; testdata/probe3/README.md): each command
+//! answers within its contract, exit 0 or a located refusal with exit 1, never a panic or an
+//! abort, and says what was wrong where.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn tessera(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(args)
+        .output()
+        .expect("spawn tessera")
+}
+
+fn probe(name: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../testdata/probe3")
+        .join(name)
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// Runs `args`, expects exit `code` and every `wants` in stderr (once each).
+fn check(args: &[&str], code: i32, wants: &[&str]) -> String {
+    let o = tessera(args);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(code), "{args:?}: {err}");
+    for w in wants {
+        assert_eq!(err.matches(w).count(), 1, "{args:?}: `{w}` once in {err}");
+    }
+    err
+}
+
+#[test]
+fn huge_device_ids_and_mesh_axes_are_refused_where_they_are_written() {
+    let maximal = probe("maximal_huge_device.hlo");
+    let mesh = probe("mesh_axis_huge.hlo");
+    for cmd in ["compile", "explain", "verify"] {
+        check(
+            &[cmd, &maximal],
+            1,
+            &["maximal_huge_device.hlo:5:58: device id 99999999999: expected 0 to 1048575"],
+        );
+        check(&[cmd, &mesh], 1, &["mesh axis 'x' of size 2147483647"]);
+    }
+}
+
+#[test]
+fn an_operand_from_outside_a_partially_manual_region_is_refused_not_a_panic() {
+    let f = probe("partial_manual_reduce_panic.hlo");
+    for cmd in ["compile", "explain"] {
+        check(
+            &[cmd, &f],
+            1,
+            &["%reduce: a collective inside a partially manual region"],
+        );
+    }
+}
+
+#[test]
+fn aliases_keep_one_size() {
+    let dir = std::env::temp_dir().join(format!("tessera-probe3-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("a.hlo");
+    let out = out.to_str().unwrap();
+    let err = check(
+        &["compile", &probe("alias_sharding_mismatch.hlo"), "-o", out],
+        0,
+        &["input_output_alias of output [0] and parameter 0 dropped"],
+    );
+    assert!(err.contains("f32[4,8] and f32[1,8]"), "{err}");
+    check(&["verify", out], 0, &[]);
+    check(
+        &["verify", &probe("verify_alias_shape.hlo")],
+        1,
+        &["pairs output [0] (f32[8]) with parameter 0 index [] (f32[4,8])"],
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn embedding_inputs_are_checked_before_they_size_anything() {
+    check(
+        &[
+            "embedding",
+            "preprocess",
+            "--config",
+            &probe("emb_example_config.json"),
+            "--input",
+            &probe("emb_sparse_dense_shape_huge.npz"),
+        ],
+        1,
+        &["emb_sparse_dense_shape_huge.npz: dense_shape [2147483647, 1] has 2147483647 rows"],
+    );
+    check(
+        &[
+            "embedding",
+            "layout",
+            "--config",
+            &probe("emb_dim_wrap.json"),
+        ],
+        1,
+        &["emb_dim_wrap.json: tables[0] ('a').embedding_dim: 4294967295 pads to 4294967296"],
+    );
+}
+
+#[test]
+fn memory_refuses_a_pass_option_no_pass_reads() {
+    let f = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../testdata/examples/mlp_train_step.hlo");
+    check(
+        &["memory", f.to_str().unwrap(), "--pass-option", "x.y=z"],
+        1,
+        &["--pass-option x.y=z: options configure the passes of --passes"],
+    );
+}
+
+/// XLA's TiledDot and DotInputsAreIdentical tests write a dot as a convolution without
+/// spatial dimensions and without `window=`: read, partitioned and verified equal.
+#[test]
+fn a_convolution_without_a_window_is_a_dot() {
+    let o = tessera(&[
+        "compile",
+        &probe("conv_without_window.hlo"),
+        "--verify",
+        "-o",
+        "/dev/null",
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{out}\n{err}");
+    assert!(
+        format!("{out}{err}").contains("equivalent on 2 devices"),
+        "{out}\n{err}"
+    );
+}

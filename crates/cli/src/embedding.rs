@@ -107,11 +107,12 @@ fn on_devices(args: &DeviceArgs) -> Result<(DeviceEmbedding, PreparedBatch, Vec<
     let (config, layout) = load_config_on(&args.config, Some(args.devices))?;
     let bytes =
         std::fs::read(&args.input).with_context(|| format!("reading {}", args.input.display()))?;
-    let batches = npz::read_batch(&config, &bytes, &args.input.display().to_string())?;
+    let input = args.input.display().to_string();
+    let batches = npz::read_batch(&config, &bytes, &input)?;
     let ckpt = device::load_tables(&config, &args.tables)?;
     let client = Client::cpu(args.devices as usize).context("creating the PJRT CPU client")?;
     let dev = DeviceEmbedding::new(client, config, layout, &ckpt)?;
-    let prepared = dev.prepare(&batches)?;
+    let prepared = dev.prepare(&batches).map_err(|e| e.in_file(&input))?;
     Ok((dev, prepared, batches))
 }
 
@@ -273,7 +274,8 @@ pub fn embedding(cmd: &EmbeddingCommand) -> Result<String> {
             let mut result = None;
             for _ in 0..args.repeat.max(1) {
                 let t = Instant::now();
-                let r = preprocess(&config, &layout, &batches)?;
+                let r = preprocess(&config, &layout, &batches)
+                    .map_err(|e| e.in_file(&args.input.display().to_string()))?;
                 times.push(t.elapsed().as_secs_f64());
                 result = Some(r);
             }

@@ -104,6 +104,54 @@ fn embedding_inputs_are_checked_before_they_size_anything() {
     );
 }
 
+/// Every error about a batch names the file it came from (issue 39, M1): here an id past the
+/// table's vocabulary, found while preprocessing.
+#[test]
+fn batch_errors_name_the_file() {
+    use tessera_runtime::HostArray;
+    let dir = std::env::temp_dir().join(format!("tessera-probe3-m1-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fa = HostArray::new(
+        tessera_hlo::ElementType::S32,
+        vec![4, 2],
+        [0i32, 3, 1, 1, 4, 2, 3, 99]
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect(),
+    )
+    .unwrap();
+    let fb = HostArray::new(
+        tessera_hlo::ElementType::S32,
+        vec![4, 1],
+        [2i32, 0, 1, 2]
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect(),
+    )
+    .unwrap();
+    let path = dir.join("batch.npz");
+    std::fs::write(
+        &path,
+        tessera_runtime::npz::write([("fa", &fa), ("fb", &fb)]),
+    )
+    .unwrap();
+    let shown = path.to_str().unwrap();
+    let err = check(
+        &[
+            "embedding",
+            "preprocess",
+            "--config",
+            &probe("emb_example_config.json"),
+            "--input",
+            shown,
+        ],
+        1,
+        &[shown],
+    );
+    assert!(err.contains("99"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 #[test]
 fn memory_refuses_a_pass_option_no_pass_reads() {
     let f = PathBuf::from(env!("CARGO_MANIFEST_DIR"))

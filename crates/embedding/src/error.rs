@@ -33,6 +33,26 @@ pub enum EmbeddingError {
 
 pub type Result<T> = std::result::Result<T, EmbeddingError>;
 
+impl EmbeddingError {
+    /// The error with the input file it is about: an [`EmbeddingError::Input`] or
+    /// [`EmbeddingError::Limit`] raised while reading or preprocessing the batch in `file`
+    /// names it first (once).
+    pub fn in_file(self, file: &str) -> EmbeddingError {
+        match self {
+            EmbeddingError::Input { feature, message } if !message.starts_with(file) => {
+                EmbeddingError::Input {
+                    feature,
+                    message: format!("{file}: {message}"),
+                }
+            }
+            EmbeddingError::Limit(m) if !m.starts_with(file) => {
+                EmbeddingError::Limit(format!("{file}: {m}"))
+            }
+            e => e,
+        }
+    }
+}
+
 pub(crate) fn config_err(at: impl Into<String>, message: impl Into<String>) -> EmbeddingError {
     EmbeddingError::Config {
         at: at.into(),

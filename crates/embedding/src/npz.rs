@@ -82,7 +82,7 @@ pub fn read_batch(config: &EmbeddingConfig, bytes: &[u8], path: &str) -> Result<
         path: path.into(),
         message: e.to_string(),
     })?;
-    batch_from_arrays(config, &arrays, "", path)
+    batch_from_arrays(config, &arrays, "", path).map_err(|e| e.in_file(path))
 }
 
 /// The batch of every feature from arrays named `<prefix><feature>[.suffix]`; other arrays

@@ -37,6 +37,10 @@ const MODELS: &[&str] = &[
     "dumps/shard_map.shardy.before-propagation.txt",
     "examples/transformer_train_step.hlo",
     "examples/mlp_train_step.hlo",
+    // jax's explicit sharding mode, with `unreduced` partial sums (issue 34).
+    "compile/explicit_unreduced_matmul.hlo",
+    "compile/explicit_unreduced_chain.hlo",
+    "compile/explicit_mlp_step.hlo",
 ];
 
 fn check(rel: &str, limit_fraction: Option<f64>) -> Result<String, String> {

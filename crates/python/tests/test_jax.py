@@ -132,12 +132,6 @@ def test_explicit_mode_step():
         assert_same(tj.jit(step)(*args), jax.jit(step)(*args))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="explicit mode's `unreduced` shardings: the SPMD partitioner reads only replicated "
-    "subgroups until the spmd helper's unreduced support lands",
-    raises=tessera.TesseraError,
-)
 def test_explicit_mode_unreduced():
     m, f, spec = jax_models.explicit_unreduced()
     args = explicit_inputs(m, spec)

@@ -6,6 +6,7 @@
 //! - [`dims`]: how dots and convolutions map operand dimensions to output dimensions.
 //! - [`gather_scatter`]: how gathers and scatters map dimensions between their operand,
 //!   indices and output (updates), and how shardings move along those mappings.
+//! - [`unreduced`]: jax's explicit-mode `unreduced` hints, taken out before both passes.
 //!
 //! The sharding algebra itself lives in `tessera_hlo::tiling` and `tessera_hlo::sharding_util`.
 
@@ -13,6 +14,7 @@ pub mod dims;
 pub mod gather_scatter;
 pub mod partition;
 pub mod propagation;
+pub mod unreduced;
 
 pub use partition::{SpmdOptions, SpmdPartitioning, SpmdReport};
 pub use propagation::{

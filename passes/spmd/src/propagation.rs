@@ -164,7 +164,9 @@ impl Pass for ShardingPropagation {
     }
 
     fn run(&mut self, module: &mut Module) -> Result<bool> {
+        let lowered = crate::unreduced::lower_unreduced(module).map_err(PassError::Failed)?;
         let (changed, report) = propagate(module, &self.options)?;
+        let changed = changed || lowered > 0;
         // A few undecided instructions are named one by one; many (a module with no
         // annotations at all) get one line, each of them at debug level.
         const NAMED: usize = 8;

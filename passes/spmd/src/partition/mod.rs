@@ -519,6 +519,7 @@ impl Pass for SpmdPartitioning {
             Some(c) => c.as_mut(),
             None => &mut default,
         };
+        crate::unreduced::lower_unreduced(module).map_err(PassError::Failed)?;
         let mut report = partition(module, &self.options, creator)?;
         report.dropped_aliases = drop_resized_aliases(module);
         if !report.last_resorts.is_empty() {

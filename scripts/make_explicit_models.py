@@ -14,6 +14,11 @@ Each function runs on a 2x4 mesh of explicit axes ("x", "y") and is written as j
   resharded to `P("x", None)`;
 - explicit_mlp_step.hlo: a 2-layer MLP training step (value_and_grad + SGD) whose hidden
   activations' gradients are unreduced partial sums until they are resharded.
+
+And one partially manual region (not explicit mode; a 2x4 mesh of auto axes):
+- partial_manual_gather_scatter.hlo: `jax.shard_map` manual over "x" only, holding a gather
+  (`jnp.take`) and a scatter-add whose operands the partitioner splits over "y" inside the
+  region (issue 34: collectives inside partially manual regions).
 """
 import os
 
@@ -72,6 +77,30 @@ def mlp_step(mesh):
     ]
 
 
+def partial_manual():
+    mesh = jax.make_mesh((2, 4), ("x", "y"), axis_types=(AxisType.Auto,) * 2)
+
+    def body(t, i, u):
+        g = jnp.take(t, i, axis=0)
+        g = jax.lax.with_sharding_constraint(g, P(None, "y"))
+        s = jnp.zeros_like(t).at[i].add(u)
+        return g, s
+
+    f = jax.shard_map(
+        body,
+        mesh=mesh,
+        in_specs=(P("x"), P("x"), P("x")),
+        out_specs=(P("x"), P("x")),
+        axis_names={"x"},
+    )
+    specs = (P("x", "y"), P("x"), P("x"))
+    g = jax.jit(f, in_shardings=tuple(NamedSharding(mesh, s) for s in specs))
+    t = jnp.arange(16 * 8, dtype=jnp.float32).reshape(16, 8)
+    i = jnp.array([0, 3, 5, 1, 2, 2, 7, 6], dtype=jnp.int32)
+    u = jnp.ones((8, 8), jnp.float32)
+    return g.lower(t, i, u).as_text(dialect="hlo")
+
+
 def main():
     mesh = jax.make_mesh((2, 4), ("x", "y"), axis_types=(AxisType.Explicit,) * 2)
     for name, make in [
@@ -87,6 +116,10 @@ def main():
         with open(path, "w") as out:
             out.write(text)
         print(f"wrote {path}")
+    path = os.path.join(OUT, "partial_manual_gather_scatter.hlo")
+    with open(path, "w") as out:
+        out.write(partial_manual())
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -424,6 +424,24 @@ fn looks_like_text(bytes: &[u8]) -> bool {
     }
 }
 
+/// Gives the per-device program's root, where partitioning left it without one, the sharding
+/// the global module's root was partitioned to: the program then says how its result lies on
+/// the devices (the Python bridge and `tessera compare` read it). A root rebuilt by the
+/// partitioner (jax's `get-tuple-element` of a one-element tuple, folded away) loses it.
+fn declare_root_sharding(module: &mut Module, sharded: &Module) {
+    let root = |m: &Module| m.entry().and_then(|e| m.comp(e).root());
+    let (Some(r), Some(g)) = (root(module), root(sharded)) else {
+        return;
+    };
+    let Some(s) = sharded.instr(g).sharding.clone() else {
+        return;
+    };
+    let same_structure = module.instr(r).shape.leaf_count() == sharded.instr(g).shape.leaf_count();
+    if module.instr(r).sharding.is_none() && same_structure {
+        module.instr_mut(r).sharding = Some(s);
+    }
+}
+
 /// The registry that resolves the pipeline's pass names and aliases (`remat`, `dedup`).
 fn pipeline_registry() -> Registry {
     let mut r = Registry::new();
@@ -807,6 +825,7 @@ pub fn compile_with_progress(
     if each {
         run.verify(&module, "spmd-partitioning", false)?;
     }
+    declare_root_sharding(&mut module, &sharded);
     let spmd_report = std::mem::take(&mut spmd.report);
     report
         .warnings

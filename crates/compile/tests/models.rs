@@ -41,6 +41,8 @@ const MODELS: &[&str] = &[
     "compile/explicit_unreduced_matmul.hlo",
     "compile/explicit_unreduced_chain.hlo",
     "compile/explicit_mlp_step.hlo",
+    // A partially manual region holding a gather and a scatter (issue 34).
+    "compile/partial_manual_gather_scatter.hlo",
 ];
 
 fn check(rel: &str, limit_fraction: Option<f64>) -> Result<String, String> {

@@ -164,9 +164,7 @@ impl Pass for ShardingPropagation {
     }
 
     fn run(&mut self, module: &mut Module) -> Result<bool> {
-        let lowered = crate::unreduced::lower_unreduced(module).map_err(PassError::Failed)?;
         let (changed, report) = propagate(module, &self.options)?;
-        let changed = changed || lowered > 0;
         // A few undecided instructions are named one by one; many (a module with no
         // annotations at all) get one line, each of them at debug level.
         const NAMED: usize = 8;
@@ -242,10 +240,12 @@ pub fn propagate(
     module: &mut Module,
     options: &PropagationOptions,
 ) -> Result<(bool, PropagationReport)> {
+    // jax's explicit-mode `unreduced` hints go first (see `crate::unreduced`).
+    let lowered = crate::unreduced::lower_unreduced(module).map_err(PassError::Failed)?;
     let named = setup::named_to_tiled(module)?;
     let result = propagate_tiled(module, options);
     setup::restore_named(module, &named);
-    result
+    result.map(|(changed, report)| (changed || lowered > 0, report))
 }
 
 fn propagate_tiled(

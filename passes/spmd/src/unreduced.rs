@@ -21,15 +21,32 @@ fn has_unreduced(s: &Sharding) -> bool {
         ShardingKind::Unreduced => true,
         ShardingKind::Tuple(e) => e.iter().any(has_unreduced),
         ShardingKind::Tiled(t) => t.subgroup_types().contains(&SubgroupType::Unreduced),
+        ShardingKind::Named(n) => !n.unreduced.is_empty(),
         _ => false,
     }
 }
 
-/// `s` with every unreduced part made replicated.
-fn replicated_for_unreduced(s: &Sharding) -> Sharding {
+/// `s` (of a value of `shape`) with every unreduced part made replicated; a named sharding
+/// is read as its tiled form first.
+fn replicated_for_unreduced(s: &Sharding, shape: &tessera_hlo::Shape) -> Result<Sharding, String> {
+    if s.has_named() {
+        let tiled = s.to_tiled_for(shape).map_err(|e| e.to_string())?;
+        return replicated_for_unreduced(&tiled, shape);
+    }
     let mut out = match &s.kind {
         ShardingKind::Unreduced => Sharding::replicated(),
-        ShardingKind::Tuple(e) => Sharding::tuple(e.iter().map(replicated_for_unreduced).collect()),
+        ShardingKind::Tuple(e) => {
+            let leaves: Vec<tessera_hlo::Shape> = match shape {
+                tessera_hlo::Shape::Tuple(t) => t.clone(),
+                other => vec![other.clone(); e.len()],
+            };
+            Sharding::tuple(
+                e.iter()
+                    .zip(&leaves)
+                    .map(|(x, sh)| replicated_for_unreduced(x, sh))
+                    .collect::<Result<Vec<_>, String>>()?,
+            )
+        }
         ShardingKind::Tiled(t) if has_unreduced(s) => {
             let types: Vec<SubgroupType> = t
                 .subgroup_types()
@@ -44,7 +61,7 @@ fn replicated_for_unreduced(s: &Sharding) -> Sharding {
         _ => s.clone(),
     };
     out.metadata = s.metadata.clone();
-    out
+    Ok(out)
 }
 
 /// Whether `id` is a `Sharding` custom-call (jax's sharding constraint).
@@ -116,7 +133,8 @@ pub fn lower_unreduced(m: &mut Module) -> Result<usize, String> {
             m.remove_instruction(id)
                 .map_err(|e| format!("%{}: {e}", m.instr(id).name()))?;
         } else {
-            let lowered = replicated_for_unreduced(s);
+            let lowered =
+                replicated_for_unreduced(s, &i.shape).map_err(|e| format!("%{}: {e}", i.name()))?;
             m.instr_mut(id).sharding = Some(lowered);
         }
         changed += 1;

@@ -978,8 +978,7 @@ impl Engine<'_> {
         let d = self.local_dot_like(b, &local, x, k, lhs_tiling, shape)?;
         let groups = p.split.groups(p.summed, false);
         let reducer = built(b.reducer(i.shape.element_type(), Opcode::Add))?;
-        let real = self.real_groups(&groups)?;
-        let sum = self.creator.all_reduce(b, d, reducer, &real)?;
+        let sum = self.all_reduce(b, d, reducer, &groups)?;
         let g = groups[0].len() as i64;
         let out_bytes = b.module().instr(sum).shape.byte_size(8);
         self.report.collectives.push(CollectiveNote {

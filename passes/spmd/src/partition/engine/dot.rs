@@ -318,8 +318,7 @@ impl Engine<'_> {
             Combine::AllReduce => {
                 let bytes = c.partial.shard_dims(&shapes.out).iter().product::<i64>() * elem;
                 let reducer = built(b.reducer(oa.ty, op))?;
-                let real = self.real_groups(&groups)?;
-                out = self.creator.all_reduce(b, out, reducer, &real)?;
+                out = self.all_reduce(b, out, reducer, &groups)?;
                 self.report.collectives.push(CollectiveNote {
                     original: i.name().to_string(),
                     collective: "all-reduce",
@@ -337,8 +336,7 @@ impl Engine<'_> {
                     };
                     out = built(b.pad_dim(out, z, dim, pads))?;
                 }
-                let real = self.real_groups(&groups)?;
-                out = self.creator.reduce_scatter(b, out, dim as i64, op, &real)?;
+                out = self.reduce_scatter(b, out, dim as i64, op, &groups)?;
                 let bytes = c.result.shard_dims(&shapes.out).iter().product::<i64>() * elem;
                 self.report.collectives.push(CollectiveNote {
                     original: i.name().to_string(),

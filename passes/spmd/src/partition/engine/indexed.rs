@@ -343,7 +343,7 @@ impl Engine<'_> {
                 reason: "gather from pieces of a trivially sliced operand".to_string(),
                 bytes: 2 * bytes * (gsize - 1) / gsize,
             });
-            out = self.creator.all_reduce(b, masked, reducer, &groups)?;
+            out = self.all_reduce(b, masked, reducer, &groups)?;
         }
         if Tree::Leaf(Spec::Tiled(l.out.clone())) != own {
             out = fence(b, out)?;
@@ -733,7 +733,7 @@ impl Engine<'_> {
             bytes: 2 * bytes * (gsize - 1) / gsize,
         });
         let reducer = i.to_apply().expect("checked by the plan");
-        let mut out = self.creator.all_reduce(b, local, reducer, &groups)?;
+        let mut out = self.all_reduce(b, local, reducer, &groups)?;
         if rep != own {
             out = fence(b, out)?;
         }

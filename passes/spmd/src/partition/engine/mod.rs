@@ -930,16 +930,14 @@ impl Engine<'_> {
             } => {
                 let local: Vec<i64> = b.module().instr(x).shape.dims().to_vec();
                 let gathered = if along.len() == 1 {
-                    let groups = self.real_groups(groups)?;
-                    self.creator.all_gather(b, x, along[0] as i64, &groups)?
+                    self.all_gather(b, x, along[0] as i64, groups)?
                 } else {
                     // One collective for several dimensions: gather along a new leading
                     // dimension, then move each gathered tile axis next to its dimension.
                     let mut lead = vec![1];
                     lead.extend_from_slice(&local);
                     let r = built(b.reshape(x, &lead))?;
-                    let groups = self.real_groups(groups)?;
-                    let g = self.creator.all_gather(b, r, 0, &groups)?;
+                    let g = self.all_gather(b, r, 0, groups)?;
                     let mut split: Vec<i64> = tiles.clone();
                     split.extend_from_slice(&local);
                     let g = built(b.reshape(g, &split))?;
@@ -966,10 +964,7 @@ impl Engine<'_> {
                 groups,
                 ..
             } => self.emit_all_to_all(b, x, split, concat, groups, dims, ty),
-            Step::Permute { pairs, .. } => {
-                let pairs = self.real_pairs(pairs)?;
-                self.creator.collective_permute(b, x, &pairs)
-            }
+            Step::Permute { pairs, .. } => self.collective_permute(b, x, pairs),
             Step::FromMaximal { device, .. } => {
                 let pid = self.partition_id(b)?;
                 let d = built(b.scalar(ElementType::U32, *device as f64))?;
@@ -987,6 +982,7 @@ impl Engine<'_> {
                 let reducer = built(b.reducer(ty, op))?;
                 // The device is a real one, also inside a partially manual region: its value
                 // goes to every device, so every manual subgroup holds it whole.
+                // The one collective built with real ids, past the door on purpose.
                 let all: Vec<i64> = (0..self.real_device_count()).collect();
                 self.creator.all_reduce(b, masked, reducer, &[all])
             }

@@ -224,6 +224,69 @@ impl Engine<'_> {
         }
     }
 
+    /// The one door through which the engine emits a collective: `groups` hold local device
+    /// ids, translated to real ones in a partially manual region ([`Engine::real_groups`]),
+    /// then built by the [`CollectiveOps`]. Every handler calls these, so none can hand the
+    /// creator a view's local ids (XLA wraps its creator per manual group for the same reason).
+    pub(super) fn all_reduce(
+        &mut self,
+        b: &mut Builder,
+        x: InstrId,
+        reducer: CompId,
+        groups: &[Vec<i64>],
+    ) -> Result<InstrId> {
+        let groups = self.real_groups(groups)?;
+        self.creator.all_reduce(b, x, reducer, &groups)
+    }
+
+    /// An all-gather through the door ([`Engine::all_reduce`]).
+    pub(super) fn all_gather(
+        &mut self,
+        b: &mut Builder,
+        x: InstrId,
+        dimension: i64,
+        groups: &[Vec<i64>],
+    ) -> Result<InstrId> {
+        let groups = self.real_groups(groups)?;
+        self.creator.all_gather(b, x, dimension, &groups)
+    }
+
+    /// An all-to-all through the door ([`Engine::all_reduce`]).
+    pub(super) fn all_to_all(
+        &mut self,
+        b: &mut Builder,
+        x: InstrId,
+        dimension: i64,
+        groups: &[Vec<i64>],
+    ) -> Result<InstrId> {
+        let groups = self.real_groups(groups)?;
+        self.creator.all_to_all(b, x, dimension, &groups)
+    }
+
+    /// A reduce-scatter through the door ([`Engine::all_reduce`]).
+    pub(super) fn reduce_scatter(
+        &mut self,
+        b: &mut Builder,
+        x: InstrId,
+        dimension: i64,
+        op: Opcode,
+        groups: &[Vec<i64>],
+    ) -> Result<InstrId> {
+        let groups = self.real_groups(groups)?;
+        self.creator.reduce_scatter(b, x, dimension, op, &groups)
+    }
+
+    /// A collective-permute through the door ([`Engine::all_reduce`]): `pairs` of local ids.
+    pub(super) fn collective_permute(
+        &mut self,
+        b: &mut Builder,
+        x: InstrId,
+        pairs: &[(i64, i64)],
+    ) -> Result<InstrId> {
+        let pairs = self.real_pairs(pairs)?;
+        self.creator.collective_permute(b, x, &pairs)
+    }
+
     /// A per-device table of local ids laid out by real partition id.
     pub(super) fn real_table(&self, values: &[i64]) -> Vec<i64> {
         match &self.view {

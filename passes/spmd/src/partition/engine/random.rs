@@ -47,7 +47,7 @@ impl Engine<'_> {
             let zeros = broadcast_scalar(b, zero, &dims)?;
             let masked = built(b.select(pred, out, zeros))?;
             let reducer = built(b.reducer(ty, Opcode::Add))?;
-            out = self.creator.all_reduce(b, masked, reducer, &groups)?;
+            out = self.all_reduce(b, masked, reducer, &groups)?;
             let g = groups.first().map_or(1, |g| g.len() as i64);
             let bytes = 2 * b.module().instr(out).shape.byte_size(8) * (g - 1) / g.max(1);
             self.report.collectives.push(CollectiveNote {

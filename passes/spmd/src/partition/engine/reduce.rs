@@ -80,8 +80,7 @@ impl Engine<'_> {
             let groups = s.groups(&split, false);
             let g = groups[0].len() as i64;
             if !i.shape.is_tuple() {
-                let groups = self.real_groups(&groups)?;
-                r = self.creator.all_reduce(b, r, reducer, &groups)?;
+                r = self.all_reduce(b, r, reducer, &groups)?;
                 let bytes = 2 * array_bytes(b, r) * (g - 1) / g;
                 self.note(i.name(), "all-reduce", "a reduce", bytes);
             } else {
@@ -92,8 +91,7 @@ impl Engine<'_> {
                 for j in 0..k {
                     let e = built(b.get_tuple_element(r, j as i64))?;
                     let e = built(b.reshape(e, &with_one))?;
-                    let real = self.real_groups(&groups)?;
-                    let a = self.creator.all_gather(b, e, last, &real)?;
+                    let a = self.all_gather(b, e, last, &groups)?;
                     let bytes = array_bytes(b, a) * (g - 1) / g;
                     self.note(i.name(), "all-gather", "a variadic reduce", bytes);
                     gathered.push(a);

@@ -267,8 +267,7 @@ impl Engine<'_> {
         let mut front = vec![group];
         front.extend(&rest);
         let x = built(b.reshape(x, &front))?;
-        let groups = self.real_groups(groups)?;
-        let a = self.creator.all_to_all(b, x, 0, &groups)?;
+        let a = self.all_to_all(b, x, 0, groups)?;
         // Axis 0 is the sender's place over the concat minor parts: unfold it and put each
         // part before its dimension.
         let mut unfolded: Vec<i64> = concat.iter().map(|&(_, f)| f).collect();

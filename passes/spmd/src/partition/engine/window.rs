@@ -531,7 +531,7 @@ impl Engine<'_> {
             });
         };
         let mut ext = if plan.gather {
-            let g = self.creator.all_gather(b, x, d as i64, &groups)?;
+            let g = self.all_gather(b, x, d as i64, &groups)?;
             let out = b.module().instr(g).shape.byte_size(8);
             note(self, "all-gather", out * (tiles - 1) / tiles);
             g
@@ -559,7 +559,7 @@ impl Engine<'_> {
                                 pairs.push((g[(k - hops) as usize], g[k as usize]));
                             }
                         }
-                        let p = self.creator.collective_permute(b, s, &pairs)?;
+                        let p = self.collective_permute(b, s, &pairs)?;
                         let bytes = b.module().instr(p).shape.byte_size(8);
                         note(self, "collective-permute", bytes);
                         pieces.push(p);
@@ -657,7 +657,7 @@ impl Engine<'_> {
                         pairs.push((g[m.src as usize], g[m.dst as usize]));
                     }
                 }
-                piece = self.creator.collective_permute(b, piece, &pairs)?;
+                piece = self.collective_permute(b, piece, &pairs)?;
                 let bytes = b.module().instr(piece).shape.byte_size(8);
                 self.report.collectives.push(CollectiveNote {
                     original: origin.clone(),
@@ -1366,7 +1366,7 @@ impl Engine<'_> {
                     .iter()
                     .flat_map(|g| (0..tl).map(move |j| (g[(j + ahead as usize) % tl], g[j])))
                     .collect();
-                let moved = self.creator.collective_permute(b, part, &pairs)?;
+                let moved = self.collective_permute(b, part, &pairs)?;
                 let bytes = b.module().instr(moved).shape.byte_size(8);
                 self.report.collectives.push(CollectiveNote {
                     original: i.name().to_string(),
@@ -1523,7 +1523,7 @@ impl Engine<'_> {
                     pairs.push((g[j], g[tiles as usize - 1 - j]));
                 }
             }
-            r = self.creator.collective_permute(b, r, &pairs)?;
+            r = self.collective_permute(b, r, &pairs)?;
             let bytes = b.module().instr(r).shape.byte_size(8);
             self.report.collectives.push(CollectiveNote {
                 original: i.name().to_string(),
@@ -1738,7 +1738,7 @@ impl Engine<'_> {
         };
         let reducer = built(b.reducer(ty, op))?;
         let groups = t.groups(dims, false);
-        let out = self.creator.all_reduce(b, masked, reducer, &groups)?;
+        let out = self.all_reduce(b, masked, reducer, &groups)?;
         let bytes = 2 * b.module().instr(out).shape.byte_size(8) * (group - 1) / group;
         self.report.collectives.push(CollectiveNote {
             original: self.origin_name(b),

@@ -394,12 +394,12 @@ impl Engine<'_> {
     /// `x` sent one step around the ring (`pairs`): a tuple element by element.
     fn send(&mut self, b: &mut Builder, x: InstrId, pairs: &[(i64, i64)]) -> Result<InstrId> {
         let Shape::Tuple(parts) = &b.module().instr(x).shape else {
-            return self.creator.collective_permute(b, x, pairs);
+            return self.collective_permute(b, x, pairs);
         };
         let mut out = Vec::with_capacity(parts.len());
         for k in 0..parts.len() {
             let e = built(b.get_tuple_element(x, k as i64))?;
-            out.push(self.creator.collective_permute(b, e, pairs)?);
+            out.push(self.collective_permute(b, e, pairs)?);
         }
         built(b.tuple(&out))
     }
@@ -487,8 +487,8 @@ impl Engine<'_> {
         let bidirectional = self.windowed.bidirectional && ring >= 3;
         let per = if self.windowed.unroll { 2 } else { 1 };
         let rank = own_shape.rank();
-        let pairs = self.real_pairs(&ring_of.pairs)?;
-        let back = self.real_pairs(&ring_of.reversed())?;
+        let pairs = ring_of.pairs.clone();
+        let back = ring_of.reversed();
         // One window: the product of `mine` with the piece at ring offset `k` from the
         // device's own, written into the accumulator.
         let window = |this: &mut Self,
@@ -678,7 +678,7 @@ impl Engine<'_> {
         let mut hsizes = hdims.clone();
         hsizes[hd] = win;
         let ring_of = Ring::along(mine_t, cm);
-        let pairs = self.real_pairs(&ring_of.pairs)?;
+        let pairs = ring_of.pairs.clone();
         let lhs_t = match mine {
             Side::Lhs => mine_t.clone(),
             Side::Rhs => other_t.clone(),
@@ -717,7 +717,7 @@ impl Engine<'_> {
             // takes the window's offset minus one.
             let h = (ring - 1) / 2;
             let h2 = ring - 1 - h;
-            let back = self.real_pairs(&ring_of.reversed())?;
+            let back = ring_of.reversed();
             let at = |b: &mut Builder, v: i64| Self::step_index(b, None, 1, v);
             let k = at(b, ring - h - 1)?;
             let fa0 = partial(self, b, hl, fixed, k)?;
@@ -727,8 +727,8 @@ impl Engine<'_> {
             if h > 1 {
                 state = self.windowed_while(b, &state, h - 1, &mut |this, b, trip, st| {
                     let (hh, f, fa, ba) = (st[0], st[1], st[2], st[3]);
-                    let fm = this.creator.collective_permute(b, fa, &pairs)?;
-                    let bm = this.creator.collective_permute(b, ba, &back)?;
+                    let fm = this.collective_permute(b, fa, &pairs)?;
+                    let bm = this.collective_permute(b, ba, &back)?;
                     let c = built(b.scalar(ElementType::S32, (ring - h) as f64))?;
                     let kf = built(b.binary(Opcode::Add, trip, c))?;
                     let pf = partial(this, b, hh, f, kf)?;
@@ -743,13 +743,13 @@ impl Engine<'_> {
             let (mut fa, mut ba) = (state[2], state[3]);
             // The backward chain's extra step on an even ring.
             for st in h.max(1)..h2 {
-                let bm = self.creator.collective_permute(b, ba, &back)?;
+                let bm = self.collective_permute(b, ba, &back)?;
                 let k = at(b, h2 - 1 - st)?;
                 let pb = partial(self, b, hl, fixed, k)?;
                 ba = built(b.binary(Opcode::Add, bm, pb))?;
             }
-            fa = self.creator.collective_permute(b, fa, &pairs)?;
-            ba = self.creator.collective_permute(b, ba, &back)?;
+            fa = self.collective_permute(b, fa, &pairs)?;
+            ba = self.collective_permute(b, ba, &back)?;
             let k = at(b, -1)?;
             let own = partial(self, b, hl, fixed, k)?;
             let sum = built(b.binary(Opcode::Add, fa, ba))?;
@@ -766,7 +766,7 @@ impl Engine<'_> {
             state = self.windowed_while(b, &state, trips, &mut |this, b, trip, s| {
                 let (h, f, mut a) = (s[0], s[1], s[2]);
                 for j in 0..per {
-                    let moved = this.creator.collective_permute(b, a, &pairs)?;
+                    let moved = this.collective_permute(b, a, &pairs)?;
                     let k = Self::step_index(b, Some(trip), per, j)?;
                     let one = built(b.scalar(ElementType::S32, 1.0))?;
                     let k = built(b.binary(Opcode::Add, k, one))?;
@@ -778,7 +778,7 @@ impl Engine<'_> {
         }
         let mut acc = state[2];
         for k in trips * per + 1..ring {
-            let moved = self.creator.collective_permute(b, acc, &pairs)?;
+            let moved = self.collective_permute(b, acc, &pairs)?;
             let kc = Self::step_index(b, None, 1, k)?;
             let p = partial(self, b, hl, fixed, kc)?;
             acc = built(b.binary(Opcode::Add, moved, p))?;

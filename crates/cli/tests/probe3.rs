@@ -182,3 +182,23 @@ fn a_convolution_without_a_window_is_a_dot() {
         "{out}\n{err}"
     );
 }
+
+/// A computation called from two places: `compile` flattens the call graph itself (M3), and
+/// the result verifies equal.
+#[test]
+fn compile_flattens_a_computation_called_twice() {
+    let o = tessera(&[
+        "compile",
+        &probe("called_twice.hlo"),
+        "--verify",
+        "-o",
+        "/dev/null",
+    ]);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(o.status.success(), "{text}");
+    assert!(text.contains("equivalent on 2 devices"), "{text}");
+}

@@ -18,7 +18,7 @@ Each function runs on a 2x4 mesh of explicit axes ("x", "y") and is written as j
 And one partially manual region (not explicit mode; a 2x4 mesh of auto axes):
 - partial_manual_gather_scatter.hlo: `jax.shard_map` manual over "x" only, holding a gather
   (`jnp.take`) and a scatter-add whose operands the partitioner splits over "y" inside the
-  region (issue 34: collectives inside partially manual regions).
+  region (issue 34: collectives inside partially manual regions); lowered in GSPMD mode.
 """
 import os
 
@@ -78,6 +78,8 @@ def mlp_step(mesh):
 
 
 def partial_manual():
+    # GSPMD mode: Tessera reads Shardy's shard_maps only when manual over the whole mesh.
+    jax.config.update("jax_use_shardy_partitioner", False)
     mesh = jax.make_mesh((2, 4), ("x", "y"), axis_types=(AxisType.Auto,) * 2)
 
     def body(t, i, u):

@@ -112,7 +112,7 @@ pub fn lower_unreduced(m: &mut Module) -> Result<usize, String> {
         };
         let hint_only = is_sharding_call(m, id)
             && m.operands(id).len() == 1
-            && !m.comp(i.parent()).root().is_some_and(|r| r == id);
+            && m.comp(i.parent()).root().is_none_or(|r| r != id);
         if hint_only {
             let operand = m.operands(id)[0];
             // Where the hint's only consumer is the `reshard` that ends it (another Sharding

@@ -136,6 +136,153 @@ pub fn check_options(passes: &str, options: &[String]) -> Result<(), String> {
     Ok(())
 }
 
+/// `tessera compile` and `tessera explain` on a module and command-line options, as the CLI
+/// runs them without `--verify`: `args` holds `--num-partitions N`, `--num-replicas R`,
+/// `--memory-limit BYTES`, `--dedup` and `--pass-option P.K=V` (anything else is ignored).
+/// The pipeline refuses or gives a per-device program that verifies and prints text that
+/// parses again; the report and the explanation render.
+pub fn check_compile(text: &str, args: &str) -> Result<(), String> {
+    let Ok(module) = parse_module(text) else {
+        return Ok(());
+    };
+    let mut o = tessera_compile::CompileOptions::for_module(&module);
+    let mut words = args.split_whitespace();
+    while let Some(w) = words.next() {
+        match w {
+            "--dedup" => o.dedup = true,
+            "--num-partitions" | "--num-replicas" | "--memory-limit" | "--pass-option" => {
+                let Some(v) = words.next() else { break };
+                match w {
+                    "--pass-option" => o.pass_options.push(v.to_string()),
+                    _ => {
+                        let Ok(n) = tessera_pass::options::parse_int(v) else {
+                            return Ok(()); // the CLI refuses it
+                        };
+                        match w {
+                            "--num-partitions" => o.num_partitions = n,
+                            "--num-replicas" => o.num_replicas = n,
+                            _ => o.memory_limit = Some(n),
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    // Partitioning as the CLI does, and the remat search once rather than escalating: the
+    // contract is the same and a fuzzer's run stays short.
+    o.search_remat_settings = false;
+    let Ok(compiled) = tessera_compile::compile(module, &o) else {
+        return Ok(());
+    };
+    let _ = compiled.report.render();
+    let _ = compiled.report.explain();
+    let what = "the per-device program of `tessera compile`";
+    if let Err(e) = verify(&compiled.module, &VerifyOptions::default()) {
+        let printed = print_module(&compiled.module, &PrintOptions::default());
+        return Err(format!("{what} does not verify: {e}\n{printed}"));
+    }
+    reprint(&compiled.module, what)
+}
+
+/// The module [`check_sharding`] annotates: parameters, a dot, an element-wise op, a reduce,
+/// a while loop and a tuple root, each taking one of the fuzzed shardings.
+const SHARDING_TEMPLATE: &str = r#"HloModule shardings, num_partitions=@N
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+cond {
+  t = (s32[], f32[8,8]) parameter(0)
+  i = s32[] get-tuple-element(t), index=0
+  n = s32[] constant(2)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+
+body {
+  t = (s32[], f32[8,8]) parameter(0)
+  i = s32[] get-tuple-element(t), index=0
+  x = f32[8,8] get-tuple-element(t), index=1
+  one = s32[] constant(1)
+  j = s32[] add(i, one)
+  y = f32[8,8] multiply(x, x), sharding=@4
+  ROOT r = (s32[], f32[8,8]) tuple(j, y)
+}
+
+ENTRY main {
+  p0 = f32[8,4] parameter(0), sharding=@0
+  p1 = f32[4,8] parameter(1), sharding=@1
+  d = f32[8,8] dot(p0, p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding=@2
+  e = f32[8,8] add(d, d), sharding=@3
+  zero = s32[] constant(0)
+  t = (s32[], f32[8,8]) tuple(zero, e)
+  w = (s32[], f32[8,8]) while(t), condition=cond, body=body
+  y = f32[8,8] get-tuple-element(w), index=1
+  init = f32[] constant(0)
+  r = f32[8] reduce(y, init), dimensions={1}, to_apply=add, sharding=@5
+  ROOT out = (f32[8], f32[8,8]) tuple(r, y), sharding=@6
+}
+"#;
+
+/// Shardings as users write them, with any device ids, mesh axes and counts: `data`'s first
+/// line is the module's `num_partitions`, then `--num-partitions` for `compile` (empty: none),
+/// and each further line the sharding of one instruction of a fixed module (`{replicated}`
+/// where lines run out). The module is refused or compiled as [`check_compile`] checks.
+pub fn check_sharding(data: &str) -> Result<(), String> {
+    let (text, args) = sharding_case(data);
+    // The text printer and the parser on what the shardings made of the module.
+    check_text(&text)?;
+    check_compile(&text, &args)
+}
+
+/// The module text and `compile` options [`check_sharding`] makes of `data`.
+pub fn sharding_case(data: &str) -> (String, String) {
+    let mut lines = data.lines();
+    let header = lines.next().unwrap_or("1").trim();
+    let count = lines.next().unwrap_or("").trim();
+    let mut text = SHARDING_TEMPLATE.replace("@N", header);
+    for k in 0..7 {
+        let s = lines.next().map(str::trim).filter(|s| !s.is_empty());
+        text = text.replace(&format!("@{k}"), s.unwrap_or("{replicated}"));
+    }
+    let args = if count.is_empty() {
+        String::new()
+    } else {
+        format!("--num-partitions {count}")
+    };
+    (text, args)
+}
+
+/// The embedding commands' host side on a configuration (JSON) and a batch (`.npz` bytes),
+/// as `tessera embedding layout` and `preprocess` read them, then the CSR buffers decoded and
+/// packed for the device exchange as `lookup` and `step` do before they reach a device. Each
+/// step refuses or succeeds.
+pub fn check_embedding(config: &str, npz: &[u8]) -> Result<(), String> {
+    use tessera_embedding::{device::exchange, npz::read_batch, preprocess, EmbeddingConfig};
+    let Ok(mut config) = EmbeddingConfig::from_json(config, "config.json") else {
+        return Ok(());
+    };
+    let Ok(layout) = tessera_embedding::Layout::new(&mut config) else {
+        return Ok(());
+    };
+    let Ok(batches) = read_batch(&config, npz, "batch.npz") else {
+        return Ok(());
+    };
+    let Ok(result) = preprocess(&config, &layout, &batches) else {
+        return Ok(());
+    };
+    for (si, stack) in result.stacks.iter().enumerate() {
+        let entries = result
+            .decode(stack)
+            .map_err(|e| format!("stack {si}: preprocess wrote buffers it cannot decode: {e}"))?;
+        let _ = exchange::pack(&layout, si, &entries);
+    }
+    Ok(())
+}
+
 /// A small valid module that exercises calls, tuples, a while loop, shardings and a reduce.
 pub const SMALL_MODULE: &str = r#"HloModule small, num_partitions=2
 

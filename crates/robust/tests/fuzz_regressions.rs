@@ -40,5 +40,32 @@ fn fuzz_findings_stay_fixed() {
         let passes = lines.next().unwrap_or("").to_string();
         tessera_robust::check_options(&passes, &lines.map(str::to_string).collect::<Vec<_>>())
     });
+    n += replay("compile", |d| {
+        let t = text(d);
+        let (args, module) = t.split_once('\n').unwrap_or((&t, ""));
+        tessera_robust::check_compile(module, args)
+    });
+    n += replay("sharding", |d| tessera_robust::check_sharding(&text(d)));
+    n += replay("embedding", |d| {
+        let split = d.iter().position(|&b| b == 0).unwrap_or(d.len());
+        let config = String::from_utf8_lossy(&d[..split]).into_owned();
+        tessera_robust::check_embedding(&config, d.get(split + 1..).unwrap_or(&[]))
+    });
     assert!(n >= 1, "no fuzz findings found under testdata/fuzz");
+}
+
+/// The fixed module of the `sharding` target compiles with valid shardings, so the fuzzer's
+/// inputs reach the partitioner rather than stopping at the parser; and `compile`'s options
+/// reach the pipeline.
+#[test]
+fn the_sharding_target_reaches_the_partitioner() {
+    let data = "4\n\n{devices=[2,2]<=[4]}\n{devices=[2,1,2]<=[4] last_tile_dim_replicate}\n\
+                {devices=[4,1]<=[4]}\n{replicated}\n{devices=[1,4]<=[4]}\n{maximal device=3}\n";
+    let (text, args) = tessera_robust::sharding_case(data);
+    assert!(args.is_empty());
+    let module = tessera_hlo::text::parse_module(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let compiled = tessera_compile::compile(module, &tessera_compile::CompileOptions::new(4))
+        .unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert_eq!(compiled.report.num_partitions, 4);
+    tessera_robust::check_sharding(data).unwrap();
 }

@@ -1369,17 +1369,28 @@ fn window_out(d: usize, n: i64, w: &crate::attrs::WindowDim) -> Result<i64> {
     if w.base_dilation < 1 || w.window_dilation < 1 {
         bail!("window dilations in dimension {} must be >= 1", d);
     }
+    if n == UNBOUNDED_DIM {
+        // `?` in, `?` out, as XLA infers an unbounded dimension's window.
+        return Ok(n);
+    }
+    // In i128: sizes, dilations and paddings come from the user and may be near i64's range.
+    let (n, size, stride) = (n as i128, w.size as i128, w.stride as i128);
     let dilated = if n == 0 {
         0
     } else {
-        (n - 1) * w.base_dilation + 1
+        (n - 1) * w.base_dilation as i128 + 1
     };
-    let padded = dilated + w.padding_low + w.padding_high;
-    let eff = (w.size - 1) * w.window_dilation + 1;
-    Ok(if padded < eff {
+    let padded = dilated + w.padding_low as i128 + w.padding_high as i128;
+    let eff = (size - 1) * w.window_dilation as i128 + 1;
+    let out = if padded < eff {
         0
     } else {
-        (padded - eff) / w.stride + 1
+        (padded - eff) / stride + 1
+    };
+    i64::try_from(out).map_err(|_| {
+        ShapeError::Invalid(format!(
+            "the window of dimension {d} gives {out} elements, more than a dimension holds"
+        ))
     })
 }
 

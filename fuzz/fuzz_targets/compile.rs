@@ -1,0 +1,17 @@
+//! `tessera compile` and `tessera explain` on fuzzed options and modules: the first line holds
+//! the command-line options (`--num-partitions`, `--num-replicas`, `--memory-limit`, `--dedup`,
+//! `--pass-option`), the rest is the module. The pipeline refuses or gives a program that
+//! verifies and prints again; never a panic or an unbounded allocation.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let (args, module) = text.split_once('\n').unwrap_or((text, ""));
+    if let Err(e) = tessera_robust::check_compile(module, args) {
+        panic!("{e}");
+    }
+});

@@ -489,8 +489,15 @@ pub fn run(args: &RunArgs, parse: ParseFn) -> Result<String> {
 
 /// `tessera compare`: the report text and whether every output matched.
 pub fn compare(args: &CompareArgs, parse: ParseFn) -> Result<(String, Outcome)> {
-    let original = load_module(&args.original, parse)?;
-    let partitioned = load_module(&args.partitioned, parse)?;
+    let (original, partitioned) = (
+        load_module(&args.original, parse)?,
+        load_module(&args.partitioned, parse)?,
+    );
+    // Shardy's shape custom-calls run only inside jax's pipeline: read as compile reads them.
+    let original = tessera_compile::runnable_form(&original)
+        .with_context(|| args.original.display().to_string())?;
+    let partitioned = tessera_compile::runnable_form(&partitioned)
+        .with_context(|| args.partitioned.display().to_string())?;
     // On one device the original runs as one global program, its shardings ignored.
     check_runnable(
         &original,

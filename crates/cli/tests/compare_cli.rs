@@ -137,3 +137,24 @@ fn what_the_plugin_would_abort_on_is_refused_first() {
         assert_eq!(err.matches(want).count(), 1, "{args:?}: {err}");
     }
 }
+
+/// A shard_map as jax lowers it in Shardy mode (Shardy's shape custom-calls, which XLA reads
+/// only in jax's pipeline) is compared as `compile` reads it: Tessera's per-device program of
+/// it is equivalent.
+#[test]
+fn a_shardy_shard_map_original_is_compared_as_compile_reads_it() {
+    let original = testdata("compile/shard_map2.shardy.hlo");
+    let out = std::env::temp_dir().join(format!("shard_map2-{}.hlo", std::process::id()));
+    let out = out.to_string_lossy().into_owned();
+    let c = tessera(&["compile", &original, "-o", &out]);
+    assert!(c.status.success(), "{}", String::from_utf8_lossy(&c.stderr));
+    let r = tessera(&["compare", &original, &out, "--devices", "8"]);
+    let _ = std::fs::remove_file(&out);
+    let text = String::from_utf8_lossy(&r.stdout);
+    assert!(
+        r.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&r.stderr)
+    );
+    assert!(text.contains("equivalent on 8 devices"), "{text}");
+}

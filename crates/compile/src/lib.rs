@@ -70,7 +70,7 @@ use tessera_remat::schedule_memory::{module_memory, MemoryOptions};
 use tessera_remat::{RematOptions, RematSummary, Rematerialization, SchedulePass};
 use tessera_spmd::{PropagationOptions, SpmdOptions, SpmdPartitioning, SpmdReport};
 
-pub use shardy::{has_shardy_shape_calls, import_shardy};
+pub use shardy::{has_shardy_shape_calls, import_shardy, runnable_form};
 pub use verify::{verify_on_devices, Verification, VerifyOptions};
 
 /// The passes of the pipeline, in order (their registry names; `shardy-import` runs before

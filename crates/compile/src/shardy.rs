@@ -37,6 +37,19 @@ const GLOBAL_TO_LOCAL: &str = "xla.sdy.GlobalToLocalShape";
 const LOCAL_TO_GLOBAL: &str = "xla.sdy.LocalToGlobalShape";
 const FUNC_RESULT: &str = "xla.sdy.FuncResultSharding";
 
+/// `module` in the form the plugin's XLA runs outside jax: with Shardy's shape custom-calls
+/// imported ([`import_shardy`]), since XLA reads them only in its Shardy pipeline. The
+/// verification's references and candidates (`compare`, `--verify`, Python's `compare`) go
+/// through it. A module without them is returned as it is.
+pub fn runnable_form(module: &Module) -> Result<std::borrow::Cow<'_, Module>> {
+    if !has_shardy_shape_calls(module) {
+        return Ok(std::borrow::Cow::Borrowed(module));
+    }
+    let mut m = module.clone();
+    import_shardy(&mut m)?;
+    Ok(std::borrow::Cow::Owned(m))
+}
+
 /// True if `module` has a Shardy custom-call [`import_shardy`] rewrites.
 pub fn has_shardy_shape_calls(module: &Module) -> bool {
     module.computations().iter().any(|&c| {

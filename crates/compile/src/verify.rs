@@ -44,17 +44,8 @@ pub fn verify_on_devices(
              verification does not serve (the execution would wait for it forever)"
         )));
     }
-    // The plugin's XLA reads Shardy's shape custom-calls only in its Shardy pipeline: give
-    // it what compile partitioned.
-    let imported;
-    let original = if crate::has_shardy_shape_calls(original) {
-        let mut m = original.clone();
-        crate::import_shardy(&mut m)?;
-        imported = m;
-        &imported
-    } else {
-        original
-    };
+    let original = crate::runnable_form(original)?;
+    let original = original.as_ref();
     harness::check_host_memory(original, n, true)?;
     let mut inputs = harness::random_inputs(original, options.seed)?;
     harness::share_resource_inputs(original, &mut inputs)?;

@@ -41,6 +41,14 @@ fn error(py: Python<'_>, message: impl Into<String>, place: Option<String>) -> P
 }
 
 /// An error whose place is the instruction or setting its message names.
+/// `m` as the plugin runs it ([`tessera_compile::runnable_form`]).
+fn runnable(m: HloModule) -> PyResult<HloModule> {
+    Ok(match tessera_compile::runnable_form(&m).map_err(err)? {
+        std::borrow::Cow::Borrowed(_) => m,
+        std::borrow::Cow::Owned(imported) => imported,
+    })
+}
+
 fn err(message: impl std::fmt::Display) -> PyErr {
     Python::attach(|py| {
         let m = message.to_string();
@@ -630,8 +638,9 @@ fn _compare(
     native: bool,
 ) -> PyResult<(bool, String, Vec<OutputRow>, String)> {
     check_devices(devices)?;
-    let original = module_arg(py, original)?;
-    let partitioned = module_arg(py, partitioned)?;
+    // Shardy's shape custom-calls run only inside jax's pipeline: read as compile reads them.
+    let original = runnable(module_arg(py, original)?)?;
+    let partitioned = runnable(module_arg(py, partitioned)?)?;
     let reference = match reference {
         "auto" => Reference::Auto,
         "single-device" => Reference::SingleDevice,

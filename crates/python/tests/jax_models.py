@@ -91,3 +91,16 @@ def explicit_unreduced():
         return jnp.tanh(jax.sharding.reshard(y, P("data", None)))
 
     return m, f, (((16, 32), P("data", "model")), ((32, 8), P("model", None)))
+
+
+def assert_close(a, b):
+    """Integers exact; floats equal up to the order of f32 sums, norm-wise: the largest
+    difference at most 2^-12 of the largest magnitude (an elementwise tolerance raises false
+    alarms on long reductions split another way; a wrong shard is off by the values)."""
+    if np.issubdtype(b.dtype, np.floating):
+        a64, b64 = a.astype(np.float64), b.astype(np.float64)
+        scale = max(float(np.max(np.abs(b64), initial=0.0)), 1e-30)
+        diff = float(np.max(np.abs(a64 - b64), initial=0.0))
+        assert diff <= scale * 2.0**-12, f"max difference {diff:.3g} against largest |value| {scale:.3g}"
+    else:
+        np.testing.assert_array_equal(a, b)

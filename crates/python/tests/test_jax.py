@@ -9,18 +9,35 @@ import tessera.jax as tj
 
 
 def assert_same(got, want):
-    """Same tree, same values (f32: rel 1e-5 + abs 1e-5; integers exact), same shardings."""
+    """Same tree, shapes, dtypes and shardings; integers exact; floats equal up to the order
+    of f32 sums, judged norm-wise: the largest difference at most 2^-12 of the output's largest
+    magnitude. XLA and Tessera split reductions differently (and gloo adds in another order), so
+    an elementwise tolerance raises false alarms on long reductions (issue 33); a wrong shard,
+    a missing all-reduce or a wrong device order is off by the values themselves. Whether the
+    program is right is the verdict's to say: see :func:`assert_verdict`."""
     g, gt = jax.tree_util.tree_flatten(got)
     w, wt = jax.tree_util.tree_flatten(want)
     assert gt == wt
     for a, b in zip(g, w):
         assert isinstance(a, jax.Array)
         assert a.shape == b.shape and a.dtype == b.dtype
-        if np.issubdtype(a.dtype, np.floating):
-            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-5)
-        else:
-            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+        jax_models.assert_close(np.asarray(a), np.asarray(b))
         assert a.sharding.is_equivalent_to(b.sharding, a.ndim), (a.sharding, b.sharding)
+
+
+def assert_verdict(lowered):
+    """The verdict of issue 33 on Tessera's per-device program against what jax lowered:
+    ``tessera.compare`` on 8 devices (random inputs, decided in f64), "equivalent"."""
+    v = tessera.compare(lowered.input_text, lowered.result.module, devices=8)
+    assert v.outcome == "equivalent", str(v)
+
+
+def assert_equals_jax(fn, args, **options):
+    """``tessera.jax.jit(fn)`` equals ``jax.jit(fn)``: its program by the verdict, and the
+    outputs the bridge gives on jax's devices by :func:`assert_same`."""
+    f = tj.jit(fn, **options)
+    assert_verdict(f.lower(*args))
+    assert_same(f(*args), jax.jit(fn)(*args))
 
 
 @pytest.mark.parametrize("mode", ["shardy", "gspmd"])
@@ -29,8 +46,7 @@ def test_equals_jax_jit(name, mode):
     jax.config.update("jax_use_shardy_partitioner", mode == "shardy")
     try:
         fn, args = jax_models.model(name, jax_models.mesh())
-        got = tj.jit(fn)(*args)
-        assert_same(got, jax.jit(fn)(*args))
+        assert_equals_jax(fn, args)
     finally:
         jax.config.update("jax_use_shardy_partitioner", True)
 
@@ -43,6 +59,7 @@ def test_layers_sharing_an_outlined_computation():
     args = jax_models.inputs(spec, m)
     lowered = tj.jit(fn).lower(*args)
     assert "flatten-call-graph" in [p["name"] for p in lowered.report["passes"]]
+    assert_verdict(lowered)
     assert_same(tj.jit(fn)(*args), jax.jit(fn)(*args))
 
 
@@ -113,7 +130,7 @@ def test_compile_options_pass_through():
     fn, args = jax_models.model("transformer", m)
     plain = tj.jit(fn).lower(*args).report["peak_memory"]["after"]
     limited = tj.jit(fn, memory_limit=int(plain * 0.9))
-    assert_same(limited(*args), jax.jit(fn)(*args))
+    assert_equals_jax(fn, args, memory_limit=int(plain * 0.9))
     rep = limited.lower(*args).report
     assert rep["peak_memory"]["limit"] == int(plain * 0.9)
     with pytest.raises(tessera.TesseraError, match="dedup"):
@@ -129,7 +146,7 @@ def test_explicit_mode_step():
     m, step, spec = jax_models.explicit_step()
     args = explicit_inputs(m, spec)
     with jax.set_mesh(m):
-        assert_same(tj.jit(step)(*args), jax.jit(step)(*args))
+        assert_equals_jax(step, args)
 
 
 def test_explicit_mode_unreduced():
@@ -138,4 +155,4 @@ def test_explicit_mode_unreduced():
     with jax.set_mesh(m):
         text = jax.jit(f).lower(*args).as_text(dialect="hlo")
         assert "unreduced" in text
-        assert_same(tj.jit(f)(*args), jax.jit(f)(*args))
+        assert_equals_jax(f, args)

@@ -7,11 +7,7 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else {
-        return;
-    };
-    let (args, module) = text.split_once('\n').unwrap_or((text, ""));
-    if let Err(e) = tessera_robust::check_compile(module, args) {
+    if let Some(Err(e)) = tessera_robust::check_target("compile", data) {
         panic!("{e}");
     }
 });

@@ -6,13 +6,7 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&k, rest)) = data.split_first() else {
-        return;
-    };
-    let Ok(text) = std::str::from_utf8(rest) else {
-        return;
-    };
-    if let Err(e) = tessera_robust::check_opt(text, k as usize) {
+    if let Some(Err(e)) = tessera_robust::check_target("opt", data) {
         panic!("{e}");
     }
 });

@@ -6,13 +6,7 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else {
-        return;
-    };
-    let mut lines = text.lines();
-    let passes = lines.next().unwrap_or("");
-    let options: Vec<String> = lines.map(str::to_string).collect();
-    if let Err(e) = tessera_robust::check_options(passes, &options) {
+    if let Some(Err(e)) = tessera_robust::check_target("options", data) {
         panic!("{e}");
     }
 });

@@ -4,7 +4,7 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    if let Ok(text) = std::str::from_utf8(data) {
-        let _ = tessera_hlo::text::parse_module(text);
+    if let Some(Err(e)) = tessera_robust::check_target("parse", data) {
+        panic!("{e}");
     }
 });

@@ -5,7 +5,7 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    if let Err(e) = tessera_robust::check_proto(data) {
+    if let Some(Err(e)) = tessera_robust::check_target("proto", data) {
         panic!("{e}");
     }
 });

@@ -7,10 +7,7 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else {
-        return;
-    };
-    if let Err(e) = tessera_robust::check_sharding(text) {
+    if let Some(Err(e)) = tessera_robust::check_target("sharding", data) {
         panic!("{e}");
     }
 });

@@ -3,7 +3,7 @@
 //!
 //!     cargo run -p tessera-robust --example check -- TARGET FILE...
 //!
-//! TARGET is `parse`, `roundtrip`, `opt`, `proto` or `options`, as in fuzz/fuzz_targets.
+//! TARGET is one of `tessera_robust::TARGETS`, as in fuzz/fuzz_targets.
 //! `check mutant FILE SEED` prints mutant SEED of FILE as `tests/mutants.rs` makes it.
 
 fn main() {
@@ -25,31 +25,13 @@ fn main() {
     let mut failed = 0;
     for f in files {
         let data = std::fs::read(f).unwrap_or_else(|e| panic!("{f}: {e}"));
-        let text = || String::from_utf8_lossy(&data).into_owned();
+        if !tessera_robust::TARGETS.contains(&target.as_str()) {
+            eprintln!("unknown target {target}");
+            std::process::exit(2);
+        }
         // A panic is reported like a broken contract, and the replay goes on.
-        let result = std::panic::catch_unwind(|| match target.as_str() {
-            "parse" => tessera_hlo::text::parse_module(&text())
-                .map(|_| ())
-                .or(Ok(())),
-            "roundtrip" => tessera_robust::check_text(&text()).map(|_| ()),
-            "opt" => match data.split_first() {
-                Some((&k, rest)) => {
-                    tessera_robust::check_opt(&String::from_utf8_lossy(rest), k as usize)
-                }
-                None => Ok(()),
-            },
-            "proto" => tessera_robust::check_proto(&data),
-            "options" => {
-                let t = text();
-                let mut lines = t.lines();
-                let passes = lines.next().unwrap_or("").to_string();
-                let options: Vec<String> = lines.map(str::to_string).collect();
-                tessera_robust::check_options(&passes, &options)
-            }
-            other => {
-                eprintln!("unknown target {other}");
-                std::process::exit(2);
-            }
+        let result = std::panic::catch_unwind(|| {
+            tessera_robust::check_target(target, &data).unwrap_or(Ok(()))
         })
         .unwrap_or_else(|_| Err("panicked (message above)".into()));
         if let Err(e) = result {

@@ -283,6 +283,60 @@ pub fn check_embedding(config: &str, npz: &[u8]) -> Result<(), String> {
     Ok(())
 }
 
+/// The fuzz targets of fuzz/fuzz_targets, by name.
+pub const TARGETS: [&str; 8] = [
+    "parse",
+    "roundtrip",
+    "opt",
+    "proto",
+    "options",
+    "compile",
+    "sharding",
+    "embedding",
+];
+
+/// Fuzz target `target`'s check on its input bytes, read as that target reads them (text
+/// targets skip bytes that are not UTF-8); `None` for an unknown target. The fuzz targets,
+/// the regression replay and the `check` example all go through it.
+pub fn check_target(target: &str, data: &[u8]) -> Option<Result<(), String>> {
+    let text = |d: &[u8]| std::str::from_utf8(d).ok().map(str::to_string);
+    let lines = |d: &[u8]| {
+        let t = text(d).unwrap_or_default();
+        let mut l = t.lines().map(str::to_string);
+        (l.next().unwrap_or_default(), l.collect::<Vec<_>>())
+    };
+    Some(match target {
+        "parse" => {
+            if let Some(t) = text(data) {
+                let _ = parse_module(&t);
+            }
+            Ok(())
+        }
+        "roundtrip" => text(data).map_or(Ok(()), |t| check_text(&t).map(|_| ())),
+        "opt" => match data.split_first() {
+            Some((&k, rest)) => text(rest).map_or(Ok(()), |t| check_opt(&t, k as usize)),
+            None => Ok(()),
+        },
+        "proto" => check_proto(data),
+        "options" => {
+            let (passes, options) = lines(data);
+            check_options(&passes, &options)
+        }
+        "compile" => text(data).map_or(Ok(()), |t| {
+            let (args, module) = t.split_once('\n').unwrap_or((&t, ""));
+            check_compile(module, args)
+        }),
+        "sharding" => text(data).map_or(Ok(()), |t| check_sharding(&t)),
+        "embedding" => {
+            let split = data.iter().position(|&b| b == 0).unwrap_or(data.len());
+            text(&data[..split]).map_or(Ok(()), |config| {
+                check_embedding(&config, data.get(split + 1..).unwrap_or(&[]))
+            })
+        }
+        _ => return None,
+    })
+}
+
 /// A small valid module that exercises calls, tuples, a while loop, shardings and a reduce.
 pub const SMALL_MODULE: &str = r#"HloModule small, num_partitions=2
 

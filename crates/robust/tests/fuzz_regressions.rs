@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-fn replay(target: &str, check: impl Fn(&[u8]) -> Result<(), String>) -> usize {
+fn replay(target: &str) -> usize {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../testdata/fuzz")
         .join(target);
@@ -15,7 +15,7 @@ fn replay(target: &str, check: impl Fn(&[u8]) -> Result<(), String>) -> usize {
     files.sort();
     for f in &files {
         let data = std::fs::read(f).unwrap();
-        if let Err(e) = check(&data) {
+        if let Some(Err(e)) = tessera_robust::check_target(target, &data) {
             panic!("{}: {e}", f.display());
         }
     }
@@ -24,33 +24,7 @@ fn replay(target: &str, check: impl Fn(&[u8]) -> Result<(), String>) -> usize {
 
 #[test]
 fn fuzz_findings_stay_fixed() {
-    let text = |d: &[u8]| String::from_utf8_lossy(d).into_owned();
-    let mut n = 0;
-    n += replay("roundtrip", |d| {
-        tessera_robust::check_text(&text(d)).map(|_| ())
-    });
-    n += replay("opt", |d| match d.split_first() {
-        Some((&k, rest)) => tessera_robust::check_opt(&text(rest), k as usize),
-        None => Ok(()),
-    });
-    n += replay("proto", tessera_robust::check_proto);
-    n += replay("options", |d| {
-        let t = text(d);
-        let mut lines = t.lines();
-        let passes = lines.next().unwrap_or("").to_string();
-        tessera_robust::check_options(&passes, &lines.map(str::to_string).collect::<Vec<_>>())
-    });
-    n += replay("compile", |d| {
-        let t = text(d);
-        let (args, module) = t.split_once('\n').unwrap_or((&t, ""));
-        tessera_robust::check_compile(module, args)
-    });
-    n += replay("sharding", |d| tessera_robust::check_sharding(&text(d)));
-    n += replay("embedding", |d| {
-        let split = d.iter().position(|&b| b == 0).unwrap_or(d.len());
-        let config = String::from_utf8_lossy(&d[..split]).into_owned();
-        tessera_robust::check_embedding(&config, d.get(split + 1..).unwrap_or(&[]))
-    });
+    let n: usize = tessera_robust::TARGETS.iter().map(|t| replay(t)).sum();
     assert!(n >= 1, "no fuzz findings found under testdata/fuzz");
 }
 

@@ -22,6 +22,7 @@
 
 use super::*;
 use crate::gather_scatter::{self, GatherScatter};
+use crate::partition::spec::{ravel, DeviceTable};
 
 /// A candidate layout of a gather or scatter.
 struct Layout {
@@ -202,6 +203,85 @@ impl Engine<'_> {
         })
     }
 
+    /// The trivially sliced layout with the indices keeping their own split along their batch
+    /// dimensions (XLA combines the trivially sliced operand with index pass-through): an
+    /// embedding table split along its vocabulary and ids split along the batch gather
+    /// locally, and the all-reduce adds only the pieces of one batch shard, instead of every
+    /// device gathering for the whole batch. Possible when each group the all-reduce sums over
+    /// (the operand's devices that differ only along the trivial dimensions) holds one piece
+    /// of the indices; `None` otherwise, or when the indices are not split along a batch
+    /// dimension.
+    fn layout_trivial_with_indices(g: &GatherScatter, op: &Tiling, idx: &Tiling) -> Option<Layout> {
+        let base = Self::layout_trivial(g, op)?;
+        let to_out: Vec<Option<usize>> = (0..g.indices.len())
+            .map(|d| g.output_dim_of_indices_dim(d))
+            .collect();
+        let off_batch: Vec<usize> = (0..g.indices.len())
+            .filter(|&d| to_out[d].is_none() && idx.tiles[d] > 1)
+            .collect();
+        let indices = idx.replicate_dims(&off_batch);
+        if indices.is_replicated() || indices.num_devices() != op.num_devices() {
+            return None;
+        }
+        // The output's tiles: the indices' along the batch dimensions, the operand's along
+        // the dimensions it passes through whole.
+        let op_out = Self::operand_to_output(g);
+        let mut tiles = base.out.tiles.clone();
+        for (d, o) in to_out.iter().enumerate() {
+            if let Some(o) = *o {
+                if indices.tiles[d] > 1 {
+                    if tiles[o] > 1 {
+                        return None;
+                    }
+                    tiles[o] = indices.tiles[d];
+                }
+            }
+        }
+        let n = op.num_devices();
+        let num_tiles: i64 = tiles.iter().product();
+        if num_tiles <= 0 || n % num_tiles != 0 {
+            return None;
+        }
+        let (op_idx, ix_idx) = (base.operand.tile_index_table(), indices.tile_index_table());
+        let mut out_idx = DeviceTable::zeros(n as usize, tiles.len());
+        let mut held = vec![0i64; num_tiles as usize];
+        for dev in 0..n as usize {
+            let row = out_idx.row_mut(dev);
+            for (d, o) in op_out.iter().enumerate() {
+                if let Some(o) = *o {
+                    if base.operand.tiles[d] > 1 {
+                        row[o] = op_idx[dev][d];
+                    }
+                }
+            }
+            for (d, o) in to_out.iter().enumerate() {
+                if let Some(o) = *o {
+                    if indices.tiles[d] > 1 {
+                        row[o] = ix_idx[dev][d];
+                    }
+                }
+            }
+            held[ravel(row, &tiles) as usize] += 1;
+        }
+        let repl = n / num_tiles;
+        if held.iter().any(|&h| h != repl) {
+            return None;
+        }
+        // Every group summed by the all-reduce must hold one piece of the indices (and so one
+        // tile of the output).
+        for group in base.operand.groups(&base.trivial, false).iter() {
+            let first = &ix_idx[group[0] as usize];
+            if group.iter().any(|&m| &ix_idx[m as usize] != first) {
+                return None;
+            }
+        }
+        Some(Layout {
+            out: Tiling::from_tile_index_table(tiles, repl, &out_idx),
+            indices,
+            ..base
+        })
+    }
+
     /// `g` with the implicit parallel dimensions of `indices` (index components that are
     /// iotas along an indices dimension of the operand dimension's size, XLA's
     /// `GetGatherScatterBatchParallelDims`) counted as batching dimensions, for the layout maps
@@ -272,6 +352,9 @@ impl Engine<'_> {
             &t_op.project(&Self::output_to_operand(&gp)),
         ));
         if let Some(l) = Self::layout_trivial(&gp, &t_op) {
+            candidates.push(l);
+        }
+        if let Some(l) = Self::layout_trivial_with_indices(&gp, &t_op, &t_idx) {
             candidates.push(l);
         }
         let mut best: Option<(i64, usize)> = None;

@@ -43,10 +43,10 @@ pub const FLOP_RATE: f64 = 1e11;
 /// Memory rate per device (bytes/s): an op touches its operands and its result.
 pub const MEMORY_RATE: f64 = 5e10;
 /// Link rate per device (bytes/s) a collective's received bytes travel at.
-pub const LINK_RATE: f64 = 1e10;
+pub const LINK_RATE: f64 = 2e9;
 /// Latency of one step of a collective (s); a collective over `g` devices takes
 /// `ceil(log2 g)` steps.
-pub const LINK_LATENCY: f64 = 5e-6;
+pub const LINK_LATENCY: f64 = 1e-6;
 
 /// Options of `auto-sharding`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -862,7 +862,34 @@ pub fn auto_shard(
             runner_up,
         });
     }
+    lay_out_outputs(module, root);
     Ok(report)
+}
+
+/// Gives a flat tuple root without a sharding its elements' shardings: the outputs stay where
+/// the pass put them (without it, a module that does not let propagation reach its outputs
+/// gathers every output whole). Left alone when an element has none.
+fn lay_out_outputs(module: &mut Module, root: Option<InstrId>) {
+    let Some(root) = root else { return };
+    let r = module.instr(root);
+    if r.opcode() != Opcode::Tuple || r.sharding.is_some() {
+        return;
+    }
+    let elements: Option<Vec<Sharding>> = r
+        .operands()
+        .iter()
+        .map(|&o| {
+            let i = module.instr(o);
+            match &i.sharding {
+                Some(s) if !s.is_tuple() && i.shape.is_array() => Some(s.clone()),
+                None if i.shape.is_array() && i.shape.rank() == 0 => Some(Sharding::replicated()),
+                _ => None,
+            }
+        })
+        .collect();
+    if let Some(e) = elements {
+        module.instr_mut(root).sharding = Some(Sharding::tuple(e));
+    }
 }
 
 /// `auto-sharding`: see the module docs.

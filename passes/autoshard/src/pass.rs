@@ -589,9 +589,9 @@ fn reshard_time(bytes: f64, from: &AxisMap, to: &AxisMap, sizes: &[i64]) -> f64 
 fn required(node: &Node, s: &Strategy, k: usize, dims: &[i64], sizes: &[i64]) -> AxisMap {
     let map = node.model.maps[k].as_ref().expect("an operand with an edge");
     let mut req: AxisMap = (0..sizes.len())
-        .map(|a| match (s.out[a], s.contract[a]) {
-            (Some(d), _) => map[d],
-            (None, Some(j)) => node.model.contract[j].0[k],
+        .map(|a| match (s.contract[a], s.out[a]) {
+            (Some(j), _) => node.model.contract[j].0[k],
+            (None, Some(d)) => map[d],
             (None, None) => None,
         })
         .collect();
@@ -612,16 +612,25 @@ fn required(node: &Node, s: &Strategy, k: usize, dims: &[i64], sizes: &[i64]) ->
 
 fn node_time(node: &Node, s: &Strategy, sizes: &[i64]) -> f64 {
     let work = node.model.flops / FLOP_RATE + node.model.bytes / MEMORY_RATE;
+    let group = |f: &dyn Fn(usize) -> bool| -> i64 {
+        (0..sizes.len()).filter(|&a| f(a)).map(|a| sizes[a]).product()
+    };
     let par = if node.model.splits_work {
-        split(&s.out, sizes) * split(&s.contract, sizes)
+        group(&|a| s.out[a].is_some() || s.contract[a].is_some())
     } else {
         1
     };
     let mut t = work / par as f64;
-    let g = split(&s.contract, sizes);
-    if g > 1 {
-        let shard = node.bytes as f64 / split(&s.out, sizes) as f64;
-        t += collective_time(2.0 * shard * (g - 1) as f64 / g as f64, g);
+    // Partial sums: reduce-scattered over the axes that also split the result, all-reduced
+    // over the others.
+    let shard = node.bytes as f64 / split(&s.out, sizes) as f64;
+    let scatter = group(&|a| s.contract[a].is_some() && s.out[a].is_some());
+    if scatter > 1 {
+        t += collective_time(shard * (scatter - 1) as f64, scatter);
+    }
+    let reduce = group(&|a| s.contract[a].is_some() && s.out[a].is_none());
+    if reduce > 1 {
+        t += collective_time(2.0 * shard * (reduce - 1) as f64 / reduce as f64, reduce);
     }
     t
 }
@@ -686,8 +695,8 @@ pub fn auto_shard(
                 continue;
             }
             let cdims: Vec<i64> = model.contract.iter().map(|c| c.1).collect();
-            let free: Vec<bool> = out.iter().map(Option::is_none).collect();
-            for contract in enumerate_maps(&cdims, &sizes, &free) {
+            // An axis may split a contraction and the result both: reduce-scattered sums.
+            for contract in enumerate_maps(&cdims, &sizes, &vec![true; sizes.len()]) {
                 strategies.push(Strategy {
                     out: out.clone(),
                     contract,

@@ -453,6 +453,26 @@ fn op_model(m: &Module, id: InstrId) -> Option<OpModel> {
         Slice | Pad | Concatenate | DynamicSlice | DynamicUpdateSlice => {
             simple(same_rank(true, &[]), 0.0)
         }
+        ReduceWindow if i.operands().len() == 2 => {
+            // Dimensions the window leaves alone (size 1, stride 1, no padding or dilation)
+            // split like the operand's.
+            let window = i.attrs.window.as_ref()?;
+            let windowed: Vec<i64> = (0..rank)
+                .filter(|&d| {
+                    window.dims.get(d).is_none_or(|w| {
+                        w.size != 1
+                            || w.stride != 1
+                            || w.padding_low != 0
+                            || w.padding_high != 0
+                            || w.base_dilation != 1
+                            || w.window_dilation != 1
+                    })
+                })
+                .map(|d| d as i64)
+                .collect();
+            let per_out: i64 = window.dims.iter().map(|w| w.size).product();
+            simple(same_rank(true, &windowed), n_out * per_out as f64)
+        }
         Reverse => {
             let dims = i.attrs.dimensions.clone().unwrap_or_default();
             simple(same_rank(true, &dims), 0.0)

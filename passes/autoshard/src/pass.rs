@@ -366,8 +366,8 @@ fn op_model(m: &Module, id: InstrId) -> Option<OpModel> {
             }
             let contract = reduced
                 .iter()
-                .map(|&d| (vec![Some(d as usize), None], in_dims[d as usize]))
-                .collect();
+                .map(|&d| Some((vec![Some(d as usize), None], *in_dims.get(d as usize)?)))
+                .collect::<Option<_>>()?;
             OpModel {
                 maps: vec![Some(kept.into_iter().map(Some).collect()), None],
                 contract,
@@ -406,8 +406,8 @@ fn op_model(m: &Module, id: InstrId) -> Option<OpModel> {
                 .lhs_contracting_dimensions
                 .iter()
                 .zip(&dn.rhs_contracting_dimensions)
-                .map(|(&a, &b)| (vec![Some(a as usize), Some(b as usize)], l[a as usize]))
-                .collect();
+                .map(|(&a, &b)| Some((vec![Some(a as usize), Some(b as usize)], *l.get(a as usize)?)))
+                .collect::<Option<_>>()?;
             let k: i64 = contract.iter().map(|c| c.1).product();
             OpModel {
                 maps: vec![Some(lm), Some(rm)],
@@ -421,7 +421,7 @@ fn op_model(m: &Module, id: InstrId) -> Option<OpModel> {
             let cd = i.attrs.conv_dims.as_ref()?;
             let kernel = opnd(1).shape.dims();
             let per_out = kernel.iter().product::<i64>() as f64
-                / kernel[cd.kernel_output_feature_dimension as usize].max(1) as f64;
+                / (*kernel.get(cd.kernel_output_feature_dimension as usize)?).max(1) as f64;
             let flops = 2.0 * n_out * per_out;
             if i.attrs.feature_group_count != 1 || i.attrs.batch_group_count != 1 {
                 return Some(OpModel {
@@ -434,13 +434,14 @@ fn op_model(m: &Module, id: InstrId) -> Option<OpModel> {
             }
             let mut lm = vec![None; rank];
             let mut rm = vec![None; rank];
-            lm[cd.output_batch_dimension as usize] = Some(cd.input_batch_dimension as usize);
-            rm[cd.output_feature_dimension as usize] =
+            *lm.get_mut(cd.output_batch_dimension as usize)? =
+                Some(cd.input_batch_dimension as usize);
+            *rm.get_mut(cd.output_feature_dimension as usize)? =
                 Some(cd.kernel_output_feature_dimension as usize);
             let f = cd.input_feature_dimension as usize;
             let contract = vec![(
                 vec![Some(f), Some(cd.kernel_input_feature_dimension as usize)],
-                opnd(0).shape.dims()[f],
+                *opnd(0).shape.dims().get(f)?,
             )];
             OpModel {
                 maps: vec![Some(lm), Some(rm)],

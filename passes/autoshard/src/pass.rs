@@ -963,3 +963,94 @@ impl Pass for AutoSharding {
 pub fn register(r: &mut Registry) {
     r.add::<AutoSharding>();
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(map: &[Option<usize>], rank: usize) -> String {
+        sharding_to_string(&to_sharding(&map.to_vec(), rank, &[0, 1], &[2, 4]))
+    }
+
+    #[test]
+    fn strategies_spell_iota_shardings() {
+        // data=2 (axis 0), model=4 (axis 1).
+        assert_eq!(text(&[None, None], 2), "{replicated}");
+        assert_eq!(text(&[Some(0), Some(1)], 2), "{devices=[2,4]<=[8]}");
+        assert_eq!(text(&[Some(1), Some(0)], 2), "{devices=[4,2]<=[2,4]T(1,0)}");
+        assert_eq!(
+            text(&[None, Some(0)], 2),
+            "{devices=[4,1,2]<=[2,4]T(1,0) last_tile_dim_replicate}"
+        );
+        assert_eq!(text(&[Some(0), Some(0)], 1), "{devices=[8]<=[8]}");
+        // Each axis on one dimension at most, the sizes dividing it.
+        let maps = enumerate_maps(&[4, 6], &[2, 4], &[true, true]);
+        assert!(maps.contains(&vec![Some(1), Some(0)]) && !maps.contains(&vec![None, Some(1)]));
+        assert_eq!(maps.len(), 5, "{maps:?}");
+    }
+
+    #[test]
+    fn resharding_costs_by_collective() {
+        let s = [8];
+        let none = reshard_time(1e6, &vec![Some(0)], &vec![Some(0)], &s);
+        let slice = reshard_time(1e6, &vec![None], &vec![Some(0)], &s);
+        let gather = reshard_time(1e6, &vec![Some(0)], &vec![None], &s);
+        let a2a = reshard_time(1e6, &vec![Some(0)], &vec![Some(1)], &s);
+        assert_eq!((none, slice), (0.0, 0.0));
+        assert!(gather > a2a && a2a > 0.0, "{gather} {a2a}");
+    }
+
+    const MLP: &str = r#"HloModule m, num_partitions=8
+
+ENTRY main {
+  x = f32[64,512]{1,0} parameter(0)
+  w = f32[512,512]{1,0} parameter(1)
+  d = f32[64,512]{1,0} dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  z = f32[] constant(0)
+  b = f32[64,512]{1,0} broadcast(z), dimensions={}
+  ROOT r = f32[64,512]{1,0} maximum(d, b)
+}
+"#;
+
+    #[test]
+    fn shards_a_layer_and_keeps_what_the_module_gives() {
+        let mut m = tessera_hlo::text::parse_module(MLP).unwrap();
+        let r = auto_shard(&mut m, &AutoShardOptions::default()).unwrap();
+        assert!(r.peak <= r.limit.unwrap(), "{}", r.render());
+        let root = m.comp(m.entry().unwrap()).root().unwrap();
+        let s = m.instr(root).sharding.clone().unwrap();
+        assert!(!s.is_replicated(), "{}", r.render());
+        assert!(r.render().contains("%d: "), "{}", r.render());
+
+        // A given sharding stays.
+        let mut m = tessera_hlo::text::parse_module(MLP).unwrap();
+        let w = m.comp(m.entry().unwrap()).instructions()[1];
+        m.instr_mut(w).sharding = Some(Sharding::iota_tiled(&[1, 8]));
+        let r = auto_shard(&mut m, &AutoShardOptions::default()).unwrap();
+        assert_eq!(r.constrained, 1);
+        assert_eq!(
+            sharding_to_string(m.instr(w).sharding.as_ref().unwrap()),
+            "{devices=[1,8]<=[8]}"
+        );
+    }
+
+    #[test]
+    fn a_limit_nothing_meets_is_an_error_with_the_best_peak() {
+        let mut m = tessera_hlo::text::parse_module(MLP).unwrap();
+        let o = AutoShardOptions {
+            memory_limit: Some(1000),
+            ..Default::default()
+        };
+        let e = auto_shard(&mut m, &o).unwrap_err().to_string();
+        assert!(
+            e.contains("no sharding fits --memory-limit 1000") && e.contains("is 49152 bytes"),
+            "{e}"
+        );
+        let o = AutoShardOptions {
+            mesh: Some("a=3".into()),
+            ..Default::default()
+        };
+        let e = auto_shard(&mut m, &o).unwrap_err().to_string();
+        assert!(e.contains("multiply to 3 devices"), "{e}");
+    }
+}

@@ -83,7 +83,9 @@ pub struct AutoShardArgs {
 impl AutoShardArgs {
     fn apply(&self, o: &mut CompileOptions) -> Result<()> {
         if self.mesh.is_some() && !self.auto_shard {
-            anyhow::bail!("--mesh says how --auto-shard shards: add --auto-shard, or leave --mesh out");
+            anyhow::bail!(
+                "--mesh says how --auto-shard shards: add --auto-shard, or leave --mesh out"
+            );
         }
         if self.auto_shard {
             o.auto_shard = Some(tessera_autoshard::AutoShardOptions {

@@ -81,7 +81,10 @@ fn auto_shard_matches_the_hand_annotated_models() {
         let seconds = t0.elapsed().as_secs_f64();
         verify(&original, &a).unwrap_or_else(|e| panic!("{rel}: --auto-shard: {e}"));
         assert!(
-            a.report.auto_shard.as_ref().is_some_and(|r| !r.decisions.is_empty()),
+            a.report
+                .auto_shard
+                .as_ref()
+                .is_some_and(|r| !r.decisions.is_empty()),
             "{rel}: the pass decided nothing"
         );
         let row = Row {
@@ -160,7 +163,10 @@ fn bad_mesh_is_refused() {
         ..Default::default()
     });
     let e = compile(m, &o).unwrap_err().to_string();
-    assert!(e.contains("--mesh `data=2,model=2`") && e.contains("multiply to 4"), "{e}");
+    assert!(
+        e.contains("--mesh `data=2,model=2`") && e.contains("multiply to 4"),
+        "{e}"
+    );
 }
 
 /// The 48-layer transformer (15.9k instructions) in at most 30 s, verified equal. Run in

@@ -14,7 +14,6 @@ pub mod solver;
 pub use iopddl::{evaluate, Evaluation, IopddlError, Problem};
 pub use mesh::{DeviceMesh, MeshError};
 pub use pass::{
-    auto_shard, register, AutoShardError, AutoShardOptions, AutoShardReport, AutoSharding,
-    Decision,
+    auto_shard, register, AutoShardError, AutoShardOptions, AutoShardReport, AutoSharding, Decision,
 };
 pub use solver::{solve, SolveOptions, SolveResult};

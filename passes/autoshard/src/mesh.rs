@@ -115,9 +115,16 @@ mod tests {
         let m = DeviceMesh::parse("data=2, model=4", 8).unwrap();
         assert_eq!(m.sizes(), vec![2, 4]);
         assert_eq!(m.to_string(), "data=2,model=4");
-        let e = DeviceMesh::parse("data=2,model=2", 8).unwrap_err().to_string();
-        assert!(e.contains("multiply to 4 devices") && e.contains("over 8"), "{e}");
-        let e = DeviceMesh::parse("data=0,model=8", 8).unwrap_err().to_string();
+        let e = DeviceMesh::parse("data=2,model=2", 8)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("multiply to 4 devices") && e.contains("over 8"),
+            "{e}"
+        );
+        let e = DeviceMesh::parse("data=0,model=8", 8)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("expected a positive size, found 0"), "{e}");
         let e = DeviceMesh::parse("data:8", 8).unwrap_err().to_string();
         assert!(e.contains("expected NAME=SIZE"), "{e}");

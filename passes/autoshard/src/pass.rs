@@ -381,11 +381,21 @@ fn op_model(m: &Module, id: InstrId) -> Option<OpModel> {
             let (l, r) = (opnd(0).shape.dims(), opnd(1).shape.dims());
             let free = |n: usize, batch: &[i64], contracting: &[i64]| -> Vec<usize> {
                 (0..n)
-                    .filter(|d| !batch.contains(&(*d as i64)) && !contracting.contains(&(*d as i64)))
+                    .filter(|d| {
+                        !batch.contains(&(*d as i64)) && !contracting.contains(&(*d as i64))
+                    })
                     .collect()
             };
-            let lf = free(l.len(), &dn.lhs_batch_dimensions, &dn.lhs_contracting_dimensions);
-            let rf = free(r.len(), &dn.rhs_batch_dimensions, &dn.rhs_contracting_dimensions);
+            let lf = free(
+                l.len(),
+                &dn.lhs_batch_dimensions,
+                &dn.lhs_contracting_dimensions,
+            );
+            let rf = free(
+                r.len(),
+                &dn.rhs_batch_dimensions,
+                &dn.rhs_contracting_dimensions,
+            );
             let nb = dn.lhs_batch_dimensions.len();
             if nb + lf.len() + rf.len() != rank || dn.rhs_batch_dimensions.len() != nb {
                 return None;
@@ -406,7 +416,12 @@ fn op_model(m: &Module, id: InstrId) -> Option<OpModel> {
                 .lhs_contracting_dimensions
                 .iter()
                 .zip(&dn.rhs_contracting_dimensions)
-                .map(|(&a, &b)| Some((vec![Some(a as usize), Some(b as usize)], *l.get(a as usize)?)))
+                .map(|(&a, &b)| {
+                    Some((
+                        vec![Some(a as usize), Some(b as usize)],
+                        *l.get(a as usize)?,
+                    ))
+                })
                 .collect::<Option<_>>()?;
             let k: i64 = contract.iter().map(|c| c.1).product();
             OpModel {
@@ -608,7 +623,9 @@ fn reshard_time(bytes: f64, from: &AxisMap, to: &AxisMap, sizes: &[i64]) -> f64 
 
 /// What strategy `s` of `node` needs of operand `k` (of dimensions `dims`).
 fn required(node: &Node, s: &Strategy, k: usize, dims: &[i64], sizes: &[i64]) -> AxisMap {
-    let map = node.model.maps[k].as_ref().expect("an operand with an edge");
+    let map = node.model.maps[k]
+        .as_ref()
+        .expect("an operand with an edge");
     let mut req: AxisMap = (0..sizes.len())
         .map(|a| match (s.contract[a], s.out[a]) {
             (Some(j), _) => node.model.contract[j].0[k],
@@ -634,7 +651,10 @@ fn required(node: &Node, s: &Strategy, k: usize, dims: &[i64], sizes: &[i64]) ->
 fn node_time(node: &Node, s: &Strategy, sizes: &[i64]) -> f64 {
     let work = node.model.flops / FLOP_RATE + node.model.bytes / MEMORY_RATE;
     let group = |f: &dyn Fn(usize) -> bool| -> i64 {
-        (0..sizes.len()).filter(|&a| f(a)).map(|a| sizes[a]).product()
+        (0..sizes.len())
+            .filter(|&a| f(a))
+            .map(|a| sizes[a])
+            .product()
     };
     let par = if node.model.splits_work {
         group(&|a| s.out[a].is_some() || s.contract[a].is_some())
@@ -725,8 +745,7 @@ pub fn auto_shard(
             }
         }
         if let Some(given) = &i.sharding {
-            strategies
-                .retain(|s| to_sharding(&s.out, dims.len(), &axes, &full).same_as(given));
+            strategies.retain(|s| to_sharding(&s.out, dims.len(), &axes, &full).same_as(given));
             if strategies.is_empty() {
                 continue; // a sharding the mesh cannot spell: propagation's to use
             }

@@ -74,7 +74,7 @@ impl Default for AutoShardOptions {
             memory_limit: None,
             memory_budget_percent: 110,
             time_limit: Duration::from_secs(20),
-            max_iterations: 60,
+            max_iterations: 20,
         }
     }
 }
@@ -103,7 +103,7 @@ impl PassOptions for AutoShardOptions {
         },
         OptionDoc {
             key: "max_iterations",
-            default: "60",
+            default: "20",
             doc: "solver rounds at most (the bound that keeps the output deterministic)",
         },
     ];

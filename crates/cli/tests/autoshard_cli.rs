@@ -74,7 +74,8 @@ ENTRY main {
 
 /// The module in a file of its own per test (tests run in parallel).
 fn unsharded_file(name: &str) -> String {
-    let dir = std::env::temp_dir().join(format!("tessera-autoshard-cli-{}", std::process::id()));
+    // Not the solve test's folder: it removes its own when done.
+    let dir = std::env::temp_dir().join(format!("tessera-auto-shard-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let p = dir.join(name);
     std::fs::write(&p, UNSHARDED).unwrap();

@@ -559,10 +559,10 @@ fn to_sharding(map: &AxisMap, rank: usize, axes: &[usize], full: &[i64]) -> Shar
         }
     }
     let mut repl = 1;
-    for a in 0..full.len() {
+    for (a, &size) in full.iter().enumerate() {
         if !perm.contains(&(a as i64)) {
             perm.push(a as i64);
-            repl *= full[a];
+            repl *= size;
         }
     }
     let mut dims = tile;

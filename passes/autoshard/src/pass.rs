@@ -26,10 +26,10 @@ use std::time::{Duration, Instant};
 
 use tessera_hlo::analysis::order::post_order;
 use tessera_hlo::analysis::shape_size;
-use tessera_hlo::sharding::{ShardingKind, TileAssignment, TiledSharding};
+use tessera_hlo::sharding::{AxisRef, DimSharding, Mesh};
 use tessera_hlo::text::sharding_to_string;
 use tessera_hlo::tiling::reshape_groups;
-use tessera_hlo::{InstrId, Module, Opcode, Sharding};
+use tessera_hlo::{InstrId, Module, NamedSharding, Opcode, Sharding};
 use tessera_pass::options::{parse_int, unknown_key, OptionDoc, PassOptions};
 use tessera_pass::registry::RegisteredPass;
 use tessera_pass::{Pass, PassError, Registry};
@@ -247,12 +247,10 @@ struct Node {
 }
 
 fn elements(m: &Module, id: InstrId) -> f64 {
-    let s = &m.instr(id).shape;
-    if s.is_array() {
-        s.dims().iter().product::<i64>() as f64
-    } else {
-        0.0
-    }
+    m.instr(id)
+        .shape
+        .as_array()
+        .map_or(0.0, |a| a.element_count() as f64)
 }
 
 /// The model of `id`, or `None` for an op the pass leaves to propagation.
@@ -542,48 +540,32 @@ fn enumerate_maps(dims: &[i64], sizes: &[i64], allowed: &[bool]) -> Vec<AxisMap>
     out
 }
 
-/// The sharding that lays an array of rank `rank` on the mesh as `map` says. `axes` are the
-/// mesh's axis indices of the working axes (sizes above one), `full` the whole mesh's sizes.
-fn to_sharding(map: &AxisMap, rank: usize, axes: &[usize], full: &[i64]) -> Sharding {
-    if map.iter().all(Option::is_none) {
-        return Sharding::replicated();
-    }
-    let mut perm: Vec<i64> = Vec::new();
-    let mut tile = vec![1i64; rank];
-    for (d, t) in tile.iter_mut().enumerate() {
-        for (w, &a) in axes.iter().enumerate() {
-            if map[w] == Some(d) {
-                perm.push(a as i64);
-                *t *= full[a];
-            }
-        }
-    }
-    let mut repl = 1;
-    for (a, &size) in full.iter().enumerate() {
-        if !perm.contains(&(a as i64)) {
-            perm.push(a as i64);
-            repl *= size;
-        }
-    }
-    let mut dims = tile;
-    if repl > 1 {
-        dims.push(repl);
-    }
-    let identity = perm.iter().enumerate().all(|(k, &p)| p == k as i64);
-    Sharding::new(ShardingKind::Tiled(TiledSharding {
-        tile_assignment: TileAssignment::Iota {
-            dims: dims.into_iter().collect(),
-            reshape_dims: full.iter().copied().collect(),
-            transpose_perm: if identity {
-                Default::default()
-            } else {
-                perm.into_iter().collect()
-            },
-        },
-        replicate_on_last_tile_dim: repl > 1,
-        last_tile_dims: Vec::new(),
-    }))
-    .normalized()
+/// The sharding that lays an array of rank `rank` on `mesh` (the working axes, in the order of
+/// `map`) as `map` says, spelled as a tiled sharding by the named sharding's own conversion
+/// (XLA's `V3ToV2Sharding`).
+fn to_sharding(map: &AxisMap, rank: usize, mesh: &Mesh) -> Sharding {
+    let dims = (0..rank)
+        .map(|d| {
+            DimSharding::closed(
+                (0..map.len())
+                    .filter(|&w| map[w] == Some(d))
+                    .map(AxisRef::full)
+                    .collect(),
+            )
+        })
+        .collect();
+    let named = NamedSharding {
+        mesh: mesh.clone(),
+        dims,
+        replicated: Vec::new(),
+        unreduced: Vec::new(),
+        reduction: Default::default(),
+        manual: Vec::new(),
+    };
+    // Every axis once, each a whole mesh axis: a valid named sharding.
+    named
+        .to_tiled(Some(rank))
+        .unwrap_or_else(|_| Sharding::replicated())
 }
 
 fn split(map: &AxisMap, sizes: &[i64]) -> i64 {
@@ -694,6 +676,13 @@ pub fn auto_shard(
     };
     let full = mesh.sizes();
     let axes: Vec<usize> = (0..full.len()).filter(|&a| full[a] > 1).collect();
+    // The mesh of the working axes: an axis of size 1 splits nothing and leaves the
+    // row-major device numbering as it is.
+    let names: Vec<(&str, i64)> = axes
+        .iter()
+        .map(|&a| (mesh.axes[a].0.as_str(), full[a]))
+        .collect();
+    let hmesh = Mesh::iota(&names);
     let sizes: Vec<i64> = axes.iter().map(|&a| full[a]).collect();
     let mut report = AutoShardReport {
         mesh: mesh.to_string(),
@@ -745,7 +734,7 @@ pub fn auto_shard(
             }
         }
         if let Some(given) = &i.sharding {
-            strategies.retain(|s| to_sharding(&s.out, dims.len(), &axes, &full).same_as(given));
+            strategies.retain(|s| to_sharding(&s.out, dims.len(), &hmesh).same_as(given));
             if strategies.is_empty() {
                 continue; // a sharding the mesh cannot spell: propagation's to use
             }
@@ -876,7 +865,7 @@ pub fn auto_shard(
         }
     }
     let describe = |node: &Node, s: &Strategy| {
-        let mut text = sharding_to_string(&to_sharding(&s.out, node.dims.len(), &axes, &full));
+        let mut text = sharding_to_string(&to_sharding(&s.out, node.dims.len(), &hmesh));
         let over: Vec<&str> = (0..sizes.len())
             .filter(|&a| s.contract[a].is_some())
             .map(|a| mesh.axes[axes[a]].0.as_str())
@@ -890,7 +879,7 @@ pub fn auto_shard(
         let chosen = &node.strategies[x[n]];
         if module.instr(node.id).sharding.is_none() {
             module.instr_mut(node.id).sharding =
-                Some(to_sharding(&chosen.out, node.dims.len(), &axes, &full));
+                Some(to_sharding(&chosen.out, node.dims.len(), &hmesh));
         }
         if node.strategies.len() < 2 {
             continue;
@@ -988,7 +977,8 @@ mod tests {
     use super::*;
 
     fn text(map: &[Option<usize>], rank: usize) -> String {
-        sharding_to_string(&to_sharding(&map.to_vec(), rank, &[0, 1], &[2, 4]))
+        let mesh = Mesh::iota(&[("data", 2), ("model", 4)]);
+        sharding_to_string(&to_sharding(&map.to_vec(), rank, &mesh))
     }
 
     #[test]

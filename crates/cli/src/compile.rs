@@ -2,12 +2,13 @@
 //! command line.
 //!
 //! * `tessera compile IN.hlo|IN.pb [--num-partitions N] [--num-replicas R]
-//!   [--memory-limit BYTES] [--dedup] [-o OUT.hlo|OUT.pb] [--verify] [--report]
-//!   [--pass-option PASS.KEY=VALUE]...` compiles a frontend's module into the program every
+//!   [--memory-limit BYTES] [--dedup] [--auto-shard [--mesh NAME=SIZE,...]] [-o OUT.hlo|OUT.pb]
+//!   [--verify] [--report] [--pass-option PASS.KEY=VALUE]...` compiles a frontend's module into the program every
 //!   device runs. The module goes to `-o` (a `.pb` name writes a serialized HloModuleProto),
 //!   or to stdout without `-o`; the report and the verification then go to stderr, else to
 //!   stdout. On a terminal, stderr shows one progress line per pass.
-//! * `tessera explain IN [--num-partitions N] [--pass-option ...]` compiles the same way and
+//! * `tessera explain IN [--num-partitions N] [--auto-shard [--mesh ...]] [--memory-limit B]
+//!   [--pass-option ...]` compiles the same way and
 //!   prints why each collective exists: the instruction and resharding that made it and the
 //!   bytes each device receives.
 
@@ -40,6 +41,8 @@ pub struct CompileArgs {
     /// Merge entry parameters of one `tessera.resource` (variable deduplication).
     #[arg(long)]
     pub dedup: bool,
+    #[command(flatten)]
+    pub auto: AutoShardArgs,
     /// Where to write the per-device program (`.pb`: a serialized HloModuleProto; `-` or
     /// absent: HLO text on stdout).
     #[arg(short = 'o', long = "output")]
@@ -64,6 +67,41 @@ pub struct CompileArgs {
     pub verify_each_pass: bool,
 }
 
+/// `--auto-shard` and `--mesh`, shared by `compile` and `explain`.
+#[derive(Args, Debug)]
+pub struct AutoShardArgs {
+    /// Choose a sharding for every array the module leaves unsharded (the `auto-sharding`
+    /// pass): the cheapest estimated step whose per-device peak fits --memory-limit.
+    #[arg(long)]
+    pub auto_shard: bool,
+    /// The device mesh for --auto-shard, `NAME=SIZE,...` (e.g. `data=2,model=4`; sizes
+    /// multiply to the partitions). Default: a 1-D mesh of all partitions.
+    #[arg(long, value_name = "NAME=SIZE,...")]
+    pub mesh: Option<String>,
+}
+
+impl AutoShardArgs {
+    fn apply(&self, o: &mut CompileOptions) -> Result<()> {
+        if self.mesh.is_some() && !self.auto_shard {
+            anyhow::bail!(
+                "--mesh says how --auto-shard shards: add --auto-shard, or leave --mesh out"
+            );
+        }
+        if self.auto_shard {
+            o.auto_shard = Some(tessera_autoshard::AutoShardOptions {
+                mesh: self.mesh.clone(),
+                ..Default::default()
+            });
+        }
+        Ok(())
+    }
+}
+
+fn memory_limit(v: Option<&str>) -> Result<Option<i64>> {
+    v.map(|v| parse_int(v).map_err(|e| anyhow::anyhow!("--memory-limit: {e}")))
+        .transpose()
+}
+
 #[derive(Args, Debug)]
 pub struct ExplainArgs {
     /// The module (as for `compile`).
@@ -72,6 +110,11 @@ pub struct ExplainArgs {
     /// devices its shardings name).
     #[arg(long)]
     pub num_partitions: Option<i64>,
+    #[command(flatten)]
+    pub auto: AutoShardArgs,
+    /// Peak bytes per device (K, M, G suffixes), as for `compile`.
+    #[arg(long, value_name = "BYTES")]
+    pub memory_limit: Option<String>,
     /// An option of a pipeline pass, `PASS.KEY=VALUE` (repeatable).
     #[arg(long = "pass-option", value_name = "PASS.KEY=VALUE")]
     pub pass_options: Vec<String>,
@@ -135,11 +178,8 @@ pub fn compile(args: &CompileArgs) -> Result<()> {
     o.dedup = args.dedup;
     o.verify_each_pass = args.verify_each_pass;
     o.measure_unpartitioned = args.report;
-    o.memory_limit = args
-        .memory_limit
-        .as_deref()
-        .map(|v| parse_int(v).map_err(|e| anyhow::anyhow!("--memory-limit: {e}")))
-        .transpose()?;
+    o.memory_limit = memory_limit(args.memory_limit.as_deref())?;
+    args.auto.apply(&mut o)?;
     let compiled = run(&args.file, original.clone(), &o)?;
 
     let to_file = args.output.as_deref().filter(|p| *p != "-");
@@ -197,7 +237,9 @@ fn print(m: &Module) -> String {
 pub fn explain(args: &ExplainArgs) -> Result<String> {
     crate::opt::init_tracing(0);
     let original = load(&args.file)?;
-    let o = options(&original, args.num_partitions, &args.pass_options);
+    let mut o = options(&original, args.num_partitions, &args.pass_options);
+    o.memory_limit = memory_limit(args.memory_limit.as_deref())?;
+    args.auto.apply(&mut o)?;
     let compiled = run(&args.file, original, &o)?;
     Ok(compiled.report.explain())
 }

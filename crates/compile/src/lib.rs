@@ -4,7 +4,8 @@
 //! The pipeline is the one a frontend needs and nothing else:
 //!
 //! ```text
-//! verify -> [shardy-import] -> [flatten-call-graph] -> sharding-propagation -> [variable-dedup]
+//! verify -> [shardy-import] -> [flatten-call-graph] -> [auto-sharding] -> sharding-propagation
+//!        -> [variable-dedup]
 //!        -> spmd-partitioning -> schedule -> [rematerialization] -> verify
 //! ```
 //!
@@ -60,6 +61,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::time::{Duration, Instant};
 
+use tessera_autoshard::{AutoShardOptions, AutoShardReport};
 use tessera_dedup::{DedupOptions, DedupReport};
 use tessera_hlo::analysis::shape_size;
 use tessera_hlo::{Module, Opcode, Shape};
@@ -75,7 +77,8 @@ pub use verify::{verify_on_devices, Verification, VerifyOptions};
 
 /// The passes of the pipeline, in order (their registry names; `shardy-import` runs before
 /// them when the module has Shardy's shape custom-calls, see [`import_shardy`]).
-pub const PIPELINE: [&str; 5] = [
+pub const PIPELINE: [&str; 6] = [
+    "auto-sharding",
     "sharding-propagation",
     "variable-dedup",
     "spmd-partitioning",
@@ -149,6 +152,10 @@ pub struct CompileOptions {
     /// docs/rematerialization.md). `false` runs it once (`search=fast`) unless `pass_options`
     /// names a search.
     pub search_remat_settings: bool,
+    /// Choose the shardings the module does not give (`--auto-shard`): the `auto-sharding`
+    /// pass runs before propagation with these options (its memory limit, when `None`, is
+    /// `memory_limit`). `None`: the pass does not run.
+    pub auto_shard: Option<AutoShardOptions>,
 }
 
 impl CompileOptions {
@@ -163,6 +170,7 @@ impl CompileOptions {
             verify_each_pass: false,
             measure_unpartitioned: false,
             search_remat_settings: true,
+            auto_shard: None,
         }
     }
 
@@ -250,6 +258,8 @@ pub struct CompileReport {
     /// that made it (`SpmdReport::explain`).
     pub spmd: SpmdReport,
     pub dedup: Option<DedupReport>,
+    /// With `auto_shard`: the problem solved and every op the pass decided.
+    pub auto_shard: Option<AutoShardReport>,
     pub remat: Option<RematSummary>,
     /// With a limit: every scheduler and block setting tried, in order; the last one that ran
     /// rematerialization with the lowest peak is the result.
@@ -341,6 +351,12 @@ impl CompileReport {
         );
         for (k, c) in &self.collectives {
             let _ = writeln!(o, "  {k:<20} {:>6}  {:>14} bytes", c.count, c.bytes);
+        }
+        if let Some(a) = &self.auto_shard {
+            let _ = writeln!(o, "\nauto-sharding:");
+            for line in a.render().lines() {
+                let _ = writeln!(o, "  {line}");
+            }
         }
         if let Some(d) = &self.dedup {
             let _ = writeln!(o, "\nvariable-dedup:");
@@ -448,11 +464,13 @@ fn pipeline_registry() -> Registry {
     tessera_spmd::register(&mut r);
     tessera_remat::register(&mut r);
     tessera_dedup::register(&mut r);
+    tessera_autoshard::register(&mut r);
     r
 }
 
 /// Pass options by pass, checked against the pipeline and the top-level settings.
 struct PassSettings {
+    auto_shard: Option<AutoShardOptions>,
     propagation: PropagationOptions,
     dedup: DedupOptions,
     spmd: SpmdOptions,
@@ -536,6 +554,33 @@ fn settings(options: &CompileOptions, module: &Module) -> Result<PassSettings> {
             ));
         }
     }
+    let auto_shard = match &options.auto_shard {
+        None => {
+            if let Some((k, v)) = pairs("auto-sharding").first() {
+                return bad(format!(
+                    "--pass-option auto-sharding.{k}={v} without --auto-shard: the pass does \
+                     not run"
+                ));
+            }
+            None
+        }
+        Some(given) => {
+            let mut a = given.clone();
+            for (k, v) in pairs("auto-sharding") {
+                tessera_pass::options::PassOptions::set(&mut a, k, v).map_err(|e| {
+                    CompileError::Settings(format!("--pass-option auto-sharding.{k}={v}: {e}"))
+                })?;
+            }
+            if a.memory_limit.is_none() {
+                a.memory_limit = options.memory_limit;
+            }
+            if let Some(text) = &a.mesh {
+                tessera_autoshard::DeviceMesh::parse(text, n)
+                    .map_err(|e| CompileError::Settings(e.to_string()))?;
+            }
+            Some(a)
+        }
+    };
     let mut spmd = SpmdOptions::from_pairs("spmd-partitioning", pairs("spmd-partitioning"))?;
     for (key, value, flag) in [
         ("num_partitions", spmd.num_partitions, n),
@@ -570,6 +615,7 @@ fn settings(options: &CompileOptions, module: &Module) -> Result<PassSettings> {
         remat.search = tessera_remat::SearchKind::Fast;
     }
     Ok(PassSettings {
+        auto_shard,
         propagation: PropagationOptions::from_pairs(
             "sharding-propagation",
             pairs("sharding-propagation"),
@@ -716,6 +762,7 @@ pub fn compile_with_progress(
     let each = options.verify_each_pass;
     let passes = 3
         + usize::from(options.dedup)
+        + usize::from(s.auto_shard.is_some())
         + usize::from(s.remat.memory_limit.is_some())
         + usize::from(has_shardy_shape_calls(&module));
     let mut run = Runner {
@@ -755,6 +802,19 @@ pub fn compile_with_progress(
         if each {
             run.verify(&module, "flatten-call-graph", false)?;
         }
+    }
+
+    if let Some(a) = &s.auto_shard {
+        let r = run.stage("auto-sharding", || {
+            let r = tessera_autoshard::auto_shard(&mut module, a)
+                .map_err(|e| CompileError::Pass(format!("pass `auto-sharding` failed: {e}")))?;
+            let changed = !r.decisions.is_empty();
+            Ok((r, changed))
+        })?;
+        if each {
+            run.verify(&module, "auto-sharding", false)?;
+        }
+        report.auto_shard = Some(r);
     }
 
     let prop = run.stage("sharding-propagation", || {

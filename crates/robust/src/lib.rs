@@ -26,6 +26,7 @@ pub fn registry() -> Registry {
     tessera_spmd::register(&mut r);
     tessera_remat::register(&mut r);
     tessera_dedup::register(&mut r);
+    tessera_autoshard::register(&mut r);
     r
 }
 
@@ -45,6 +46,7 @@ pub const PIPELINES: &[(&str, &[&str])] = &[
         ],
     ),
     ("variable-dedup", &[]),
+    ("auto-sharding", &["auto-sharding.max_iterations=5"]),
     ("sharding-propagation,spmd-partitioning", &[]),
     ("schedule", &[]),
     ("schedule,remat", &["remat.memory_limit=1K"]),

@@ -23,7 +23,6 @@ pub mod resource;
 pub mod shape;
 pub mod sharding;
 pub mod sharding_util;
-pub mod side_table;
 pub mod text;
 pub mod tiling;
 pub mod types;
@@ -40,5 +39,4 @@ pub use module::{
 pub use opcode::Opcode;
 pub use shape::{ArrayShape, Layout, LayoutExtras, Shape};
 pub use sharding::{NamedSharding, Sharding, ShardingKind, TileAssignment};
-pub use side_table::SideTable;
 pub use types::ElementType;

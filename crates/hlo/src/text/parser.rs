@@ -146,7 +146,7 @@ fn count_newlines(b: &[u8]) -> usize {
 /// instruction of its caller), recycled when the computation closes: a computation's lookups
 /// then stay in the caches however many computations the module has. One table for the whole
 /// module keyed by (computation, name) cost a cache miss per instruction once it outgrew
-/// them, which made parsing grow faster than the text (docs/robustness.md).
+/// them, which made parsing grow faster than the text (docs/log/robustness-campaigns.md).
 struct Scopes<'a> {
     /// The instructions of each open computation by text name, innermost last.
     open: Vec<Scope<'a>>,

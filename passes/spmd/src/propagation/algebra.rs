@@ -84,7 +84,12 @@ impl<'m> Propagator<'m> {
     }
 
     /// `s.insert_dims(rank, map)`.
-    pub(super) fn inserted_dims(&self, s: &Sh, rank: usize, map: SmallVec<[usize; 4]>) -> Option<Sh> {
+    pub(super) fn inserted_dims(
+        &self,
+        s: &Sh,
+        rank: usize,
+        map: SmallVec<[usize; 4]>,
+    ) -> Option<Sh> {
         self.memo.algebra(s, Op::InsertDims(rank, map), |s, op| {
             let Op::InsertDims(rank, map) = op else {
                 unreachable!()
@@ -106,7 +111,11 @@ impl<'m> Propagator<'m> {
 /// XLA's `GetFirstTargetDimToMoveShardingTiles`: the first other dimension of `shape` whose
 /// size the tiles of `source` times its own tiles divide (`source` must be tiled and not of
 /// size 1).
-pub(super) fn first_target_dim_to_move_tiles(shape: &Shape, s: &Sharding, source: usize) -> Option<usize> {
+pub(super) fn first_target_dim_to_move_tiles(
+    shape: &Shape,
+    s: &Sharding,
+    source: usize,
+) -> Option<usize> {
     let t = s.as_tiled()?;
     let dims = shape.dims();
     let tiles = t.tile_assignment.dims();

@@ -328,7 +328,13 @@ impl<'m> Propagator<'m> {
     /// XLA's `InferDotOperandSharding`: the output sharding with the other operand's
     /// non-contracting dimensions replicated, moved to operand `k`'s dimensions, merged with
     /// what the other operand's sharding says about the batch and contracting dimensions.
-    pub(super) fn dot_operand_sharding(&self, user: InstrId, dims: u32, k: usize, mc: bool) -> Option<Sh> {
+    pub(super) fn dot_operand_sharding(
+        &self,
+        user: InstrId,
+        dims: u32,
+        k: usize,
+        mc: bool,
+    ) -> Option<Sh> {
         let u = self.m.instr(user);
         let us = self.cur_sh(user)?;
         let (op, other) = (u.operand(k), u.operand(1 - k));

@@ -6,7 +6,12 @@
 use super::*;
 
 impl<'m> Propagator<'m> {
-    pub(super) fn new(m: &'m Module, entry: CompId, o: &PropagationOptions, flags: &Flags) -> Propagator<'m> {
+    pub(super) fn new(
+        m: &'m Module,
+        entry: CompId,
+        o: &PropagationOptions,
+        flags: &Flags,
+    ) -> Propagator<'m> {
         let cap = m.instr_capacity();
         let memo = memo::Memo::default();
         let mut sh: Vec<Option<Sh>> = vec![None; cap];
@@ -627,13 +632,25 @@ impl<'m> Propagator<'m> {
     /// when there is no sharding yet, or when it merges with the current one into something
     /// more specific (with as many tiles as the candidate only if each device's new piece lies
     /// inside its old one, unless `aggressive`).
-    pub(super) fn improve(&mut self, id: InstrId, new: Sharding, may_combine: bool, aggressive: bool) -> bool {
+    pub(super) fn improve(
+        &mut self,
+        id: InstrId,
+        new: Sharding,
+        may_combine: bool,
+        aggressive: bool,
+    ) -> bool {
         let new = self.memo.intern(new);
         self.improve_sh(id, new, may_combine, aggressive)
     }
 
     /// [`Self::improve`] with an interned candidate.
-    pub(super) fn improve_sh(&mut self, id: InstrId, new: Sh, may_combine: bool, aggressive: bool) -> bool {
+    pub(super) fn improve_sh(
+        &mut self,
+        id: InstrId,
+        new: Sh,
+        may_combine: bool,
+        aggressive: bool,
+    ) -> bool {
         match self.improved(id, new, may_combine, aggressive) {
             Some(s) => {
                 self.put(id, Some(s));
@@ -644,7 +661,13 @@ impl<'m> Propagator<'m> {
     }
 
     /// What [`Self::improve`] would set, without setting it (XLA's `ReturnImprovedSharding`).
-    pub(super) fn improved(&self, id: InstrId, new: Sh, may_combine: bool, aggressive: bool) -> Option<Sh> {
+    pub(super) fn improved(
+        &self,
+        id: InstrId,
+        new: Sh,
+        may_combine: bool,
+        aggressive: bool,
+    ) -> Option<Sh> {
         let old = self.cur_sh(id);
         // The same sharding again is no improvement (every rule below says so too; interned
         // handles are equal iff their values are).
@@ -718,7 +741,12 @@ impl<'m> Propagator<'m> {
 
     /// XLA's `SupportSpatialPartitioning`: `allow_output` lets the entry root take a sharding,
     /// `allow_params` entry parameters (XLA allows both only when inferring from users).
-    pub(super) fn supports_partitioning(&self, id: InstrId, allow_output: bool, allow_params: bool) -> bool {
+    pub(super) fn supports_partitioning(
+        &self,
+        id: InstrId,
+        allow_output: bool,
+        allow_params: bool,
+    ) -> bool {
         if (allow_output, allow_params) == (self.allow_output, false) {
             return self.facts[id.index()] & PARTITIONABLE_FWD != 0;
         }

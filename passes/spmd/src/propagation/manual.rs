@@ -375,7 +375,12 @@ impl Propagator<'_> {
     /// XLA's `InferUnspecifiedDimsFromUsers` for partial annotation `id` (see `manual.rs`);
     /// clears the caches around what changed and marks the annotation (and its conversion op)
     /// done.
-    pub(super) fn refine_unspecified_from_users(&mut self, id: InstrId, dims: &[usize], level: u8) -> bool {
+    pub(super) fn refine_unspecified_from_users(
+        &mut self,
+        id: InstrId,
+        dims: &[usize],
+        level: u8,
+    ) -> bool {
         let Some(conv) = self.unspecified_from_users(id, dims, level) else {
             return false;
         };

@@ -13,6 +13,7 @@ pub mod instruction;
 pub mod literal;
 pub mod metadata;
 pub mod module;
+pub mod module_diff;
 pub mod named_sharding;
 mod names;
 pub mod opcode;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job on the bundled example: a jax-made training step of one transformer block
 # sharded on a 2x4 mesh (testdata/examples/transformer_train_step.hlo, as jax's
-# `lower().as_text()` gives it; scripts/make_examples.py made it). Installs the PJRT CPU plugin
+# `lower().as_text()` gives it; scripts/fixtures/make_examples.py made it). Installs the PJRT CPU plugin
 # (idempotent), builds the `tessera` driver, and compiles the module for 8 devices:
 # sharding propagation, SPMD partitioning, scheduling, verified on 8 PJRT CPU devices against
 # the original on one, with the report (pass times, peak memory per device, collectives and

@@ -15,14 +15,14 @@
 //! By default a pass starts on a copy of the module made just before it, which leaves a small
 //! module in the L2 cache and a large one not. `--cold` writes a buffer of [`EVICT_BYTES`]
 //! between the copy and the timing, so that every size starts from the same cold L2 (the
-//! difference is in docs/robustness.md).
+//! difference is in docs/log/robustness-campaigns.md).
 //!
 //! The `clone` and `read` rows are yardsticks, not passes. `Module::clone` copies every
 //! instruction once, with no lookups and no walks. `read` reads every instruction's record once
 //! in stored order (its name, operand and user counts) and does nothing else: its exponent is
 //! what the memory of the module alone costs a pass that looks at each instruction once, as
 //! the records outgrow the caches between the smallest and the largest size
-//! (docs/robustness.md).
+//! (docs/log/robustness-campaigns.md).
 //!
 //! Times are the thread's CPU time (see `Clock`), else wall-clock.
 //! Every pass runs alone on a fresh copy of the parsed module (no verifier, no printing);

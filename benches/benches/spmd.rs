@@ -9,7 +9,7 @@
 //! nice -n 10 cargo bench -p tessera-benches --bench spmd
 //! ```
 //!
-//! XLA's pass on the same inputs: `scripts/spmd_speed_vs_xla.sh`; figures in docs/BENCHMARKS.md.
+//! XLA's pass on the same inputs: `scripts/bench/spmd_speed_vs_xla.sh`; figures in docs/BENCHMARKS.md.
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -26,7 +26,6 @@ use std::fmt::Write;
 
 use tessera_hlo::sharding::SubgroupType;
 use tessera_hlo::{Module, Sharding, ShardingKind, TileAssignment};
-use tessera_pass::Registry;
 
 const PARAM: &str = "f32[4] parameter(0), sharding={devices=[2]<=[2]}";
 
@@ -114,13 +113,8 @@ pub fn wide(n: usize) -> String {
     s
 }
 
-/// Every pass the `tessera` binary registers (the CLI's registry, built the same way).
-pub fn registry() -> Registry {
-    let mut r = Registry::with_generic_passes();
-    tessera_spmd::register(&mut r);
-    tessera_remat::register(&mut r);
-    r
-}
+/// Every pass the `tessera` binary registers: the one registry, kept in `tessera-compile`.
+pub use tessera_compile::registry;
 
 /// `m` (sharded for `m.config.num_partitions` devices) on `factor` times as many devices,
 /// every piece held by `factor` times as many devices: old device `d` becomes devices

@@ -10,9 +10,9 @@ use tessera_pass::stats::ModuleStats;
 use tessera_pass::Registry;
 
 /// Every pass the binary knows (the registry the fuzz targets and mutant tests use too).
-/// Crates with more passes register them in `tessera_robust::registry`.
+/// Crates with more passes register them in `tessera_compile::registry`.
 pub fn registry() -> Registry {
-    tessera_robust::registry()
+    tessera_compile::registry()
 }
 
 #[derive(Args, Debug)]

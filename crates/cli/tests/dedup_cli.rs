@@ -2,7 +2,7 @@
 //! `tessera opt IN --passes variable-dedup -o OUT`, then `tessera compare IN OUT --devices 1`;
 //! for a sharded IN, OUT partitioned for 4 devices by XLA's own partitioner (Tessera's is not
 //! on main yet: the fixture `train_step_sharded.dedup.after_spmd.hlo`, made by
-//! scripts/make_dedup_partitioned.py) then `tessera compare IN OUT_PARTITIONED --devices 4`,
+//! scripts/fixtures/make_dedup_partitioned.py) then `tessera compare IN OUT_PARTITIONED --devices 4`,
 //! and OUT itself with `--partition-with-xla`. `tessera run` feeds OUT the original's argument files
 //! through its argument map.
 

@@ -1,5 +1,5 @@
 //! docs/compile.md's table: Tessera's pipeline on testdata/models/<name>.before-propagation.hlo
-//! beside XLA's own compile of the same module (written by scripts/compile_vs_xla.py into
+//! beside XLA's own compile of the same module (written by scripts/bench/compile_vs_xla.py into
 //! DIR: `<name>.xla-after-spmd.hlo`, `<name>.xla-times.txt`).
 //!
 //! ```text
@@ -83,7 +83,7 @@ fn main() {
         let xla_file = dir.join(format!("{name}.xla-after-spmd.hlo"));
         let xla_text = std::fs::read(&xla_file).unwrap_or_else(|e| {
             panic!(
-                "{}: {e} (run scripts/compile_vs_xla.py)",
+                "{}: {e} (run scripts/bench/compile_vs_xla.py)",
                 xla_file.display()
             )
         });

@@ -458,9 +458,12 @@ fn declare_root_sharding(module: &mut Module, sharded: &Module) {
     }
 }
 
-/// The registry that resolves the pipeline's pass names and aliases (`remat`, `dedup`).
-fn pipeline_registry() -> Registry {
-    let mut r = Registry::new();
+/// Every pass Tessera has, by name: the generic passes of `tessera-pass` and each pass crate's.
+/// The one registry: the pipeline resolves its pass names and aliases (`remat`, `dedup`) in it,
+/// `tessera opt`/`passes`/`memory` run it, and the robustness checks and benches go through
+/// every pass in it. A crate with more passes registers them here.
+pub fn registry() -> Registry {
+    let mut r = Registry::with_generic_passes();
     tessera_spmd::register(&mut r);
     tessera_remat::register(&mut r);
     tessera_dedup::register(&mut r);
@@ -532,7 +535,7 @@ fn settings(options: &CompileOptions, module: &Module) -> Result<PassSettings> {
         ));
     }
 
-    let registry = pipeline_registry();
+    let registry = registry();
     let mut by_pass: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
     for (pass, pairs) in tessera_pass::registry::parse_pass_options(&options.pass_options)? {
         let name = registry.resolve(&pass).to_string();

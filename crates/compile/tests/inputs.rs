@@ -68,7 +68,7 @@ fn tensorflow_module_from_the_corpus() {
     assert!(v.passed(), "{v}");
 }
 
-/// A TensorFlow training step as tf2xla produced it (scripts/make_tf_input.py), sharded for 8
+/// A TensorFlow training step as tf2xla produced it (scripts/fixtures/make_tf_input.py), sharded for 8
 /// devices by TensorFlow's own `xla_sharding` annotations: compiled, equal to the original on
 /// one device.
 #[test]

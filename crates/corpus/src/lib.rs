@@ -96,7 +96,7 @@ fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
 
 /// Splits a file into modules on lines that are exactly `// -----` (trailing blanks allowed),
 /// as XLA's tests do, and keeps the chunks with at least one line that is neither blank nor a
-/// `//` comment (the same rule as scripts/corpus_oracle.py).
+/// `//` comment (the same rule as scripts/oracles/corpus_oracle.py).
 pub fn split_modules(text: &str) -> Vec<String> {
     let mut chunks = vec![String::new()];
     for line in text.split_inclusive('\n') {

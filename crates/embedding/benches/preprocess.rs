@@ -4,7 +4,7 @@
 //!
 //! Run: `cargo bench -p tessera-embedding --bench preprocess`. With
 //! `TESSERA_EMBEDDING_BENCH_DIR=$PWD/target/embedding-bench` (an absolute path) it reads `config.json`, `dense.npz` and
-//! `ragged.npz` written by scripts/embedding_bench.py (the batches jax-tpu-embedding is timed
+//! `ragged.npz` written by scripts/bench/embedding_bench.py (the batches jax-tpu-embedding is timed
 //! on); otherwise it makes batches of the same shape itself. `TESSERA_EMBEDDING_BENCH_SAMPLES`
 //! shrinks the batch (default 16000).
 

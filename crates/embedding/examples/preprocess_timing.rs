@@ -1,4 +1,4 @@
-//! Times preprocessing of `.npz` batches (scripts/embedding_bench.py runs this next to
+//! Times preprocessing of `.npz` batches (scripts/bench/embedding_bench.py runs this next to
 //! jax-tpu-embedding on the same files):
 //!
 //!     cargo run --release -p tessera-embedding --example preprocess_timing -- \

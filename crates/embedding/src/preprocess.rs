@@ -1240,7 +1240,7 @@ mod tests {
 
     /// Buckets of a few columns; jax-tpu-embedding 0.2.0 put columns 46, 2, 58 (buckets 2, 13,
     /// 15) in its first minibatch, in that order, and 32, 52 (buckets 16, 20) in its second
-    /// (1 device, 2 SparseCores, limits 4: scripts/embedding_oracle.py's split cases check
+    /// (1 device, 2 SparseCores, limits 4: scripts/oracles/embedding_oracle.py's split cases check
     /// the rest).
     #[test]
     fn bucketing_hash_matches_jax_tpu_embedding() {

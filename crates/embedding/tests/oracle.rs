@@ -1,5 +1,5 @@
 //! Our CSR buffers, decoded, against jax-tpu-embedding 0.2.0's on the random configurations of
-//! testdata/embedding/oracle.npz (made by scripts/embedding_oracle.py): the same multiset of
+//! testdata/embedding/oracle.npz (made by scripts/oracles/embedding_oracle.py): the same multiset of
 //! (device, core, partition, id, sample), gains within 1e-7 relative, identical statistics and
 //! dropped counts, and the same number of minibatches (the last cases split their batch into
 //! several); and the stacked, sharded table values equal those of jax-tpu-embedding's

@@ -1,5 +1,5 @@
 //! Reads a serialized `xla.HloModuleProto`, converts it to a Tessera module and writes the
-//! module back as `xla.HloModuleProto` bytes. Used by `scripts/check_proto_against_xla.py` to
+//! module back as `xla.HloModuleProto` bytes. Used by `scripts/oracles/check_proto_against_xla.py` to
 //! compare our encoding with XLA's own.
 //!
 //! Usage: `proto_roundtrip IN OUT.pb [IN OUT.pb ...]` where IN is proto bytes, or HLO text when

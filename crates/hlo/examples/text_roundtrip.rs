@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use tessera_hlo::text::{parse_module, print_module, PrintOptions};
 
-/// Median time of `n` runs (as scripts/xla_text_times.py reports XLA's), and the last result.
+/// Median time of `n` runs (as scripts/bench/xla_text_times.py reports XLA's), and the last result.
 fn best_of<T>(n: usize, mut f: impl FnMut() -> T) -> (Duration, T) {
     let mut times = Vec::with_capacity(n);
     let mut last = None;

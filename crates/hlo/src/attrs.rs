@@ -99,13 +99,68 @@ pub struct SparsityDescriptor {
     pub m: i32,
 }
 
-/// `xla.PrecisionConfig.Precision`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Precision {
-    Default,
-    High,
-    Highest,
-    PackedNibble,
+/// An attribute enum whose every value has one spelling, written once: the text format and
+/// the proto's string fields both use it, and a value's position is its proto number.
+/// `named_enum! { pub enum E { A = "a", B = "b" } }` gives `E::ALL`, `name`, `from_name`,
+/// `number`, `from_number` and `expected` (the spellings as an error message lists them).
+macro_rules! named_enum {
+    ($(#[$meta:meta])* $vis:vis enum $name:ident {
+        $($(#[$vmeta:meta])* $variant:ident = $text:literal),+ $(,)?
+    }) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        $vis enum $name {
+            $($(#[$vmeta])* $variant),+
+        }
+
+        impl $name {
+            /// Every value, in proto-number order.
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            /// The spelling in HLO text (and in the proto's string field, where there is one).
+            pub const fn name(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text),+
+                }
+            }
+
+            /// The value spelled `text`, exactly.
+            pub fn from_name(text: &str) -> Option<$name> {
+                $name::ALL.iter().copied().find(|v| v.name() == text)
+            }
+
+            /// The proto's number of the value.
+            pub const fn number(self) -> i32 {
+                self as i32
+            }
+
+            /// The value numbered `n` in the proto.
+            pub fn from_number(n: i32) -> Option<$name> {
+                usize::try_from(n).ok().and_then(|k| $name::ALL.get(k).copied())
+            }
+
+            /// Every spelling, for an error message: `A, B or C`.
+            pub fn expected() -> String {
+                let names: Vec<&str> = $name::ALL.iter().map(|v| v.name()).collect();
+                match names.split_last() {
+                    Some((last, rest)) if !rest.is_empty() => {
+                        format!("{} or {last}", rest.join(", "))
+                    }
+                    _ => names.concat(),
+                }
+            }
+        }
+    };
+}
+
+named_enum! {
+    /// `xla.PrecisionConfig.Precision`.
+    pub enum Precision {
+        Default = "default",
+        High = "high",
+        Highest = "highest",
+        PackedNibble = "packed_nibble",
+    }
 }
 
 /// `operand_precision={high,default}` and `algorithm=dot_bf16_bf16_f32`.
@@ -155,23 +210,26 @@ pub struct ScatterDimensionNumbers {
     pub scatter_indices_batching_dims: Vec<i64>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ComparisonDirection {
-    Eq,
-    Ne,
-    Ge,
-    Gt,
-    Le,
-    Lt,
+named_enum! {
+    /// `direction=GE` on compare.
+    pub enum ComparisonDirection {
+        Eq = "EQ",
+        Ne = "NE",
+        Ge = "GE",
+        Gt = "GT",
+        Le = "LE",
+        Lt = "LT",
+    }
 }
 
-/// `type=TOTALORDER` on compare.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ComparisonType {
-    Float,
-    TotalOrder,
-    Signed,
-    Unsigned,
+named_enum! {
+    /// `type=TOTALORDER` on compare.
+    pub enum ComparisonType {
+        Float = "FLOAT",
+        TotalOrder = "TOTALORDER",
+        Signed = "SIGNED",
+        Unsigned = "UNSIGNED",
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -207,12 +265,14 @@ pub struct MeshReplicaGroups {
     pub group_axes: Vec<String>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum FusionKind {
-    Loop,
-    Input,
-    Output,
-    Custom,
+named_enum! {
+    /// `kind=kLoop` on fusion.
+    pub enum FusionKind {
+        Loop = "kLoop",
+        Input = "kInput",
+        Output = "kOutput",
+        Custom = "kCustom",
+    }
 }
 
 /// `api_version=API_VERSION_TYPED_FFI` etc. (`xla.CustomCallApiVersion`).
@@ -225,12 +285,13 @@ pub enum CustomCallApiVersion {
     TypedFfi,
 }
 
-/// `schedule=SCHEDULE_LATEST` (`xla.CustomCallSchedule`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum CustomCallSchedule {
-    None,
-    Latest,
-    Earliest,
+named_enum! {
+    /// `schedule=SCHEDULE_LATEST` (`xla.CustomCallSchedule`).
+    pub enum CustomCallSchedule {
+        None = "SCHEDULE_NONE",
+        Latest = "SCHEDULE_LATEST",
+        Earliest = "SCHEDULE_EARLIEST",
+    }
 }
 
 /// `output_to_operand_aliasing={{0}: (1, {})}`.
@@ -500,4 +561,57 @@ pub struct ScanAttrs {
     pub is_reverse: bool,
     pub num_carries: i64,
     pub is_associative: Option<bool>,
+}
+
+#[cfg(test)]
+mod named_enum_tests {
+    use super::*;
+
+    fn round_trips<E: Copy + PartialEq + std::fmt::Debug>(
+        all: &[E],
+        name: fn(E) -> &'static str,
+        from_name: fn(&str) -> Option<E>,
+        number: fn(E) -> i32,
+        from_number: fn(i32) -> Option<E>,
+    ) {
+        for (k, &v) in all.iter().enumerate() {
+            assert_eq!(from_name(name(v)), Some(v));
+            assert_eq!(number(v), k as i32);
+            assert_eq!(from_number(number(v)), Some(v));
+        }
+        assert_eq!(from_number(-1), None);
+        assert_eq!(from_number(all.len() as i32), None);
+    }
+
+    #[test]
+    fn names_and_numbers_round_trip() {
+        use ComparisonDirection as D;
+        round_trips(D::ALL, D::name, D::from_name, D::number, D::from_number);
+        use ComparisonType as T;
+        round_trips(T::ALL, T::name, T::from_name, T::number, T::from_number);
+        use FusionKind as F;
+        round_trips(F::ALL, F::name, F::from_name, F::number, F::from_number);
+        use CustomCallSchedule as S;
+        round_trips(S::ALL, S::name, S::from_name, S::number, S::from_number);
+        use Precision as P;
+        round_trips(P::ALL, P::name, P::from_name, P::number, P::from_number);
+    }
+
+    #[test]
+    fn error_lists_read_as_the_hand_written_ones_did() {
+        assert_eq!(ComparisonDirection::expected(), "EQ, NE, GE, GT, LE or LT");
+        assert_eq!(
+            ComparisonType::expected(),
+            "FLOAT, TOTALORDER, SIGNED or UNSIGNED"
+        );
+        assert_eq!(FusionKind::expected(), "kLoop, kInput, kOutput or kCustom");
+        assert_eq!(
+            CustomCallSchedule::expected(),
+            "SCHEDULE_NONE, SCHEDULE_LATEST or SCHEDULE_EARLIEST"
+        );
+        assert_eq!(
+            Precision::expected(),
+            "default, high, highest or packed_nibble"
+        );
+    }
 }

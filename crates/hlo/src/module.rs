@@ -181,12 +181,12 @@ impl std::fmt::Debug for RecoveryEntry {
 }
 
 impl PartialEq for RecoveryEntry {
-    /// Modules compare structurally ([`crate::text::module_diff`]).
+    /// Modules compare structurally ([`crate::module_diff`]).
     fn eq(&self, other: &RecoveryEntry) -> bool {
         self.replacing == other.replacing
             && match (&self.module, &other.module) {
                 (None, None) => true,
-                (Some(a), Some(b)) => crate::text::module_diff(a, b).is_none(),
+                (Some(a), Some(b)) => crate::module_diff::module_diff(a, b).is_none(),
                 _ => false,
             }
     }

@@ -4,7 +4,7 @@
 //! it and parsing the print must give a structurally equal module, and printing that again must
 //! give the same bytes. The modules XLA rejects (testdata/corpus/xla_rejects.txt) must give an
 //! error, never a panic. Files split into modules on lines `// -----`, as XLA's tests do;
-//! chunks holding only comments are skipped (the same rule as scripts/corpus_oracle.py).
+//! chunks holding only comments are skipped (the same rule as scripts/oracles/corpus_oracle.py).
 
 use tessera_corpus::{hlo_files, split_modules};
 

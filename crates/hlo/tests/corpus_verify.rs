@@ -1,8 +1,8 @@
 //! Every corpus module that XLA's parser and verifier accept must pass Tessera's verifier.
 //!
-//! Modules are split and indexed as scripts/corpus_oracle.py does. testdata/corpus/
+//! Modules are split and indexed as scripts/oracles/corpus_oracle.py does. testdata/corpus/
 //! xla_rejects.txt lists the modules XLA's parser refuses; testdata/corpus/
-//! xla_verify_rejects.txt (scripts/corpus_verify_oracle.py) those XLA's verifier refuses. A
+//! xla_verify_rejects.txt (scripts/oracles/corpus_verify_oracle.py) those XLA's verifier refuses. A
 //! module our parser cannot read is the text parser's business (tests/corpus_text.rs) and is
 //! only counted here.
 
@@ -85,7 +85,7 @@ fn corpus_modules_xla_accepts_verify() {
             }
         }
     }
-    // The candidates for scripts/corpus_verify_oracle.py: every module we reject.
+    // The candidates for scripts/oracles/corpus_verify_oracle.py: every module we reject.
     if let Ok(path) = std::env::var("TESSERA_VERIFY_CANDIDATES") {
         std::fs::write(path, rejected_names.join("\n") + "\n").unwrap();
     }

@@ -1,9 +1,9 @@
 //! XLA's own dump files, as users hand them to us: every file of testdata/dumps (written by
-//! scripts/make_xla_dumps.py with `xla_dump_to`: before propagation, before and after
+//! scripts/fixtures/make_xla_dumps.py with `xla_dump_to`: before propagation, before and after
 //! spmd-partitioning, for eight jax models in both propagation modes) parses, prints, and the
 //! print parses to an equal module that prints to the same bytes. Most use the dumps'
 //! `%x#N` tuple-element shorthand; the expectations for how it reads (names, order) were checked
-//! against jaxlib with scripts/check_dump_shorthand.py.
+//! against jaxlib with scripts/oracles/check_dump_shorthand.py.
 
 use std::path::Path;
 

@@ -17,4 +17,4 @@ if not os.environ.get("TESSERA_PJRT_PLUGIN") and os.path.isfile(PLUGIN):
     os.environ["TESSERA_PJRT_PLUGIN"] = PLUGIN
 
 # The jax models of testdata are made by these scripts; the tests reuse their definitions.
-sys.path.insert(0, os.path.join(REPO, "scripts"))
+sys.path.insert(0, os.path.join(REPO, "scripts", "fixtures"))

@@ -1,5 +1,5 @@
-"""The jax models of testdata, with concrete inputs: the definitions of scripts/make_spmd_models.py
-and scripts/make_xla_dumps.py (the scripts that made testdata/models and testdata/dumps), plus an
+"""The jax models of testdata, with concrete inputs: the definitions of scripts/fixtures/make_spmd_models.py
+and scripts/fixtures/make_xla_dumps.py (the scripts that made testdata/models and testdata/dumps), plus an
 embedding lookup alone and explicit-sharding-mode modules."""
 import jax
 import jax.numpy as jnp

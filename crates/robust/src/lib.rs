@@ -15,20 +15,11 @@ use tessera_hlo::text::{parse_module, print_module, PrintOptions};
 use tessera_hlo::verify::{verify, VerifyOptions};
 use tessera_hlo::Module;
 use tessera_pass::driver::{default_hooks, run_opt, OptSpec};
-use tessera_pass::Registry;
 
 pub mod mutate;
 
-/// Every pass the `tessera` binary knows (the CLI's `opt` uses this registry): a crate with
-/// more passes registers them here.
-pub fn registry() -> Registry {
-    let mut r = Registry::with_generic_passes();
-    tessera_spmd::register(&mut r);
-    tessera_remat::register(&mut r);
-    tessera_dedup::register(&mut r);
-    tessera_autoshard::register(&mut r);
-    r
-}
+/// Every pass the `tessera` binary knows: the one registry, kept in `tessera-compile`.
+pub use tessera_compile::registry;
 
 /// The pipelines the checks run: `(passes, options)`. Every pass of the registry is in one.
 pub const PIPELINES: &[(&str, &[&str])] = &[

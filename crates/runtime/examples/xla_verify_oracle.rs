@@ -1,4 +1,4 @@
-//! Oracle helper for scripts/corpus_verify_oracle.py: compiles serialized `xla.HloModuleProto`
+//! Oracle helper for scripts/oracles/corpus_verify_oracle.py: compiles serialized `xla.HloModuleProto`
 //! files with the PJRT CPU plugin and prints, per file, whether XLA accepted the module.
 //!
 //! XLA runs its HloVerifier on every module it is given (`CreateModuleFromProto`) and again at

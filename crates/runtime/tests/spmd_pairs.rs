@@ -1,5 +1,5 @@
 //! The equivalence harness on XLA's own partitioning results (testdata/spmd_pairs, made by
-//! scripts/make_spmd_pairs.py): every `before` module (run on 1 device, shardings ignored)
+//! scripts/fixtures/make_spmd_pairs.py): every `before` module (run on 1 device, shardings ignored)
 //! agrees with its `after` module (run on `num_partitions` devices), and a partitioned module
 //! with one collective replaced by a local stand-in of the same shape (a copy of its operand, or a concatenation or
 //! slice of it) is caught.

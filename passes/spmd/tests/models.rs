@@ -2,7 +2,7 @@
 //!
 //! testdata/models/<model>.before-propagation.hlo is the module XLA's own `sharding-propagation`
 //! pass received when jax compiled the model on a 2x4 mesh, and <model>.after-propagation.hlo
-//! what that pass returned (both written by scripts/make_spmd_models.py). This test runs our
+//! what that pass returned (both written by scripts/fixtures/make_spmd_models.py). This test runs our
 //! pass on the first and compares, instruction by instruction (matched by name), our sharding
 //! with XLA's. A difference must be listed, with an argument, in
 //! testdata/models/propagation_differences.md.

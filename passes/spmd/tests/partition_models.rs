@@ -261,7 +261,7 @@ fn xla_dumps_partition_and_run_equal_beside_xla() {
     assert!(failures.is_empty(), "\n{}", failures.join("\n\n"));
 }
 
-/// testdata/shard_map (scripts/make_shard_map_dumps.py): jax's shard_map manual over the
+/// testdata/shard_map (scripts/fixtures/make_shard_map_dumps.py): jax's shard_map manual over the
 /// "model" axis only of a 2x4 mesh (a partially manual region, `last_tile_dims={manual}`),
 /// with each collective jax emits there (psum, all_gather, ppermute, psum_scatter,
 /// all_to_all, axis_index, and all of them in one region), in both jax modes, as XLA's

@@ -337,44 +337,6 @@ fn module_to_proto_parts(m: &Module) -> (pb::HloModuleProto, Ids, Vec<Vec<InstrI
     (p, ids, instr_orders)
 }
 
-pub(crate) fn comparison_direction_name(d: ComparisonDirection) -> &'static str {
-    match d {
-        ComparisonDirection::Eq => "EQ",
-        ComparisonDirection::Ne => "NE",
-        ComparisonDirection::Ge => "GE",
-        ComparisonDirection::Gt => "GT",
-        ComparisonDirection::Le => "LE",
-        ComparisonDirection::Lt => "LT",
-    }
-}
-
-pub(crate) fn comparison_type_name(t: ComparisonType) -> &'static str {
-    match t {
-        ComparisonType::Float => "FLOAT",
-        ComparisonType::TotalOrder => "TOTALORDER",
-        ComparisonType::Signed => "SIGNED",
-        ComparisonType::Unsigned => "UNSIGNED",
-    }
-}
-
-pub(crate) fn fusion_kind_name(k: FusionKind) -> &'static str {
-    match k {
-        FusionKind::Loop => "kLoop",
-        FusionKind::Input => "kInput",
-        FusionKind::Output => "kOutput",
-        FusionKind::Custom => "kCustom",
-    }
-}
-
-fn precision_value(p: Precision) -> i32 {
-    match p {
-        Precision::Default => 0,
-        Precision::High => 1,
-        Precision::Highest => 2,
-        Precision::PackedNibble => 3,
-    }
-}
-
 fn dot_dims_to_proto(d: &DotDimensionNumbers) -> pb::DotDimensionNumbers {
     pb::DotDimensionNumbers {
         lhs_contracting_dimensions: d.lhs_contracting_dimensions.clone(),
@@ -481,9 +443,9 @@ fn instr_to_proto(m: &Module, id: InstrId, ids: &Ids) -> pb::HloInstructionProto
         });
     }
     if let Some(c) = &a.comparison {
-        p.comparison_direction = comparison_direction_name(c.direction).to_string();
+        p.comparison_direction = c.direction.name().to_string();
         if let Some(t) = c.ty {
-            p.comparison_type = comparison_type_name(t).to_string();
+            p.comparison_type = t.name().to_string();
             p.comparison_order = match t {
                 ComparisonType::Float => "PARTIAL",
                 ComparisonType::TotalOrder | ComparisonType::Signed | ComparisonType::Unsigned => {
@@ -552,11 +514,7 @@ fn instr_to_proto(m: &Module, id: InstrId, ids: &Ids) -> pb::HloInstructionProto
         .collect();
     if let Some(pc) = &a.precision {
         p.precision_config = Some(pb::PrecisionConfig {
-            operand_precision: pc
-                .operand_precision
-                .iter()
-                .map(|&x| precision_value(x))
-                .collect(),
+            operand_precision: pc.operand_precision.iter().map(|&x| x.number()).collect(),
             algorithm: pc.algorithm,
         });
     }
@@ -616,11 +574,7 @@ fn instr_to_proto(m: &Module, id: InstrId, ids: &Ids) -> pb::HloInstructionProto
                 operand_shape_index: o.operand_index.clone(),
             })
             .collect();
-        p.custom_call_schedule = match cc.schedule {
-            CustomCallSchedule::None => 0,
-            CustomCallSchedule::Latest => 1,
-            CustomCallSchedule::Earliest => 2,
-        };
+        p.custom_call_schedule = cc.schedule.number();
         p.padding_type = cc.padding_type;
     }
     if !a.output_to_operand_aliasing.is_empty() {
@@ -635,7 +589,7 @@ fn instr_to_proto(m: &Module, id: InstrId, ids: &Ids) -> pb::HloInstructionProto
             .collect();
     }
     if let Some(k) = a.fusion_kind {
-        p.fusion_kind = fusion_kind_name(k).to_string();
+        p.fusion_kind = k.name().to_string();
     }
     if let Some(c) = &a.infeed_config {
         p.infeed_config = c.clone().into_bytes();

@@ -2,7 +2,6 @@
 
 use std::collections::HashMap;
 
-use super::export::{comparison_direction_name, comparison_type_name, fusion_kind_name};
 use super::messages as pb;
 use super::values::*;
 use super::ProtoError;
@@ -831,17 +830,8 @@ fn attrs_from_proto(
             .collect()
     });
     if !p.comparison_direction.is_empty() {
-        let direction = [
-            ComparisonDirection::Eq,
-            ComparisonDirection::Ne,
-            ComparisonDirection::Ge,
-            ComparisonDirection::Gt,
-            ComparisonDirection::Le,
-            ComparisonDirection::Lt,
-        ]
-        .into_iter()
-        .find(|&d| comparison_direction_name(d) == p.comparison_direction)
-        .ok_or_else(|| format!("unknown comparison direction `{}`", p.comparison_direction))?;
+        let direction = ComparisonDirection::from_name(&p.comparison_direction)
+            .ok_or_else(|| format!("unknown comparison direction `{}`", p.comparison_direction))?;
         let float_operands = operand_type.is_some_and(|t| t.is_float() || t.is_complex());
         let ty = if p.comparison_type.is_empty() {
             // Recent XLA writes only the order; only a total order on floats is not the default.
@@ -853,15 +843,8 @@ fn attrs_from_proto(
             }
         } else {
             Some(
-                [
-                    ComparisonType::Float,
-                    ComparisonType::TotalOrder,
-                    ComparisonType::Signed,
-                    ComparisonType::Unsigned,
-                ]
-                .into_iter()
-                .find(|&t| comparison_type_name(t) == p.comparison_type)
-                .ok_or_else(|| format!("unknown comparison type `{}`", p.comparison_type))?,
+                ComparisonType::from_name(&p.comparison_type)
+                    .ok_or_else(|| format!("unknown comparison type `{}`", p.comparison_type))?,
             )
         };
         a.comparison = Some(Comparison { direction, ty });
@@ -945,12 +928,9 @@ fn attrs_from_proto(
             operand_precision: pc
                 .operand_precision
                 .iter()
-                .map(|&v| match v {
-                    0 => Ok(Precision::Default),
-                    1 => Ok(Precision::High),
-                    2 => Ok(Precision::Highest),
-                    3 => Ok(Precision::PackedNibble),
-                    _ => Err(format!("unknown operand precision {v}")),
+                .map(|&v| {
+                    Precision::from_number(v)
+                        .ok_or_else(|| format!("unknown operand precision {v}"))
                 })
                 .collect::<Result<_, _>>()?,
             algorithm: DOT_ALGORITHMS
@@ -1034,26 +1014,16 @@ fn attrs_from_proto(
                     operand_index: o.operand_shape_index.clone(),
                 })
                 .collect(),
-            schedule: match p.custom_call_schedule {
-                0 => CustomCallSchedule::None,
-                1 => CustomCallSchedule::Latest,
-                2 => CustomCallSchedule::Earliest,
-                v => return Err(format!("unknown custom-call schedule {v}")),
-            },
+            schedule: CustomCallSchedule::from_number(p.custom_call_schedule).ok_or_else(|| {
+                format!("unknown custom-call schedule {}", p.custom_call_schedule)
+            })?,
             padding_type: p.padding_type,
         }));
     }
     if !p.fusion_kind.is_empty() {
         a.fusion_kind = Some(
-            [
-                FusionKind::Loop,
-                FusionKind::Input,
-                FusionKind::Output,
-                FusionKind::Custom,
-            ]
-            .into_iter()
-            .find(|&k| fusion_kind_name(k) == p.fusion_kind)
-            .ok_or_else(|| format!("unknown fusion kind `{}`", p.fusion_kind))?,
+            FusionKind::from_name(&p.fusion_kind)
+                .ok_or_else(|| format!("unknown fusion kind `{}`", p.fusion_kind))?,
         );
     } else if op == Opcode::Fusion {
         return Err("fusion without a fusion kind".into());

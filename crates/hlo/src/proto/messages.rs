@@ -2,7 +2,7 @@
 //!
 //! Written by hand with prost derives (no protoc, no build script). Field numbers and wire types
 //! are those of `xla/service/hlo.proto`, `xla/xla_data.proto` and `xla/xla.proto` of openxla/xla,
-//! checked against the descriptors embedded in jaxlib 0.12 (`scripts/proto_descriptors.py`
+//! checked against the descriptors embedded in jaxlib 0.12 (`scripts/oracles/proto_descriptors.py`
 //! prints them). Enum-typed fields are declared as `int32` (same varint encoding), so a value
 //! this crate does not know survives decoding and is reported by the converter instead of being
 //! dropped by prost. Only the messages and fields an HLO module uses are declared; prost skips

@@ -10,7 +10,6 @@
 //! parsed module and parsing it again gives an equal module, and printing that again gives the
 //! same bytes. See `docs/text-format.md`.
 
-mod compare;
 mod cursor;
 pub(crate) mod float;
 mod parser;
@@ -20,7 +19,7 @@ mod values;
 #[cfg(test)]
 mod tests;
 
-pub use compare::module_diff;
+pub use crate::module_diff::module_diff;
 pub use values::MAX_DEVICES;
 
 use crate::module::Module;

@@ -146,7 +146,7 @@ fn count_newlines(b: &[u8]) -> usize {
 /// instruction of its caller), recycled when the computation closes: a computation's lookups
 /// then stay in the caches however many computations the module has. One table for the whole
 /// module keyed by (computation, name) cost a cache miss per instruction once it outgrew
-/// them, which made parsing grow faster than the text (docs/robustness.md).
+/// them, which made parsing grow faster than the text (docs/log/robustness-campaigns.md).
 struct Scopes<'a> {
     /// The instructions of each open computation by text name, innermost last.
     open: Vec<Scope<'a>>,
@@ -1945,14 +1945,8 @@ impl<'a> Parser<'a> {
             ("lower", Cholesky) => a.lower = self.bool_value()?,
             ("direction", Compare) => {
                 let (at, w) = self.enum_word("a comparison direction")?;
-                let direction = match w {
-                    "EQ" => ComparisonDirection::Eq,
-                    "NE" => ComparisonDirection::Ne,
-                    "GE" => ComparisonDirection::Ge,
-                    "GT" => ComparisonDirection::Gt,
-                    "LE" => ComparisonDirection::Le,
-                    "LT" => ComparisonDirection::Lt,
-                    _ => return self.bad_enum(at, "EQ, NE, GE, GT, LE or LT", w),
+                let Some(direction) = ComparisonDirection::from_name(w) else {
+                    return self.bad_enum(at, &ComparisonDirection::expected(), w);
                 };
                 let ty = a.comparison.and_then(|c| c.ty);
                 a.comparison = Some(Comparison { direction, ty });
@@ -1962,11 +1956,10 @@ impl<'a> Parser<'a> {
                 let ty = match w {
                     "TOTAL" if key == "order" => ComparisonType::TotalOrder,
                     "PARTIAL" if key == "order" => ComparisonType::Float,
-                    "FLOAT" => ComparisonType::Float,
-                    "TOTALORDER" => ComparisonType::TotalOrder,
-                    "SIGNED" => ComparisonType::Signed,
-                    "UNSIGNED" => ComparisonType::Unsigned,
-                    _ => return self.bad_enum(at, "FLOAT, TOTALORDER, SIGNED or UNSIGNED", w),
+                    _ => match ComparisonType::from_name(w) {
+                        Some(t) => t,
+                        None => return self.bad_enum(at, &ComparisonType::expected(), w),
+                    },
                 };
                 let direction = a
                     .comparison
@@ -2004,13 +1997,10 @@ impl<'a> Parser<'a> {
             ("padding", Pad) => a.padding = Some(self.parse_padding()?),
             ("kind", Fusion) => {
                 let (at, w) = self.enum_word("a fusion kind")?;
-                a.fusion_kind = Some(match w {
-                    "kLoop" => FusionKind::Loop,
-                    "kInput" => FusionKind::Input,
-                    "kOutput" => FusionKind::Output,
-                    "kCustom" => FusionKind::Custom,
-                    _ => return self.bad_enum(at, "kLoop, kInput, kOutput or kCustom", w),
-                });
+                let Some(kind) = FusionKind::from_name(w) else {
+                    return self.bad_enum(at, &FusionKind::expected(), w);
+                };
+                a.fusion_kind = Some(kind);
             }
             ("infeed_config", Infeed) => a.infeed_config = Some(self.c.string("a string")?),
             ("outfeed_config", Outfeed) => a.outfeed_config = Some(self.c.string("a string")?),
@@ -2092,18 +2082,10 @@ impl<'a> Parser<'a> {
             }
             ("schedule", CustomCall) => {
                 let (at, w) = self.enum_word("a custom-call schedule")?;
-                a.custom_call.get_or_insert_with(Box::default).schedule = match w {
-                    "SCHEDULE_NONE" => CustomCallSchedule::None,
-                    "SCHEDULE_LATEST" => CustomCallSchedule::Latest,
-                    "SCHEDULE_EARLIEST" => CustomCallSchedule::Earliest,
-                    _ => {
-                        return self.bad_enum(
-                            at,
-                            "SCHEDULE_NONE, SCHEDULE_LATEST or SCHEDULE_EARLIEST",
-                            w,
-                        )
-                    }
+                let Some(schedule) = CustomCallSchedule::from_name(w) else {
+                    return self.bad_enum(at, &CustomCallSchedule::expected(), w);
                 };
+                a.custom_call.get_or_insert_with(Box::default).schedule = schedule;
             }
             ("api_version", CustomCall) => {
                 let (at, w) = self.enum_word("a custom-call API version")?;

@@ -659,22 +659,10 @@ fn write_attributes(out: &mut String, m: &Module, i: &Instruction, opts: &PrintO
         Compare => {
             if let Some(c) = a.comparison {
                 out.push_str(", direction=");
-                out.push_str(match c.direction {
-                    ComparisonDirection::Eq => "EQ",
-                    ComparisonDirection::Ne => "NE",
-                    ComparisonDirection::Ge => "GE",
-                    ComparisonDirection::Gt => "GT",
-                    ComparisonDirection::Le => "LE",
-                    ComparisonDirection::Lt => "LT",
-                });
+                out.push_str(c.direction.name());
                 if let Some(t) = c.ty {
                     out.push_str(", type=");
-                    out.push_str(match t {
-                        ComparisonType::Float => "FLOAT",
-                        ComparisonType::TotalOrder => "TOTALORDER",
-                        ComparisonType::Signed => "SIGNED",
-                        ComparisonType::Unsigned => "UNSIGNED",
-                    });
+                    out.push_str(t.name());
                 }
             }
         }
@@ -880,12 +868,7 @@ fn write_attributes(out: &mut String, m: &Module, i: &Instruction, opts: &PrintO
                 if k > 0 {
                     out.push(',');
                 }
-                out.push_str(match x {
-                    Precision::Default => "default",
-                    Precision::High => "high",
-                    Precision::Highest => "highest",
-                    Precision::PackedNibble => "packed_nibble",
-                });
+                out.push_str(x.name());
             }
             out.push('}');
         }
@@ -994,12 +977,8 @@ fn write_attributes(out: &mut String, m: &Module, i: &Instruction, opts: &PrintO
         }
         Fusion => {
             if let Some(k) = a.fusion_kind {
-                out.push_str(match k {
-                    FusionKind::Loop => ", kind=kLoop",
-                    FusionKind::Input => ", kind=kInput",
-                    FusionKind::Output => ", kind=kOutput",
-                    FusionKind::Custom => ", kind=kCustom",
-                });
+                out.push_str(", kind=");
+                out.push_str(k.name());
             }
         }
         Scan => {
@@ -1065,8 +1044,10 @@ fn write_attributes(out: &mut String, m: &Module, i: &Instruction, opts: &PrintO
         }
         match cc.schedule {
             CustomCallSchedule::None => {}
-            CustomCallSchedule::Latest => out.push_str(", schedule=SCHEDULE_LATEST"),
-            CustomCallSchedule::Earliest => out.push_str(", schedule=SCHEDULE_EARLIEST"),
+            s => {
+                out.push_str(", schedule=");
+                out.push_str(s.name());
+            }
         }
         match cc.api_version {
             CustomCallApiVersion::Original | CustomCallApiVersion::Unspecified => {}

@@ -1355,7 +1355,7 @@ fn names_of(printed: &str, computation: &str) -> Vec<String> {
 
 /// Dumps' `%x#N` shorthand, read as jaxlib 0.12's `hlo_module_from_text` reads it (each case
 /// and its expected names and order were checked against jaxlib with
-/// scripts/check_dump_shorthand.py): one get-tuple-element per (tuple, index), named
+/// scripts/oracles/check_dump_shorthand.py): one get-tuple-element per (tuple, index), named
 /// `<text name>_<N>`, made right before its first user, no sharding or metadata; a text name
 /// the new instruction took is renamed with `.N`.
 #[test]

@@ -1771,15 +1771,12 @@ impl<'a> Parser<'a> {
             self.c.skip_ws()?;
             let at = self.c.pos;
             let w = self.c.name("a precision")?;
-            v.push(match w.to_ascii_lowercase().as_str() {
-                "default" => Precision::Default,
-                "high" => Precision::High,
-                "highest" => Precision::Highest,
-                "packed_nibble" => Precision::PackedNibble,
-                _ => {
+            v.push(match Precision::from_name(&w.to_ascii_lowercase()) {
+                Some(p) => p,
+                None => {
                     return Err(self.c.error_at(
                         at,
-                        format!("expected default, high, highest or packed_nibble, found '{w}'"),
+                        format!("expected {}, found '{w}'", Precision::expected()),
                     ))
                 }
             });

@@ -360,3 +360,35 @@ fn refine_from_manual(
     let min = auto.num_tiles() + 1;
     merge_if_compatible(&for_auto, min, auto)
 }
+
+impl Propagator<'_> {
+    /// XLA's `InferUnspecifiedDimsFromOperand` for partial annotation `id` (see `manual.rs`);
+    /// clears the caches around what changed.
+    pub(super) fn refine_unspecified_from_operand(&mut self, id: InstrId, dims: &[usize]) -> bool {
+        let Some(conv) = self.unspecified_from_operand(id, dims) else {
+            return false;
+        };
+        self.clear_cache(id, conv);
+        true
+    }
+
+    /// XLA's `InferUnspecifiedDimsFromUsers` for partial annotation `id` (see `manual.rs`);
+    /// clears the caches around what changed and marks the annotation (and its conversion op)
+    /// done.
+    pub(super) fn refine_unspecified_from_users(
+        &mut self,
+        id: InstrId,
+        dims: &[usize],
+        level: u8,
+    ) -> bool {
+        let Some(conv) = self.unspecified_from_users(id, dims, level) else {
+            return false;
+        };
+        self.clear_cache(id, conv);
+        self.done_bwd[id.index()] = true;
+        if let Some(c) = conv {
+            self.done_bwd[c.index()] = true;
+        }
+        true
+    }
+}

@@ -1,0 +1,37 @@
+#!/usr/bin/env python3
+"""Times XLA's own HloModuleProto serialization and deserialization (jaxlib) on corpus files,
+for docs/BENCHMARKS.md (the counterpart of `cargo bench -p tessera-hlo --bench proto`).
+
+    VENV/bin/python scripts/bench/xla_proto_times.py ../shared/corpus/xla-hlo FILE...
+
+Prints, per file: the proto's size, median serialize and median deserialize time over 5 runs.
+"""
+import os
+import statistics
+import sys
+import time
+
+from jaxlib import _hlo
+
+
+def main():
+    corpus = sys.argv[1]
+    for rel in sys.argv[2:]:
+        with open(os.path.join(corpus, rel), encoding="utf-8") as f:
+            m = _hlo.hlo_module_from_text(f.read())
+        ser, de = [], []
+        data = b""
+        for _ in range(5):
+            t0 = time.perf_counter()
+            data = m.as_serialized_hlo_module_proto()
+            t1 = time.perf_counter()
+            _hlo.HloModule.from_serialized_hlo_module_proto(data)
+            t2 = time.perf_counter()
+            ser.append(t1 - t0)
+            de.append(t2 - t1)
+        print(f"{rel}\t{len(data)} bytes\tserialize {statistics.median(ser)*1e3:.1f} ms"
+              f"\tdeserialize {statistics.median(de)*1e3:.1f} ms")
+
+
+if __name__ == "__main__":
+    main()

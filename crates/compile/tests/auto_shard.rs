@@ -14,17 +14,6 @@ use tessera_autoshard::AutoShardOptions;
 use tessera_compile::{compile, verify_on_devices, CompileOptions, Compiled, VerifyOptions};
 use tessera_hlo::Module;
 
-/// The six jax models: the five of testdata/models that fit a test (transformer48 aside) and
-/// the README's training step.
-const MODELS: &[&str] = &[
-    "models/mlp.before-propagation.hlo",
-    "models/convnet.before-propagation.hlo",
-    "models/embedding.before-propagation.hlo",
-    "models/transformer_block.before-propagation.hlo",
-    "models/transformer4.before-propagation.hlo",
-    "examples/mlp_train_step.hlo",
-];
-
 /// `module` with every sharding removed.
 fn unsharded(module: &Module) -> Module {
     let mut m = module.clone();
@@ -61,83 +50,92 @@ fn verify(original: &Module, compiled: &Compiled) -> Result<(), String> {
     }
 }
 
-struct Row {
-    model: &'static str,
-    hand: (i64, i64),
-    auto: (i64, i64),
-    seconds: f64,
+/// One jax model, shardings removed and chosen by the pass: executed equal to the original,
+/// its per-device peak and collective bytes at most the hand-annotated module's; then under a
+/// limit of half the hand-annotated peak, met (or rematerialization says why not), or refused
+/// with the best peak found. Prints `model: hand peak / bytes -> auto peak / bytes`.
+fn check_model(rel: &str) {
+    let hand_module = load(rel);
+    let hand = compile(hand_module.clone(), &CompileOptions::new(8))
+        .unwrap_or_else(|e| panic!("{rel} (hand-annotated): {e}"));
+    let original = unsharded(&hand_module);
+    let t0 = Instant::now();
+    let a = auto(&original, None).unwrap_or_else(|e| panic!("{rel}: {e}"));
+    let seconds = t0.elapsed().as_secs_f64();
+    verify(&original, &a).unwrap_or_else(|e| panic!("{rel}: --auto-shard: {e}"));
+    assert!(
+        a.report
+            .auto_shard
+            .as_ref()
+            .is_some_and(|r| !r.decisions.is_empty()),
+        "{rel}: the pass decided nothing"
+    );
+    let (hp, hb) = (hand.report.peak.partitioned, hand.report.collective_bytes());
+    let (ap, ab) = (a.report.peak.partitioned, a.report.collective_bytes());
+    eprintln!("{rel}: {hp} / {hb} -> {ap} / {ab}, auto compile {seconds:.1} s");
+    assert!(
+        ap <= hp,
+        "{rel}: per-device peak {ap} above the hand-annotated {hp}"
+    );
+    // The issue asks for 5 of 6; all six hold today, and each is kept.
+    assert!(
+        ab <= hb,
+        "{rel}: collective bytes {ab} above the hand-annotated {hb}"
+    );
+
+    let limit = hp / 2;
+    match auto(&original, Some(limit)) {
+        Ok(c) => {
+            verify(&original, &c).unwrap_or_else(|e| panic!("{rel} at {limit}: {e}"));
+            let p = c.report.peak.after_remat;
+            let warned = c
+                .report
+                .warnings
+                .iter()
+                .any(|w| w.starts_with("rematerialization:"));
+            assert!(p <= limit || warned, "{rel}: peak {p} over {limit} unsaid");
+            eprintln!("{rel}: limit {limit}: peak {p}");
+        }
+        Err(e) => {
+            assert!(
+                e.contains("no sharding fits --memory-limit") && e.contains("lowest"),
+                "{rel} at {limit}: {e}"
+            );
+            eprintln!("{rel}: limit {limit}: {e}");
+        }
+    }
+}
+
+// The six jax models: the five of testdata/models that fit a test (transformer48 aside) and
+// the README's training step. One test each, so that they run side by side.
+#[test]
+fn mlp() {
+    check_model("models/mlp.before-propagation.hlo");
 }
 
 #[test]
-fn auto_shard_matches_the_hand_annotated_models() {
-    let mut rows = Vec::new();
-    for &rel in MODELS {
-        let hand_module = load(rel);
-        let hand = compile(hand_module.clone(), &CompileOptions::new(8))
-            .unwrap_or_else(|e| panic!("{rel} (hand-annotated): {e}"));
-        let original = unsharded(&hand_module);
-        let t0 = Instant::now();
-        let a = auto(&original, None).unwrap_or_else(|e| panic!("{rel}: {e}"));
-        let seconds = t0.elapsed().as_secs_f64();
-        verify(&original, &a).unwrap_or_else(|e| panic!("{rel}: --auto-shard: {e}"));
-        assert!(
-            a.report
-                .auto_shard
-                .as_ref()
-                .is_some_and(|r| !r.decisions.is_empty()),
-            "{rel}: the pass decided nothing"
-        );
-        let row = Row {
-            model: rel,
-            hand: (hand.report.peak.partitioned, hand.report.collective_bytes()),
-            auto: (a.report.peak.partitioned, a.report.collective_bytes()),
-            seconds,
-        };
-        assert!(
-            row.auto.0 <= row.hand.0,
-            "{rel}: per-device peak {} above the hand-annotated {}",
-            row.auto.0,
-            row.hand.0
-        );
+fn convnet() {
+    check_model("models/convnet.before-propagation.hlo");
+}
 
-        // Half the hand-annotated peak: met (or rematerialization says why not), or refused
-        // with the best peak found.
-        let limit = row.hand.0 / 2;
-        match auto(&original, Some(limit)) {
-            Ok(c) => {
-                verify(&original, &c).unwrap_or_else(|e| panic!("{rel} at {limit}: {e}"));
-                let p = c.report.peak.after_remat;
-                let warned = c
-                    .report
-                    .warnings
-                    .iter()
-                    .any(|w| w.starts_with("rematerialization:"));
-                assert!(p <= limit || warned, "{rel}: peak {p} over {limit} unsaid");
-                eprintln!("{rel}: limit {limit}: peak {p}");
-            }
-            Err(e) => {
-                assert!(
-                    e.contains("no sharding fits --memory-limit") && e.contains("lowest"),
-                    "{rel} at {limit}: {e}"
-                );
-                eprintln!("{rel}: limit {limit}: {e}");
-            }
-        }
-        rows.push(row);
-    }
-    let mut wins = 0;
-    eprintln!("model: hand peak / bytes -> auto peak / bytes, auto compile s");
-    for r in &rows {
-        wins += usize::from(r.auto.1 <= r.hand.1);
-        eprintln!(
-            "{}: {} / {} -> {} / {}, {:.1}",
-            r.model, r.hand.0, r.hand.1, r.auto.0, r.auto.1, r.seconds
-        );
-    }
-    assert!(
-        wins >= 5,
-        "collective bytes at most the hand-annotated on {wins} of 6"
-    );
+#[test]
+fn embedding() {
+    check_model("models/embedding.before-propagation.hlo");
+}
+
+#[test]
+fn transformer_block() {
+    check_model("models/transformer_block.before-propagation.hlo");
+}
+
+#[test]
+fn transformer4() {
+    check_model("models/transformer4.before-propagation.hlo");
+}
+
+#[test]
+fn mlp_train_step() {
+    check_model("examples/mlp_train_step.hlo");
 }
 
 /// Deterministic output: the same module, the same shardings.

@@ -13,6 +13,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 EXAMPLE="testdata/examples/transformer_train_step.hlo"
 OUT="target/example/transformer_train_step.per_device.hlo"
+bash scripts/install-build-tools.sh
 bash scripts/install-pjrt.sh
 cargo build --release --quiet -p tessera-cli
 TESSERA="${CARGO_TARGET_DIR:-target}/release/tessera"

@@ -72,7 +72,15 @@ fn check_model(rel: &str) {
     );
     let (hp, hb) = (hand.report.peak.partitioned, hand.report.collective_bytes());
     let (ap, ab) = (a.report.peak.partitioned, a.report.collective_bytes());
-    eprintln!("{rel}: {hp} / {hb} -> {ap} / {ab}, auto compile {seconds:.1} s");
+    let solved = a.report.auto_shard.as_ref().expect("the pass ran");
+    eprintln!(
+        "{rel}: {hp} / {hb} -> {ap} / {ab}, auto compile {seconds:.1} s (solve {:.1} s, {} nodes{})",
+        solved.solve_time.as_secs_f64(),
+        solved.nodes,
+        if solved.optimal { ", proven optimal" } else { "" }
+    );
+    // Every model's problem is small enough for the solver's exact solve.
+    assert!(solved.optimal, "{rel}: the solve is not proven optimal");
     assert!(
         ap <= hp,
         "{rel}: per-device peak {ap} above the hand-annotated {hp}"

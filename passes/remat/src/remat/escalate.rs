@@ -145,11 +145,18 @@ impl Rematerialization {
         let mem = module_memory(m, None, &*self.size_fn, MemoryOptions::default())
             .map_err(|e| RematError::Internal(format!("memory accounting: {e}")))?;
         let f = remat_floor(m, &mem);
-        let along = match self.options.mode {
-            RematMode::Recompute => f.bytes,
-            _ => f.any_schedule,
-        };
-        Ok((along, f.any_schedule, f.describe(m)))
+        Ok(match self.options.mode {
+            RematMode::Recompute => (f.bytes, f.any_schedule, f.describe(m)),
+            _ => (
+                f.any_schedule_local,
+                f.any_schedule_local,
+                format!(
+                    "{} bytes for any schedule (operands and results of one instruction, \
+                     outputs included)",
+                    f.any_schedule_local
+                ),
+            ),
+        })
     }
 
     /// The recompute-before-use level (split.rs) on `start`.

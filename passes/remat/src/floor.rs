@@ -284,7 +284,10 @@ fn last_operand_bytes(
         v.iter().map(|&t| cm.buffers[t].allocated).sum()
     };
     let others = |r: &[(usize, usize)], d: usize| -> Vec<usize> {
-        r.iter().filter(|&&(q, _)| q != d).map(|&(_, t)| t).collect()
+        r.iter()
+            .filter(|&&(q, _)| q != d)
+            .map(|&(_, t)| t)
+            .collect()
     };
     let at_p = reads(p);
     definers(&at_p)

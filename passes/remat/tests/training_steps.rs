@@ -30,8 +30,7 @@ const DEVICES: usize = 8;
 fn client() -> &'static Client {
     static CLIENT: OnceLock<Client> = OnceLock::new();
     CLIENT.get_or_init(|| {
-        Client::cpu(DEVICES)
-            .unwrap_or_else(|e| panic!("cannot create the PJRT CPU client: {e}"))
+        Client::cpu(DEVICES).unwrap_or_else(|e| panic!("cannot create the PJRT CPU client: {e}"))
     })
 }
 

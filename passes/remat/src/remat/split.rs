@@ -143,6 +143,10 @@ pub fn split_to_limit(
             break;
         }
     }
+    tracing::debug!(
+        "recompute before use: {measures} measurements, {added} instructions added, {} banned",
+        banned.len()
+    );
     Ok(added)
 }
 

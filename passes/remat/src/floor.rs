@@ -55,8 +55,11 @@ pub struct RematFloor {
     pub output_bytes: i64,
     /// The entry instruction where `bytes` is reached (`None` for an empty entry).
     pub at: Option<InstrId>,
-    /// At `at`: bytes of its operands and results.
+    /// At `at`: bytes of its operands and results (or, with `last_operand`, the bytes the
+    /// *last operand* count found there).
     pub local_bytes: i64,
+    /// Whether `local_bytes` is the *last operand* count rather than *local*.
+    pub last_operand: bool,
     /// At `at`: bytes of values that cannot be rematerialized, live across it, that are not
     /// already among its operands and results.
     pub pinned_bytes: i64,
@@ -71,8 +74,13 @@ impl RematFloor {
             .at
             .map(|i| format!("%{}", module.instr(i).name()))
             .unwrap_or_else(|| "the empty entry".into());
+        let what = if self.last_operand {
+            "operands held while the last of them is computed"
+        } else {
+            "operands and results"
+        };
         let mut s = format!(
-            "{} bytes at {at} = outputs {} + operands and results {}",
+            "{} bytes at {at} = outputs {} + {what} {}",
             self.bytes, self.output_bytes, self.local_bytes
         );
         if self.pinned_bytes > 0 {
@@ -97,6 +105,7 @@ struct CompFloor {
     any_local: i64,
     at: Option<InstrId>,
     local: i64,
+    last_operand: bool,
     pinned: i64,
     callee: i64,
 }
@@ -122,6 +131,7 @@ pub fn remat_floor(module: &Module, mem: &ModuleMemory) -> RematFloor {
         output_bytes: mem.output_bytes,
         at: f.at,
         local_bytes: f.local,
+        last_operand: f.last_operand,
         pinned_bytes: f.pinned,
         callee_bytes: f.callee,
     }
@@ -227,13 +237,14 @@ fn computation_floor(
         };
         let here = (local + pinned_extra + callee).max(pinned_live).max(last);
         if here > best.bytes || best.at.is_none() {
-            let (l, pe, c) = if local + pinned_extra + callee >= pinned_live.max(last) {
-                (local, pinned_extra, callee)
+            let (l, pe, c, lo) = if local + pinned_extra + callee >= pinned_live.max(last) {
+                (local, pinned_extra, callee, false)
             } else if last >= pinned_live {
-                (last, 0, 0)
+                (last, 0, 0, true)
             } else {
-                (0, pinned_live, 0)
+                (0, pinned_live, 0, false)
             };
+            best.last_operand = lo;
             best.bytes = here;
             best.at = Some(id);
             best.local = l;

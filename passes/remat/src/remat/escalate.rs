@@ -155,6 +155,8 @@ impl Rematerialization {
         let f = remat_floor(m, &mem);
         Ok(match self.options.mode {
             RematMode::Recompute => (f.bytes, f.any_schedule, f.describe(m)),
+            // The same floor as the recompute mode's: described the same way.
+            _ if f.bytes == f.any_schedule_local => (f.bytes, f.bytes, f.describe(m)),
             _ => (
                 f.any_schedule_local,
                 f.any_schedule_local,

@@ -9,9 +9,9 @@
 //!   with the peaks of the computations it calls added. A clone reads buffers of the same
 //!   sizes. So the largest instruction's operands + results (+ callee floors) are a floor
 //!   whatever the schedule: [`RematFloor::any_schedule`].
-//! - **Pinned.** A value whose instruction cannot be rematerialized (a constant, a custom-call,
-//!   a `while`, a collective with a layout constraint, ... see
-//!   [`crate::remat::search::is_rematerializable`]) is never cloned, and its users are only
+//! - **Pinned.** A value whose instruction cannot be recomputed (a custom-call, a `while`, a
+//!   collective with a layout constraint, ... see [`crate::remat::split::recomputable`], the
+//!   widest rule any level of the pass uses) is never cloned, and its users are only
 //!   ever cloned later, never earlier: it stays live at least from its definition to its last
 //!   use in the input's schedule. The pass never reorders the input's instructions, so at a
 //!   pinned instruction every pinned value live across it in the input is live there too,
@@ -21,8 +21,13 @@
 //!
 //! The module's outputs count in full (the caller owns them, as in the accounting), its
 //! parameters not at all. Instructions no root or side effect needs are left out (the pass's
-//! final DCE removes them). In the compressing modes a pinned value can be held compact between
-//! its uses, so there only [`RematFloor::any_schedule`] holds.
+//! final DCE removes them).
+//! - **Last operand** (recompute mode): of the instructions an instruction reads from, one runs
+//!   last, and while it runs the other operands are already held; two levels of this are
+//!   counted (see `last_operand_bytes`).
+//!
+//! In the compressing modes a value can be held compact between its uses, so there only
+//! *local* holds: [`RematFloor::any_schedule_local`].
 
 use std::collections::HashMap;
 
@@ -31,7 +36,7 @@ use tessera_hlo::analysis::CallContext;
 use tessera_hlo::{CompId, InstrId, Module};
 use tessera_pass::util::SideEffects;
 
-use crate::remat::search::is_rematerializable;
+use crate::remat::split::recomputable;
 use crate::schedule_memory::{ComputationMemory, ModuleMemory};
 
 /// What a module's peak cannot go below by rematerialization (see the module docs).
@@ -43,12 +48,18 @@ pub struct RematFloor {
     /// For any schedule (and any mode): outputs + the largest instruction's operands and
     /// results (callee floors included).
     pub any_schedule: i64,
+    /// For any schedule, by *local* alone (the floor in the compressing modes, where a value
+    /// held between its uses may be compact).
+    pub any_schedule_local: i64,
     /// Bytes of the entry's outputs (part of both floors).
     pub output_bytes: i64,
     /// The entry instruction where `bytes` is reached (`None` for an empty entry).
     pub at: Option<InstrId>,
-    /// At `at`: bytes of its operands and results.
+    /// At `at`: bytes of its operands and results (or, with `last_operand`, the bytes the
+    /// *last operand* count found there).
     pub local_bytes: i64,
+    /// Whether `local_bytes` is the *last operand* count rather than *local*.
+    pub last_operand: bool,
     /// At `at`: bytes of values that cannot be rematerialized, live across it, that are not
     /// already among its operands and results.
     pub pinned_bytes: i64,
@@ -63,8 +74,13 @@ impl RematFloor {
             .at
             .map(|i| format!("%{}", module.instr(i).name()))
             .unwrap_or_else(|| "the empty entry".into());
+        let what = if self.last_operand {
+            "operands held while the last of them is computed"
+        } else {
+            "operands and results"
+        };
         let mut s = format!(
-            "{} bytes at {at} = outputs {} + operands and results {}",
+            "{} bytes at {at} = outputs {} + {what} {}",
             self.bytes, self.output_bytes, self.local_bytes
         );
         if self.pinned_bytes > 0 {
@@ -86,8 +102,10 @@ impl RematFloor {
 struct CompFloor {
     bytes: i64,
     any_schedule: i64,
+    any_local: i64,
     at: Option<InstrId>,
     local: i64,
+    last_operand: bool,
     pinned: i64,
     callee: i64,
 }
@@ -96,11 +114,11 @@ struct CompFloor {
 pub fn remat_floor(module: &Module, mem: &ModuleMemory) -> RematFloor {
     let effects = SideEffects::new(module);
     // Floors of the computations measured so far (callees come first in `mem`).
-    let mut floors: HashMap<CompId, (i64, i64)> = HashMap::new();
+    let mut floors: HashMap<CompId, (i64, i64, i64)> = HashMap::new();
     let mut entry = None;
     for cm in &mem.computations {
         let f = computation_floor(module, cm, &effects, &floors);
-        floors.insert(cm.comp, (f.bytes, f.any_schedule));
+        floors.insert(cm.comp, (f.bytes, f.any_schedule, f.any_local));
         if cm.comp == mem.entry {
             entry = Some(f);
         }
@@ -109,9 +127,11 @@ pub fn remat_floor(module: &Module, mem: &ModuleMemory) -> RematFloor {
     RematFloor {
         bytes: f.bytes + mem.output_bytes,
         any_schedule: f.any_schedule + mem.output_bytes,
+        any_schedule_local: f.any_local + mem.output_bytes,
         output_bytes: mem.output_bytes,
         at: f.at,
         local_bytes: f.local,
+        last_operand: f.last_operand,
         pinned_bytes: f.pinned,
         callee_bytes: f.callee,
     }
@@ -148,7 +168,7 @@ fn computation_floor(
     module: &Module,
     cm: &ComputationMemory,
     effects: &SideEffects,
-    floors: &HashMap<CompId, (i64, i64)>,
+    floors: &HashMap<CompId, (i64, i64, i64)>,
 ) -> CompFloor {
     let n = cm.sequence.len();
     let pos = cm.positions();
@@ -162,7 +182,7 @@ fn computation_floor(
         }
         if let Some(&p) = pos.get(&b.defining) {
             touched[p].push(t);
-            if need[p] && !is_rematerializable(module, b.defining) {
+            if need[p] && !recomputable(module, effects, b.defining) {
                 pinned[t] = true;
             }
         }
@@ -189,19 +209,21 @@ fn computation_floor(
         }
         let id = cm.sequence[p];
         let ins = module.instr(id);
-        let (callee, callee_any) =
+        let (callee, callee_any, callee_local) =
             if instruction_call_context(ins.opcode()) == CallContext::ControlFlow {
                 ins.called
                     .iter()
                     .filter_map(|c| floors.get(c))
-                    .fold((0, 0), |(a, b), &(x, y)| (a + x, b + y))
+                    .fold((0, 0, 0), |(a, b, c), &(x, y, z)| (a + x, b + y, c + z))
             } else {
-                (0, 0)
+                (0, 0, 0)
             };
         let local: i64 = touched[p].iter().map(|&t| cm.buffers[t].allocated).sum();
-        best.any_schedule = best.any_schedule.max(local + callee_any);
+        let last = last_operand_bytes(cm, &pos, &touched, p);
+        best.any_local = best.any_local.max(local + callee_local);
+        best.any_schedule = best.any_schedule.max(local + callee_any).max(last);
         // Pinned values live across p that p itself does not read or define.
-        let pinned_extra = if is_rematerializable(module, id) {
+        let pinned_extra = if recomputable(module, effects, id) {
             // p may run elsewhere (a clone); the pinned values live across p are still live
             // together after the latest of their definitions.
             0
@@ -213,13 +235,16 @@ fn computation_floor(
                 .sum();
             pinned_live - mine
         };
-        let here = (local + pinned_extra + callee).max(pinned_live);
+        let here = (local + pinned_extra + callee).max(pinned_live).max(last);
         if here > best.bytes || best.at.is_none() {
-            let (l, pe, c) = if local + pinned_extra + callee >= pinned_live {
-                (local, pinned_extra, callee)
+            let (l, pe, c, lo) = if local + pinned_extra + callee >= pinned_live.max(last) {
+                (local, pinned_extra, callee, false)
+            } else if last >= pinned_live {
+                (last, 0, 0, true)
             } else {
-                (0, pinned_live, 0)
+                (0, pinned_live, 0, false)
             };
+            best.last_operand = lo;
             best.bytes = here;
             best.at = Some(id);
             best.local = l;
@@ -229,4 +254,82 @@ fn computation_floor(
     }
     best.bytes = best.bytes.max(best.any_schedule);
     best
+}
+
+/// *Last operand*, two levels deep. The buffers the instruction at `p` reads come from one or
+/// more defining instructions; one of them, `D`, runs last (its last run before `p`, original
+/// or clone), and while it runs the other buffers `p` reads (the set `S`) are already live:
+/// they were computed before and are read at `p`. `D` reads buffers too; one of their
+/// definers, `E`, runs last before `D`, at `t_E`. Either every buffer of `S` was computed
+/// before `t_E`, and then `S`, the other buffers `D` reads and `E`'s own operands and results
+/// are live together at `t_E`; or some buffer of `S` was computed after `t_E` (by its definer
+/// `Q`), and then `D`'s operands (all computed by `t_E`, read at `D`) are live while `Q` runs.
+/// Minimizing over the choices of `D`, `E` and the case, counting each buffer once, gives
+/// bytes that must be live together at some point whatever the schedule and whatever is
+/// recomputed. 0 when `p` reads nothing computed in this computation.
+fn last_operand_bytes(
+    cm: &ComputationMemory,
+    pos: &HashMap<InstrId, usize>,
+    touched: &[Vec<usize>],
+    p: usize,
+) -> i64 {
+    // The buffers position `x` reads, with the positions of their definers, sorted.
+    let reads = |x: usize| -> Vec<(usize, usize)> {
+        let id = cm.sequence[x];
+        let mut r: Vec<(usize, usize)> = touched[x]
+            .iter()
+            .filter(|&&t| cm.buffers[t].defining != id)
+            .filter_map(|&t| pos.get(&cm.buffers[t].defining).map(|&q| (q, t)))
+            .collect();
+        r.sort_unstable();
+        r
+    };
+    let definers = |r: &[(usize, usize)]| -> Vec<usize> {
+        let mut d: Vec<usize> = r.iter().map(|&(q, _)| q).collect();
+        d.dedup();
+        d
+    };
+    let bytes = |mut v: Vec<usize>| -> i64 {
+        v.sort_unstable();
+        v.dedup();
+        v.iter().map(|&t| cm.buffers[t].allocated).sum()
+    };
+    let others = |r: &[(usize, usize)], d: usize| -> Vec<usize> {
+        r.iter()
+            .filter(|&&(q, _)| q != d)
+            .map(|&(_, t)| t)
+            .collect()
+    };
+    let at_p = reads(p);
+    definers(&at_p)
+        .into_iter()
+        .map(|d| {
+            let s = others(&at_p, d);
+            let two = bytes(s.iter().chain(&touched[d]).copied().collect());
+            let at_d = reads(d);
+            let d_reads: Vec<usize> = at_d.iter().map(|&(_, t)| t).collect();
+            // Some buffer of S computed after E: D's operands live while its definer runs.
+            let after = definers(&at_p)
+                .into_iter()
+                .filter(|&q| q != d)
+                .map(|q| bytes(d_reads.iter().chain(&touched[q]).copied().collect()))
+                .min();
+            let three = definers(&at_d)
+                .into_iter()
+                .map(|e| {
+                    let before = bytes(
+                        s.iter()
+                            .copied()
+                            .chain(others(&at_d, e))
+                            .chain(touched[e].iter().copied())
+                            .collect(),
+                    );
+                    after.map_or(before, |a| a.min(before))
+                })
+                .min()
+                .unwrap_or(0);
+            two.max(three)
+        })
+        .min()
+        .unwrap_or(0)
 }

@@ -73,9 +73,21 @@ fn filetests_give_the_same_result_with_both_searches() {
             outs.push(out.text);
         }
         assert_eq!(outs[0], outs[1], "{}", path.display());
+        // The floor differs by mode (a held value may be compact when compressing, so only
+        // *local* bounds it there), and so may the verdict that quotes it; the choices may not.
+        let choices = |s: &str| -> String {
+            s.lines()
+                .filter(|l| {
+                    !l.starts_with("// floor:")
+                        && !l.starts_with("// below the floor")
+                        && !l.starts_with("// BUG")
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
         assert_eq!(
-            outs[0],
-            outs[2],
+            choices(&outs[0]),
+            choices(&outs[2]),
             "{} (recompute-and-compress)",
             path.display()
         );

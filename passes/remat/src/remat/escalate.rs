@@ -119,6 +119,7 @@ impl Rematerialization {
         block: (usize, i64),
         flops_before: i64,
     ) -> Result<Outcome, RematError> {
+        let t0 = std::time::Instant::now();
         let mut m = module.clone();
         let mut o: RematOptions = self.options.clone();
         o.search = SearchKind::Fast;
@@ -132,6 +133,13 @@ impl Rematerialization {
         self.quiet = quiet;
         let (_, summary) = r?;
         let flops = (module_flops(&m) - flops_before).max(0);
+        tracing::debug!(
+            "remat try, blocks {}x{}: {} bytes in {:.2?}",
+            block.0,
+            block.1,
+            summary.peak_after,
+            t0.elapsed()
+        );
         Ok(Outcome {
             peak: summary.peak_after,
             module: m,
@@ -145,11 +153,20 @@ impl Rematerialization {
         let mem = module_memory(m, None, &*self.size_fn, MemoryOptions::default())
             .map_err(|e| RematError::Internal(format!("memory accounting: {e}")))?;
         let f = remat_floor(m, &mem);
-        let along = match self.options.mode {
-            RematMode::Recompute => f.bytes,
-            _ => f.any_schedule,
-        };
-        Ok((along, f.any_schedule, f.describe(m)))
+        Ok(match self.options.mode {
+            RematMode::Recompute => (f.bytes, f.any_schedule, f.describe(m)),
+            // The same floor as the recompute mode's: described the same way.
+            _ if f.bytes == f.any_schedule_local => (f.bytes, f.bytes, f.describe(m)),
+            _ => (
+                f.any_schedule_local,
+                f.any_schedule_local,
+                format!(
+                    "{} bytes for any schedule (operands and results of one instruction, \
+                     outputs included)",
+                    f.any_schedule_local
+                ),
+            ),
+        })
     }
 
     /// The recompute-before-use level (split.rs) on `start`.
@@ -161,11 +178,17 @@ impl Rematerialization {
         floor: i64,
         tries: &mut Vec<RematTry>,
     ) -> Result<Outcome, RematError> {
+        let t0 = std::time::Instant::now();
         let mut m = start.module;
         let added = super::split::split_to_limit(&mut m, limit, &*self.size_fn)
             .map_err(|e| RematError::Internal(format!("recompute before use: {e}")))?;
         let peak = measure_peak(&m, &*self.size_fn);
         let flops = (module_flops(&m) - flops_before).max(0);
+        tracing::debug!(
+            "remat recompute before use: {} -> {peak} bytes in {:.2?}",
+            start.peak,
+            t0.elapsed()
+        );
         let mut summary = start.summary;
         summary.instructions_rematerialized += added as i64;
         summary.net_instructions_added += added as i64;
@@ -220,6 +243,7 @@ impl Rematerialization {
         let mut schedules: Vec<Option<SchedulerKind>> = vec![None];
         schedules.extend(SchedulerKind::ALL.iter().rev().map(|&k| Some(k)));
         let mut hopeless = false;
+        let mut tried: Vec<tessera_hlo::Schedule> = Vec::new();
         for (level, &sched) in schedules.iter().enumerate() {
             let base = match sched {
                 None => input.clone(),
@@ -231,10 +255,15 @@ impl Rematerialization {
                     m
                 }
             };
-            if level > 0 && base.schedule == input.schedule {
-                // The same schedule as the input's: its tries are level 1's.
+            if tried
+                .iter()
+                .any(|t| same_order(&input, t, base.schedule.as_ref()))
+            {
+                // The same order as the input's or an earlier scheduler's: its tries would be
+                // theirs.
                 continue;
             }
+            tried.extend(base.schedule.clone());
             let (floor, _, _) = if level == 0 {
                 (input_floor, any_floor, String::new())
             } else {
@@ -293,29 +322,16 @@ impl Rematerialization {
             }
         }
 
-        // Level 3: recompute before the later use (split.rs), from the input and from the
-        // lowest miss.
-        if best.as_ref().is_some_and(|b| b.peak > limit) && limit >= any_floor {
-            let mut starts: Vec<Outcome> = Vec::new();
-            if let Some(b) = &best {
-                starts.push(b.clone());
-            }
-            starts.push(Outcome {
-                module: input.clone(),
-                summary: RematSummary::default(),
-                peak: peak_before,
-                flops: 0,
-            });
-            for start in starts {
-                let o = self.split_outcome(start, limit, flops_before, input_floor, &mut tries)?;
-                let met = o.peak <= limit;
-                misses.push((None, o.clone()));
-                keep(&mut best, o);
-                if met {
-                    // From the lowest miss first: it already holds the cheap recomputations.
-                    break;
-                }
-            }
+        // Level 3: recompute before the later use (split.rs), from the lowest miss (it
+        // already holds the cheap recomputations). From the input only after the rounds: on
+        // the 48-layer step it never met a limit the rounds missed, and costs seconds.
+        if let Some(b) = best
+            .as_ref()
+            .filter(|b| b.peak > limit && limit >= any_floor)
+        {
+            let o = self.split_outcome(b.clone(), limit, flops_before, input_floor, &mut tries)?;
+            misses.push((None, o.clone()));
+            keep(&mut best, o);
         }
 
         // Level 4: rounds.
@@ -393,6 +409,18 @@ impl Rematerialization {
                     }
                 }
             }
+        }
+
+        // Level 3 from the input, when the rounds missed too.
+        if best.as_ref().is_some_and(|b| b.peak > limit) && limit >= any_floor {
+            let start = Outcome {
+                module: input.clone(),
+                summary: RematSummary::default(),
+                peak: peak_before,
+                flops: 0,
+            };
+            let o = self.split_outcome(start, limit, flops_before, input_floor, &mut tries)?;
+            keep(&mut best, o);
         }
 
         // Level 5: small computations get the exact optimum (optimal.rs) when it is cheaper
@@ -485,6 +513,28 @@ fn measure_peak(m: &Module, size: &dyn Fn(&tessera_hlo::Shape) -> i64) -> i64 {
             .unwrap_or(i64::MAX),
         None => i64::MAX,
     }
+}
+
+/// Whether schedules `a` and `b` of `m` run their instructions in the same order,
+/// parameters aside: schedulers differ in where they put the parameters of small callees
+/// (a reduction's `to_apply`), which the accounting does not count (they are the caller's
+/// operands) and the pass never rematerializes.
+fn same_order(m: &Module, a: &tessera_hlo::Schedule, b: Option<&tessera_hlo::Schedule>) -> bool {
+    let Some(b) = b else {
+        return false;
+    };
+    let no_params = |seq: &[tessera_hlo::InstrId]| {
+        seq.iter()
+            .copied()
+            .filter(|&i| m.instr(i).opcode() != tessera_hlo::Opcode::Parameter)
+            .collect::<Vec<_>>()
+    };
+    a.sequences.len() == b.sequences.len()
+        && a.sequences.iter().all(|(c, x)| {
+            b.sequences
+                .get(c)
+                .is_some_and(|y| x == y || no_params(x) == no_params(y))
+        })
 }
 
 /// Two rematerializations in a row as one: before from the first, after from the second,

@@ -80,7 +80,7 @@ pub fn split_to_limit(
                     module.instr(cm.sequence[p]).name(),
                     module.instr(b.defining).name(),
                     b.allocated,
-                    reject_reason(module, cm, p, b.defining)
+                    reject_reason(module, &effects, cm, p, b.defining)
                 );
             }
         }
@@ -143,6 +143,10 @@ pub fn split_to_limit(
             break;
         }
     }
+    tracing::debug!(
+        "recompute before use: {measures} measurements, {added} instructions added, {} banned",
+        banned.len()
+    );
     Ok(added)
 }
 
@@ -161,6 +165,26 @@ fn measure(
     Ok((mm.peak_bytes, cm))
 }
 
+/// Whether this level may recompute `x`: what the greedy may ([`is_rematerializable`]), and
+/// also a `call` of a computation without side effects (the greedy never clones calls: a
+/// callee's peak is accounted per call site), a constant, a copy (the greedy keeps copies
+/// that keep the layout, which copy insertion adds; here the clone is a fresh buffer read
+/// only after the peak, and the partitioner turns jax's sharding constraints into such
+/// copies), and a `Sharding` custom-call (an identity). The floor (`crate::floor`) pins only
+/// values this refuses.
+pub fn recomputable(module: &Module, effects: &SideEffects, x: InstrId) -> bool {
+    let ins = module.instr(x);
+    is_rematerializable(module, x)
+        || (ins.opcode() == Opcode::Call && !effects.instr_has(module, x))
+        || ins.opcode() == Opcode::Constant
+        || ins.opcode() == Opcode::Copy
+        || ins
+            .attrs
+            .custom_call
+            .as_ref()
+            .is_some_and(|c| c.target == "Sharding")
+}
+
 /// Values that can be recomputed right before their first use after `p`.
 fn candidates(
     module: &Module,
@@ -170,20 +194,7 @@ fn candidates(
     banned: &HashSet<InstrId>,
     effects: &SideEffects,
 ) -> Vec<Candidate> {
-    // A `call` of a computation without side effects can run twice too (the pass's own
-    // walk never clones calls: its callee's peak is accounted per call site), and a constant
-    // can be materialized again, and a `Sharding` custom-call is an identity.
-    let recomputable = |x: InstrId| {
-        is_rematerializable(module, x)
-            || (module.instr(x).opcode() == Opcode::Call && !effects.instr_has(module, x))
-            || module.instr(x).opcode() == Opcode::Constant
-            || module
-                .instr(x)
-                .attrs
-                .custom_call
-                .as_ref()
-                .is_some_and(|c| c.target == "Sharding")
-    };
+    let recomputable = |x: InstrId| recomputable(module, effects, x);
     let pos = cm.positions();
     // Buffers by defining instruction.
     let mut defined: HashMap<InstrId, Vec<usize>> = HashMap::new();
@@ -256,6 +267,12 @@ fn candidates(
                     || xi.opcode() == Opcode::Fusion
                     || !pos.contains_key(&x))
             {
+                tracing::debug!(
+                    "recompute before use: %{} needs %{} ({}), which cannot be recomputed",
+                    module.instr(d).name(),
+                    xi.name(),
+                    xi.opcode()
+                );
                 ok = false;
                 break;
             }
@@ -343,7 +360,13 @@ fn apply(
 }
 
 /// Why the value `d`, live at `p`, is no candidate (for the debug log).
-fn reject_reason(module: &Module, cm: &ComputationMemory, p: usize, d: InstrId) -> String {
+fn reject_reason(
+    module: &Module,
+    effects: &SideEffects,
+    cm: &ComputationMemory,
+    p: usize,
+    d: InstrId,
+) -> String {
     let at_p = cm.sequence[p];
     let ins = module.instr(d);
     if d == at_p {
@@ -352,7 +375,7 @@ fn reject_reason(module: &Module, cm: &ComputationMemory, p: usize, d: InstrId) 
     if module.users(d).contains(&at_p) {
         return "read at the peak".into();
     }
-    if !is_rematerializable(module, d) {
+    if !recomputable(module, effects, d) {
         return format!("{} cannot be recomputed", ins.opcode());
     }
     "its recomputation needs a value that cannot be, or more than MAX_CHAIN instructions".into()

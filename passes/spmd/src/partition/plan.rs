@@ -224,7 +224,10 @@ fn plan_tiled(src: &Tiling, dst: &Tiling, dims: &[i64]) -> Plan {
         .chain(all_to_all_then_regroup(src, dst, dims))
         .filter(|p| p.bytes(dims, 840) < base.bytes(dims, 840))
         .min_by_key(|p| p.bytes(dims, 840));
-    better.unwrap_or(base)
+    // Chosen against the direct routes as gather-then-permute; emitted with the permute first
+    // where that moves less (the same collectives, so it is a pure win, while a route with
+    // more collectives than the direct one must save its bytes in the first place).
+    better.map_or(base, |p| permute_before_gather(p, dst, dims))
 }
 
 /// Less replication after the move (`src.repl = r * dst.repl`): each replication group of
@@ -314,6 +317,71 @@ fn all_to_all_then_regroup(src: &Tiling, dst: &Tiling, dims: &[i64]) -> Vec<Plan
         });
     }
     out
+}
+
+/// A plan that gathers and then permutes the gathered pieces (`all_to_all_then_regroup`'s),
+/// with the permute moved before the gather where that works: the pieces it moves are `r`
+/// times smaller, for as many collectives. Otherwise the plan as it is.
+fn permute_before_gather(plan: Plan, dst: &Tiling, dims: &[i64]) -> Plan {
+    let [Step::AllToAll { to: mid, .. }, Step::AllGather { to: after, .. }, Step::Permute { .. }] =
+        plan.steps.as_slice()
+    else {
+        return plan;
+    };
+    let Some(d) = (0..mid.rank()).find(|&d| mid.tiles[d] != after.tiles[d]) else {
+        return plan;
+    };
+    if after.tiles[d] == 0 || mid.tiles[d] % after.tiles[d] != 0 {
+        return plan;
+    }
+    let r = mid.tiles[d] / after.tiles[d];
+    match permute_then_gather(mid, after, dst, d, r) {
+        Some(steps) => {
+            let mut all = vec![plan.steps[0].clone()];
+            all.extend(steps);
+            let moved = Plan {
+                steps: all,
+                last_resort: plan.last_resort,
+            };
+            if moved.bytes(dims, 840) < plan.bytes(dims, 840) {
+                moved
+            } else {
+                plan
+            }
+        }
+        None => plan,
+    }
+}
+
+/// `mid`'s pieces moved so that gathering groups of `r` along `d` leaves `dst`, where the
+/// gather from `mid` leaves `after` (`dst`'s tiles and replication in another device order):
+/// each device takes the place in `mid` of the device whose place in `after` it has in `dst`.
+/// The permute and the gather, or `None` where that relabelling does not gather into `dst`.
+fn permute_then_gather(
+    mid: &Tiling,
+    after: &Tiling,
+    dst: &Tiling,
+    d: usize,
+    r: i64,
+) -> Option<Vec<Step>> {
+    if after.tiles != dst.tiles || after.repl != dst.repl {
+        return None;
+    }
+    let n = mid.num_devices() as usize;
+    let mut to = vec![-1i64; n];
+    for (&a, &b) in after.devices.iter().zip(dst.devices.iter()) {
+        *to.get_mut(usize::try_from(a).ok()?)? = b;
+    }
+    if to.contains(&-1) {
+        return None;
+    }
+    let moved: Vec<i64> = mid.devices.iter().map(|&x| to[x as usize]).collect();
+    let pre = Tiling::new(mid.tiles.clone(), mid.repl, moved);
+    let gathered = partial_gather_step(&pre, &[d], &[r]);
+    if gathered.to() != Spec::Tiled(dst.clone()) {
+        return None;
+    }
+    Some(vec![permute_step(mid, &pre)?, gathered])
 }
 
 fn plan_tiled_direct(src: &Tiling, dst: &Tiling, dims: &[i64]) -> Plan {

@@ -6,6 +6,7 @@ use super::import::{
 use super::messages as pb;
 use super::values::*;
 use crate::analysis::order::PostOrders;
+use crate::attr_table::{self, Codec, Value};
 use crate::attrs::*;
 use crate::instruction::{CompId, InstrId, Instruction};
 use crate::module::{AliasKind, Module, ProgramShape};
@@ -374,26 +375,15 @@ fn instr_to_proto(m: &Module, id: InstrId, ids: &Ids) -> pb::HloInstructionProto
         sharding: i.sharding.as_ref().map(|s| Box::new(sharding_to_proto(s))),
         backend_config: i.backend_config.clone().unwrap_or_default().into_bytes(),
         parameter_number: a.parameter_number,
-        tuple_index: a.tuple_index,
         feature_group_count: a.feature_group_count,
         batch_group_count: a.batch_group_count,
-        exponent_bits: a.exponent_bits,
-        mantissa_bits: a.mantissa_bits,
-        epsilon: a.epsilon,
-        feature_index: a.feature_index,
         channel_id: a.channel_id.unwrap_or(0),
-        indices_are_sorted: a.indices_are_sorted,
-        unique_indices: a.unique_indices,
         use_global_device_ids: a.use_global_device_ids,
         constrain_layout: a.constrain_layout,
-        is_host_transfer: a.is_host_transfer,
-        delta: a.delta,
         is_stable: a.is_stable,
         k: a.k,
         largest: a.largest,
         is_composite: a.is_composite,
-        cross_program_prefetch_index: a.cross_program_prefetch_index.map(|x| x as i32),
-        async_execution_thread: a.async_execution_thread.clone().unwrap_or_default(),
         ..Default::default()
     };
     if !i.frontend_attributes.is_empty() {
@@ -425,11 +415,11 @@ fn instr_to_proto(m: &Module, id: InstrId, ids: &Ids) -> pb::HloInstructionProto
             })
             .collect();
     }
-    if let Some(s) = &a.dynamic_slice_sizes {
-        p.dynamic_slice_sizes = s.clone();
-    } else if let Some(ss) = &a.permute_slice_sizes {
+    // The table's dynamic_slice_sizes (below) takes the proto field when both are set.
+    if let Some(ss) = &a.permute_slice_sizes {
         p.dynamic_slice_sizes = ss.iter().flatten().copied().collect();
     }
+    plain_attrs_to_proto(a, &mut p);
     if let Some(pad) = &a.padding {
         p.padding_config = Some(pb::PaddingConfig {
             dimensions: pad
@@ -528,9 +518,6 @@ fn instr_to_proto(m: &Module, id: InstrId, ids: &Ids) -> pb::HloInstructionProto
             start_indices_batching_dims: g.start_indices_batching_dims.clone(),
         }));
     }
-    if let Some(s) = &a.gather_slice_sizes {
-        p.gather_slice_sizes = s.clone();
-    }
     if let Some(s) = &a.scatter_dims {
         p.scatter_dimension_numbers = Some(Box::new(pb::ScatterDimensionNumbers {
             update_window_dims: s.update_window_dims.clone(),
@@ -591,12 +578,6 @@ fn instr_to_proto(m: &Module, id: InstrId, ids: &Ids) -> pb::HloInstructionProto
     if let Some(k) = a.fusion_kind {
         p.fusion_kind = k.name().to_string();
     }
-    if let Some(c) = &a.infeed_config {
-        p.infeed_config = c.clone().into_bytes();
-    }
-    if let Some(c) = &a.outfeed_config {
-        p.outfeed_config = c.clone().into_bytes();
-    }
     // XLA reads an outfeed's shape from this field only; the text may leave it to the operand.
     p.outfeed_shape = match (&a.outfeed_shape, i.opcode) {
         (Some(s), _) => Some(Box::new(shape_to_proto(s))),
@@ -642,9 +623,6 @@ fn instr_to_proto(m: &Module, id: InstrId, ids: &Ids) -> pb::HloInstructionProto
             FftType::Irfft => 3,
         };
     }
-    if let Some(l) = &a.fft_length {
-        p.fft_length = l.clone();
-    }
     if let Some(d) = &a.domain {
         // XLA's text `entry=` is the user side, which its proto calls the exit (measured).
         p.domain_exit_sharding = d.entry.as_ref().map(|s| Box::new(sharding_to_proto(s)));
@@ -682,6 +660,21 @@ fn instr_to_proto(m: &Module, id: InstrId, ids: &Ids) -> pb::HloInstructionProto
         };
     }
     p
+}
+
+/// Writes the plain attributes of the table (`attr_table`) that are given.
+fn plain_attrs_to_proto(a: &Attrs, p: &mut pb::HloInstructionProto) {
+    for row in attr_table::plain_rows() {
+        let Codec::Plain { get, set_proto, .. } = row.codec else {
+            continue;
+        };
+        let v = get(a);
+        if v != Value::Absent {
+            // Every plain attribute's type converts to its proto field's without loss (the
+            // table's tests check each), so this cannot fail.
+            let _ = set_proto(p, v);
+        }
+    }
 }
 
 /// Whether the IR instruction has an optional attribute (see `OPTIONAL_FIELDS`).

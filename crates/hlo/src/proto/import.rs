@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use super::messages as pb;
 use super::values::*;
 use super::ProtoError;
+use crate::attr_table::{self, Codec};
 use crate::attrs::*;
 use crate::instruction::{CompId, InstrId, Instruction};
 use crate::metadata::{FileLocation, StackFrame, StackFrameIndex};
@@ -742,7 +743,7 @@ fn instruction_from_proto(
             i.attrs.outfeed_shape = Some(Box::new(m.instr(o).shape.clone()));
         }
     }
-    if let Some(field) = super::fields::misplaced_field(&i) {
+    if let Some(field) = attr_table::misplaced_field(&i) {
         return Err(e(format!(
             "the field `{field}` is set, but a {opcode} cannot carry it"
         )));
@@ -759,10 +760,6 @@ pub(crate) fn predicated_by_type(m: &Module, op: Opcode, operands: &[InstrId]) -
         && operands
             .first()
             .is_some_and(|&o| m.instr(o).shape.element_type() == ElementType::Pred)
-}
-
-fn utf8(b: &[u8], what: &str) -> Result<String, String> {
-    String::from_utf8(b.to_vec()).map_err(|_| format!("{what} is not UTF-8"))
 }
 
 fn attrs_from_proto(
@@ -793,7 +790,6 @@ fn attrs_from_proto(
     } else if op == Opcode::Constant {
         return Err("constant without a literal".into());
     }
-    a.tuple_index = p.tuple_index;
     match op {
         Opcode::Iota => {
             a.iota_dimension = *p
@@ -815,9 +811,6 @@ fn attrs_from_proto(
                 })
                 .collect(),
         );
-    }
-    if has("dynamic_slice_sizes") {
-        a.dynamic_slice_sizes = Some(p.dynamic_slice_sizes.clone());
     }
     a.padding = p.padding_config.as_ref().map(|pc| {
         pc.dimensions
@@ -950,9 +943,6 @@ fn attrs_from_proto(
             start_indices_batching_dims: g.start_indices_batching_dims.clone(),
         })
     });
-    if has("gather_slice_sizes") {
-        a.gather_slice_sizes = Some(p.gather_slice_sizes.clone());
-    }
     a.scatter_dims = p.scatter_dimension_numbers.as_ref().map(|s| {
         Box::new(ScatterDimensionNumbers {
             update_window_dims: s.update_window_dims.clone(),
@@ -963,12 +953,6 @@ fn attrs_from_proto(
             scatter_indices_batching_dims: s.scatter_indices_batching_dims.clone(),
         })
     });
-    a.indices_are_sorted = p.indices_are_sorted;
-    a.unique_indices = p.unique_indices;
-    a.exponent_bits = p.exponent_bits;
-    a.mantissa_bits = p.mantissa_bits;
-    a.epsilon = p.epsilon;
-    a.feature_index = p.feature_index;
     a.channel_id = has("channel_id").then_some(p.channel_id);
     a.replica_groups = replica_groups_from_proto(p)?.map(Box::new);
     a.use_global_device_ids = p.use_global_device_ids;
@@ -982,7 +966,6 @@ fn attrs_from_proto(
                 .collect(),
         );
     }
-    a.is_host_transfer = p.is_host_transfer;
     if has("custom_call") {
         a.custom_call = Some(Box::new(CustomCallAttrs {
             target: p.custom_call_target.clone(),
@@ -1028,12 +1011,6 @@ fn attrs_from_proto(
     } else if op == Opcode::Fusion {
         return Err("fusion without a fusion kind".into());
     }
-    if has("infeed_config") {
-        a.infeed_config = Some(utf8(&p.infeed_config, "infeed_config")?);
-    }
-    if has("outfeed_config") {
-        a.outfeed_config = Some(utf8(&p.outfeed_config, "outfeed_config")?);
-    }
     if has("outfeed_shape") {
         a.outfeed_shape = p
             .outfeed_shape
@@ -1056,7 +1033,6 @@ fn attrs_from_proto(
             v => return Err(format!("unknown rng algorithm {v}")),
         });
     }
-    a.delta = p.delta;
     a.is_stable = p.is_stable;
     a.k = p.k;
     a.largest = p.largest;
@@ -1083,9 +1059,6 @@ fn attrs_from_proto(
             v => return Err(format!("unknown fft type {v}")),
         });
     }
-    if has("fft_length") {
-        a.fft_length = Some(p.fft_length.clone());
-    }
     if has("domain") {
         a.domain = Some(Box::new(DomainAttrs {
             kind: ext
@@ -1103,10 +1076,6 @@ fn attrs_from_proto(
                 .transpose()?,
         }));
     }
-    if has("async_execution_thread") {
-        a.async_execution_thread = Some(p.async_execution_thread.clone());
-    }
-    a.cross_program_prefetch_index = p.cross_program_prefetch_index.map(i64::from);
     a.is_composite = p.is_composite;
     a.result_accuracy = match &p.result_accuracy {
         None => None,
@@ -1170,6 +1139,30 @@ fn attrs_from_proto(
                 v => return Err(format!("unknown is_associative value {v}")),
             },
         }));
+    }
+    plain_attrs_from_proto(a, &presence, p)
+}
+
+/// Reads the plain attributes of the table (`attr_table`); an optional one only when given.
+fn plain_attrs_from_proto(
+    a: &mut Attrs,
+    presence: &Presence,
+    p: &pb::HloInstructionProto,
+) -> Result<(), String> {
+    for row in attr_table::plain_rows() {
+        let Codec::Plain {
+            presence: given,
+            set,
+            get_proto,
+            ..
+        } = row.codec
+        else {
+            continue;
+        };
+        if given.is_some_and(|f| !presence.has(f)) {
+            continue;
+        }
+        set(a, get_proto(p)).map_err(|e| format!("{} {e}", row.proto))?;
     }
     Ok(())
 }

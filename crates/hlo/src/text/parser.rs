@@ -10,6 +10,7 @@ use smallvec::SmallVec;
 
 use super::cursor::Cursor;
 use super::ParseError;
+use crate::attr_table::{self, AttrRow, Codec, TextKind, Value};
 use crate::attrs::*;
 use crate::instruction::{CompId, InstrId, Instruction};
 use crate::metadata::StackFrameIndex;
@@ -1724,6 +1725,30 @@ impl<'a> Parser<'a> {
         Err(self.c.error_at(at, format!("expected {what}, found '{w}'")))
     }
 
+    /// Parses the value of a plain attribute (see `attr_table`) into its field.
+    fn parse_plain_attr(&mut self, row: &AttrRow, a: &mut Attrs) -> PResult<()> {
+        let Codec::Plain { text, set, .. } = row.codec else {
+            return Ok(());
+        };
+        self.c.skip_ws()?;
+        let at = self.c.pos;
+        let v = match text {
+            TextKind::Int(what) => Value::Int(self.c.int(what)?),
+            TextKind::Int32(what) => Value::Int(i64::from(self.c.int32(what)?)),
+            TextKind::Bool => Value::Bool(self.bool_value()?),
+            TextKind::Ints => Value::Ints(self.int_list(row.key)?),
+            TextKind::F32 => {
+                let (at, t) = self.c.number_text()?;
+                Value::F32(t.parse::<f32>().map_err(|_| {
+                    self.c
+                        .error_at(at, format!("expected a number, found '{t}'"))
+                })?)
+            }
+            TextKind::Str(what) => Value::Str(self.c.string(what)?),
+        };
+        set(a, v).map_err(|e| self.c.error_at(at, format!("{}: {e}", row.key)))
+    }
+
     /// Parses the value of attribute `key`; false if the opcode does not take it.
     fn parse_attr(
         &mut self,
@@ -1776,6 +1801,10 @@ impl<'a> Parser<'a> {
                 return Ok(true);
             }
             _ => {}
+        }
+        if let Some(row) = attr_table::plain_row(key, op) {
+            self.parse_plain_attr(row, &mut instr.attrs)?;
+            return Ok(true);
         }
         let a = &mut instr.attrs;
         let unary_accuracy = op.takes_result_accuracy();
@@ -1843,17 +1872,11 @@ impl<'a> Parser<'a> {
             ("slice_sizes", CollectivePermute | CollectivePermuteStart) => {
                 a.permute_slice_sizes = Some(self.int_list_list("slice_sizes")?)
             }
-            ("async_execution_thread", AsyncStart | AsyncUpdate | AsyncDone) => {
-                a.async_execution_thread = Some(self.c.string("a thread name")?)
-            }
             ("calls", AsyncStart | AsyncUpdate | AsyncDone | Fusion) => {
                 calls.calls = Some(self.comp_ref()?)
             }
             ("output_to_operand_aliasing", AsyncStart | Fusion) => {
                 a.output_to_operand_aliasing = self.output_operand_aliasing()?
-            }
-            ("cross_program_prefetch_index", CopyStart) => {
-                a.cross_program_prefetch_index = Some(self.c.int32("an index")? as i64)
             }
             ("inferred_dimension", Reshape) => {
                 a.inferred_dimension = Some(self.c.int("a dimension")?)
@@ -1867,10 +1890,6 @@ impl<'a> Parser<'a> {
             ("has_dynamic_root", CollectiveBroadcast) => a.has_dynamic_root = self.bool_value()?,
             ("condition", While) => calls.condition = Some(self.comp_ref()?),
             ("body", While) => calls.body = Some(self.comp_ref()?),
-            ("is_host_transfer", Send | SendDone | Recv | RecvDone) => {
-                a.is_host_transfer = self.bool_value()?
-            }
-            ("index", GetTupleElement) => a.tuple_index = self.c.int("a tuple index")?,
             ("is_composite", Call) => a.is_composite = self.bool_value()?,
             ("window", ReduceWindow | Convolution | SelectAndScatter | CustomCall) => {
                 a.window = Some(Box::new(self.parse_window()?))
@@ -1919,7 +1938,6 @@ impl<'a> Parser<'a> {
                     _ => return self.bad_enum(at, "FFT, IFFT, RFFT or IRFFT", w),
                 });
             }
-            ("fft_length", Fft) => a.fft_length = Some(self.int_list("fft_length")?),
             ("left_side" | "lower" | "unit_diagonal" | "transpose_a", TriangularSolve) => {
                 let t = a.triangular_solve.get_or_insert(TriangularSolveOptions {
                     left_side: false,
@@ -1981,19 +1999,6 @@ impl<'a> Parser<'a> {
             ("select", SelectAndScatter) => calls.select = Some(self.comp_ref()?),
             ("scatter", SelectAndScatter) => calls.scatter = Some(self.comp_ref()?),
             ("slice", Slice) => a.slice = Some(self.parse_slice()?),
-            ("dynamic_slice_sizes", DynamicSlice) => {
-                a.dynamic_slice_sizes = Some(self.int_list("dynamic_slice_sizes")?)
-            }
-            ("epsilon", BatchNormTraining | BatchNormInference | BatchNormGrad) => {
-                let (at, t) = self.c.number_text()?;
-                a.epsilon = t.parse::<f32>().map_err(|_| {
-                    self.c
-                        .error_at(at, format!("expected a number, found '{t}'"))
-                })?;
-            }
-            ("feature_index", BatchNormTraining | BatchNormInference | BatchNormGrad) => {
-                a.feature_index = self.c.int("a feature index")?
-            }
             ("padding", Pad) => a.padding = Some(self.parse_padding()?),
             ("kind", Fusion) => {
                 let (at, w) = self.enum_word("a fusion kind")?;
@@ -2002,8 +2007,6 @@ impl<'a> Parser<'a> {
                 };
                 a.fusion_kind = Some(kind);
             }
-            ("infeed_config", Infeed) => a.infeed_config = Some(self.c.string("a string")?),
-            ("outfeed_config", Outfeed) => a.outfeed_config = Some(self.c.string("a string")?),
             ("outfeed_shape", Outfeed) => a.outfeed_shape = Some(Box::new(self.parse_shape()?)),
             ("distribution", Rng) => {
                 let (at, w) = self.enum_word("a distribution")?;
@@ -2013,9 +2016,6 @@ impl<'a> Parser<'a> {
                     _ => return self.bad_enum(at, "rng_uniform or rng_normal", w),
                 });
             }
-            ("delta", RngGetAndUpdateState) => a.delta = self.c.int("a delta")?,
-            ("exponent_bits", ReducePrecision) => a.exponent_bits = self.c.int32("a bit count")?,
-            ("mantissa_bits", ReducePrecision) => a.mantissa_bits = self.c.int32("a bit count")?,
             ("true_computation", Conditional) => calls.true_computation = Some(self.comp_ref()?),
             ("false_computation", Conditional) => calls.false_computation = Some(self.comp_ref()?),
             ("branch_computations", Conditional) => calls.branches = Some(self.comp_list()?),
@@ -2152,7 +2152,6 @@ impl<'a> Parser<'a> {
                     .get_or_insert_with(Box::default)
                     .index_vector_dim = self.c.int("a dimension")?
             }
-            ("slice_sizes", Gather) => a.gather_slice_sizes = Some(self.int_list("slice_sizes")?),
             ("operand_batching_dims", Gather) => {
                 a.gather_dims
                     .get_or_insert_with(Box::default)
@@ -2163,8 +2162,6 @@ impl<'a> Parser<'a> {
                     .get_or_insert_with(Box::default)
                     .start_indices_batching_dims = self.int_list("start_indices_batching_dims")?
             }
-            ("indices_are_sorted", Gather | Scatter) => a.indices_are_sorted = self.bool_value()?,
-            ("unique_indices", Scatter) => a.unique_indices = self.bool_value()?,
             ("update_window_dims", Scatter) => {
                 a.scatter_dims
                     .get_or_insert_with(Box::default)
@@ -2234,10 +2231,9 @@ impl<'a> Parser<'a> {
             AsyncStart => require(&["calls"])?,
             Sort => require(&["dimensions", "to_apply"])?,
             While => require(&["condition", "body"])?,
-            GetTupleElement => require(&["index"])?,
             Call | Map | Reduce | ReduceWindow => require(&["to_apply"])?,
             Convolution => require(&["dim_labels"])?,
-            Fft => require(&["fft_type", "fft_length"])?,
+            Fft => require(&["fft_type"])?,
             Compare => require(&["direction"])?,
             Concatenate | Reverse | Transpose | GetDimensionSize | SetDimensionSize => {
                 require(&["dimensions"])?
@@ -2245,23 +2241,16 @@ impl<'a> Parser<'a> {
             Scan => require(&["to_apply", "dimensions", "num_carries"])?,
             SelectAndScatter => require(&["select", "scatter"])?,
             Slice => require(&["slice"])?,
-            DynamicSlice => require(&["dynamic_slice_sizes"])?,
-            BatchNormTraining | BatchNormInference | BatchNormGrad => {
-                require(&["epsilon", "feature_index"])?
-            }
             Pad => require(&["padding"])?,
             Fusion => require(&["calls", "kind"])?,
             Rng => require(&["distribution"])?,
-            RngGetAndUpdateState => require(&["delta"])?,
             RngBitGenerator => require(&["algorithm"])?,
-            ReducePrecision => require(&["exponent_bits", "mantissa_bits"])?,
             CustomCall => require(&["custom_call_target"])?,
             Gather => require(&[
                 "offset_dims",
                 "collapsed_slice_dims",
                 "start_index_map",
                 "index_vector_dim",
-                "slice_sizes",
             ])?,
             Scatter => require(&[
                 "update_window_dims",
@@ -2280,6 +2269,11 @@ impl<'a> Parser<'a> {
                 }
             }
             _ => {}
+        }
+        for row in attr_table::plain_rows() {
+            if row.required && (row.on)(op) {
+                require(&[row.key])?;
+            }
         }
         if let Some(dims) = &instr.attrs.dimensions {
             if matches!(

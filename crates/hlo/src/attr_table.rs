@@ -518,6 +518,8 @@ attr_table! {
     plain "cross_program_prefetch_index" => cross_program_prefetch_index:
         TextKind::Int32("an index"), proto cross_program_prefetch_index,
         on [CopyStart], IfSet, optional, default None;
+    plain "all_reduce_id" => all_reduce_id: TextKind::Int("an all-reduce id"),
+        proto all_reduce_id, on [AllReduce | AllReduceStart], IfSet, optional, default None;
     plain "async_execution_thread" => async_execution_thread: TextKind::Str("a thread name"),
         proto async_execution_thread given "async_execution_thread",
         on [AsyncStart | AsyncUpdate | AsyncDone], IfSet, optional, default None;

@@ -181,3 +181,30 @@ fn text_kind(row: &AttrRow) -> TextKind {
         Codec::Special(_) => TextKind::Bool,
     }
 }
+
+#[test]
+fn all_reduce_id_reads_prints_and_goes_through_the_proto() {
+    let src = "HloModule m\n\nadd {\n  x = f32[] parameter(0)\n  y = f32[] parameter(1)\n  \
+               ROOT s = f32[] add(x, y)\n}\n\nENTRY e {\n  p = f32[4] parameter(0)\n  \
+               ROOT r = f32[4] all-reduce(p), replica_groups={}, all_reduce_id=7, to_apply=add\n}\n";
+    let m = parse_module(src).unwrap();
+    let printed = print_module(&m, &PrintOptions::short());
+    assert!(
+        printed.contains("replica_groups={}, all_reduce_id=7, to_apply=add"),
+        "{printed}"
+    );
+    assert_eq!(
+        print_module(&through_proto(&m), &PrintOptions::short()),
+        printed
+    );
+    // Only all-reduce carries it.
+    let on_add = src.replace(
+        "all-reduce(p), replica_groups={}, all_reduce_id=7, to_apply=add",
+        "add(p, p), all_reduce_id=7",
+    );
+    let e = parse_module(&on_add).unwrap_err().to_string();
+    assert!(
+        e.contains("unexpected attribute 'all_reduce_id' for opcode add"),
+        "{e}"
+    );
+}

@@ -445,89 +445,7 @@ fn instr_to_proto(m: &Module, id: InstrId, ids: &Ids) -> pb::HloInstructionProto
             .to_string();
         }
     }
-    if let Some(w) = &a.window {
-        p.window = Some(pb::Window {
-            dimensions: w
-                .dims
-                .iter()
-                .map(|d| pb::WindowDimension {
-                    size: d.size,
-                    stride: d.stride,
-                    padding_low: d.padding_low,
-                    padding_high: d.padding_high,
-                    window_dilation: d.window_dilation,
-                    base_dilation: d.base_dilation,
-                    window_reversal: d.window_reversal,
-                })
-                .collect(),
-        });
-    }
-    // XLA's proto reader requires a convolution's window; without spatial dimensions it is
-    // the empty one, which its printer (and ours) leaves out of the text.
-    if p.window.is_none() && i.opcode() == Opcode::Convolution {
-        p.window = Some(pb::Window::default());
-    }
-    if let Some(c) = &a.conv_dims {
-        p.convolution_dimension_numbers = Some(Box::new(pb::ConvolutionDimensionNumbers {
-            input_batch_dimension: c.input_batch_dimension,
-            input_feature_dimension: c.input_feature_dimension,
-            input_spatial_dimensions: c.input_spatial_dimensions.clone(),
-            kernel_input_feature_dimension: c.kernel_input_feature_dimension,
-            kernel_output_feature_dimension: c.kernel_output_feature_dimension,
-            kernel_spatial_dimensions: c.kernel_spatial_dimensions.clone(),
-            output_batch_dimension: c.output_batch_dimension,
-            output_feature_dimension: c.output_feature_dimension,
-            output_spatial_dimensions: c.output_spatial_dimensions.clone(),
-        }));
-    }
-    match &a.ragged_dot_dims {
-        // XLA keeps a ragged dot's dimension numbers inside the ragged ones.
-        Some(r) => {
-            p.ragged_dot_dimension_numbers = Some(Box::new(pb::RaggedDotDimensionNumbers {
-                dot_dimension_numbers: a.dot_dims.as_deref().map(dot_dims_to_proto),
-                lhs_ragged_dimensions: r.lhs_ragged_dimensions.clone(),
-                rhs_group_dimensions: r.rhs_group_dimensions.clone(),
-            }))
-        }
-        None => p.dot_dimension_numbers = a.dot_dims.as_deref().map(dot_dims_to_proto),
-    }
-    p.dot_sparsity = a
-        .sparsity
-        .iter()
-        .map(|s| pb::SparsityDescriptor {
-            r#type: 1,
-            index: s.index,
-            dimension: s.dimension as i32,
-            n: s.n,
-            m: s.m,
-        })
-        .collect();
-    if let Some(pc) = &a.precision {
-        p.precision_config = Some(pb::PrecisionConfig {
-            operand_precision: pc.operand_precision.iter().map(|&x| x.number()).collect(),
-            algorithm: pc.algorithm,
-        });
-    }
-    if let Some(g) = &a.gather_dims {
-        p.gather_dimension_numbers = Some(Box::new(pb::GatherDimensionNumbers {
-            offset_dims: g.offset_dims.clone(),
-            collapsed_slice_dims: g.collapsed_slice_dims.clone(),
-            start_index_map: g.start_index_map.clone(),
-            index_vector_dim: g.index_vector_dim,
-            operand_batching_dims: g.operand_batching_dims.clone(),
-            start_indices_batching_dims: g.start_indices_batching_dims.clone(),
-        }));
-    }
-    if let Some(s) = &a.scatter_dims {
-        p.scatter_dimension_numbers = Some(Box::new(pb::ScatterDimensionNumbers {
-            update_window_dims: s.update_window_dims.clone(),
-            inserted_window_dims: s.inserted_window_dims.clone(),
-            scatter_dims_to_operand_dims: s.scatter_dims_to_operand_dims.clone(),
-            index_vector_dim: s.index_vector_dim,
-            input_batching_dims: s.input_batching_dims.clone(),
-            scatter_indices_batching_dims: s.scatter_indices_batching_dims.clone(),
-        }));
-    }
+    window_and_dims_to_proto(i, &mut p);
     if let Some(g) = &a.replica_groups {
         replica_groups_to_proto(g, &mut p);
     }
@@ -660,6 +578,95 @@ fn instr_to_proto(m: &Module, id: InstrId, ids: &Ids) -> pb::HloInstructionProto
         };
     }
     p
+}
+
+/// `instr_to_proto`: the window, the convolution, dot, gather and scatter dimension numbers,
+/// and the precision.
+fn window_and_dims_to_proto(i: &Instruction, p: &mut pb::HloInstructionProto) {
+    let a = &i.attrs;
+    if let Some(w) = &a.window {
+        p.window = Some(pb::Window {
+            dimensions: w
+                .dims
+                .iter()
+                .map(|d| pb::WindowDimension {
+                    size: d.size,
+                    stride: d.stride,
+                    padding_low: d.padding_low,
+                    padding_high: d.padding_high,
+                    window_dilation: d.window_dilation,
+                    base_dilation: d.base_dilation,
+                    window_reversal: d.window_reversal,
+                })
+                .collect(),
+        });
+    }
+    // XLA's proto reader requires a convolution's window; without spatial dimensions it is
+    // the empty one, which its printer (and ours) leaves out of the text.
+    if p.window.is_none() && i.opcode() == Opcode::Convolution {
+        p.window = Some(pb::Window::default());
+    }
+    if let Some(c) = &a.conv_dims {
+        p.convolution_dimension_numbers = Some(Box::new(pb::ConvolutionDimensionNumbers {
+            input_batch_dimension: c.input_batch_dimension,
+            input_feature_dimension: c.input_feature_dimension,
+            input_spatial_dimensions: c.input_spatial_dimensions.clone(),
+            kernel_input_feature_dimension: c.kernel_input_feature_dimension,
+            kernel_output_feature_dimension: c.kernel_output_feature_dimension,
+            kernel_spatial_dimensions: c.kernel_spatial_dimensions.clone(),
+            output_batch_dimension: c.output_batch_dimension,
+            output_feature_dimension: c.output_feature_dimension,
+            output_spatial_dimensions: c.output_spatial_dimensions.clone(),
+        }));
+    }
+    match &a.ragged_dot_dims {
+        // XLA keeps a ragged dot's dimension numbers inside the ragged ones.
+        Some(r) => {
+            p.ragged_dot_dimension_numbers = Some(Box::new(pb::RaggedDotDimensionNumbers {
+                dot_dimension_numbers: a.dot_dims.as_deref().map(dot_dims_to_proto),
+                lhs_ragged_dimensions: r.lhs_ragged_dimensions.clone(),
+                rhs_group_dimensions: r.rhs_group_dimensions.clone(),
+            }))
+        }
+        None => p.dot_dimension_numbers = a.dot_dims.as_deref().map(dot_dims_to_proto),
+    }
+    p.dot_sparsity = a
+        .sparsity
+        .iter()
+        .map(|s| pb::SparsityDescriptor {
+            r#type: 1,
+            index: s.index,
+            dimension: s.dimension as i32,
+            n: s.n,
+            m: s.m,
+        })
+        .collect();
+    if let Some(pc) = &a.precision {
+        p.precision_config = Some(pb::PrecisionConfig {
+            operand_precision: pc.operand_precision.iter().map(|&x| x.number()).collect(),
+            algorithm: pc.algorithm,
+        });
+    }
+    if let Some(g) = &a.gather_dims {
+        p.gather_dimension_numbers = Some(Box::new(pb::GatherDimensionNumbers {
+            offset_dims: g.offset_dims.clone(),
+            collapsed_slice_dims: g.collapsed_slice_dims.clone(),
+            start_index_map: g.start_index_map.clone(),
+            index_vector_dim: g.index_vector_dim,
+            operand_batching_dims: g.operand_batching_dims.clone(),
+            start_indices_batching_dims: g.start_indices_batching_dims.clone(),
+        }));
+    }
+    if let Some(s) = &a.scatter_dims {
+        p.scatter_dimension_numbers = Some(Box::new(pb::ScatterDimensionNumbers {
+            update_window_dims: s.update_window_dims.clone(),
+            inserted_window_dims: s.inserted_window_dims.clone(),
+            scatter_dims_to_operand_dims: s.scatter_dims_to_operand_dims.clone(),
+            index_vector_dim: s.index_vector_dim,
+            input_batching_dims: s.input_batching_dims.clone(),
+            scatter_indices_batching_dims: s.scatter_indices_batching_dims.clone(),
+        }));
+    }
 }
 
 /// Writes the plain attributes of the table (`attr_table`) that are given.

@@ -844,6 +844,165 @@ fn attrs_from_proto(
     } else if op == Opcode::Compare {
         return Err("compare without a comparison direction".into());
     }
+    window_and_dims_from_proto(a, op, p)?;
+    a.channel_id = has("channel_id").then_some(p.channel_id);
+    a.replica_groups = replica_groups_from_proto(p)?.map(Box::new);
+    a.use_global_device_ids = p.use_global_device_ids;
+    // On a custom-call, XLA's constrain_layout means "operand layouts given" (below).
+    a.constrain_layout = p.constrain_layout && op != Opcode::CustomCall;
+    if has("source_target_pairs") {
+        a.source_target_pairs = Some(
+            p.source_target_pairs
+                .iter()
+                .map(|s| (s.source, s.target))
+                .collect(),
+        );
+    }
+    if has("custom_call") {
+        a.custom_call = Some(Box::new(CustomCallAttrs {
+            target: p.custom_call_target.clone(),
+            api_version: match p.custom_call_api_version {
+                0 => CustomCallApiVersion::Unspecified,
+                1 => CustomCallApiVersion::Original,
+                2 => CustomCallApiVersion::StatusReturning,
+                3 => CustomCallApiVersion::StatusReturningUnified,
+                4 => CustomCallApiVersion::TypedFfi,
+                v => return Err(format!("unknown custom-call api version {v}")),
+            },
+            has_side_effect: p.custom_call_has_side_effect,
+            operand_layout_constraints: if p.constrain_layout {
+                Some(
+                    p.operand_shapes_with_layout
+                        .iter()
+                        .map(shape_from_proto)
+                        .collect::<Result<_, _>>()?,
+                )
+            } else {
+                None
+            },
+            output_to_operand_aliasing: p
+                .output_operand_aliasing
+                .iter()
+                .map(|o| OutputOperandAlias {
+                    output_index: o.output_shape_index.clone(),
+                    operand: o.operand_index,
+                    operand_index: o.operand_shape_index.clone(),
+                })
+                .collect(),
+            schedule: CustomCallSchedule::from_number(p.custom_call_schedule).ok_or_else(|| {
+                format!("unknown custom-call schedule {}", p.custom_call_schedule)
+            })?,
+            padding_type: p.padding_type,
+        }));
+    }
+    if !p.fusion_kind.is_empty() {
+        a.fusion_kind = Some(
+            FusionKind::from_name(&p.fusion_kind)
+                .ok_or_else(|| format!("unknown fusion kind `{}`", p.fusion_kind))?,
+        );
+    } else if op == Opcode::Fusion {
+        return Err("fusion without a fusion kind".into());
+    }
+    if has("outfeed_shape") {
+        a.outfeed_shape = p
+            .outfeed_shape
+            .as_deref()
+            .map(shape_from_proto)
+            .transpose()?
+            .map(Box::new);
+    }
+    op_options_from_proto(a, &presence, p)?;
+    if has("domain") {
+        a.domain = Some(Box::new(DomainAttrs {
+            kind: ext
+                .and_then(|e| e.domain_kind.clone())
+                .unwrap_or_else(|| "sharding".to_string()),
+            entry: p
+                .domain_exit_sharding
+                .as_deref()
+                .map(sharding_from_proto)
+                .transpose()?,
+            exit: p
+                .domain_entry_sharding
+                .as_deref()
+                .map(sharding_from_proto)
+                .transpose()?,
+        }));
+    }
+    a.is_composite = p.is_composite;
+    a.result_accuracy = match &p.result_accuracy {
+        None => None,
+        Some(pb::ResultAccuracy {
+            tolerance: Some(t), ..
+        }) => Some(ResultAccuracy::Tolerance {
+            atol: t.atol,
+            rtol: t.rtol,
+            ulps: t.ulps,
+        }),
+        Some(r) => Some(ResultAccuracy::Mode(r.mode.unwrap_or(0))),
+    };
+    if let Some(text) = ext.and_then(|e| e.statistics_viz.clone()) {
+        a.statistics_viz = Some(text);
+    } else if let Some(s) = &p.statistics_viz {
+        if s.stat_index_to_visualize != 0 || !s.statistics.is_empty() {
+            a.statistics_viz = Some(statistics_from_proto(s));
+        }
+    }
+    a.original_value = ext.and_then(|e| e.original_value.clone()).or_else(|| {
+        p.original_value
+            .as_ref()
+            .filter(|o| !o.elements.is_empty())
+            .map(|o| original_value_from_proto(o, shape))
+    });
+    if let Some(e) = ext {
+        a.custom_call_uses_to_apply = e.custom_call_uses_to_apply;
+        a.inferred_dimension = e.inferred_dimension;
+        a.permute_slice_sizes = e.has_permute_slice_sizes.then(|| {
+            e.permute_slice_sizes
+                .iter()
+                .map(|l| l.values.clone())
+                .collect()
+        });
+        a.collective_mode = e.collective_mode.clone();
+        a.conv_kind = e.conv_kind.clone();
+    }
+    if op != Opcode::CustomCall {
+        a.output_to_operand_aliasing = p
+            .output_operand_aliasing
+            .iter()
+            .map(|o| OutputOperandAlias {
+                output_index: o.output_shape_index.clone(),
+                operand: o.operand_index,
+                operand_index: o.operand_shape_index.clone(),
+            })
+            .collect();
+    }
+    if ext.is_some_and(|e| e.custom_call_constrain_layout) {
+        a.constrain_layout = true;
+    }
+    if has("scan") {
+        a.scan = Some(Box::new(ScanAttrs {
+            dimension: p.dimensions.first().copied().unwrap_or(0),
+            is_reverse: p.is_reverse,
+            num_carries: p.num_carries,
+            is_associative: match p.is_associative {
+                0 => None,
+                1 => Some(true),
+                2 => Some(false),
+                v => return Err(format!("unknown is_associative value {v}")),
+            },
+        }));
+    }
+    plain_attrs_from_proto(a, &presence, p)
+}
+
+/// `attrs_from_proto`: the window, the convolution, dot, gather and scatter dimension numbers,
+/// and the precision.
+fn window_and_dims_from_proto(
+    a: &mut Attrs,
+    op: Opcode,
+    p: &pb::HloInstructionProto,
+) -> Result<(), String> {
     // A convolution's empty window is how the proto says "none" (see the export).
     let empty_conv_window =
         op == Opcode::Convolution && p.window.as_ref().is_some_and(|w| w.dimensions.is_empty());
@@ -953,72 +1112,16 @@ fn attrs_from_proto(
             scatter_indices_batching_dims: s.scatter_indices_batching_dims.clone(),
         })
     });
-    a.channel_id = has("channel_id").then_some(p.channel_id);
-    a.replica_groups = replica_groups_from_proto(p)?.map(Box::new);
-    a.use_global_device_ids = p.use_global_device_ids;
-    // On a custom-call, XLA's constrain_layout means "operand layouts given" (below).
-    a.constrain_layout = p.constrain_layout && op != Opcode::CustomCall;
-    if has("source_target_pairs") {
-        a.source_target_pairs = Some(
-            p.source_target_pairs
-                .iter()
-                .map(|s| (s.source, s.target))
-                .collect(),
-        );
-    }
-    if has("custom_call") {
-        a.custom_call = Some(Box::new(CustomCallAttrs {
-            target: p.custom_call_target.clone(),
-            api_version: match p.custom_call_api_version {
-                0 => CustomCallApiVersion::Unspecified,
-                1 => CustomCallApiVersion::Original,
-                2 => CustomCallApiVersion::StatusReturning,
-                3 => CustomCallApiVersion::StatusReturningUnified,
-                4 => CustomCallApiVersion::TypedFfi,
-                v => return Err(format!("unknown custom-call api version {v}")),
-            },
-            has_side_effect: p.custom_call_has_side_effect,
-            operand_layout_constraints: if p.constrain_layout {
-                Some(
-                    p.operand_shapes_with_layout
-                        .iter()
-                        .map(shape_from_proto)
-                        .collect::<Result<_, _>>()?,
-                )
-            } else {
-                None
-            },
-            output_to_operand_aliasing: p
-                .output_operand_aliasing
-                .iter()
-                .map(|o| OutputOperandAlias {
-                    output_index: o.output_shape_index.clone(),
-                    operand: o.operand_index,
-                    operand_index: o.operand_shape_index.clone(),
-                })
-                .collect(),
-            schedule: CustomCallSchedule::from_number(p.custom_call_schedule).ok_or_else(|| {
-                format!("unknown custom-call schedule {}", p.custom_call_schedule)
-            })?,
-            padding_type: p.padding_type,
-        }));
-    }
-    if !p.fusion_kind.is_empty() {
-        a.fusion_kind = Some(
-            FusionKind::from_name(&p.fusion_kind)
-                .ok_or_else(|| format!("unknown fusion kind `{}`", p.fusion_kind))?,
-        );
-    } else if op == Opcode::Fusion {
-        return Err("fusion without a fusion kind".into());
-    }
-    if has("outfeed_shape") {
-        a.outfeed_shape = p
-            .outfeed_shape
-            .as_deref()
-            .map(shape_from_proto)
-            .transpose()?
-            .map(Box::new);
-    }
+    Ok(())
+}
+
+/// `attrs_from_proto`: rng, sort, top-k, triangular-solve, cholesky and fft options.
+fn op_options_from_proto(
+    a: &mut Attrs,
+    presence: &Presence,
+    p: &pb::HloInstructionProto,
+) -> Result<(), String> {
+    let has = |f: &str| presence.has(f);
     a.distribution = match p.distribution {
         0 => None,
         1 => Some(RandomDistribution::Uniform),
@@ -1059,88 +1162,7 @@ fn attrs_from_proto(
             v => return Err(format!("unknown fft type {v}")),
         });
     }
-    if has("domain") {
-        a.domain = Some(Box::new(DomainAttrs {
-            kind: ext
-                .and_then(|e| e.domain_kind.clone())
-                .unwrap_or_else(|| "sharding".to_string()),
-            entry: p
-                .domain_exit_sharding
-                .as_deref()
-                .map(sharding_from_proto)
-                .transpose()?,
-            exit: p
-                .domain_entry_sharding
-                .as_deref()
-                .map(sharding_from_proto)
-                .transpose()?,
-        }));
-    }
-    a.is_composite = p.is_composite;
-    a.result_accuracy = match &p.result_accuracy {
-        None => None,
-        Some(pb::ResultAccuracy {
-            tolerance: Some(t), ..
-        }) => Some(ResultAccuracy::Tolerance {
-            atol: t.atol,
-            rtol: t.rtol,
-            ulps: t.ulps,
-        }),
-        Some(r) => Some(ResultAccuracy::Mode(r.mode.unwrap_or(0))),
-    };
-    if let Some(text) = ext.and_then(|e| e.statistics_viz.clone()) {
-        a.statistics_viz = Some(text);
-    } else if let Some(s) = &p.statistics_viz {
-        if s.stat_index_to_visualize != 0 || !s.statistics.is_empty() {
-            a.statistics_viz = Some(statistics_from_proto(s));
-        }
-    }
-    a.original_value = ext.and_then(|e| e.original_value.clone()).or_else(|| {
-        p.original_value
-            .as_ref()
-            .filter(|o| !o.elements.is_empty())
-            .map(|o| original_value_from_proto(o, shape))
-    });
-    if let Some(e) = ext {
-        a.custom_call_uses_to_apply = e.custom_call_uses_to_apply;
-        a.inferred_dimension = e.inferred_dimension;
-        a.permute_slice_sizes = e.has_permute_slice_sizes.then(|| {
-            e.permute_slice_sizes
-                .iter()
-                .map(|l| l.values.clone())
-                .collect()
-        });
-        a.collective_mode = e.collective_mode.clone();
-        a.conv_kind = e.conv_kind.clone();
-    }
-    if op != Opcode::CustomCall {
-        a.output_to_operand_aliasing = p
-            .output_operand_aliasing
-            .iter()
-            .map(|o| OutputOperandAlias {
-                output_index: o.output_shape_index.clone(),
-                operand: o.operand_index,
-                operand_index: o.operand_shape_index.clone(),
-            })
-            .collect();
-    }
-    if ext.is_some_and(|e| e.custom_call_constrain_layout) {
-        a.constrain_layout = true;
-    }
-    if has("scan") {
-        a.scan = Some(Box::new(ScanAttrs {
-            dimension: p.dimensions.first().copied().unwrap_or(0),
-            is_reverse: p.is_reverse,
-            num_carries: p.num_carries,
-            is_associative: match p.is_associative {
-                0 => None,
-                1 => Some(true),
-                2 => Some(false),
-                v => return Err(format!("unknown is_associative value {v}")),
-            },
-        }));
-    }
-    plain_attrs_from_proto(a, &presence, p)
+    Ok(())
 }
 
 /// Reads the plain attributes of the table (`attr_table`); an optional one only when given.

@@ -641,8 +641,6 @@ fn write_instruction(
 fn write_attributes(out: &mut String, m: &Module, i: &Instruction, opts: &PrintOptions) {
     use Opcode::*;
     let a = &i.attrs;
-    let pct = if opts.short_form { "" } else { "%" };
-    let comp_name = |k: usize| -> &str { &m.comp(i.called[k]).name };
     // Opcode-specific attributes, in the order XLA prints them.
     if let Some(cid) = a.channel_id {
         out.push_str(", channel_id=");
@@ -761,6 +759,17 @@ fn write_attributes(out: &mut String, m: &Module, i: &Instruction, opts: &PrintO
             }
         }
     }
+    write_layout_and_dims_attrs(out, i);
+    write_opcode_attrs(out, m, i);
+    write_plain_attrs(out, i);
+    write_custom_call_options(out, i);
+    write_called_and_trailing_attrs(out, m, i, opts);
+}
+
+/// `write_attributes`: custom-call's target, windows, dimension numbers, precision.
+fn write_layout_and_dims_attrs(out: &mut String, i: &Instruction) {
+    use Opcode::*;
+    let a = &i.attrs;
     if let Some(cc) = &a.custom_call {
         out.push_str(", custom_call_target=");
         write_string(out, &cc.target);
@@ -860,6 +869,12 @@ fn write_attributes(out: &mut String, m: &Module, i: &Instruction, opts: &PrintO
             let _ = write!(out, ", algorithm={name}");
         }
     }
+}
+
+/// `write_attributes`: the attributes of single opcodes, in the order XLA prints them.
+fn write_opcode_attrs(out: &mut String, m: &Module, i: &Instruction) {
+    use Opcode::*;
+    let a = &i.attrs;
     match i.opcode {
         Sort if a.is_stable => out.push_str(", is_stable=true"),
         Rng => {
@@ -955,7 +970,11 @@ fn write_attributes(out: &mut String, m: &Module, i: &Instruction, opts: &PrintO
         }
         _ => {}
     }
-    write_plain_attrs(out, i);
+}
+
+/// `write_attributes`: custom-call's options after its target.
+fn write_custom_call_options(out: &mut String, i: &Instruction) {
+    let a = &i.attrs;
     if let Some(cc) = &a.custom_call {
         if let Some(l) = &a.literal {
             out.push_str(", literal=");
@@ -1003,6 +1022,19 @@ fn write_attributes(out: &mut String, m: &Module, i: &Instruction, opts: &PrintO
             CustomCallApiVersion::TypedFfi => out.push_str(", api_version=API_VERSION_TYPED_FFI"),
         }
     }
+}
+
+/// `write_attributes`: aliasing, called computations, then what any instruction carries.
+fn write_called_and_trailing_attrs(
+    out: &mut String,
+    m: &Module,
+    i: &Instruction,
+    opts: &PrintOptions,
+) {
+    use Opcode::*;
+    let a = &i.attrs;
+    let pct = if opts.short_form { "" } else { "%" };
+    let comp_name = |k: usize| -> &str { &m.comp(i.called[k]).name };
     if !a.output_to_operand_aliasing.is_empty() {
         out.push_str(", output_to_operand_aliasing=");
         write_aliasing(out, &a.output_to_operand_aliasing);

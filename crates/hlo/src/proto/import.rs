@@ -308,39 +308,7 @@ pub(crate) fn module_from_proto(p: &pb::HloModuleProto) -> Result<Module, ProtoE
         m.config.frontend_attributes = frontend_attributes_from_proto(f);
     }
     if let Some(t) = &p.original_value_recovery_table {
-        let array = |a: &Option<pb::OriginalArrayProto>| {
-            a.as_ref()
-                .map(|a| crate::module::OriginalArray {
-                    instruction_name: a.instruction_name.clone(),
-                    shape_index: a.shape_index.clone(),
-                })
-                .unwrap_or_default()
-        };
-        for (k, e) in t.entries.iter().enumerate() {
-            let old = array(&e.old_original_array);
-            let module = match &e.recovery_module {
-                Some(rm) => Some(Box::new(module_from_proto(rm).map_err(|x| {
-                    err(
-                        format!("original_value_recovery_table entry {k}"),
-                        format!("recovery module: {x}"),
-                    )
-                })?)),
-                None => None,
-            };
-            if m.config.origin_recovery_table.contains_key(&old) {
-                return Err(err(
-                    format!("original_value_recovery_table entry {k}"),
-                    format!("{old:?} is listed twice"),
-                ));
-            }
-            m.config.origin_recovery_table.insert(
-                old,
-                crate::module::RecoveryEntry {
-                    replacing: array(&e.new_original_array),
-                    module,
-                },
-            );
-        }
+        recovery_table_from_proto(&mut m, t)?;
     }
     for (k, e) in p.debug_attributes.iter().enumerate() {
         let place = || format!("debug_attributes entry {k}");
@@ -435,6 +403,47 @@ pub(crate) fn module_from_proto(p: &pb::HloModuleProto) -> Result<Module, ProtoE
     }
     check_text_expressible(&m)?;
     Ok(m)
+}
+
+/// `module_from_proto`: the origin recovery table of the module config.
+fn recovery_table_from_proto(
+    m: &mut Module,
+    t: &pb::OriginalValueRecoveryTableProto,
+) -> Result<(), ProtoError> {
+    let array = |a: &Option<pb::OriginalArrayProto>| {
+        a.as_ref()
+            .map(|a| crate::module::OriginalArray {
+                instruction_name: a.instruction_name.clone(),
+                shape_index: a.shape_index.clone(),
+            })
+            .unwrap_or_default()
+    };
+    for (k, e) in t.entries.iter().enumerate() {
+        let old = array(&e.old_original_array);
+        let module = match &e.recovery_module {
+            Some(rm) => Some(Box::new(module_from_proto(rm).map_err(|x| {
+                err(
+                    format!("original_value_recovery_table entry {k}"),
+                    format!("recovery module: {x}"),
+                )
+            })?)),
+            None => None,
+        };
+        if m.config.origin_recovery_table.contains_key(&old) {
+            return Err(err(
+                format!("original_value_recovery_table entry {k}"),
+                format!("{old:?} is listed twice"),
+            ));
+        }
+        m.config.origin_recovery_table.insert(
+            old,
+            crate::module::RecoveryEntry {
+                replacing: array(&e.new_original_array),
+                module,
+            },
+        );
+    }
+    Ok(())
 }
 
 /// What the text parser guarantees by construction and a proto can break: at least one

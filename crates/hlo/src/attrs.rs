@@ -483,6 +483,8 @@ pub struct RareAttrs {
     pub output_to_operand_aliasing: Vec<OutputOperandAlias>,
     /// convolution's `conv_kind=...`, as written.
     pub conv_kind: Option<String>,
+    /// all-reduce's `all_reduce_id=N` (XLA's id for all-reduces that run together).
+    pub all_reduce_id: Option<i64>,
 }
 
 static EMPTY_RARE_ATTRS: RareAttrs = RareAttrs {
@@ -527,6 +529,7 @@ static EMPTY_RARE_ATTRS: RareAttrs = RareAttrs {
     collective_mode: None,
     output_to_operand_aliasing: Vec::new(),
     conv_kind: None,
+    all_reduce_id: None,
 };
 
 impl Empty for RareAttrs {

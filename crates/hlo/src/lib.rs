@@ -6,6 +6,7 @@
 //! consistent.
 
 pub mod analysis;
+mod attr_table;
 pub mod attrs;
 pub mod builder;
 pub mod fxhash;

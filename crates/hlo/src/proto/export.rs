@@ -6,6 +6,7 @@ use super::import::{
 use super::messages as pb;
 use super::values::*;
 use crate::analysis::order::PostOrders;
+use crate::attr_table::{self, Codec, Value};
 use crate::attrs::*;
 use crate::instruction::{CompId, InstrId, Instruction};
 use crate::module::{AliasKind, Module, ProgramShape};
@@ -374,26 +375,15 @@ fn instr_to_proto(m: &Module, id: InstrId, ids: &Ids) -> pb::HloInstructionProto
         sharding: i.sharding.as_ref().map(|s| Box::new(sharding_to_proto(s))),
         backend_config: i.backend_config.clone().unwrap_or_default().into_bytes(),
         parameter_number: a.parameter_number,
-        tuple_index: a.tuple_index,
         feature_group_count: a.feature_group_count,
         batch_group_count: a.batch_group_count,
-        exponent_bits: a.exponent_bits,
-        mantissa_bits: a.mantissa_bits,
-        epsilon: a.epsilon,
-        feature_index: a.feature_index,
         channel_id: a.channel_id.unwrap_or(0),
-        indices_are_sorted: a.indices_are_sorted,
-        unique_indices: a.unique_indices,
         use_global_device_ids: a.use_global_device_ids,
         constrain_layout: a.constrain_layout,
-        is_host_transfer: a.is_host_transfer,
-        delta: a.delta,
         is_stable: a.is_stable,
         k: a.k,
         largest: a.largest,
         is_composite: a.is_composite,
-        cross_program_prefetch_index: a.cross_program_prefetch_index.map(|x| x as i32),
-        async_execution_thread: a.async_execution_thread.clone().unwrap_or_default(),
         ..Default::default()
     };
     if !i.frontend_attributes.is_empty() {
@@ -425,11 +415,11 @@ fn instr_to_proto(m: &Module, id: InstrId, ids: &Ids) -> pb::HloInstructionProto
             })
             .collect();
     }
-    if let Some(s) = &a.dynamic_slice_sizes {
-        p.dynamic_slice_sizes = s.clone();
-    } else if let Some(ss) = &a.permute_slice_sizes {
+    // The table's dynamic_slice_sizes (below) takes the proto field when both are set.
+    if let Some(ss) = &a.permute_slice_sizes {
         p.dynamic_slice_sizes = ss.iter().flatten().copied().collect();
     }
+    plain_attrs_to_proto(a, &mut p);
     if let Some(pad) = &a.padding {
         p.padding_config = Some(pb::PaddingConfig {
             dimensions: pad
@@ -455,6 +445,145 @@ fn instr_to_proto(m: &Module, id: InstrId, ids: &Ids) -> pb::HloInstructionProto
             .to_string();
         }
     }
+    window_and_dims_to_proto(i, &mut p);
+    if let Some(g) = &a.replica_groups {
+        replica_groups_to_proto(g, &mut p);
+    }
+    if let Some(st) = &a.source_target_pairs {
+        p.source_target_pairs = st
+            .iter()
+            .map(|&(source, target)| pb::SourceTarget { source, target })
+            .collect();
+    }
+    if let Some(cc) = &a.custom_call {
+        p.custom_call_target = cc.target.clone();
+        p.custom_call_api_version = match cc.api_version {
+            CustomCallApiVersion::Unspecified => 0,
+            CustomCallApiVersion::Original => 1,
+            CustomCallApiVersion::StatusReturning => 2,
+            CustomCallApiVersion::StatusReturningUnified => 3,
+            CustomCallApiVersion::TypedFfi => 4,
+        };
+        p.custom_call_has_side_effect = cc.has_side_effect;
+        // A custom-call's constrain_layout means "operand layouts given" in XLA.
+        p.constrain_layout = cc.operand_layout_constraints.is_some();
+        if let Some(shapes) = &cc.operand_layout_constraints {
+            p.operand_shapes_with_layout = shapes.iter().map(shape_to_proto).collect();
+        }
+        p.output_operand_aliasing = cc
+            .output_to_operand_aliasing
+            .iter()
+            .map(|o| pb::OutputOperandAliasing {
+                output_shape_index: o.output_index.clone(),
+                operand_index: o.operand,
+                operand_shape_index: o.operand_index.clone(),
+            })
+            .collect();
+        p.custom_call_schedule = cc.schedule.number();
+        p.padding_type = cc.padding_type;
+    }
+    if !a.output_to_operand_aliasing.is_empty() {
+        p.output_operand_aliasing = a
+            .output_to_operand_aliasing
+            .iter()
+            .map(|o| pb::OutputOperandAliasing {
+                output_shape_index: o.output_index.clone(),
+                operand_index: o.operand,
+                operand_shape_index: o.operand_index.clone(),
+            })
+            .collect();
+    }
+    if let Some(k) = a.fusion_kind {
+        p.fusion_kind = k.name().to_string();
+    }
+    // XLA reads an outfeed's shape from this field only; the text may leave it to the operand.
+    p.outfeed_shape = match (&a.outfeed_shape, i.opcode) {
+        (Some(s), _) => Some(Box::new(shape_to_proto(s))),
+        (None, Opcode::Outfeed) => i
+            .operands()
+            .first()
+            .map(|&o| Box::new(shape_to_proto(&m.instr(o).shape))),
+        (None, _) => None,
+    };
+    if let Some(d) = a.distribution {
+        p.distribution = match d {
+            RandomDistribution::Uniform => 1,
+            RandomDistribution::Normal => 2,
+        };
+    }
+    if let Some(r) = a.rng_algorithm {
+        p.rng_algorithm = match r {
+            RandomAlgorithm::Default => 0,
+            RandomAlgorithm::ThreeFry => 1,
+            RandomAlgorithm::Philox => 2,
+        };
+    }
+    if let Some(t) = &a.triangular_solve {
+        p.triangular_solve_options = Some(pb::TriangularSolveOptions {
+            left_side: t.left_side,
+            lower: t.lower,
+            unit_diagonal: t.unit_diagonal,
+            transpose_a: match t.transpose_a {
+                TransposeKind::NoTranspose => 1,
+                TransposeKind::Transpose => 2,
+                TransposeKind::Adjoint => 3,
+            },
+        });
+    }
+    if i.opcode == Opcode::Cholesky || a.lower {
+        p.cholesky_options = Some(pb::CholeskyOptions { lower: a.lower });
+    }
+    if let Some(f) = a.fft_type {
+        p.fft_type = match f {
+            FftType::Fft => 0,
+            FftType::Ifft => 1,
+            FftType::Rfft => 2,
+            FftType::Irfft => 3,
+        };
+    }
+    if let Some(d) = &a.domain {
+        // XLA's text `entry=` is the user side, which its proto calls the exit (measured).
+        p.domain_exit_sharding = d.entry.as_ref().map(|s| Box::new(sharding_to_proto(s)));
+        p.domain_entry_sharding = d.exit.as_ref().map(|s| Box::new(sharding_to_proto(s)));
+    }
+    if let Some(r) = &a.result_accuracy {
+        p.result_accuracy = Some(match *r {
+            ResultAccuracy::Mode(mode) => pb::ResultAccuracy {
+                mode: Some(mode),
+                tolerance: None,
+            },
+            ResultAccuracy::Tolerance { atol, rtol, ulps } => pb::ResultAccuracy {
+                mode: None,
+                tolerance: Some(pb::ResultAccuracyTolerance { atol, rtol, ulps }),
+            },
+        });
+    }
+    if let Some(s) = &a.statistics_viz {
+        p.statistics_viz = Some(statistics_to_proto(s));
+    }
+    p.original_value = a
+        .original_value
+        .as_deref()
+        .and_then(original_value_to_proto);
+    if let Some(ext) = tessera_ext(m, i, &p) {
+        p.tessera = Some(Box::new(ext));
+    }
+    if let Some(s) = &a.scan {
+        p.is_reverse = s.is_reverse;
+        p.num_carries = s.num_carries;
+        p.is_associative = match s.is_associative {
+            None => 0,
+            Some(true) => 1,
+            Some(false) => 2,
+        };
+    }
+    p
+}
+
+/// `instr_to_proto`: the window, the convolution, dot, gather and scatter dimension numbers,
+/// and the precision.
+fn window_and_dims_to_proto(i: &Instruction, p: &mut pb::HloInstructionProto) {
+    let a = &i.attrs;
     if let Some(w) = &a.window {
         p.window = Some(pb::Window {
             dimensions: w
@@ -528,9 +657,6 @@ fn instr_to_proto(m: &Module, id: InstrId, ids: &Ids) -> pb::HloInstructionProto
             start_indices_batching_dims: g.start_indices_batching_dims.clone(),
         }));
     }
-    if let Some(s) = &a.gather_slice_sizes {
-        p.gather_slice_sizes = s.clone();
-    }
     if let Some(s) = &a.scatter_dims {
         p.scatter_dimension_numbers = Some(Box::new(pb::ScatterDimensionNumbers {
             update_window_dims: s.update_window_dims.clone(),
@@ -541,147 +667,21 @@ fn instr_to_proto(m: &Module, id: InstrId, ids: &Ids) -> pb::HloInstructionProto
             scatter_indices_batching_dims: s.scatter_indices_batching_dims.clone(),
         }));
     }
-    if let Some(g) = &a.replica_groups {
-        replica_groups_to_proto(g, &mut p);
-    }
-    if let Some(st) = &a.source_target_pairs {
-        p.source_target_pairs = st
-            .iter()
-            .map(|&(source, target)| pb::SourceTarget { source, target })
-            .collect();
-    }
-    if let Some(cc) = &a.custom_call {
-        p.custom_call_target = cc.target.clone();
-        p.custom_call_api_version = match cc.api_version {
-            CustomCallApiVersion::Unspecified => 0,
-            CustomCallApiVersion::Original => 1,
-            CustomCallApiVersion::StatusReturning => 2,
-            CustomCallApiVersion::StatusReturningUnified => 3,
-            CustomCallApiVersion::TypedFfi => 4,
+}
+
+/// Writes the plain attributes of the table (`attr_table`) that are given.
+fn plain_attrs_to_proto(a: &Attrs, p: &mut pb::HloInstructionProto) {
+    for row in attr_table::plain_rows() {
+        let Codec::Plain { get, set_proto, .. } = row.codec else {
+            continue;
         };
-        p.custom_call_has_side_effect = cc.has_side_effect;
-        // A custom-call's constrain_layout means "operand layouts given" in XLA.
-        p.constrain_layout = cc.operand_layout_constraints.is_some();
-        if let Some(shapes) = &cc.operand_layout_constraints {
-            p.operand_shapes_with_layout = shapes.iter().map(shape_to_proto).collect();
+        let v = get(a);
+        if v != Value::Absent {
+            // Every plain attribute's type converts to its proto field's without loss (the
+            // table's tests check each), so this cannot fail.
+            let _ = set_proto(p, v);
         }
-        p.output_operand_aliasing = cc
-            .output_to_operand_aliasing
-            .iter()
-            .map(|o| pb::OutputOperandAliasing {
-                output_shape_index: o.output_index.clone(),
-                operand_index: o.operand,
-                operand_shape_index: o.operand_index.clone(),
-            })
-            .collect();
-        p.custom_call_schedule = cc.schedule.number();
-        p.padding_type = cc.padding_type;
     }
-    if !a.output_to_operand_aliasing.is_empty() {
-        p.output_operand_aliasing = a
-            .output_to_operand_aliasing
-            .iter()
-            .map(|o| pb::OutputOperandAliasing {
-                output_shape_index: o.output_index.clone(),
-                operand_index: o.operand,
-                operand_shape_index: o.operand_index.clone(),
-            })
-            .collect();
-    }
-    if let Some(k) = a.fusion_kind {
-        p.fusion_kind = k.name().to_string();
-    }
-    if let Some(c) = &a.infeed_config {
-        p.infeed_config = c.clone().into_bytes();
-    }
-    if let Some(c) = &a.outfeed_config {
-        p.outfeed_config = c.clone().into_bytes();
-    }
-    // XLA reads an outfeed's shape from this field only; the text may leave it to the operand.
-    p.outfeed_shape = match (&a.outfeed_shape, i.opcode) {
-        (Some(s), _) => Some(Box::new(shape_to_proto(s))),
-        (None, Opcode::Outfeed) => i
-            .operands()
-            .first()
-            .map(|&o| Box::new(shape_to_proto(&m.instr(o).shape))),
-        (None, _) => None,
-    };
-    if let Some(d) = a.distribution {
-        p.distribution = match d {
-            RandomDistribution::Uniform => 1,
-            RandomDistribution::Normal => 2,
-        };
-    }
-    if let Some(r) = a.rng_algorithm {
-        p.rng_algorithm = match r {
-            RandomAlgorithm::Default => 0,
-            RandomAlgorithm::ThreeFry => 1,
-            RandomAlgorithm::Philox => 2,
-        };
-    }
-    if let Some(t) = &a.triangular_solve {
-        p.triangular_solve_options = Some(pb::TriangularSolveOptions {
-            left_side: t.left_side,
-            lower: t.lower,
-            unit_diagonal: t.unit_diagonal,
-            transpose_a: match t.transpose_a {
-                TransposeKind::NoTranspose => 1,
-                TransposeKind::Transpose => 2,
-                TransposeKind::Adjoint => 3,
-            },
-        });
-    }
-    if i.opcode == Opcode::Cholesky || a.lower {
-        p.cholesky_options = Some(pb::CholeskyOptions { lower: a.lower });
-    }
-    if let Some(f) = a.fft_type {
-        p.fft_type = match f {
-            FftType::Fft => 0,
-            FftType::Ifft => 1,
-            FftType::Rfft => 2,
-            FftType::Irfft => 3,
-        };
-    }
-    if let Some(l) = &a.fft_length {
-        p.fft_length = l.clone();
-    }
-    if let Some(d) = &a.domain {
-        // XLA's text `entry=` is the user side, which its proto calls the exit (measured).
-        p.domain_exit_sharding = d.entry.as_ref().map(|s| Box::new(sharding_to_proto(s)));
-        p.domain_entry_sharding = d.exit.as_ref().map(|s| Box::new(sharding_to_proto(s)));
-    }
-    if let Some(r) = &a.result_accuracy {
-        p.result_accuracy = Some(match *r {
-            ResultAccuracy::Mode(mode) => pb::ResultAccuracy {
-                mode: Some(mode),
-                tolerance: None,
-            },
-            ResultAccuracy::Tolerance { atol, rtol, ulps } => pb::ResultAccuracy {
-                mode: None,
-                tolerance: Some(pb::ResultAccuracyTolerance { atol, rtol, ulps }),
-            },
-        });
-    }
-    if let Some(s) = &a.statistics_viz {
-        p.statistics_viz = Some(statistics_to_proto(s));
-    }
-    p.original_value = a
-        .original_value
-        .as_deref()
-        .and_then(original_value_to_proto);
-    if let Some(ext) = tessera_ext(m, i, &p) {
-        p.tessera = Some(Box::new(ext));
-    }
-    if let Some(s) = &a.scan {
-        p.is_reverse = s.is_reverse;
-        p.num_carries = s.num_carries;
-        p.is_associative = match s.is_associative {
-            None => 0,
-            Some(true) => 1,
-            Some(false) => 2,
-        };
-    }
-    p
 }
 
 /// Whether the IR instruction has an optional attribute (see `OPTIONAL_FIELDS`).

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use super::messages as pb;
 use super::values::*;
 use super::ProtoError;
+use crate::attr_table::{self, Codec};
 use crate::attrs::*;
 use crate::instruction::{CompId, InstrId, Instruction};
 use crate::metadata::{FileLocation, StackFrame, StackFrameIndex};
@@ -307,39 +308,7 @@ pub(crate) fn module_from_proto(p: &pb::HloModuleProto) -> Result<Module, ProtoE
         m.config.frontend_attributes = frontend_attributes_from_proto(f);
     }
     if let Some(t) = &p.original_value_recovery_table {
-        let array = |a: &Option<pb::OriginalArrayProto>| {
-            a.as_ref()
-                .map(|a| crate::module::OriginalArray {
-                    instruction_name: a.instruction_name.clone(),
-                    shape_index: a.shape_index.clone(),
-                })
-                .unwrap_or_default()
-        };
-        for (k, e) in t.entries.iter().enumerate() {
-            let old = array(&e.old_original_array);
-            let module = match &e.recovery_module {
-                Some(rm) => Some(Box::new(module_from_proto(rm).map_err(|x| {
-                    err(
-                        format!("original_value_recovery_table entry {k}"),
-                        format!("recovery module: {x}"),
-                    )
-                })?)),
-                None => None,
-            };
-            if m.config.origin_recovery_table.contains_key(&old) {
-                return Err(err(
-                    format!("original_value_recovery_table entry {k}"),
-                    format!("{old:?} is listed twice"),
-                ));
-            }
-            m.config.origin_recovery_table.insert(
-                old,
-                crate::module::RecoveryEntry {
-                    replacing: array(&e.new_original_array),
-                    module,
-                },
-            );
-        }
+        recovery_table_from_proto(&mut m, t)?;
     }
     for (k, e) in p.debug_attributes.iter().enumerate() {
         let place = || format!("debug_attributes entry {k}");
@@ -434,6 +403,47 @@ pub(crate) fn module_from_proto(p: &pb::HloModuleProto) -> Result<Module, ProtoE
     }
     check_text_expressible(&m)?;
     Ok(m)
+}
+
+/// `module_from_proto`: the origin recovery table of the module config.
+fn recovery_table_from_proto(
+    m: &mut Module,
+    t: &pb::OriginalValueRecoveryTableProto,
+) -> Result<(), ProtoError> {
+    let array = |a: &Option<pb::OriginalArrayProto>| {
+        a.as_ref()
+            .map(|a| crate::module::OriginalArray {
+                instruction_name: a.instruction_name.clone(),
+                shape_index: a.shape_index.clone(),
+            })
+            .unwrap_or_default()
+    };
+    for (k, e) in t.entries.iter().enumerate() {
+        let old = array(&e.old_original_array);
+        let module = match &e.recovery_module {
+            Some(rm) => Some(Box::new(module_from_proto(rm).map_err(|x| {
+                err(
+                    format!("original_value_recovery_table entry {k}"),
+                    format!("recovery module: {x}"),
+                )
+            })?)),
+            None => None,
+        };
+        if m.config.origin_recovery_table.contains_key(&old) {
+            return Err(err(
+                format!("original_value_recovery_table entry {k}"),
+                format!("{old:?} is listed twice"),
+            ));
+        }
+        m.config.origin_recovery_table.insert(
+            old,
+            crate::module::RecoveryEntry {
+                replacing: array(&e.new_original_array),
+                module,
+            },
+        );
+    }
+    Ok(())
 }
 
 /// What the text parser guarantees by construction and a proto can break: at least one
@@ -742,7 +752,7 @@ fn instruction_from_proto(
             i.attrs.outfeed_shape = Some(Box::new(m.instr(o).shape.clone()));
         }
     }
-    if let Some(field) = super::fields::misplaced_field(&i) {
+    if let Some(field) = attr_table::misplaced_field(&i) {
         return Err(e(format!(
             "the field `{field}` is set, but a {opcode} cannot carry it"
         )));
@@ -759,10 +769,6 @@ pub(crate) fn predicated_by_type(m: &Module, op: Opcode, operands: &[InstrId]) -
         && operands
             .first()
             .is_some_and(|&o| m.instr(o).shape.element_type() == ElementType::Pred)
-}
-
-fn utf8(b: &[u8], what: &str) -> Result<String, String> {
-    String::from_utf8(b.to_vec()).map_err(|_| format!("{what} is not UTF-8"))
 }
 
 fn attrs_from_proto(
@@ -793,7 +799,6 @@ fn attrs_from_proto(
     } else if op == Opcode::Constant {
         return Err("constant without a literal".into());
     }
-    a.tuple_index = p.tuple_index;
     match op {
         Opcode::Iota => {
             a.iota_dimension = *p
@@ -815,9 +820,6 @@ fn attrs_from_proto(
                 })
                 .collect(),
         );
-    }
-    if has("dynamic_slice_sizes") {
-        a.dynamic_slice_sizes = Some(p.dynamic_slice_sizes.clone());
     }
     a.padding = p.padding_config.as_ref().map(|pc| {
         pc.dimensions
@@ -851,6 +853,165 @@ fn attrs_from_proto(
     } else if op == Opcode::Compare {
         return Err("compare without a comparison direction".into());
     }
+    window_and_dims_from_proto(a, op, p)?;
+    a.channel_id = has("channel_id").then_some(p.channel_id);
+    a.replica_groups = replica_groups_from_proto(p)?.map(Box::new);
+    a.use_global_device_ids = p.use_global_device_ids;
+    // On a custom-call, XLA's constrain_layout means "operand layouts given" (below).
+    a.constrain_layout = p.constrain_layout && op != Opcode::CustomCall;
+    if has("source_target_pairs") {
+        a.source_target_pairs = Some(
+            p.source_target_pairs
+                .iter()
+                .map(|s| (s.source, s.target))
+                .collect(),
+        );
+    }
+    if has("custom_call") {
+        a.custom_call = Some(Box::new(CustomCallAttrs {
+            target: p.custom_call_target.clone(),
+            api_version: match p.custom_call_api_version {
+                0 => CustomCallApiVersion::Unspecified,
+                1 => CustomCallApiVersion::Original,
+                2 => CustomCallApiVersion::StatusReturning,
+                3 => CustomCallApiVersion::StatusReturningUnified,
+                4 => CustomCallApiVersion::TypedFfi,
+                v => return Err(format!("unknown custom-call api version {v}")),
+            },
+            has_side_effect: p.custom_call_has_side_effect,
+            operand_layout_constraints: if p.constrain_layout {
+                Some(
+                    p.operand_shapes_with_layout
+                        .iter()
+                        .map(shape_from_proto)
+                        .collect::<Result<_, _>>()?,
+                )
+            } else {
+                None
+            },
+            output_to_operand_aliasing: p
+                .output_operand_aliasing
+                .iter()
+                .map(|o| OutputOperandAlias {
+                    output_index: o.output_shape_index.clone(),
+                    operand: o.operand_index,
+                    operand_index: o.operand_shape_index.clone(),
+                })
+                .collect(),
+            schedule: CustomCallSchedule::from_number(p.custom_call_schedule).ok_or_else(|| {
+                format!("unknown custom-call schedule {}", p.custom_call_schedule)
+            })?,
+            padding_type: p.padding_type,
+        }));
+    }
+    if !p.fusion_kind.is_empty() {
+        a.fusion_kind = Some(
+            FusionKind::from_name(&p.fusion_kind)
+                .ok_or_else(|| format!("unknown fusion kind `{}`", p.fusion_kind))?,
+        );
+    } else if op == Opcode::Fusion {
+        return Err("fusion without a fusion kind".into());
+    }
+    if has("outfeed_shape") {
+        a.outfeed_shape = p
+            .outfeed_shape
+            .as_deref()
+            .map(shape_from_proto)
+            .transpose()?
+            .map(Box::new);
+    }
+    op_options_from_proto(a, &presence, p)?;
+    if has("domain") {
+        a.domain = Some(Box::new(DomainAttrs {
+            kind: ext
+                .and_then(|e| e.domain_kind.clone())
+                .unwrap_or_else(|| "sharding".to_string()),
+            entry: p
+                .domain_exit_sharding
+                .as_deref()
+                .map(sharding_from_proto)
+                .transpose()?,
+            exit: p
+                .domain_entry_sharding
+                .as_deref()
+                .map(sharding_from_proto)
+                .transpose()?,
+        }));
+    }
+    a.is_composite = p.is_composite;
+    a.result_accuracy = match &p.result_accuracy {
+        None => None,
+        Some(pb::ResultAccuracy {
+            tolerance: Some(t), ..
+        }) => Some(ResultAccuracy::Tolerance {
+            atol: t.atol,
+            rtol: t.rtol,
+            ulps: t.ulps,
+        }),
+        Some(r) => Some(ResultAccuracy::Mode(r.mode.unwrap_or(0))),
+    };
+    if let Some(text) = ext.and_then(|e| e.statistics_viz.clone()) {
+        a.statistics_viz = Some(text);
+    } else if let Some(s) = &p.statistics_viz {
+        if s.stat_index_to_visualize != 0 || !s.statistics.is_empty() {
+            a.statistics_viz = Some(statistics_from_proto(s));
+        }
+    }
+    a.original_value = ext.and_then(|e| e.original_value.clone()).or_else(|| {
+        p.original_value
+            .as_ref()
+            .filter(|o| !o.elements.is_empty())
+            .map(|o| original_value_from_proto(o, shape))
+    });
+    if let Some(e) = ext {
+        a.custom_call_uses_to_apply = e.custom_call_uses_to_apply;
+        a.inferred_dimension = e.inferred_dimension;
+        a.permute_slice_sizes = e.has_permute_slice_sizes.then(|| {
+            e.permute_slice_sizes
+                .iter()
+                .map(|l| l.values.clone())
+                .collect()
+        });
+        a.collective_mode = e.collective_mode.clone();
+        a.conv_kind = e.conv_kind.clone();
+    }
+    if op != Opcode::CustomCall {
+        a.output_to_operand_aliasing = p
+            .output_operand_aliasing
+            .iter()
+            .map(|o| OutputOperandAlias {
+                output_index: o.output_shape_index.clone(),
+                operand: o.operand_index,
+                operand_index: o.operand_shape_index.clone(),
+            })
+            .collect();
+    }
+    if ext.is_some_and(|e| e.custom_call_constrain_layout) {
+        a.constrain_layout = true;
+    }
+    if has("scan") {
+        a.scan = Some(Box::new(ScanAttrs {
+            dimension: p.dimensions.first().copied().unwrap_or(0),
+            is_reverse: p.is_reverse,
+            num_carries: p.num_carries,
+            is_associative: match p.is_associative {
+                0 => None,
+                1 => Some(true),
+                2 => Some(false),
+                v => return Err(format!("unknown is_associative value {v}")),
+            },
+        }));
+    }
+    plain_attrs_from_proto(a, &presence, p)
+}
+
+/// `attrs_from_proto`: the window, the convolution, dot, gather and scatter dimension numbers,
+/// and the precision.
+fn window_and_dims_from_proto(
+    a: &mut Attrs,
+    op: Opcode,
+    p: &pb::HloInstructionProto,
+) -> Result<(), String> {
     // A convolution's empty window is how the proto says "none" (see the export).
     let empty_conv_window =
         op == Opcode::Convolution && p.window.as_ref().is_some_and(|w| w.dimensions.is_empty());
@@ -950,9 +1111,6 @@ fn attrs_from_proto(
             start_indices_batching_dims: g.start_indices_batching_dims.clone(),
         })
     });
-    if has("gather_slice_sizes") {
-        a.gather_slice_sizes = Some(p.gather_slice_sizes.clone());
-    }
     a.scatter_dims = p.scatter_dimension_numbers.as_ref().map(|s| {
         Box::new(ScatterDimensionNumbers {
             update_window_dims: s.update_window_dims.clone(),
@@ -963,85 +1121,16 @@ fn attrs_from_proto(
             scatter_indices_batching_dims: s.scatter_indices_batching_dims.clone(),
         })
     });
-    a.indices_are_sorted = p.indices_are_sorted;
-    a.unique_indices = p.unique_indices;
-    a.exponent_bits = p.exponent_bits;
-    a.mantissa_bits = p.mantissa_bits;
-    a.epsilon = p.epsilon;
-    a.feature_index = p.feature_index;
-    a.channel_id = has("channel_id").then_some(p.channel_id);
-    a.replica_groups = replica_groups_from_proto(p)?.map(Box::new);
-    a.use_global_device_ids = p.use_global_device_ids;
-    // On a custom-call, XLA's constrain_layout means "operand layouts given" (below).
-    a.constrain_layout = p.constrain_layout && op != Opcode::CustomCall;
-    if has("source_target_pairs") {
-        a.source_target_pairs = Some(
-            p.source_target_pairs
-                .iter()
-                .map(|s| (s.source, s.target))
-                .collect(),
-        );
-    }
-    a.is_host_transfer = p.is_host_transfer;
-    if has("custom_call") {
-        a.custom_call = Some(Box::new(CustomCallAttrs {
-            target: p.custom_call_target.clone(),
-            api_version: match p.custom_call_api_version {
-                0 => CustomCallApiVersion::Unspecified,
-                1 => CustomCallApiVersion::Original,
-                2 => CustomCallApiVersion::StatusReturning,
-                3 => CustomCallApiVersion::StatusReturningUnified,
-                4 => CustomCallApiVersion::TypedFfi,
-                v => return Err(format!("unknown custom-call api version {v}")),
-            },
-            has_side_effect: p.custom_call_has_side_effect,
-            operand_layout_constraints: if p.constrain_layout {
-                Some(
-                    p.operand_shapes_with_layout
-                        .iter()
-                        .map(shape_from_proto)
-                        .collect::<Result<_, _>>()?,
-                )
-            } else {
-                None
-            },
-            output_to_operand_aliasing: p
-                .output_operand_aliasing
-                .iter()
-                .map(|o| OutputOperandAlias {
-                    output_index: o.output_shape_index.clone(),
-                    operand: o.operand_index,
-                    operand_index: o.operand_shape_index.clone(),
-                })
-                .collect(),
-            schedule: CustomCallSchedule::from_number(p.custom_call_schedule).ok_or_else(|| {
-                format!("unknown custom-call schedule {}", p.custom_call_schedule)
-            })?,
-            padding_type: p.padding_type,
-        }));
-    }
-    if !p.fusion_kind.is_empty() {
-        a.fusion_kind = Some(
-            FusionKind::from_name(&p.fusion_kind)
-                .ok_or_else(|| format!("unknown fusion kind `{}`", p.fusion_kind))?,
-        );
-    } else if op == Opcode::Fusion {
-        return Err("fusion without a fusion kind".into());
-    }
-    if has("infeed_config") {
-        a.infeed_config = Some(utf8(&p.infeed_config, "infeed_config")?);
-    }
-    if has("outfeed_config") {
-        a.outfeed_config = Some(utf8(&p.outfeed_config, "outfeed_config")?);
-    }
-    if has("outfeed_shape") {
-        a.outfeed_shape = p
-            .outfeed_shape
-            .as_deref()
-            .map(shape_from_proto)
-            .transpose()?
-            .map(Box::new);
-    }
+    Ok(())
+}
+
+/// `attrs_from_proto`: rng, sort, top-k, triangular-solve, cholesky and fft options.
+fn op_options_from_proto(
+    a: &mut Attrs,
+    presence: &Presence,
+    p: &pb::HloInstructionProto,
+) -> Result<(), String> {
+    let has = |f: &str| presence.has(f);
     a.distribution = match p.distribution {
         0 => None,
         1 => Some(RandomDistribution::Uniform),
@@ -1056,7 +1145,6 @@ fn attrs_from_proto(
             v => return Err(format!("unknown rng algorithm {v}")),
         });
     }
-    a.delta = p.delta;
     a.is_stable = p.is_stable;
     a.k = p.k;
     a.largest = p.largest;
@@ -1083,93 +1171,29 @@ fn attrs_from_proto(
             v => return Err(format!("unknown fft type {v}")),
         });
     }
-    if has("fft_length") {
-        a.fft_length = Some(p.fft_length.clone());
-    }
-    if has("domain") {
-        a.domain = Some(Box::new(DomainAttrs {
-            kind: ext
-                .and_then(|e| e.domain_kind.clone())
-                .unwrap_or_else(|| "sharding".to_string()),
-            entry: p
-                .domain_exit_sharding
-                .as_deref()
-                .map(sharding_from_proto)
-                .transpose()?,
-            exit: p
-                .domain_entry_sharding
-                .as_deref()
-                .map(sharding_from_proto)
-                .transpose()?,
-        }));
-    }
-    if has("async_execution_thread") {
-        a.async_execution_thread = Some(p.async_execution_thread.clone());
-    }
-    a.cross_program_prefetch_index = p.cross_program_prefetch_index.map(i64::from);
-    a.is_composite = p.is_composite;
-    a.result_accuracy = match &p.result_accuracy {
-        None => None,
-        Some(pb::ResultAccuracy {
-            tolerance: Some(t), ..
-        }) => Some(ResultAccuracy::Tolerance {
-            atol: t.atol,
-            rtol: t.rtol,
-            ulps: t.ulps,
-        }),
-        Some(r) => Some(ResultAccuracy::Mode(r.mode.unwrap_or(0))),
-    };
-    if let Some(text) = ext.and_then(|e| e.statistics_viz.clone()) {
-        a.statistics_viz = Some(text);
-    } else if let Some(s) = &p.statistics_viz {
-        if s.stat_index_to_visualize != 0 || !s.statistics.is_empty() {
-            a.statistics_viz = Some(statistics_from_proto(s));
+    Ok(())
+}
+
+/// Reads the plain attributes of the table (`attr_table`); an optional one only when given.
+fn plain_attrs_from_proto(
+    a: &mut Attrs,
+    presence: &Presence,
+    p: &pb::HloInstructionProto,
+) -> Result<(), String> {
+    for row in attr_table::plain_rows() {
+        let Codec::Plain {
+            presence: given,
+            set,
+            get_proto,
+            ..
+        } = row.codec
+        else {
+            continue;
+        };
+        if given.is_some_and(|f| !presence.has(f)) {
+            continue;
         }
-    }
-    a.original_value = ext.and_then(|e| e.original_value.clone()).or_else(|| {
-        p.original_value
-            .as_ref()
-            .filter(|o| !o.elements.is_empty())
-            .map(|o| original_value_from_proto(o, shape))
-    });
-    if let Some(e) = ext {
-        a.custom_call_uses_to_apply = e.custom_call_uses_to_apply;
-        a.inferred_dimension = e.inferred_dimension;
-        a.permute_slice_sizes = e.has_permute_slice_sizes.then(|| {
-            e.permute_slice_sizes
-                .iter()
-                .map(|l| l.values.clone())
-                .collect()
-        });
-        a.collective_mode = e.collective_mode.clone();
-        a.conv_kind = e.conv_kind.clone();
-    }
-    if op != Opcode::CustomCall {
-        a.output_to_operand_aliasing = p
-            .output_operand_aliasing
-            .iter()
-            .map(|o| OutputOperandAlias {
-                output_index: o.output_shape_index.clone(),
-                operand: o.operand_index,
-                operand_index: o.operand_shape_index.clone(),
-            })
-            .collect();
-    }
-    if ext.is_some_and(|e| e.custom_call_constrain_layout) {
-        a.constrain_layout = true;
-    }
-    if has("scan") {
-        a.scan = Some(Box::new(ScanAttrs {
-            dimension: p.dimensions.first().copied().unwrap_or(0),
-            is_reverse: p.is_reverse,
-            num_carries: p.num_carries,
-            is_associative: match p.is_associative {
-                0 => None,
-                1 => Some(true),
-                2 => Some(false),
-                v => return Err(format!("unknown is_associative value {v}")),
-            },
-        }));
+        set(a, get_proto(p)).map_err(|e| format!("{} {e}", row.proto))?;
     }
     Ok(())
 }

@@ -666,6 +666,8 @@ pub struct HloInstructionProto {
     pub feature_index: i64,
     #[prost(int64, tag = "26")]
     pub channel_id: i64,
+    #[prost(int64, optional, tag = "45")]
+    pub all_reduce_id: Option<i64>,
     #[prost(bytes = "vec", tag = "27")]
     pub infeed_config: Vec<u8>,
     #[prost(string, tag = "28")]

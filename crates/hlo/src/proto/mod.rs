@@ -16,7 +16,6 @@
 pub mod messages;
 
 mod export;
-mod fields;
 mod import;
 mod values;
 

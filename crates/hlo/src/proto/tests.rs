@@ -466,7 +466,7 @@ fn presence_the_xla_fields_cannot_tell_survives() {
     n.attrs.original_value = Some("{\"p\" {}}".into());
     let n = m.add_instruction(e, n).unwrap();
     // An empty dimensions list and channel id 0 on an all-to-all, an empty thread name on an
-    // async-start: each opcode can carry the field (`proto/fields.rs`).
+    // async-start: each opcode can carry the field (`attr_table.rs`).
     let mut a2a = Instruction::new("a2a", Opcode::AllToAll, f32v(&[4])).with_operands(&[n]);
     a2a.attrs.dimensions = Some(vec![]);
     a2a.attrs.channel_id = Some(0);
@@ -1130,7 +1130,7 @@ fn malformed_protos_are_refused_by_name() {
 }
 
 /// Fields set on an opcode that cannot carry them (the text has no place for them there) are
-/// refused by the reader, naming the instruction and the field (`proto/fields.rs`).
+/// refused by the reader, naming the instruction and the field (`attr_table.rs`).
 #[test]
 fn misplaced_fields_are_refused_by_name() {
     type Set = fn(&mut pb::HloInstructionProto);
@@ -1194,7 +1194,7 @@ fn misplaced_fields_are_refused_by_name() {
     p.computations[0].instructions[1].is_stable = false;
     p.computations[0].instructions[1].channel_id = 0;
     module_from_proto(&p).unwrap();
-    assert!(super::fields::fields().count() > 50);
+    assert!(crate::attr_table::ATTR_TABLE.len() > 50);
 }
 
 /// XLA's HloModuleProto lists a while's called computations as `[body, condition]`.

@@ -116,7 +116,7 @@ pub fn is_valid_name(name: &str) -> bool {
 
 /// Checks that `module` prints as text that parses again; the error names the instruction (or
 /// the line) and the parser's complaint. The proto reader refuses fields on opcodes that
-/// cannot carry them (`proto/fields.rs`), and a module the verifier accepts prints as text
+/// cannot carry them (`attr_table.rs`), and a module the verifier accepts prints as text
 /// that parses; what is left is a module read from a proto that the verifier has not
 /// accepted (`tessera from-proto --no-verify`: an operand or callee count the text cannot
 /// spell), which is what this is for.

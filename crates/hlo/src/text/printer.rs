@@ -5,6 +5,7 @@ use std::fmt::Write;
 use super::float::format_float;
 use super::PrintOptions;
 use crate::analysis::order::PostOrders;
+use crate::attr_table::{self, Codec, Print, Value};
 use crate::attrs::*;
 use crate::instruction::{InstrId, Instruction};
 use crate::literal::{Literal, LiteralData};
@@ -640,8 +641,6 @@ fn write_instruction(
 fn write_attributes(out: &mut String, m: &Module, i: &Instruction, opts: &PrintOptions) {
     use Opcode::*;
     let a = &i.attrs;
-    let pct = if opts.short_form { "" } else { "%" };
-    let comp_name = |k: usize| -> &str { &m.comp(i.called[k]).name };
     // Opcode-specific attributes, in the order XLA prints them.
     if let Some(cid) = a.channel_id {
         out.push_str(", channel_id=");
@@ -651,10 +650,6 @@ fn write_attributes(out: &mut String, m: &Module, i: &Instruction, opts: &PrintO
         Iota => {
             out.push_str(", iota_dimension=");
             write_i64(out, a.iota_dimension);
-        }
-        GetTupleElement => {
-            out.push_str(", index=");
-            write_i64(out, a.tuple_index);
         }
         Compare => {
             if let Some(c) = a.comparison {
@@ -730,9 +725,6 @@ fn write_attributes(out: &mut String, m: &Module, i: &Instruction, opts: &PrintO
         }
         out.push('}');
     }
-    if matches!(i.opcode, Send | SendDone | Recv | RecvDone) && a.is_host_transfer {
-        out.push_str(", is_host_transfer=true");
-    }
     if let Some(s) = &a.slice {
         out.push_str(", slice={");
         for (k, d) in s.iter().enumerate() {
@@ -751,10 +743,6 @@ fn write_attributes(out: &mut String, m: &Module, i: &Instruction, opts: &PrintO
         }
         out.push('}');
     }
-    if let Some(s) = &a.dynamic_slice_sizes {
-        out.push_str(", dynamic_slice_sizes=");
-        write_int_list(out, s);
-    }
     if let Some(p) = &a.padding {
         out.push_str(", padding=");
         let interior = p.iter().any(|d| d.interior != 0);
@@ -771,6 +759,17 @@ fn write_attributes(out: &mut String, m: &Module, i: &Instruction, opts: &PrintO
             }
         }
     }
+    write_layout_and_dims_attrs(out, i);
+    write_opcode_attrs(out, m, i);
+    write_plain_attrs(out, i);
+    write_custom_call_options(out, i);
+    write_called_and_trailing_attrs(out, m, i, opts);
+}
+
+/// `write_attributes`: custom-call's target, windows, dimension numbers, precision.
+fn write_layout_and_dims_attrs(out: &mut String, i: &Instruction) {
+    use Opcode::*;
+    let a = &i.attrs;
     if let Some(cc) = &a.custom_call {
         out.push_str(", custom_call_target=");
         write_string(out, &cc.target);
@@ -834,10 +833,6 @@ fn write_attributes(out: &mut String, m: &Module, i: &Instruction, opts: &PrintO
         }
         let _ = write!(out, ", index_vector_dim={}", g.index_vector_dim);
     }
-    if let Some(s) = &a.gather_slice_sizes {
-        out.push_str(", slice_sizes=");
-        write_int_list(out, s);
-    }
     if let Some(s) = &a.scatter_dims {
         out.push_str(", update_window_dims=");
         write_int_list(out, &s.update_window_dims);
@@ -854,12 +849,6 @@ fn write_attributes(out: &mut String, m: &Module, i: &Instruction, opts: &PrintO
             write_int_list(out, &s.scatter_indices_batching_dims);
         }
         let _ = write!(out, ", index_vector_dim={}", s.index_vector_dim);
-    }
-    if a.indices_are_sorted {
-        out.push_str(", indices_are_sorted=true");
-    }
-    if a.unique_indices {
-        out.push_str(", unique_indices=true");
     }
     if let Some(p) = &a.precision {
         if !p.operand_precision.is_empty() {
@@ -880,20 +869,14 @@ fn write_attributes(out: &mut String, m: &Module, i: &Instruction, opts: &PrintO
             let _ = write!(out, ", algorithm={name}");
         }
     }
+}
+
+/// `write_attributes`: the attributes of single opcodes, in the order XLA prints them.
+fn write_opcode_attrs(out: &mut String, m: &Module, i: &Instruction) {
+    use Opcode::*;
+    let a = &i.attrs;
     match i.opcode {
         Sort if a.is_stable => out.push_str(", is_stable=true"),
-        BatchNormTraining | BatchNormInference | BatchNormGrad => {
-            out.push_str(", epsilon=");
-            format_float(ElementType::F32, a.epsilon.to_bits() as u64, out);
-            let _ = write!(out, ", feature_index={}", a.feature_index);
-        }
-        ReducePrecision => {
-            let _ = write!(
-                out,
-                ", exponent_bits={}, mantissa_bits={}",
-                a.exponent_bits, a.mantissa_bits
-            );
-        }
         Rng => {
             if let Some(d) = a.distribution {
                 out.push_str(match d {
@@ -911,9 +894,6 @@ fn write_attributes(out: &mut String, m: &Module, i: &Instruction, opts: &PrintO
                 });
             }
         }
-        RngGetAndUpdateState => {
-            let _ = write!(out, ", delta={}", a.delta);
-        }
         Fft => {
             if let Some(t) = a.fft_type {
                 out.push_str(match t {
@@ -922,10 +902,6 @@ fn write_attributes(out: &mut String, m: &Module, i: &Instruction, opts: &PrintO
                     FftType::Rfft => ", fft_type=RFFT",
                     FftType::Irfft => ", fft_type=IRFFT",
                 });
-            }
-            if let Some(l) = &a.fft_length {
-                out.push_str(", fft_length=");
-                write_int_list(out, l);
             }
         }
         TriangularSolve => {
@@ -952,27 +928,12 @@ fn write_attributes(out: &mut String, m: &Module, i: &Instruction, opts: &PrintO
                 let _ = write!(out, ", inferred_dimension={d}");
             }
         }
-        Infeed => {
-            if let Some(c) = &a.infeed_config {
-                out.push_str(", infeed_config=");
-                write_string(out, c);
-            }
-        }
         Outfeed => {
             // Absent, the parser takes the data operand's shape; print that.
             let data = i.operands.first().map(|&o| &m.instr(o).shape);
             if let Some(s) = a.outfeed_shape.as_deref().or(data) {
                 out.push_str(", outfeed_shape=");
                 write_shape(out, s, true);
-            }
-            if let Some(c) = &a.outfeed_config {
-                out.push_str(", outfeed_config=");
-                write_string(out, c);
-            }
-        }
-        CopyStart => {
-            if let Some(x) = a.cross_program_prefetch_index {
-                let _ = write!(out, ", cross_program_prefetch_index={x}");
             }
         }
         Fusion => {
@@ -1009,10 +970,11 @@ fn write_attributes(out: &mut String, m: &Module, i: &Instruction, opts: &PrintO
         }
         _ => {}
     }
-    if let Some(t) = &a.async_execution_thread {
-        out.push_str(", async_execution_thread=");
-        write_string(out, t);
-    }
+}
+
+/// `write_attributes`: custom-call's options after its target.
+fn write_custom_call_options(out: &mut String, i: &Instruction) {
+    let a = &i.attrs;
     if let Some(cc) = &a.custom_call {
         if let Some(l) = &a.literal {
             out.push_str(", literal=");
@@ -1060,6 +1022,19 @@ fn write_attributes(out: &mut String, m: &Module, i: &Instruction, opts: &PrintO
             CustomCallApiVersion::TypedFfi => out.push_str(", api_version=API_VERSION_TYPED_FFI"),
         }
     }
+}
+
+/// `write_attributes`: aliasing, called computations, then what any instruction carries.
+fn write_called_and_trailing_attrs(
+    out: &mut String,
+    m: &Module,
+    i: &Instruction,
+    opts: &PrintOptions,
+) {
+    use Opcode::*;
+    let a = &i.attrs;
+    let pct = if opts.short_form { "" } else { "%" };
+    let comp_name = |k: usize| -> &str { &m.comp(i.called[k]).name };
     if !a.output_to_operand_aliasing.is_empty() {
         out.push_str(", output_to_operand_aliasing=");
         write_aliasing(out, &a.output_to_operand_aliasing);
@@ -1197,6 +1172,30 @@ fn write_attributes(out: &mut String, m: &Module, i: &Instruction, opts: &PrintO
             } else {
                 write_string(out, b);
             }
+        }
+    }
+}
+
+/// The plain attributes of the table (`attr_table`) that `i`'s opcode carries, in table order.
+fn write_plain_attrs(out: &mut String, i: &Instruction) {
+    for row in attr_table::plain_rows() {
+        let Codec::Plain { print, get, .. } = row.codec else {
+            continue;
+        };
+        if !(row.on)(i.opcode) || (print == Print::IfSet && !(row.is_set)(i)) {
+            continue;
+        }
+        out.push_str(", ");
+        out.push_str(row.key);
+        out.push('=');
+        match get(&i.attrs) {
+            Value::Absent => {}
+            Value::Int(x) => write_i64(out, x),
+            Value::F32(x) => format_float(ElementType::F32, u64::from(x.to_bits()), out),
+            Value::Bool(b) => out.push_str(if b { "true" } else { "false" }),
+            Value::Ints(v) => write_int_list(out, &v),
+            Value::Str(s) => write_string(out, &s),
+            Value::Bytes(b) => write_string(out, &String::from_utf8_lossy(&b)),
         }
     }
 }

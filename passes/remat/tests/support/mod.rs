@@ -197,8 +197,7 @@ fn build(g: &Graph, budget: i64, inf: f64) -> Program {
         }
         for i in 0..t {
             // Worth holding only if some original at or after `t` reads it.
-            if users[i].iter().any(|&u| u >= t) || users[i].iter().any(|&u| g.recomputable[u])
-            {
+            if users[i].iter().any(|&u| u >= t) || users[i].iter().any(|&u| g.recomputable[u]) {
                 s[t][i] = Var::Col(p.column(0.0, 1.0, true));
             }
         }

@@ -439,8 +439,11 @@ fn sweep(cases: Vec<(String, Module)>, time: Duration) -> Tally {
     t
 }
 
-/// The pass against the MILP optimum on a handful of medium graphs (default run).
+/// The pass against the MILP optimum on a handful of medium graphs. Ignored by default: the
+/// MILP proves 2 of its 12 cases in its 2 s each (28 s in all, debug), too little for the CI
+/// time it costs; `cargo test -p tessera-remat --test auto_vs_optimum -- --ignored medium`.
 #[test]
+#[ignore]
 fn auto_against_the_milp_on_medium_graphs() {
     let t = sweep(medium(), Duration::from_secs(2));
     assert!(

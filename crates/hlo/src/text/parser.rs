@@ -930,28 +930,7 @@ impl<'a> Parser<'a> {
             self.c.pos
         };
         let opname = self.c.ident("an opcode")?;
-        // `custom-call-start(...)` etc.: XLA's shorthand for an async op wrapping one instruction.
-        let (opcode, wrapped_opcode) = match Opcode::from_name(opname) {
-            Some(op) => (op, None),
-            None => {
-                let sugar = [
-                    ("-start", Opcode::AsyncStart),
-                    ("-update", Opcode::AsyncUpdate),
-                    ("-done", Opcode::AsyncDone),
-                ]
-                .iter()
-                .find_map(|&(suffix, async_op)| {
-                    let base = Opcode::from_name(opname.strip_suffix(suffix)?)?;
-                    (!base.is_async()).then_some((async_op, base))
-                });
-                match sugar {
-                    Some((async_op, base)) => (async_op, Some(base)),
-                    None => {
-                        return Err(self.c.error_at(op_at, format!("unknown opcode '{opname}'")))
-                    }
-                }
-            }
-        };
+        let (opcode, wrapped_opcode) = self.resolve_opcode(opname, op_at)?;
         let text_name = name;
         let has_shape = shape.is_some();
         let name: String = match name {
@@ -961,53 +940,7 @@ impl<'a> Parser<'a> {
         let mut instr = Instruction::new(name, opcode, shape.unwrap_or(Shape::Tuple(Vec::new())));
         self.c
             .expect_parts(b'(', &["to start the operands of ", opname])?;
-        let mut operands: SmallVec<[InstrId; 2]> = SmallVec::new();
-        match opcode {
-            Opcode::Parameter => {
-                let at = self.c.pos;
-                let n = self.c.int("a parameter number")?;
-                if n < 0 {
-                    return Err(self.c.error_at(at, "parameter number must be >= 0"));
-                }
-                // Parameter N needs N+1 parameter instructions in its computation, each longer
-                // than a byte: a larger number cannot be valid, and would size the
-                // computation's parameter table.
-                if n as u64 >= self.c.b.len() as u64 {
-                    return Err(self.c.error_at(
-                        at,
-                        format!(
-                            "parameter number {n} is out of range: a text of {} bytes cannot \
-                             hold the parameters below it",
-                            self.c.b.len()
-                        ),
-                    ));
-                }
-                instr.attrs.parameter_number = n;
-                self.c.expect(b')', "after the parameter number")?;
-            }
-            Opcode::Constant => {
-                if !has_shape {
-                    return Err(self.c.error_at(
-                        op_at,
-                        "a constant needs its shape written before 'constant'",
-                    ));
-                };
-                let lit = self.parse_literal(&instr.shape)?;
-                instr.attrs.literal = Some(Box::new(lit));
-                self.c.expect(b')', "after the constant literal")?;
-            }
-            _ => {
-                if !self.c.eat(b')')? {
-                    loop {
-                        operands.push(self.parse_operand()?);
-                        if self.c.eat(b')')? {
-                            break;
-                        }
-                        self.c.expect(b',', "or ')' in the operand list")?;
-                    }
-                }
-            }
-        }
+        let operands = self.parse_operands(opcode, &mut instr, has_shape, op_at)?;
         self.check_operand_count(opcode, operands.len(), op_at)?;
         let mut calls = Calls::default();
         let mut preds: Vec<InstrId> = Vec::new();
@@ -1090,34 +1023,7 @@ impl<'a> Parser<'a> {
             self.finish_attrs(&mut instr, &operands, calls, &seen, op_at)?;
         }
         if matches!(opcode, Opcode::AsyncUpdate | Opcode::AsyncDone) {
-            // The computation comes from the async-start (a written calls= must agree).
-            let inherited = self.m.async_computation_of_operand(&operands);
-            let Some(inherited) = inherited else {
-                return Err(self.c.error_at(
-                    op_at,
-                    "async-update and async-done take one async-start or async-update operand",
-                ));
-            };
-            if instr.called.first().is_some_and(|&c| c != inherited) {
-                return Err(self.c.error_at(
-                    op_at,
-                    "calls= differs from the computation of the async-start",
-                ));
-            }
-            if let Some(base) = wrapped_opcode {
-                let root = self
-                    .m
-                    .comp(inherited)
-                    .root()
-                    .map(|r| self.m.instr(r).opcode);
-                if root != Some(base) {
-                    return Err(self.c.error_at(
-                        op_at,
-                        format!("the async operand does not wrap a {}", base.name()),
-                    ));
-                }
-            }
-            instr.called = [inherited].into_iter().collect();
+            self.inherit_async_computation(&mut instr, &operands, wrapped_opcode, op_at)?;
         }
         if !has_shape {
             instr.shape = self.infer_shape(opcode, &operands, &instr, op_at)?;
@@ -1180,6 +1086,129 @@ impl<'a> Parser<'a> {
             self.m.add_control_dependency(p, id);
         }
         Ok(id)
+    }
+
+    /// The opcode named `opname`, and for XLA's async shorthand (`custom-call-start(...)`
+    /// etc., an async op wrapping one instruction) the opcode it wraps.
+    fn resolve_opcode(&self, opname: &str, op_at: usize) -> PResult<(Opcode, Option<Opcode>)> {
+        match Opcode::from_name(opname) {
+            Some(op) => Ok((op, None)),
+            None => {
+                let sugar = [
+                    ("-start", Opcode::AsyncStart),
+                    ("-update", Opcode::AsyncUpdate),
+                    ("-done", Opcode::AsyncDone),
+                ]
+                .iter()
+                .find_map(|&(suffix, async_op)| {
+                    let base = Opcode::from_name(opname.strip_suffix(suffix)?)?;
+                    (!base.is_async()).then_some((async_op, base))
+                });
+                match sugar {
+                    Some((async_op, base)) => Ok((async_op, Some(base))),
+                    None => Err(self.c.error_at(op_at, format!("unknown opcode '{opname}'"))),
+                }
+            }
+        }
+    }
+
+    /// The operand list after the opening parenthesis, through the closing one: a parameter's
+    /// number and a constant's literal go into `instr`'s attributes instead.
+    fn parse_operands(
+        &mut self,
+        opcode: Opcode,
+        instr: &mut Instruction,
+        has_shape: bool,
+        op_at: usize,
+    ) -> PResult<SmallVec<[InstrId; 2]>> {
+        let mut operands: SmallVec<[InstrId; 2]> = SmallVec::new();
+        match opcode {
+            Opcode::Parameter => {
+                let at = self.c.pos;
+                let n = self.c.int("a parameter number")?;
+                if n < 0 {
+                    return Err(self.c.error_at(at, "parameter number must be >= 0"));
+                }
+                // Parameter N needs N+1 parameter instructions in its computation, each longer
+                // than a byte: a larger number cannot be valid, and would size the
+                // computation's parameter table.
+                if n as u64 >= self.c.b.len() as u64 {
+                    return Err(self.c.error_at(
+                        at,
+                        format!(
+                            "parameter number {n} is out of range: a text of {} bytes cannot \
+                         hold the parameters below it",
+                            self.c.b.len()
+                        ),
+                    ));
+                }
+                instr.attrs.parameter_number = n;
+                self.c.expect(b')', "after the parameter number")?;
+            }
+            Opcode::Constant => {
+                if !has_shape {
+                    return Err(self.c.error_at(
+                        op_at,
+                        "a constant needs its shape written before 'constant'",
+                    ));
+                };
+                let lit = self.parse_literal(&instr.shape)?;
+                instr.attrs.literal = Some(Box::new(lit));
+                self.c.expect(b')', "after the constant literal")?;
+            }
+            _ => {
+                if !self.c.eat(b')')? {
+                    loop {
+                        operands.push(self.parse_operand()?);
+                        if self.c.eat(b')')? {
+                            break;
+                        }
+                        self.c.expect(b',', "or ')' in the operand list")?;
+                    }
+                }
+            }
+        }
+        Ok(operands)
+    }
+
+    /// An async-update's or async-done's computation comes from its async-start operand (a
+    /// written calls= must agree, and a shorthand's wrapped opcode must match its root).
+    fn inherit_async_computation(
+        &mut self,
+        instr: &mut Instruction,
+        operands: &[InstrId],
+        wrapped_opcode: Option<Opcode>,
+        op_at: usize,
+    ) -> PResult<()> {
+        // The computation comes from the async-start (a written calls= must agree).
+        let inherited = self.m.async_computation_of_operand(operands);
+        let Some(inherited) = inherited else {
+            return Err(self.c.error_at(
+                op_at,
+                "async-update and async-done take one async-start or async-update operand",
+            ));
+        };
+        if instr.called.first().is_some_and(|&c| c != inherited) {
+            return Err(self.c.error_at(
+                op_at,
+                "calls= differs from the computation of the async-start",
+            ));
+        }
+        if let Some(base) = wrapped_opcode {
+            let root = self
+                .m
+                .comp(inherited)
+                .root()
+                .map(|r| self.m.instr(r).opcode);
+            if root != Some(base) {
+                return Err(self.c.error_at(
+                    op_at,
+                    format!("the async operand does not wrap a {}", base.name()),
+                ));
+            }
+        }
+        instr.called = [inherited].into_iter().collect();
+        Ok(())
     }
 
     /// Builds the computation an async shorthand wraps: one parameter per operand and the

@@ -120,52 +120,14 @@ pub fn infer(opcode: Opcode, inp: &InferInput<'_>) -> Result<Shape> {
         Convert => convert(ops[0], target_type(opcode, inp)?),
         BitcastConvert => bitcast_convert(ops[0], target_type(opcode, inp)?),
         StochasticConvert => stochastic_convert(ops[0], ops[1], target_type(opcode, inp)?),
-        ReducePrecision => {
-            let a = array(opcode, ops[0], "operand")?;
-            if !a.ty.is_float() {
-                bail!(
-                    "reduce-precision expects a floating-point operand, got {}",
-                    shape_str(ops[0])
-                );
-            }
-            if inp.attrs.exponent_bits < 1 {
-                bail!(
-                    "reduce-precision needs exponent_bits >= 1, got {}",
-                    inp.attrs.exponent_bits
-                );
-            }
-            if inp.attrs.mantissa_bits < 0 {
-                bail!(
-                    "reduce-precision needs mantissa_bits >= 0, got {}",
-                    inp.attrs.mantissa_bits
-                );
-            }
-            Ok(ops[0].clone())
-        }
+        ReducePrecision => reduce_precision(opcode, ops, inp),
         Compare | Add | Subtract | Multiply | Divide | Remainder | Maximum | Minimum | Power
         | Atan2 | And | Or | Xor | ShiftLeft | ShiftRightArithmetic | ShiftRightLogical | Mulhi
         | Complex => binary(opcode, ops[0], ops[1]),
         Select => select(ops[0], ops[1], ops[2]),
         Clamp => clamp(ops[0], ops[1], ops[2]),
         Tuple => Ok(Shape::Tuple(ops.iter().map(|s| (*s).clone()).collect())),
-        GetTupleElement => {
-            let i = inp.attrs.tuple_index;
-            match ops[0] {
-                Shape::Tuple(e) => match usize::try_from(i).ok().and_then(|i| e.get(i)) {
-                    Some(s) => Ok(s.clone()),
-                    None => bail!(
-                        "tuple index {} is out of range for {} ({} elements)",
-                        i,
-                        shape_str(ops[0]),
-                        e.len()
-                    ),
-                },
-                other => bail!(
-                    "get-tuple-element expects a tuple operand, got {}",
-                    shape_str(other)
-                ),
-            }
-        }
+        GetTupleElement => get_tuple_element(ops, inp),
         Broadcast => broadcast(ops[0], inp),
         Reshape => reshape(ops[0], inp),
         DynamicReshape => dynamic_reshape(ops, inp),
@@ -213,22 +175,7 @@ pub fn infer(opcode: Opcode, inp: &InferInput<'_>) -> Result<Shape> {
             ops[0].clone(),
             Shape::scalar(ElementType::U32),
         ])),
-        CopyDone => match ops[0] {
-            Shape::Tuple(e) if e.len() >= 2 => {
-                if !compatible(&e[0], &e[1], false) {
-                    bail!(
-                        "copy-done's source and destination buffers differ: {} vs {}",
-                        shape_str(&e[0]),
-                        shape_str(&e[1])
-                    );
-                }
-                Ok(e[0].clone())
-            }
-            other => bail!(
-                "copy-done expects the tuple of a copy-start, got {}",
-                shape_str(other)
-            ),
-        },
+        CopyDone => copy_done(ops),
         Send => {
             expect_token(opcode, ops[1], 1)?;
             Ok(Shape::Tuple(vec![
@@ -238,22 +185,7 @@ pub fn infer(opcode: Opcode, inp: &InferInput<'_>) -> Result<Shape> {
             ]))
         }
         SendDone => Ok(Shape::Token),
-        Recv => {
-            expect_token(opcode, ops[0], 0)?;
-            let t = inp.target.ok_or(ShapeError::NeedsTarget(opcode))?;
-            let data = match t {
-                Shape::Tuple(e) if !e.is_empty() => e[0].clone(),
-                other => bail!(
-                    "recv's shape must be a tuple (data, u32[], token[]), got {}",
-                    shape_str(other)
-                ),
-            };
-            Ok(Shape::Tuple(vec![
-                data,
-                Shape::scalar(ElementType::U32),
-                Shape::Token,
-            ]))
-        }
+        Recv => recv(opcode, ops, inp),
         RecvDone => match ops[0] {
             Shape::Tuple(e) if !e.is_empty() => Ok(Shape::Tuple(vec![e[0].clone(), Shape::Token])),
             other => bail!(
@@ -261,32 +193,8 @@ pub fn infer(opcode: Opcode, inp: &InferInput<'_>) -> Result<Shape> {
                 shape_str(other)
             ),
         },
-        Infeed => {
-            expect_token(opcode, ops[0], 0)?;
-            let t = inp.target.ok_or(ShapeError::NeedsTarget(opcode))?;
-            match t {
-                Shape::Tuple(e) if e.len() == 2 => {
-                    Ok(Shape::Tuple(vec![e[0].clone(), Shape::Token]))
-                }
-                other => bail!(
-                    "infeed's shape must be a tuple (data, token[]), got {}",
-                    shape_str(other)
-                ),
-            }
-        }
-        Outfeed => {
-            expect_token(opcode, ops[1], 1)?;
-            if let Some(os) = inp.attrs.outfeed_shape.as_deref() {
-                if !compatible(os, ops[0], false) {
-                    bail!(
-                        "outfeed_shape {} differs from the operand's shape {}",
-                        shape_str(os),
-                        shape_str(ops[0])
-                    );
-                }
-            }
-            Ok(Shape::Token)
-        }
+        Infeed => infeed(opcode, ops, inp),
+        Outfeed => outfeed(opcode, ops, inp),
         AfterAll => Ok(Shape::Token),
         AddDependency => {
             expect_token(opcode, ops[1], 1)?;
@@ -294,71 +202,16 @@ pub fn infer(opcode: Opcode, inp: &InferInput<'_>) -> Result<Shape> {
         }
         PartitionId | ReplicaId => Ok(Shape::scalar(ElementType::U32)),
         Rng => rng(ops, inp),
-        RngBitGenerator => {
-            let t = inp.target.ok_or(ShapeError::NeedsTarget(opcode))?;
-            if let Shape::Tuple(e) = t {
-                if e.len() != 2 {
-                    bail!(
-                        "rng-bit-generator's shape must be a tuple (state, data), got {}",
-                        shape_str(t)
-                    );
-                }
-                if !compatible(ops[0], &e[0], false) {
-                    bail!(
-                        "rng-bit-generator's output state {} differs from its input state {}",
-                        shape_str(&e[0]),
-                        shape_str(ops[0])
-                    );
-                }
-            }
-            Ok(t.clone())
-        }
+        RngBitGenerator => rng_bit_generator(opcode, ops, inp),
         RngGetAndUpdateState => Ok(Shape::array(ElementType::U64, &[2])),
         BatchNormTraining => batch_norm(opcode, ops, inp.attrs.feature_index),
         BatchNormInference => batch_norm(opcode, ops, inp.attrs.feature_index),
         BatchNormGrad => batch_norm(opcode, ops, inp.attrs.feature_index),
         Fft => fft(ops[0], inp.attrs),
         TriangularSolve => triangular_solve(ops[0], ops[1], inp.attrs),
-        Cholesky => {
-            let a = array(opcode, ops[0], "operand")?;
-            if !(a.ty.is_float() || a.ty.is_complex()) {
-                bail!(
-                    "cholesky expects a floating-point or complex operand, got {}",
-                    shape_str(ops[0])
-                );
-            }
-            let r = a.rank();
-            if r < 2 || a.dims[r - 1] != a.dims[r - 2] {
-                bail!(
-                    "cholesky expects square matrices in the two minor dimensions, got {}",
-                    shape_str(ops[0])
-                );
-            }
-            Ok(ops[0].clone())
-        }
-        GetDimensionSize => {
-            let d = single_dim(opcode, inp.attrs)?;
-            let a = array(opcode, ops[0], "operand")?;
-            check_dim(opcode, d, a.rank(), ops[0])?;
-            Ok(Shape::scalar(ElementType::S32))
-        }
-        SetDimensionSize => {
-            let d = single_dim(opcode, inp.attrs)?;
-            let a = array(opcode, ops[0], "operand")?;
-            check_dim(opcode, d, a.rank(), ops[0])?;
-            if !matches!(ops[1], Shape::Array(s) if s.rank() == 0 && s.ty == ElementType::S32) {
-                bail!(
-                    "set-dimension-size expects an s32[] size operand, got {}",
-                    shape_str(ops[1])
-                );
-            }
-            let mut out = a.clone();
-            if out.dynamic.len() < out.rank() {
-                out.dynamic.resize(out.rank(), false);
-            }
-            out.dynamic[d as usize] = true;
-            Ok(Shape::Array(out))
-        }
+        Cholesky => cholesky(opcode, ops),
+        GetDimensionSize => get_dimension_size(opcode, ops, inp),
+        SetDimensionSize => set_dimension_size(opcode, ops, inp),
         Domain | OptimizationBarrier | Copy => Ok(ops[0].clone()),
         Bitcast | Parameter | Constant | Scan | Shuffle => {
             inp.target.cloned().ok_or(ShapeError::NeedsTarget(opcode))
@@ -366,6 +219,175 @@ pub fn infer(opcode: Opcode, inp: &InferInput<'_>) -> Result<Shape> {
         // Every elementwise unary opcode was handled by the first arm.
         _ => inp.target.cloned().ok_or(ShapeError::NeedsTarget(opcode)),
     }
+}
+
+// ----- arms of `infer` too long to inline -----
+
+fn reduce_precision(opcode: Opcode, ops: &[&Shape], inp: &InferInput<'_>) -> Result<Shape> {
+    let a = array(opcode, ops[0], "operand")?;
+    if !a.ty.is_float() {
+        bail!(
+            "reduce-precision expects a floating-point operand, got {}",
+            shape_str(ops[0])
+        );
+    }
+    if inp.attrs.exponent_bits < 1 {
+        bail!(
+            "reduce-precision needs exponent_bits >= 1, got {}",
+            inp.attrs.exponent_bits
+        );
+    }
+    if inp.attrs.mantissa_bits < 0 {
+        bail!(
+            "reduce-precision needs mantissa_bits >= 0, got {}",
+            inp.attrs.mantissa_bits
+        );
+    }
+    Ok(ops[0].clone())
+}
+
+fn get_tuple_element(ops: &[&Shape], inp: &InferInput<'_>) -> Result<Shape> {
+    let i = inp.attrs.tuple_index;
+    match ops[0] {
+        Shape::Tuple(e) => match usize::try_from(i).ok().and_then(|i| e.get(i)) {
+            Some(s) => Ok(s.clone()),
+            None => bail!(
+                "tuple index {} is out of range for {} ({} elements)",
+                i,
+                shape_str(ops[0]),
+                e.len()
+            ),
+        },
+        other => bail!(
+            "get-tuple-element expects a tuple operand, got {}",
+            shape_str(other)
+        ),
+    }
+}
+
+fn copy_done(ops: &[&Shape]) -> Result<Shape> {
+    match ops[0] {
+        Shape::Tuple(e) if e.len() >= 2 => {
+            if !compatible(&e[0], &e[1], false) {
+                bail!(
+                    "copy-done's source and destination buffers differ: {} vs {}",
+                    shape_str(&e[0]),
+                    shape_str(&e[1])
+                );
+            }
+            Ok(e[0].clone())
+        }
+        other => bail!(
+            "copy-done expects the tuple of a copy-start, got {}",
+            shape_str(other)
+        ),
+    }
+}
+
+fn recv(opcode: Opcode, ops: &[&Shape], inp: &InferInput<'_>) -> Result<Shape> {
+    expect_token(opcode, ops[0], 0)?;
+    let t = inp.target.ok_or(ShapeError::NeedsTarget(opcode))?;
+    let data = match t {
+        Shape::Tuple(e) if !e.is_empty() => e[0].clone(),
+        other => bail!(
+            "recv's shape must be a tuple (data, u32[], token[]), got {}",
+            shape_str(other)
+        ),
+    };
+    Ok(Shape::Tuple(vec![
+        data,
+        Shape::scalar(ElementType::U32),
+        Shape::Token,
+    ]))
+}
+
+fn infeed(opcode: Opcode, ops: &[&Shape], inp: &InferInput<'_>) -> Result<Shape> {
+    expect_token(opcode, ops[0], 0)?;
+    let t = inp.target.ok_or(ShapeError::NeedsTarget(opcode))?;
+    match t {
+        Shape::Tuple(e) if e.len() == 2 => Ok(Shape::Tuple(vec![e[0].clone(), Shape::Token])),
+        other => bail!(
+            "infeed's shape must be a tuple (data, token[]), got {}",
+            shape_str(other)
+        ),
+    }
+}
+
+fn outfeed(opcode: Opcode, ops: &[&Shape], inp: &InferInput<'_>) -> Result<Shape> {
+    expect_token(opcode, ops[1], 1)?;
+    if let Some(os) = inp.attrs.outfeed_shape.as_deref() {
+        if !compatible(os, ops[0], false) {
+            bail!(
+                "outfeed_shape {} differs from the operand's shape {}",
+                shape_str(os),
+                shape_str(ops[0])
+            );
+        }
+    }
+    Ok(Shape::Token)
+}
+
+fn rng_bit_generator(opcode: Opcode, ops: &[&Shape], inp: &InferInput<'_>) -> Result<Shape> {
+    let t = inp.target.ok_or(ShapeError::NeedsTarget(opcode))?;
+    if let Shape::Tuple(e) = t {
+        if e.len() != 2 {
+            bail!(
+                "rng-bit-generator's shape must be a tuple (state, data), got {}",
+                shape_str(t)
+            );
+        }
+        if !compatible(ops[0], &e[0], false) {
+            bail!(
+                "rng-bit-generator's output state {} differs from its input state {}",
+                shape_str(&e[0]),
+                shape_str(ops[0])
+            );
+        }
+    }
+    Ok(t.clone())
+}
+
+fn cholesky(opcode: Opcode, ops: &[&Shape]) -> Result<Shape> {
+    let a = array(opcode, ops[0], "operand")?;
+    if !(a.ty.is_float() || a.ty.is_complex()) {
+        bail!(
+            "cholesky expects a floating-point or complex operand, got {}",
+            shape_str(ops[0])
+        );
+    }
+    let r = a.rank();
+    if r < 2 || a.dims[r - 1] != a.dims[r - 2] {
+        bail!(
+            "cholesky expects square matrices in the two minor dimensions, got {}",
+            shape_str(ops[0])
+        );
+    }
+    Ok(ops[0].clone())
+}
+
+fn get_dimension_size(opcode: Opcode, ops: &[&Shape], inp: &InferInput<'_>) -> Result<Shape> {
+    let d = single_dim(opcode, inp.attrs)?;
+    let a = array(opcode, ops[0], "operand")?;
+    check_dim(opcode, d, a.rank(), ops[0])?;
+    Ok(Shape::scalar(ElementType::S32))
+}
+
+fn set_dimension_size(opcode: Opcode, ops: &[&Shape], inp: &InferInput<'_>) -> Result<Shape> {
+    let d = single_dim(opcode, inp.attrs)?;
+    let a = array(opcode, ops[0], "operand")?;
+    check_dim(opcode, d, a.rank(), ops[0])?;
+    if !matches!(ops[1], Shape::Array(s) if s.rank() == 0 && s.ty == ElementType::S32) {
+        bail!(
+            "set-dimension-size expects an s32[] size operand, got {}",
+            shape_str(ops[1])
+        );
+    }
+    let mut out = a.clone();
+    if out.dynamic.len() < out.rank() {
+        out.dynamic.resize(out.rank(), false);
+    }
+    out.dynamic[d as usize] = true;
+    Ok(Shape::Array(out))
 }
 
 // ----- small helpers -----

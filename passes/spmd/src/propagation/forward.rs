@@ -61,23 +61,7 @@ impl<'m> Propagator<'m> {
         }
         let mc = self.spmd && level > 0;
         if !self.supports_partitioning(id, self.allow_output, false) {
-            // An unpartitionable array op next to a replicated operand is replicated too.
-            if i.shape.is_tuple()
-                || i.operands().is_empty()
-                || self.is_root(id)
-                || i.has_side_effect()
-            {
-                return false;
-            }
-            for &op in i.operands() {
-                if let Some(s) = self.cur_sh(op) {
-                    if s.is_tile_maximal() && !matches!(s.kind, ShardingKind::Maximal(_)) {
-                        let s = s.clone();
-                        return self.improve_sh(id, s, mc, false);
-                    }
-                }
-            }
-            return false;
+            return self.forward_unpartitionable(id, mc);
         }
         let aggressive = self.non_root_users_is_one(id);
         match i.opcode() {
@@ -118,27 +102,7 @@ impl<'m> Propagator<'m> {
                 };
                 self.improve_sh(id, new, mc, aggressive)
             }
-            Concatenate => {
-                let Some(op) = self.representative(id).filter(|&o| self.sp(o)) else {
-                    return false;
-                };
-                if level == 0 {
-                    let cdim = dims_attr(&i.attrs).first().copied().unwrap_or(0) as usize;
-                    for &o in i.operands() {
-                        if !self.concat_operand_passes(o) {
-                            return false;
-                        }
-                        let t = self.cur(o).and_then(Sharding::as_tiled);
-                        if t.is_some_and(|t| {
-                            t.tile_assignment.dims().get(cdim).is_some_and(|&d| d > 1)
-                        }) {
-                            return false;
-                        }
-                    }
-                }
-                let s = self.cur_sh(op).unwrap().clone();
-                self.improve_sh(id, s, mc, aggressive)
-            }
+            Concatenate => self.forward_concatenate(id, level, mc, aggressive),
             Convolution => self.forward_convolution(id, mc),
             Dot => {
                 let Some(dims) = self.dims_of(id) else {
@@ -208,48 +172,8 @@ impl<'m> Propagator<'m> {
                 let s = self.cur(op).unwrap().reverse_dims(&dims);
                 self.improve(id, s, mc, aggressive)
             }
-            Parameter => {
-                let Some(c) = self.caller[i.parent().index()] else {
-                    return false;
-                };
-                let ci = m.instr(c);
-                let op = match ci.opcode() {
-                    Conditional => {
-                        let Some(b) = ci.called.iter().position(|&x| x == i.parent()) else {
-                            return false;
-                        };
-                        ci.operands().get(b + 1).copied()
-                    }
-                    Call => ci
-                        .operands()
-                        .get(i.attrs.parameter_number as usize)
-                        .copied(),
-                    _ => None,
-                };
-                let Some(s) = op.and_then(|o| self.cur_sh(o)).cloned() else {
-                    return false;
-                };
-                self.improve_sh(id, s, mc, false)
-            }
-            Sort => {
-                let Some(op) = self.representative(id).filter(|&o| self.sp(o)) else {
-                    return false;
-                };
-                let s = self.cur(op).unwrap().clone();
-                let sort_dim = dims_attr(&i.attrs).first().copied().unwrap_or(0) as usize;
-                // Sharded along the sort dimension: only when the partitioner can move those
-                // tiles to another dimension (XLA's GetFirstTargetDimToMoveShardingTiles).
-                if s.as_tiled().is_some_and(|t| {
-                    t.tile_assignment
-                        .dims()
-                        .get(sort_dim)
-                        .is_some_and(|&d| d != 1)
-                }) && first_target_dim_to_move_tiles(self.shape(op), &s, sort_dim).is_none()
-                {
-                    return false;
-                }
-                self.improve(id, spread(&i.shape, s), mc, aggressive)
-            }
+            Parameter => self.forward_parameter(id, mc),
+            Sort => self.forward_sort(id, mc, aggressive),
             DynamicSlice | DynamicUpdateSlice => self.forward_dynamic_slice(id, level, mc),
             Gather => self.forward_gather(id, mc),
             Scatter => self.forward_scatter(id, mc),
@@ -263,49 +187,155 @@ impl<'m> Propagator<'m> {
                 }
                 self.improve_sh(id, s, mc, false)
             }
-            CustomCall => {
-                // Nothing flows forward through a ShardBarrierFrom; a ShardBarrierTo takes its
-                // operand's sharding (as the barrier partitioners say).
-                if is_shard_barrier(i) == Some(true) {
-                    return false;
-                }
-                let op = if is_shard_barrier(i) == Some(false) {
-                    Some(i.operand(0))
-                } else {
-                    self.representative(id)
-                };
-                let Some(op) = op.filter(|&o| self.sp(o)) else {
-                    return false;
-                };
-                let s = self.cur_sh(op).unwrap().clone();
-                self.improve_sh(id, s, mc, aggressive)
-            }
+            CustomCall => self.forward_custom_call(id, mc, aggressive),
             Conditional | Call => false,
-            _ => {
-                if (i.opcode().is_elementwise() || i.opcode() == Rng) && mc {
-                    let mut changed = false;
-                    let single = i.operands().len() == 1;
-                    for &op in i.operands() {
-                        if !self.sp(op) {
-                            continue;
-                        }
-                        let s = self.cur_sh(op).unwrap().clone();
-                        if i.opcode() == Rng {
-                            let s = s.replicate_all_data_dims(Some(i.shape.rank()));
-                            changed |= self.improve(id, s, mc, aggressive);
-                            continue;
-                        }
-                        changed |= self.improve_sh(id, s, mc, single && aggressive);
-                    }
-                    return changed;
+            _ => self.forward_default(id, mc, aggressive),
+        }
+    }
+
+    /// An unpartitionable array op next to a replicated operand is replicated too.
+    fn forward_unpartitionable(&mut self, id: InstrId, mc: bool) -> bool {
+        let m = self.m;
+        let i = m.instr(id);
+        if i.shape.is_tuple() || i.operands().is_empty() || self.is_root(id) || i.has_side_effect()
+        {
+            return false;
+        }
+        for &op in i.operands() {
+            if let Some(s) = self.cur_sh(op) {
+                if s.is_tile_maximal() && !matches!(s.kind, ShardingKind::Maximal(_)) {
+                    let s = s.clone();
+                    return self.improve_sh(id, s, mc, false);
                 }
-                let Some(op) = self.representative(id).filter(|&o| self.sp(o)) else {
-                    return false;
-                };
-                let s = self.cur_sh(op).unwrap().clone();
-                self.improve_sh(id, s, mc, aggressive)
             }
         }
+        false
+    }
+
+    /// A concatenate takes its representative operand's sharding; at level 0 only when no
+    /// operand is split along the concatenated dimension.
+    fn forward_concatenate(&mut self, id: InstrId, level: u8, mc: bool, aggressive: bool) -> bool {
+        let m = self.m;
+        let i = m.instr(id);
+        let Some(op) = self.representative(id).filter(|&o| self.sp(o)) else {
+            return false;
+        };
+        if level == 0 {
+            let cdim = dims_attr(&i.attrs).first().copied().unwrap_or(0) as usize;
+            for &o in i.operands() {
+                if !self.concat_operand_passes(o) {
+                    return false;
+                }
+                let t = self.cur(o).and_then(Sharding::as_tiled);
+                if t.is_some_and(|t| t.tile_assignment.dims().get(cdim).is_some_and(|&d| d > 1)) {
+                    return false;
+                }
+            }
+        }
+        let s = self.cur_sh(op).unwrap().clone();
+        self.improve_sh(id, s, mc, aggressive)
+    }
+
+    /// A parameter of a called computation takes the sharding of the caller's operand.
+    fn forward_parameter(&mut self, id: InstrId, mc: bool) -> bool {
+        use Opcode::*;
+        let m = self.m;
+        let i = m.instr(id);
+        let Some(c) = self.caller[i.parent().index()] else {
+            return false;
+        };
+        let ci = m.instr(c);
+        let op = match ci.opcode() {
+            Conditional => {
+                let Some(b) = ci.called.iter().position(|&x| x == i.parent()) else {
+                    return false;
+                };
+                ci.operands().get(b + 1).copied()
+            }
+            Call => ci
+                .operands()
+                .get(i.attrs.parameter_number as usize)
+                .copied(),
+            _ => None,
+        };
+        let Some(s) = op.and_then(|o| self.cur_sh(o)).cloned() else {
+            return false;
+        };
+        self.improve_sh(id, s, mc, false)
+    }
+
+    /// A sort takes its representative operand's sharding, spread over its outputs.
+    fn forward_sort(&mut self, id: InstrId, mc: bool, aggressive: bool) -> bool {
+        let m = self.m;
+        let i = m.instr(id);
+        let Some(op) = self.representative(id).filter(|&o| self.sp(o)) else {
+            return false;
+        };
+        let s = self.cur(op).unwrap().clone();
+        let sort_dim = dims_attr(&i.attrs).first().copied().unwrap_or(0) as usize;
+        // Sharded along the sort dimension: only when the partitioner can move those
+        // tiles to another dimension (XLA's GetFirstTargetDimToMoveShardingTiles).
+        if s.as_tiled().is_some_and(|t| {
+            t.tile_assignment
+                .dims()
+                .get(sort_dim)
+                .is_some_and(|&d| d != 1)
+        }) && first_target_dim_to_move_tiles(self.shape(op), &s, sort_dim).is_none()
+        {
+            return false;
+        }
+        self.improve(id, spread(&i.shape, s), mc, aggressive)
+    }
+
+    /// Custom calls: shard barriers and pass-through targets.
+    fn forward_custom_call(&mut self, id: InstrId, mc: bool, aggressive: bool) -> bool {
+        let m = self.m;
+        let i = m.instr(id);
+        // Nothing flows forward through a ShardBarrierFrom; a ShardBarrierTo takes its
+        // operand's sharding (as the barrier partitioners say).
+        if is_shard_barrier(i) == Some(true) {
+            return false;
+        }
+        let op = if is_shard_barrier(i) == Some(false) {
+            Some(i.operand(0))
+        } else {
+            self.representative(id)
+        };
+        let Some(op) = op.filter(|&o| self.sp(o)) else {
+            return false;
+        };
+        let s = self.cur_sh(op).unwrap().clone();
+        self.improve_sh(id, s, mc, aggressive)
+    }
+
+    /// Every other opcode: element-wise ops (and rng) when manual-aware, else the
+    /// representative operand's sharding.
+    fn forward_default(&mut self, id: InstrId, mc: bool, aggressive: bool) -> bool {
+        use Opcode::*;
+        let m = self.m;
+        let i = m.instr(id);
+        if (i.opcode().is_elementwise() || i.opcode() == Rng) && mc {
+            let mut changed = false;
+            let single = i.operands().len() == 1;
+            for &op in i.operands() {
+                if !self.sp(op) {
+                    continue;
+                }
+                let s = self.cur_sh(op).unwrap().clone();
+                if i.opcode() == Rng {
+                    let s = s.replicate_all_data_dims(Some(i.shape.rank()));
+                    changed |= self.improve(id, s, mc, aggressive);
+                    continue;
+                }
+                changed |= self.improve_sh(id, s, mc, single && aggressive);
+            }
+            return changed;
+        }
+        let Some(op) = self.representative(id).filter(|&o| self.sp(o)) else {
+            return false;
+        };
+        let s = self.cur_sh(op).unwrap().clone();
+        self.improve_sh(id, s, mc, aggressive)
     }
 
     /// XLA's `AggressiveConcatOperandShardingCanPassThrough`.

@@ -32,6 +32,7 @@ mod control;
 mod conv;
 mod custom_call;
 mod dot;
+mod dynamic_slice;
 mod feeds;
 mod indexed;
 mod partial_manual;

@@ -426,42 +426,9 @@ impl Rematerialization {
         // Level 5: small computations get the exact optimum (optimal.rs) when it is cheaper
         // than what the levels above found, or meets a limit they missed.
         if limit >= any_floor && self.options.mode == RematMode::Recompute {
-            if let Ok(problem) = crate::optimal::Problem::from_module(&input, &*self.size_fn) {
-                if let crate::optimal::Optimum::Found { schedule, .. } =
-                    problem.solve(limit, EXACT_STATES)
-                {
-                    if let Ok(m) = problem.materialize(&input, &schedule) {
-                        let peak = measure_peak(&m, &*self.size_fn);
-                        let flops = (module_flops(&m) - flops_before).max(0);
-                        tries.push(RematTry {
-                            round: 1,
-                            scheduler: None,
-                            block_size_limit: usize::MAX,
-                            block_rematerialization_factor: 0,
-                            scheduled: peak_before,
-                            floor: input_floor,
-                            peak: Some(peak),
-                            recompute_flops: Some(flops),
-                        });
-                        let summary = RematSummary {
-                            peak_after: peak,
-                            instructions_rematerialized: (schedule.len() - problem.len()) as i64,
-                            net_instructions_added: m.instruction_count() as i64
-                                - input.instruction_count() as i64,
-                            instructions_after: m.instruction_count(),
-                            ..RematSummary::default()
-                        };
-                        keep(
-                            &mut best,
-                            Outcome {
-                                module: m,
-                                summary,
-                                peak,
-                                flops,
-                            },
-                        );
-                    }
-                }
+            let exact = self.exact_outcome(&input, limit, flops_before, input_floor, &mut tries);
+            if let Some(o) = exact {
+                keep(&mut best, o);
             }
         }
 
@@ -502,6 +469,49 @@ impl Rematerialization {
             summary.instructions_rematerialized > 0 || best.module.schedule != input.schedule;
         *module = best.module;
         Ok((changed, summary))
+    }
+
+    /// Level 5: the exact optimum of `optimal.rs` for `input` under `limit`, where the
+    /// computation is small enough for it; its try is recorded in `tries`.
+    fn exact_outcome(
+        &self,
+        input: &Module,
+        limit: i64,
+        flops_before: i64,
+        input_floor: i64,
+        tries: &mut Vec<RematTry>,
+    ) -> Option<Outcome> {
+        let problem = crate::optimal::Problem::from_module(input, &*self.size_fn).ok()?;
+        let crate::optimal::Optimum::Found { schedule, .. } = problem.solve(limit, EXACT_STATES)
+        else {
+            return None;
+        };
+        let m = problem.materialize(input, &schedule).ok()?;
+        let peak = measure_peak(&m, &*self.size_fn);
+        let flops = (module_flops(&m) - flops_before).max(0);
+        tries.push(RematTry {
+            round: 1,
+            scheduler: None,
+            block_size_limit: usize::MAX,
+            block_rematerialization_factor: 0,
+            scheduled: measure_peak(input, &*self.size_fn),
+            floor: input_floor,
+            peak: Some(peak),
+            recompute_flops: Some(flops),
+        });
+        let summary = RematSummary {
+            peak_after: peak,
+            instructions_rematerialized: (schedule.len() - problem.len()) as i64,
+            net_instructions_added: m.instruction_count() as i64 - input.instruction_count() as i64,
+            instructions_after: m.instruction_count(),
+            ..RematSummary::default()
+        };
+        Some(Outcome {
+            module: m,
+            summary,
+            peak,
+            flops,
+        })
     }
 }
 

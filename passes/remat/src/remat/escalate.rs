@@ -432,25 +432,10 @@ impl Rematerialization {
             }
         }
 
-        let Some(mut best) = best else {
+        let Some(best) = best else {
             return Err(RematError::Internal("no try ran".into()));
         };
-        if best.peak > limit && best.peak >= peak_before {
-            // Nothing lowered the peak: the input, unchanged, is the cheapest miss.
-            let summary = RematSummary {
-                peak_after: peak_before,
-                instructions_after: input.instruction_count(),
-                over_limit: best.summary.over_limit.clone(),
-                computations: best.summary.computations.clone(),
-                ..RematSummary::default()
-            };
-            best = Outcome {
-                module: input.clone(),
-                summary,
-                peak: peak_before,
-                flops: 0,
-            };
-        }
+        let best = best.or_unchanged(&input, limit, peak_before);
         let mut summary = best.summary;
         summary.peak_before = peak_before;
         summary.memory_limit = Some(limit);
@@ -512,6 +497,29 @@ impl Rematerialization {
             peak,
             flops,
         })
+    }
+}
+
+impl Outcome {
+    /// `self`, or `input` unchanged when `self` misses `limit` without lowering the peak
+    /// (`peak_before`, the input's): then the input is the cheapest miss.
+    fn or_unchanged(self, input: &Module, limit: i64, peak_before: i64) -> Outcome {
+        if self.peak <= limit || self.peak < peak_before {
+            return self;
+        }
+        let summary = RematSummary {
+            peak_after: peak_before,
+            instructions_after: input.instruction_count(),
+            over_limit: self.summary.over_limit,
+            computations: self.summary.computations,
+            ..RematSummary::default()
+        };
+        Outcome {
+            module: input.clone(),
+            summary,
+            peak: peak_before,
+            flops: 0,
+        }
     }
 }
 

@@ -224,8 +224,8 @@ fn build(g: &Graph, budget: i64, inf: f64) -> Program {
             let mut rhs = 0.0; // U - ... = rhs
             match prev {
                 None => {
-                    for i in 0..t {
-                        if let Var::Col(c) = s[t][i] {
+                    for (i, &held) in s[t].iter().enumerate().take(t) {
+                        if let Var::Col(c) = held {
                             row.push((c, -(g.sizes[i] as f64)));
                         }
                     }

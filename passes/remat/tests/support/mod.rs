@@ -29,12 +29,10 @@
 #![allow(dead_code)]
 
 use std::collections::HashMap;
-use std::ffi::CString;
-use std::os::raw::c_void;
 use std::time::Duration;
 
-use highs_sys as ffi;
 use tessera_hlo::{InstrId, Module, Opcode, Shape};
+use tessera_milp::{Options, Program, Status};
 use tessera_remat::cost::instruction_flops;
 use tessera_remat::remat::search::is_rematerializable;
 
@@ -109,43 +107,6 @@ pub enum Milp {
     TimedOut { best: Option<i64>, bound: f64 },
 }
 
-#[derive(Default)]
-struct Program {
-    cost: Vec<f64>,
-    lower: Vec<f64>,
-    upper: Vec<f64>,
-    integer: Vec<ffi::HighsInt>,
-    row_lower: Vec<f64>,
-    row_upper: Vec<f64>,
-    start: Vec<ffi::HighsInt>,
-    index: Vec<ffi::HighsInt>,
-    value: Vec<f64>,
-}
-
-impl Program {
-    fn column(&mut self, cost: f64, upper: f64, integer: bool) -> usize {
-        self.cost.push(cost);
-        self.lower.push(0.0);
-        self.upper.push(upper);
-        self.integer.push(if integer {
-            ffi::kHighsVarTypeInteger
-        } else {
-            ffi::kHighsVarTypeContinuous
-        });
-        self.cost.len() - 1
-    }
-
-    fn row(&mut self, entries: &[(usize, f64)], lower: f64, upper: f64) {
-        for &(c, v) in entries {
-            self.index.push(c as ffi::HighsInt);
-            self.value.push(v);
-        }
-        self.start.push(self.index.len() as ffi::HighsInt);
-        self.row_lower.push(lower);
-        self.row_upper.push(upper);
-    }
-}
-
 /// A 0/1 quantity: a column, or a constant.
 #[derive(Clone, Copy, PartialEq)]
 enum Var {
@@ -155,7 +116,7 @@ enum Var {
 }
 
 /// `a <= sum(bs)` as a row; constants folded.
-fn at_most_sum(p: &mut Program, a: Var, bs: &[Var], inf: f64) {
+fn at_most_sum(p: &mut Program, a: Var, bs: &[Var]) {
     let mut row = Vec::new();
     let mut rhs = 0.0; // row: a - sum(bs) <= 0
     match a {
@@ -170,15 +131,12 @@ fn at_most_sum(p: &mut Program, a: Var, bs: &[Var], inf: f64) {
             Var::Zero => {}
         }
     }
-    p.row(&row, -inf, rhs);
+    p.row(row, f64::NEG_INFINITY, rhs);
 }
 
-fn build(g: &Graph, budget: i64, inf: f64) -> Program {
+fn build(g: &Graph, budget: i64) -> Program {
     let n = g.len();
-    let mut p = Program {
-        start: vec![0],
-        ..Program::default()
-    };
+    let mut p = Program::new();
     let mut users: Vec<Vec<usize>> = vec![Vec::new(); n];
     for (k, ops) in g.operands.iter().enumerate() {
         for &j in ops {
@@ -192,13 +150,13 @@ fn build(g: &Graph, budget: i64, inf: f64) -> Program {
         r[t][t] = Var::One;
         for i in 0..t {
             if g.recomputable[i] && !users[i].is_empty() {
-                r[t][i] = Var::Col(p.column(g.flops[i] as f64, 1.0, true));
+                r[t][i] = Var::Col(p.column(g.flops[i] as f64, 0.0, 1.0, true));
             }
         }
         for i in 0..t {
             // Worth holding only if some original at or after `t` reads it.
             if users[i].iter().any(|&u| u >= t) || users[i].iter().any(|&u| g.recomputable[u]) {
-                s[t][i] = Var::Col(p.column(0.0, 1.0, true));
+                s[t][i] = Var::Col(p.column(0.0, 0.0, 1.0, true));
             }
         }
     }
@@ -206,20 +164,20 @@ fn build(g: &Graph, budget: i64, inf: f64) -> Program {
         // Operands available.
         for k in 0..=t {
             for &j in &g.operands[k] {
-                at_most_sum(&mut p, r[t][k], &[r[t][j], s[t][j]], inf);
+                at_most_sum(&mut p, r[t][k], &[r[t][j], s[t][j]]);
             }
         }
         // Holds into the next stage.
         if t + 1 < n {
             for i in 0..=t {
-                at_most_sum(&mut p, s[t + 1][i], &[r[t][i], s[t][i]], inf);
+                at_most_sum(&mut p, s[t + 1][i], &[r[t][i], s[t][i]]);
             }
         }
         // Memory along the stage.
         let computed: Vec<usize> = (0..=t).filter(|&k| r[t][k] != Var::Zero).collect();
         let mut prev: Option<(usize, usize)> = None; // (k, U column)
         for &k in &computed {
-            let u = p.column(0.0, budget as f64, false);
+            let u = p.column(0.0, 0.0, budget as f64, false);
             let mut row = vec![(u, 1.0)];
             let mut rhs = 0.0; // U - ... = rhs
             match prev {
@@ -246,15 +204,15 @@ fn build(g: &Graph, budget: i64, inf: f64) -> Program {
                         if later.contains(&Var::One) {
                             continue;
                         }
-                        let f = p.column(0.0, 1.0, false);
-                        at_most_sum(&mut p, Var::Col(f), &[r[t][pk]], inf);
+                        let f = p.column(0.0, 0.0, 1.0, false);
+                        at_most_sum(&mut p, Var::Col(f), &[r[t][pk]]);
                         for v in later {
                             if let Var::Col(c) = v {
-                                p.row(&[(f, 1.0), (c, 1.0)], -inf, 1.0);
+                                p.row([(f, 1.0), (c, 1.0)], f64::NEG_INFINITY, 1.0);
                             }
                         }
                         if let Var::Col(c) = s[t + 1][i] {
-                            p.row(&[(f, 1.0), (c, 1.0)], -inf, 1.0);
+                            p.row([(f, 1.0), (c, 1.0)], f64::NEG_INFINITY, 1.0);
                         }
                         row.push((f, g.sizes[i] as f64));
                     }
@@ -265,31 +223,11 @@ fn build(g: &Graph, budget: i64, inf: f64) -> Program {
                 Var::One => rhs += g.sizes[k] as f64,
                 Var::Zero => unreachable!(),
             }
-            p.row(&row, rhs, rhs);
+            p.row(row, rhs, rhs);
             prev = Some((k, u));
         }
     }
     p
-}
-
-struct Highs(*mut c_void);
-
-impl Drop for Highs {
-    fn drop(&mut self) {
-        unsafe { ffi::Highs_destroy(self.0) }
-    }
-}
-
-impl Highs {
-    fn option(&self, name: &str, value: f64) {
-        let name = CString::new(name).unwrap();
-        unsafe { ffi::Highs_setDoubleOptionValue(self.0, name.as_ptr(), value) };
-    }
-
-    fn int_option(&self, name: &str, value: ffi::HighsInt) {
-        let name = CString::new(name).unwrap();
-        unsafe { ffi::Highs_setIntOptionValue(self.0, name.as_ptr(), value) };
-    }
 }
 
 /// The least recompute flops that keep `g` at or under the module-level `limit` (outputs
@@ -299,59 +237,20 @@ pub fn solve(g: &Graph, limit: i64, time: Duration) -> Milp {
     if budget < 0 {
         return Milp::Infeasible;
     }
-    let highs = Highs(unsafe { ffi::Highs_create() });
-    assert!(!highs.0.is_null());
-    let flag = CString::new("output_flag").unwrap();
-    unsafe { ffi::Highs_setBoolOptionValue(highs.0, flag.as_ptr(), 0) };
-    highs.option("time_limit", time.as_secs_f64());
-    highs.option("mip_rel_gap", 0.0);
-    highs.option("mip_abs_gap", 0.5);
-    highs.int_option("threads", 1);
-    highs.int_option("random_seed", 0);
-    let inf = unsafe { ffi::Highs_getInfinity(highs.0) };
-    let p = build(g, budget, inf);
-    let (cols, rows) = (p.cost.len(), p.row_lower.len());
-    let status = unsafe {
-        ffi::Highs_passMip(
-            highs.0,
-            cols as ffi::HighsInt,
-            rows as ffi::HighsInt,
-            p.index.len() as ffi::HighsInt,
-            ffi::kHighsMatrixFormatRowwise,
-            ffi::kHighsObjSenseMinimize,
-            0.0,
-            p.cost.as_ptr(),
-            p.lower.as_ptr(),
-            p.upper.as_ptr(),
-            p.row_lower.as_ptr(),
-            p.row_upper.as_ptr(),
-            p.start.as_ptr(),
-            p.index.as_ptr(),
-            p.value.as_ptr(),
-            p.integer.as_ptr(),
-        )
-    };
-    assert_ne!(status, ffi::kHighsStatusError, "Highs_passMip");
-    let run = unsafe { ffi::Highs_run(highs.0) };
-    assert_ne!(run, ffi::kHighsStatusError, "Highs_run");
-    let model = unsafe { ffi::Highs_getModelStatus(highs.0) };
-    let objective = unsafe { ffi::Highs_getObjectiveValue(highs.0) };
-    if model == ffi::kHighsModelStatusOptimal {
-        Milp::Optimal {
-            flops: objective.round() as i64,
-        }
-    } else if model == ffi::kHighsModelStatusInfeasible {
-        Milp::Infeasible
-    } else {
-        let name = CString::new("mip_dual_bound").unwrap();
-        let mut bound = f64::NEG_INFINITY;
-        unsafe { ffi::Highs_getDoubleInfoValue(highs.0, name.as_ptr(), &mut bound) };
-        let name = CString::new("primal_solution_status").unwrap();
-        let mut primal = 0;
-        unsafe { ffi::Highs_getIntInfoValue(highs.0, name.as_ptr(), &mut primal) };
-        Milp::TimedOut {
-            best: (primal == ffi::kHighsSolutionStatusFeasible).then(|| objective.round() as i64),
-            bound,
-        }
+    let p = build(g, budget);
+    let options = Options::new(time).with_absolute_gap(0.5);
+    let solved = p
+        .solve(&options, None)
+        .expect("HiGHS solves the yardstick's programs");
+    let flops = solved.objective.map(|o| o.round() as i64);
+    match solved.status {
+        Status::Optimal => Milp::Optimal {
+            flops: flops.expect("an optimal solve has a solution"),
+        },
+        Status::Infeasible => Milp::Infeasible,
+        Status::Stopped => Milp::TimedOut {
+            best: flops,
+            bound: solved.bound,
+        },
     }
 }

@@ -20,8 +20,17 @@
 //! attributes, so the table order only has to keep each opcode's own attributes in XLA's order.
 //! `tests` checks that every [`Attrs`] field has exactly one row and that every plain row reads
 //! back from text, through the proto, to the same text.
+//!
+//! The dimension numbers of dot, ragged-dot, gather and scatter are families: one [`Attrs`]
+//! field and one proto message, spelled in text as several keys. Each family is a table of
+//! [`DimsField`] rows ([`DOT_DIMS`], [`RAGGED_DOT_DIMS`], [`GATHER_DIMS`], [`SCATTER_DIMS`]),
+//! one row per key, in the order XLA prints them; the parser, the printer, the
+//! required-attribute check and the proto conversions read those rows.
 
-use crate::attrs::Attrs;
+use crate::attrs::{
+    Attrs, DotDimensionNumbers, GatherDimensionNumbers, RaggedDotDimensionNumbers,
+    ScatterDimensionNumbers,
+};
 use crate::instruction::Instruction;
 use crate::opcode::Opcode;
 use crate::proto::messages as pb;
@@ -415,9 +424,9 @@ attr_table! {
         on [Convolution], set |i| i.attrs.conv_kind.is_some(), "a bare word in the Tessera extension";
     special "lhs_contracting_dims" => dot_dims, proto "dot_dimension_numbers",
         on (dot_like), set |i| i.attrs.dot_dims.is_some(),
-        "four keys; nested in the ragged numbers for ragged-dot";
+        "the DOT_DIMS family; nested in the ragged numbers for ragged-dot";
     special "lhs_ragged_dims" => ragged_dot_dims, proto "ragged_dot_dimension_numbers",
-        on [RaggedDot], set |i| i.attrs.ragged_dot_dims.is_some(), "two keys";
+        on [RaggedDot], set |i| i.attrs.ragged_dot_dims.is_some(), "the RAGGED_DOT_DIMS family";
     special "operand_precision" => precision, proto "precision_config.operand_precision",
         on (|op| dot_like(op) || matches!(op, Opcode::Convolution | Opcode::CustomCall)),
         set |i| i.attrs.precision.as_ref().is_some_and(|p| !p.operand_precision.is_empty()),
@@ -426,9 +435,9 @@ attr_table! {
         on [Dot | ScaledDot], set |i| i.attrs.precision.as_ref().is_some_and(|p| p.algorithm != 0),
         "a dot algorithm's name, in the precision message";
     special "offset_dims" => gather_dims, proto "gather_dimension_numbers",
-        on [Gather], set |i| i.attrs.gather_dims.is_some(), "six keys";
+        on [Gather], set |i| i.attrs.gather_dims.is_some(), "the GATHER_DIMS family";
     special "update_window_dims" => scatter_dims, proto "scatter_dimension_numbers",
-        on [Scatter], set |i| i.attrs.scatter_dims.is_some(), "six keys";
+        on [Scatter], set |i| i.attrs.scatter_dims.is_some(), "the SCATTER_DIMS family";
     special "direction" => comparison, proto "comparison_direction",
         on [Compare], set |i| i.attrs.comparison.is_some(),
         "direction=, type= (or order=), and three proto strings";
@@ -523,6 +532,122 @@ attr_table! {
     plain "async_execution_thread" => async_execution_thread: TextKind::Str("a thread name"),
         proto async_execution_thread given "async_execution_thread",
         on [AsyncStart | AsyncUpdate | AsyncDone], IfSet, optional, default None;
+}
+
+/// One field of a dimension-numbers family: its key in text, how its value is spelled, whether
+/// the text must give it, when it is printed, and how it moves between the IR struct `T` and
+/// the proto message `P` (which name the field alike).
+pub(crate) struct DimsField<T: 'static, P: 'static> {
+    pub key: &'static str,
+    pub text: TextKind,
+    pub required: bool,
+    /// `IfSet`: printed only when not empty.
+    pub print: Print,
+    pub get: fn(&T) -> Value,
+    pub set: fn(&mut T, Value) -> Result<(), String>,
+    pub to_proto: fn(&T, &mut P),
+    pub from_proto: fn(&P, &mut T),
+}
+
+/// `dims_family! { NAME: IrStruct => ProtoMessage { "key" => field: TextKind, Print, required; ... } }`.
+macro_rules! dims_family {
+    ($(#[$doc:meta])* $name:ident: $ir:ty => $pb:ty {
+        $($key:literal => $field:ident: $text:expr, $print:ident, $req:ident;)*
+    }) => {
+        $(#[$doc])*
+        pub(crate) static $name: &[DimsField<$ir, $pb>] = &[$(
+            DimsField {
+                key: $key,
+                text: $text,
+                required: attr_table!(@required $req),
+                print: Print::$print,
+                get: |d: &$ir| d.$field.to_value(),
+                set: |d: &mut $ir, v: Value| d.$field.set_value(v),
+                to_proto: |d: &$ir, p: &mut $pb| p.$field = d.$field.clone(),
+                from_proto: |p: &$pb, d: &mut $ir| d.$field = p.$field.clone(),
+            }
+        ),*];
+    };
+}
+
+dims_family! {
+    /// `lhs_batch_dims={0}, lhs_contracting_dims={2}, ...` on dot, ragged-dot and scaled-dot.
+    DOT_DIMS: DotDimensionNumbers => pb::DotDimensionNumbers {
+        "lhs_batch_dims" => lhs_batch_dimensions: TextKind::Ints, IfSet, optional;
+        "lhs_contracting_dims" => lhs_contracting_dimensions: TextKind::Ints, Always, optional;
+        "rhs_batch_dims" => rhs_batch_dimensions: TextKind::Ints, IfSet, optional;
+        "rhs_contracting_dims" => rhs_contracting_dimensions: TextKind::Ints, Always, optional;
+    }
+}
+
+dims_family! {
+    /// ragged-dot's own numbers (XLA's proto nests the dot numbers in the same message).
+    RAGGED_DOT_DIMS: RaggedDotDimensionNumbers => pb::RaggedDotDimensionNumbers {
+        "lhs_ragged_dims" => lhs_ragged_dimensions: TextKind::Ints, IfSet, optional;
+        "rhs_group_dims" => rhs_group_dimensions: TextKind::Ints, IfSet, optional;
+    }
+}
+
+dims_family! {
+    /// gather's dimension numbers.
+    GATHER_DIMS: GatherDimensionNumbers => pb::GatherDimensionNumbers {
+        "offset_dims" => offset_dims: TextKind::Ints, Always, required;
+        "collapsed_slice_dims" => collapsed_slice_dims: TextKind::Ints, Always, required;
+        "start_index_map" => start_index_map: TextKind::Ints, Always, required;
+        "operand_batching_dims" => operand_batching_dims: TextKind::Ints, IfSet, optional;
+        "start_indices_batching_dims" => start_indices_batching_dims: TextKind::Ints, IfSet,
+            optional;
+        "index_vector_dim" => index_vector_dim: TextKind::Int("a dimension"), Always, required;
+    }
+}
+
+dims_family! {
+    /// scatter's dimension numbers.
+    SCATTER_DIMS: ScatterDimensionNumbers => pb::ScatterDimensionNumbers {
+        "update_window_dims" => update_window_dims: TextKind::Ints, Always, required;
+        "inserted_window_dims" => inserted_window_dims: TextKind::Ints, Always, required;
+        "scatter_dims_to_operand_dims" => scatter_dims_to_operand_dims: TextKind::Ints, Always,
+            required;
+        "input_batching_dims" => input_batching_dims: TextKind::Ints, IfSet, optional;
+        "scatter_indices_batching_dims" => scatter_indices_batching_dims: TextKind::Ints, IfSet,
+            optional;
+        "index_vector_dim" => index_vector_dim: TextKind::Int("a dimension"), Always, required;
+    }
+}
+
+/// The family field for `key`, if the family has one.
+pub(crate) fn dims_field<T, P>(
+    family: &'static [DimsField<T, P>],
+    key: &str,
+) -> Option<&'static DimsField<T, P>> {
+    family.iter().find(|f| f.key == key)
+}
+
+/// The keys the text must give for a family.
+pub(crate) fn required_dims<T, P>(family: &[DimsField<T, P>]) -> Vec<&'static str> {
+    family
+        .iter()
+        .filter(|f| f.required)
+        .map(|f| f.key)
+        .collect()
+}
+
+/// A family's IR struct as its proto message.
+pub(crate) fn dims_to_proto<T, P: Default>(family: &[DimsField<T, P>], d: &T) -> P {
+    let mut p = P::default();
+    for f in family {
+        (f.to_proto)(d, &mut p);
+    }
+    p
+}
+
+/// A family's proto message as its IR struct.
+pub(crate) fn dims_from_proto<T: Default, P>(family: &[DimsField<T, P>], p: &P) -> T {
+    let mut d = T::default();
+    for f in family {
+        (f.from_proto)(p, &mut d);
+    }
+    d
 }
 
 /// The plain row for `key` on `op`, if the table has one.

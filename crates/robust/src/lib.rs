@@ -180,45 +180,7 @@ pub fn check_compile(text: &str, args: &str) -> Result<(), String> {
 
 /// The module [`check_sharding`] annotates: parameters, a dot, an element-wise op, a reduce,
 /// a while loop and a tuple root, each taking one of the fuzzed shardings.
-const SHARDING_TEMPLATE: &str = r#"HloModule shardings, num_partitions=@N
-
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
-
-cond {
-  t = (s32[], f32[8,8]) parameter(0)
-  i = s32[] get-tuple-element(t), index=0
-  n = s32[] constant(2)
-  ROOT lt = pred[] compare(i, n), direction=LT
-}
-
-body {
-  t = (s32[], f32[8,8]) parameter(0)
-  i = s32[] get-tuple-element(t), index=0
-  x = f32[8,8] get-tuple-element(t), index=1
-  one = s32[] constant(1)
-  j = s32[] add(i, one)
-  y = f32[8,8] multiply(x, x), sharding=@4
-  ROOT r = (s32[], f32[8,8]) tuple(j, y)
-}
-
-ENTRY main {
-  p0 = f32[8,4] parameter(0), sharding=@0
-  p1 = f32[4,8] parameter(1), sharding=@1
-  d = f32[8,8] dot(p0, p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding=@2
-  e = f32[8,8] add(d, d), sharding=@3
-  zero = s32[] constant(0)
-  t = (s32[], f32[8,8]) tuple(zero, e)
-  w = (s32[], f32[8,8]) while(t), condition=cond, body=body
-  y = f32[8,8] get-tuple-element(w), index=1
-  init = f32[] constant(0)
-  r = f32[8] reduce(y, init), dimensions={1}, to_apply=add, sharding=@5
-  ROOT out = (f32[8], f32[8,8]) tuple(r, y), sharding=@6
-}
-"#;
+const SHARDING_TEMPLATE: &str = include_str!("../../../testdata/fuzz/sharding-template.hlo");
 
 /// Shardings as users write them, with any device ids, mesh axes and counts: `data`'s first
 /// line is the module's `num_partitions`, then `--num-partitions` for `compile` (empty: none),
@@ -331,45 +293,4 @@ pub fn check_target(target: &str, data: &[u8]) -> Option<Result<(), String>> {
 }
 
 /// A small valid module that exercises calls, tuples, a while loop, shardings and a reduce.
-pub const SMALL_MODULE: &str = r#"HloModule small, num_partitions=2
-
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
-
-cond {
-  t = (s32[], f32[4,8]) parameter(0)
-  i = s32[] get-tuple-element(t), index=0
-  n = s32[] constant(3)
-  ROOT lt = pred[] compare(i, n), direction=LT
-}
-
-body {
-  t = (s32[], f32[4,8]) parameter(0)
-  i = s32[] get-tuple-element(t), index=0
-  x = f32[4,8] get-tuple-element(t), index=1
-  one = s32[] constant(1)
-  j = s32[] add(i, one)
-  y = f32[4,8] multiply(x, x)
-  ROOT r = (s32[], f32[4,8]) tuple(j, y)
-}
-
-helper {
-  p = f32[4,8] parameter(0)
-  ROOT n = f32[4,8] negate(p)
-}
-
-ENTRY main {
-  x = f32[4,8] parameter(0), sharding={devices=[2,1]0,1}
-  c = f32[4,8] call(x), to_apply=helper
-  zero = s32[] constant(0)
-  t = (s32[], f32[4,8]) tuple(zero, c)
-  w = (s32[], f32[4,8]) while(t), condition=cond, body=body
-  y = f32[4,8] get-tuple-element(w), index=1
-  init = f32[] constant(0)
-  r = f32[4] reduce(y, init), dimensions={1}, to_apply=add
-  ROOT out = (f32[4], f32[4,8]) tuple(r, y)
-}
-"#;
+pub const SMALL_MODULE: &str = include_str!("../../../testdata/fuzz/small-module.hlo");

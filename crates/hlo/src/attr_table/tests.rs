@@ -208,3 +208,40 @@ fn all_reduce_id_reads_prints_and_goes_through_the_proto() {
         "{e}"
     );
 }
+
+/// A family has one row per field of its IR struct, distinct keys, and every field survives the
+/// trip through the proto message.
+fn check_family<T: Default + PartialEq + std::fmt::Debug, P: Default>(
+    name: &str,
+    family: &[DimsField<T, P>],
+) {
+    let fields = struct_fields(include_str!("../attrs.rs"), name);
+    assert_eq!(family.len(), fields.len(), "{name}: rows against fields");
+    for (k, f) in family.iter().enumerate() {
+        assert!(
+            family[..k].iter().all(|g| g.key != f.key),
+            "{name}: key {} twice",
+            f.key
+        );
+    }
+    let mut d = T::default();
+    for (k, f) in family.iter().enumerate() {
+        let k = k as i64;
+        let v = match f.text {
+            TextKind::Ints => Value::Ints(vec![k, 10 + k]),
+            _ => Value::Int(k + 1),
+        };
+        (f.set)(&mut d, v.clone()).unwrap();
+        assert_eq!((f.get)(&d), v, "{name}.{}", f.key);
+    }
+    let back: T = dims_from_proto(family, &dims_to_proto(family, &d));
+    assert_eq!(back, d, "{name} through the proto");
+}
+
+#[test]
+fn dimension_number_families_cover_their_structs_and_round_trip() {
+    check_family("DotDimensionNumbers", DOT_DIMS);
+    check_family("RaggedDotDimensionNumbers", RAGGED_DOT_DIMS);
+    check_family("GatherDimensionNumbers", GATHER_DIMS);
+    check_family("ScatterDimensionNumbers", SCATTER_DIMS);
+}

@@ -339,12 +339,7 @@ fn module_to_proto_parts(m: &Module) -> (pb::HloModuleProto, Ids, Vec<Vec<InstrI
 }
 
 fn dot_dims_to_proto(d: &DotDimensionNumbers) -> pb::DotDimensionNumbers {
-    pb::DotDimensionNumbers {
-        lhs_contracting_dimensions: d.lhs_contracting_dimensions.clone(),
-        rhs_contracting_dimensions: d.rhs_contracting_dimensions.clone(),
-        lhs_batch_dimensions: d.lhs_batch_dimensions.clone(),
-        rhs_batch_dimensions: d.rhs_batch_dimensions.clone(),
-    }
+    attr_table::dims_to_proto(attr_table::DOT_DIMS, d)
 }
 
 fn instr_to_proto(m: &Module, id: InstrId, ids: &Ids) -> pb::HloInstructionProto {
@@ -622,11 +617,10 @@ fn window_and_dims_to_proto(i: &Instruction, p: &mut pb::HloInstructionProto) {
     match &a.ragged_dot_dims {
         // XLA keeps a ragged dot's dimension numbers inside the ragged ones.
         Some(r) => {
-            p.ragged_dot_dimension_numbers = Some(Box::new(pb::RaggedDotDimensionNumbers {
-                dot_dimension_numbers: a.dot_dims.as_deref().map(dot_dims_to_proto),
-                lhs_ragged_dimensions: r.lhs_ragged_dimensions.clone(),
-                rhs_group_dimensions: r.rhs_group_dimensions.clone(),
-            }))
+            let mut ragged: pb::RaggedDotDimensionNumbers =
+                attr_table::dims_to_proto(attr_table::RAGGED_DOT_DIMS, r);
+            ragged.dot_dimension_numbers = a.dot_dims.as_deref().map(dot_dims_to_proto);
+            p.ragged_dot_dimension_numbers = Some(Box::new(ragged))
         }
         None => p.dot_dimension_numbers = a.dot_dims.as_deref().map(dot_dims_to_proto),
     }
@@ -647,26 +641,14 @@ fn window_and_dims_to_proto(i: &Instruction, p: &mut pb::HloInstructionProto) {
             algorithm: pc.algorithm,
         });
     }
-    if let Some(g) = &a.gather_dims {
-        p.gather_dimension_numbers = Some(Box::new(pb::GatherDimensionNumbers {
-            offset_dims: g.offset_dims.clone(),
-            collapsed_slice_dims: g.collapsed_slice_dims.clone(),
-            start_index_map: g.start_index_map.clone(),
-            index_vector_dim: g.index_vector_dim,
-            operand_batching_dims: g.operand_batching_dims.clone(),
-            start_indices_batching_dims: g.start_indices_batching_dims.clone(),
-        }));
-    }
-    if let Some(s) = &a.scatter_dims {
-        p.scatter_dimension_numbers = Some(Box::new(pb::ScatterDimensionNumbers {
-            update_window_dims: s.update_window_dims.clone(),
-            inserted_window_dims: s.inserted_window_dims.clone(),
-            scatter_dims_to_operand_dims: s.scatter_dims_to_operand_dims.clone(),
-            index_vector_dim: s.index_vector_dim,
-            input_batching_dims: s.input_batching_dims.clone(),
-            scatter_indices_batching_dims: s.scatter_indices_batching_dims.clone(),
-        }));
-    }
+    p.gather_dimension_numbers = a
+        .gather_dims
+        .as_deref()
+        .map(|g| Box::new(attr_table::dims_to_proto(attr_table::GATHER_DIMS, g)));
+    p.scatter_dimension_numbers = a
+        .scatter_dims
+        .as_deref()
+        .map(|s| Box::new(attr_table::dims_to_proto(attr_table::SCATTER_DIMS, s)));
 }
 
 /// Writes the plain attributes of the table (`attr_table`) that are given.

@@ -1057,22 +1057,17 @@ fn window_and_dims_from_proto(
         p.batch_group_count
     };
     let dot = |d: &pb::DotDimensionNumbers| {
-        Box::new(DotDimensionNumbers {
-            lhs_contracting_dimensions: d.lhs_contracting_dimensions.clone(),
-            rhs_contracting_dimensions: d.rhs_contracting_dimensions.clone(),
-            lhs_batch_dimensions: d.lhs_batch_dimensions.clone(),
-            rhs_batch_dimensions: d.rhs_batch_dimensions.clone(),
-        })
+        Box::new(attr_table::dims_from_proto(attr_table::DOT_DIMS, d))
     };
     a.dot_dims = p.dot_dimension_numbers.as_ref().map(dot);
     if let Some(r) = &p.ragged_dot_dimension_numbers {
         if a.dot_dims.is_none() {
             a.dot_dims = r.dot_dimension_numbers.as_ref().map(dot);
         }
-        a.ragged_dot_dims = Some(Box::new(RaggedDotDimensionNumbers {
-            lhs_ragged_dimensions: r.lhs_ragged_dimensions.clone(),
-            rhs_group_dimensions: r.rhs_group_dimensions.clone(),
-        }));
+        a.ragged_dot_dims = Some(Box::new(attr_table::dims_from_proto(
+            attr_table::RAGGED_DOT_DIMS,
+            r,
+        )));
     }
     a.sparsity = p
         .dot_sparsity
@@ -1101,26 +1096,14 @@ fn window_and_dims_from_proto(
                 .ok_or_else(|| format!("unknown dot algorithm {}", pc.algorithm))?,
         }));
     }
-    a.gather_dims = p.gather_dimension_numbers.as_ref().map(|g| {
-        Box::new(GatherDimensionNumbers {
-            offset_dims: g.offset_dims.clone(),
-            collapsed_slice_dims: g.collapsed_slice_dims.clone(),
-            start_index_map: g.start_index_map.clone(),
-            index_vector_dim: g.index_vector_dim,
-            operand_batching_dims: g.operand_batching_dims.clone(),
-            start_indices_batching_dims: g.start_indices_batching_dims.clone(),
-        })
-    });
-    a.scatter_dims = p.scatter_dimension_numbers.as_ref().map(|s| {
-        Box::new(ScatterDimensionNumbers {
-            update_window_dims: s.update_window_dims.clone(),
-            inserted_window_dims: s.inserted_window_dims.clone(),
-            scatter_dims_to_operand_dims: s.scatter_dims_to_operand_dims.clone(),
-            index_vector_dim: s.index_vector_dim,
-            input_batching_dims: s.input_batching_dims.clone(),
-            scatter_indices_batching_dims: s.scatter_indices_batching_dims.clone(),
-        })
-    });
+    a.gather_dims = p
+        .gather_dimension_numbers
+        .as_deref()
+        .map(|g| Box::new(attr_table::dims_from_proto(attr_table::GATHER_DIMS, g)));
+    a.scatter_dims = p
+        .scatter_dimension_numbers
+        .as_deref()
+        .map(|s| Box::new(attr_table::dims_from_proto(attr_table::SCATTER_DIMS, s)));
     Ok(())
 }
 

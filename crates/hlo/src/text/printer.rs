@@ -5,7 +5,7 @@ use std::fmt::Write;
 use super::float::format_float;
 use super::PrintOptions;
 use crate::analysis::order::PostOrders;
-use crate::attr_table::{self, Codec, Print, Value};
+use crate::attr_table::{self, Codec, DimsField, Print, Value};
 use crate::attrs::*;
 use crate::instruction::{InstrId, Instruction};
 use crate::literal::{Literal, LiteralData};
@@ -794,61 +794,16 @@ fn write_layout_and_dims_attrs(out: &mut String, i: &Instruction) {
         let _ = write!(out, ", conv_kind={k}");
     }
     if let Some(d) = &a.dot_dims {
-        for (name, v) in [
-            ("lhs_batch_dims", &d.lhs_batch_dimensions),
-            ("lhs_contracting_dims", &d.lhs_contracting_dimensions),
-            ("rhs_batch_dims", &d.rhs_batch_dimensions),
-            ("rhs_contracting_dims", &d.rhs_contracting_dimensions),
-        ] {
-            if !v.is_empty() || name.ends_with("contracting_dims") {
-                let _ = write!(out, ", {name}=");
-                write_int_list(out, v);
-            }
-        }
+        write_dims(out, attr_table::DOT_DIMS, d);
     }
     if let Some(r) = &a.ragged_dot_dims {
-        if !r.lhs_ragged_dimensions.is_empty() {
-            out.push_str(", lhs_ragged_dims=");
-            write_int_list(out, &r.lhs_ragged_dimensions);
-        }
-        if !r.rhs_group_dimensions.is_empty() {
-            out.push_str(", rhs_group_dims=");
-            write_int_list(out, &r.rhs_group_dimensions);
-        }
+        write_dims(out, attr_table::RAGGED_DOT_DIMS, r);
     }
     if let Some(g) = &a.gather_dims {
-        out.push_str(", offset_dims=");
-        write_int_list(out, &g.offset_dims);
-        out.push_str(", collapsed_slice_dims=");
-        write_int_list(out, &g.collapsed_slice_dims);
-        out.push_str(", start_index_map=");
-        write_int_list(out, &g.start_index_map);
-        if !g.operand_batching_dims.is_empty() {
-            out.push_str(", operand_batching_dims=");
-            write_int_list(out, &g.operand_batching_dims);
-        }
-        if !g.start_indices_batching_dims.is_empty() {
-            out.push_str(", start_indices_batching_dims=");
-            write_int_list(out, &g.start_indices_batching_dims);
-        }
-        let _ = write!(out, ", index_vector_dim={}", g.index_vector_dim);
+        write_dims(out, attr_table::GATHER_DIMS, g);
     }
     if let Some(s) = &a.scatter_dims {
-        out.push_str(", update_window_dims=");
-        write_int_list(out, &s.update_window_dims);
-        out.push_str(", inserted_window_dims=");
-        write_int_list(out, &s.inserted_window_dims);
-        out.push_str(", scatter_dims_to_operand_dims=");
-        write_int_list(out, &s.scatter_dims_to_operand_dims);
-        if !s.input_batching_dims.is_empty() {
-            out.push_str(", input_batching_dims=");
-            write_int_list(out, &s.input_batching_dims);
-        }
-        if !s.scatter_indices_batching_dims.is_empty() {
-            out.push_str(", scatter_indices_batching_dims=");
-            write_int_list(out, &s.scatter_indices_batching_dims);
-        }
-        let _ = write!(out, ", index_vector_dim={}", s.index_vector_dim);
+        write_dims(out, attr_table::SCATTER_DIMS, s);
     }
     if let Some(p) = &a.precision {
         if !p.operand_precision.is_empty() {
@@ -1185,18 +1140,35 @@ fn write_plain_attrs(out: &mut String, i: &Instruction) {
         if !(row.on)(i.opcode) || (print == Print::IfSet && !(row.is_set)(i)) {
             continue;
         }
-        out.push_str(", ");
-        out.push_str(row.key);
-        out.push('=');
-        match get(&i.attrs) {
-            Value::Absent => {}
-            Value::Int(x) => write_i64(out, x),
-            Value::F32(x) => format_float(ElementType::F32, u64::from(x.to_bits()), out),
-            Value::Bool(b) => out.push_str(if b { "true" } else { "false" }),
-            Value::Ints(v) => write_int_list(out, &v),
-            Value::Str(s) => write_string(out, &s),
-            Value::Bytes(b) => write_string(out, &String::from_utf8_lossy(&b)),
+        write_table_value(out, row.key, get(&i.attrs));
+    }
+}
+
+/// Writes a dimension-numbers family's keys, in the family's order; `IfSet` ones only when not
+/// empty.
+fn write_dims<T, P>(out: &mut String, family: &[DimsField<T, P>], d: &T) {
+    for f in family {
+        let v = (f.get)(d);
+        if f.print == Print::IfSet && matches!(&v, Value::Ints(x) if x.is_empty()) {
+            continue;
         }
+        write_table_value(out, f.key, v);
+    }
+}
+
+/// `, key=value` for a value of the attribute table.
+fn write_table_value(out: &mut String, key: &str, v: Value) {
+    out.push_str(", ");
+    out.push_str(key);
+    out.push('=');
+    match v {
+        Value::Absent => {}
+        Value::Int(x) => write_i64(out, x),
+        Value::F32(x) => format_float(ElementType::F32, u64::from(x.to_bits()), out),
+        Value::Bool(b) => out.push_str(if b { "true" } else { "false" }),
+        Value::Ints(v) => write_int_list(out, &v),
+        Value::Str(s) => write_string(out, &s),
+        Value::Bytes(b) => write_string(out, &String::from_utf8_lossy(&b)),
     }
 }
 

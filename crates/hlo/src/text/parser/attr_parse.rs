@@ -4,7 +4,7 @@
 //! XLA's order).
 
 use super::*;
-use crate::attr_table::{self, AttrRow, Codec, TextKind, Value};
+use crate::attr_table::{self, AttrRow, Codec, DimsField, TextKind, Value};
 
 impl<'a> Parser<'a> {
     pub(super) fn output_operand_aliasing(&mut self) -> PResult<Vec<OutputOperandAlias>> {
@@ -50,13 +50,19 @@ impl<'a> Parser<'a> {
         let Codec::Plain { text, set, .. } = row.codec else {
             return Ok(());
         };
+        let (at, v) = self.table_value(text, row.key)?;
+        set(a, v).map_err(|e| self.c.error_at(at, format!("{}: {e}", row.key)))
+    }
+
+    /// Parses a value spelled as `text` says, for attribute `key`; with where it starts.
+    fn table_value(&mut self, text: TextKind, key: &str) -> PResult<(usize, Value)> {
         self.c.skip_ws()?;
         let at = self.c.pos;
         let v = match text {
             TextKind::Int(what) => Value::Int(self.c.int(what)?),
             TextKind::Int32(what) => Value::Int(i64::from(self.c.int32(what)?)),
             TextKind::Bool => Value::Bool(self.bool_value()?),
-            TextKind::Ints => Value::Ints(self.int_list(row.key)?),
+            TextKind::Ints => Value::Ints(self.int_list(key)?),
             TextKind::F32 => {
                 let (at, t) = self.c.number_text()?;
                 Value::F32(t.parse::<f32>().map_err(|_| {
@@ -66,7 +72,41 @@ impl<'a> Parser<'a> {
             }
             TextKind::Str(what) => Value::Str(self.c.string(what)?),
         };
-        set(a, v).map_err(|e| self.c.error_at(at, format!("{}: {e}", row.key)))
+        Ok((at, v))
+    }
+
+    /// Parses `key` into its dimension-numbers family's struct if the family has that key;
+    /// false if it has not.
+    fn parse_dims_field<T: Default, P>(
+        &mut self,
+        family: &'static [DimsField<T, P>],
+        key: &str,
+        slot: &mut Option<Box<T>>,
+    ) -> PResult<bool> {
+        let Some(f) = attr_table::dims_field(family, key) else {
+            return Ok(false);
+        };
+        let (at, v) = self.table_value(f.text, key)?;
+        (f.set)(slot.get_or_insert_with(Box::default), v)
+            .map_err(|e| self.c.error_at(at, format!("{key}: {e}")))?;
+        Ok(true)
+    }
+
+    /// Parses `key` if it belongs to the dimension numbers of `op`; false if not.
+    fn parse_dims_attr(&mut self, op: Opcode, key: &str, a: &mut Attrs) -> PResult<bool> {
+        use attr_table::{DOT_DIMS, GATHER_DIMS, RAGGED_DOT_DIMS, SCATTER_DIMS};
+        Ok(match op {
+            Opcode::Dot | Opcode::ScaledDot => {
+                self.parse_dims_field(DOT_DIMS, key, &mut a.dot_dims)?
+            }
+            Opcode::RaggedDot => {
+                self.parse_dims_field(DOT_DIMS, key, &mut a.dot_dims)?
+                    || self.parse_dims_field(RAGGED_DOT_DIMS, key, &mut a.ragged_dot_dims)?
+            }
+            Opcode::Gather => self.parse_dims_field(GATHER_DIMS, key, &mut a.gather_dims)?,
+            Opcode::Scatter => self.parse_dims_field(SCATTER_DIMS, key, &mut a.scatter_dims)?,
+            _ => false,
+        })
     }
 
     /// Parses the value of attribute `key`; false if the opcode does not take it.
@@ -124,6 +164,9 @@ impl<'a> Parser<'a> {
         }
         if let Some(row) = attr_table::plain_row(key, op) {
             self.parse_plain_attr(row, &mut instr.attrs)?;
+            return Ok(true);
+        }
+        if self.parse_dims_attr(op, key, &mut instr.attrs)? {
             return Ok(true);
         }
         let a = &mut instr.attrs;
@@ -370,7 +413,6 @@ impl<'a> Parser<'a> {
         op: Opcode,
     ) -> PResult<bool> {
         use Opcode::*;
-        let dot_like = matches!(op, Dot | RaggedDot | ScaledDot);
         match (key, op) {
             ("custom_call_target", CustomCall) => {
                 a.custom_call.get_or_insert_with(Box::default).target =
@@ -456,96 +498,6 @@ impl<'a> Parser<'a> {
                     }
                 };
             }
-            ("lhs_contracting_dims", _) if dot_like => {
-                a.dot_dims
-                    .get_or_insert_with(Box::default)
-                    .lhs_contracting_dimensions = self.int_list("lhs_contracting_dims")?
-            }
-            ("rhs_contracting_dims", _) if dot_like => {
-                a.dot_dims
-                    .get_or_insert_with(Box::default)
-                    .rhs_contracting_dimensions = self.int_list("rhs_contracting_dims")?
-            }
-            ("lhs_batch_dims", _) if dot_like => {
-                a.dot_dims
-                    .get_or_insert_with(Box::default)
-                    .lhs_batch_dimensions = self.int_list("lhs_batch_dims")?
-            }
-            ("rhs_batch_dims", _) if dot_like => {
-                a.dot_dims
-                    .get_or_insert_with(Box::default)
-                    .rhs_batch_dimensions = self.int_list("rhs_batch_dims")?
-            }
-            ("lhs_ragged_dims", RaggedDot) => {
-                a.ragged_dot_dims
-                    .get_or_insert_with(Box::default)
-                    .lhs_ragged_dimensions = self.int_list("lhs_ragged_dims")?
-            }
-            ("rhs_group_dims", RaggedDot) => {
-                a.ragged_dot_dims
-                    .get_or_insert_with(Box::default)
-                    .rhs_group_dimensions = self.int_list("rhs_group_dims")?
-            }
-            ("offset_dims", Gather) => {
-                a.gather_dims.get_or_insert_with(Box::default).offset_dims =
-                    self.int_list("offset_dims")?
-            }
-            ("collapsed_slice_dims", Gather) => {
-                a.gather_dims
-                    .get_or_insert_with(Box::default)
-                    .collapsed_slice_dims = self.int_list("collapsed_slice_dims")?
-            }
-            ("start_index_map", Gather) => {
-                a.gather_dims
-                    .get_or_insert_with(Box::default)
-                    .start_index_map = self.int_list("start_index_map")?
-            }
-            ("index_vector_dim", Gather) => {
-                a.gather_dims
-                    .get_or_insert_with(Box::default)
-                    .index_vector_dim = self.c.int("a dimension")?
-            }
-            ("operand_batching_dims", Gather) => {
-                a.gather_dims
-                    .get_or_insert_with(Box::default)
-                    .operand_batching_dims = self.int_list("operand_batching_dims")?
-            }
-            ("start_indices_batching_dims", Gather) => {
-                a.gather_dims
-                    .get_or_insert_with(Box::default)
-                    .start_indices_batching_dims = self.int_list("start_indices_batching_dims")?
-            }
-            ("update_window_dims", Scatter) => {
-                a.scatter_dims
-                    .get_or_insert_with(Box::default)
-                    .update_window_dims = self.int_list("update_window_dims")?
-            }
-            ("inserted_window_dims", Scatter) => {
-                a.scatter_dims
-                    .get_or_insert_with(Box::default)
-                    .inserted_window_dims = self.int_list("inserted_window_dims")?
-            }
-            ("scatter_dims_to_operand_dims", Scatter) => {
-                a.scatter_dims
-                    .get_or_insert_with(Box::default)
-                    .scatter_dims_to_operand_dims = self.int_list("scatter_dims_to_operand_dims")?
-            }
-            ("index_vector_dim", Scatter) => {
-                a.scatter_dims
-                    .get_or_insert_with(Box::default)
-                    .index_vector_dim = self.c.int("a dimension")?
-            }
-            ("input_batching_dims", Scatter) => {
-                a.scatter_dims
-                    .get_or_insert_with(Box::default)
-                    .input_batching_dims = self.int_list("input_batching_dims")?
-            }
-            ("scatter_indices_batching_dims", Scatter) => {
-                a.scatter_dims
-                    .get_or_insert_with(Box::default)
-                    .scatter_indices_batching_dims =
-                    self.int_list("scatter_indices_batching_dims")?
-            }
             ("domain", Domain) => a.domain = Some(Box::new(self.parse_domain()?)),
             _ => return Ok(false),
         }
@@ -599,19 +551,11 @@ impl<'a> Parser<'a> {
             Rng => require(&["distribution"])?,
             RngBitGenerator => require(&["algorithm"])?,
             CustomCall => require(&["custom_call_target"])?,
-            Gather => require(&[
-                "offset_dims",
-                "collapsed_slice_dims",
-                "start_index_map",
-                "index_vector_dim",
-            ])?,
-            Scatter => require(&[
-                "update_window_dims",
-                "inserted_window_dims",
-                "scatter_dims_to_operand_dims",
-                "index_vector_dim",
-                "to_apply",
-            ])?,
+            Gather => require(&attr_table::required_dims(attr_table::GATHER_DIMS))?,
+            Scatter => {
+                require(&attr_table::required_dims(attr_table::SCATTER_DIMS))?;
+                require(&["to_apply"])?
+            }
             Domain => require(&["domain"])?,
             Broadcast => {
                 let scalar = operands

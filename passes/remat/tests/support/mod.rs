@@ -226,12 +226,12 @@ impl Plan {
     pub fn recompute_all(g: &Graph) -> Plan {
         let n = g.len();
         let mut r = vec![vec![false; n]; n];
-        for t in 0..n {
-            r[t][t] = true;
+        for (t, row) in r.iter_mut().enumerate() {
+            row[t] = true;
             let mut need: Vec<usize> = g.operands[t].clone();
             while let Some(j) = need.pop() {
-                if g.recomputable[j] && !r[t][j] {
-                    r[t][j] = true;
+                if g.recomputable[j] && !row[j] {
+                    row[j] = true;
                     need.extend(g.operands[j].iter().copied());
                 }
             }
@@ -302,8 +302,8 @@ impl Plan {
         for t in 0..n {
             let mut live = vec![false; n];
             let mut bytes = 0;
-            for i in 0..t {
-                if self.s[t][i] {
+            for (i, &held) in self.s[t].iter().enumerate().take(t) {
+                if held {
                     live[i] = true;
                     bytes += g.sizes[i];
                 }
@@ -563,9 +563,9 @@ fn build(g: &Graph, budget: i64, plan: Option<&Plan>) -> (Program, Option<Vec<f6
             match prev {
                 None => {
                     u_value = 0.0;
-                    for i in 0..t {
-                        add(&mut terms, s[t][i], -(g.sizes[i] as f64));
-                        u_value += b.value(s[t][i]) * g.sizes[i] as f64;
+                    for (i, &held) in s[t].iter().enumerate().take(t) {
+                        add(&mut terms, held, -(g.sizes[i] as f64));
+                        u_value += b.value(held) * g.sizes[i] as f64;
                     }
                 }
                 Some((pk, pu)) => {

@@ -14,7 +14,7 @@
 use tessera_hlo::analysis::shape_size;
 use tessera_hlo::Module;
 use tessera_remat::optimal::{Optimum, Problem};
-use tessera_remat::{gen, peak_memory, RematOptions, Rematerialization};
+use tessera_remat::{gen, peak_memory, RematOptions, RematSummary, Rematerialization, SearchKind};
 
 fn module_peak(m: &Module) -> i64 {
     peak_memory(m, m.schedule.as_ref().unwrap(), &shape_size)
@@ -122,7 +122,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use support::{Graph, Milp};
+use support::{Graph, Milp, Plan};
 
 /// `layers` attention blocks on `x: f32[seq,dim]` with shared weights, forward then a
 /// backward-style pass that reads the forward values again. Forward, per layer:
@@ -229,17 +229,46 @@ fn attention(layers: usize, seq: i64, dim: i64) -> Module {
     tessera_hlo::text::parse_module(&t).unwrap_or_else(|e| panic!("{e}\n{t}"))
 }
 
-/// The pass with default options against the MILP at `pct`% of the scheduled peak.
+/// Runs the pass at `limit`; the result and its summary.
+fn run_pass(m: &Module, limit: i64, search: SearchKind, keep: bool) -> (Module, RematSummary) {
+    let mut out = m.clone();
+    let s = Rematerialization::new(RematOptions {
+        memory_limit: Some(limit),
+        search,
+        keep_dead_originals: keep,
+        ..RematOptions::default()
+    })
+    .run_with_summary(&mut out)
+    .unwrap();
+    (out, s)
+}
+
+/// The pass with default options against the MILP at `pct`% of the scheduled peak, counted
+/// only where HiGHS proves it: the pass is within 10% when its recompute flops are at most
+/// 1.1 times HiGHS's proven lower bound, far when HiGHS found a solution more than 10%
+/// cheaper, and it missed a limit when it went over and HiGHS found a solution under it.
+/// Anything else is undecided.
 #[derive(Debug, Default)]
 struct Tally {
     cases: usize,
-    feasible: usize,
-    infeasible: usize,
-    timed_out: Vec<String>,
+    /// The pass met the limit without recomputing (the optimum cannot be lower).
+    free: usize,
+    /// The pass met the limit, proven within 10% of the optimum.
     within: usize,
+    /// ... and below the fixed-schedule optimum's bound (by rescheduling or moves).
     beat: usize,
+    /// The pass met a limit the fixed schedule cannot meet (by rescheduling).
+    beyond: usize,
+    /// The pass missed the limit and it is infeasible: proven by HiGHS, or below the floor.
+    infeasible: usize,
+    /// ... of which below the floor along the input's schedule (no MILP needed).
+    below_floor: usize,
+    /// The plans given to HiGHS as a start that fit the model.
+    started: usize,
     far: Vec<String>,
     missed: Vec<String>,
+    undecided: Vec<String>,
+    milp_secs: f64,
 }
 
 impl Tally {
@@ -248,56 +277,90 @@ impl Tally {
         let peak = module_peak(m);
         let limit = peak * pct / 100;
         self.cases += 1;
-        let t0 = Instant::now();
-        let opt = support::solve(&g, limit, time);
-        let milp_s = t0.elapsed().as_secs_f64();
-        let mut out = m.clone();
-        let s = Rematerialization::new(RematOptions {
-            memory_limit: Some(limit),
-            ..RematOptions::default()
-        })
-        .run_with_summary(&mut out)
-        .unwrap();
+        let (out, s) = run_pass(m, limit, SearchKind::Auto, false);
         tessera_hlo::verify::verify(&out, &Default::default()).unwrap();
         let reached = module_peak(&out);
         assert_eq!(reached, s.peak_after, "{name} at {pct}%");
         let cost = s.recompute_flops;
+        let met = reached <= limit;
+        if met && cost == 0 {
+            self.free += 1;
+            return;
+        }
+        // Below the floor along the input's schedule (a lower bound on every solution of the
+        // fixed-schedule model too), no solution exists.
+        if !met && s.floor.is_some_and(|f| limit < f) {
+            self.infeasible += 1;
+            self.below_floor += 1;
+            return;
+        }
+        // Starts: the pass's own walks over the input schedule, recomputing everything, and
+        // the model's greedy; HiGHS gets the cheapest that fits.
+        let mut plans: Vec<Plan> = [SearchKind::Auto, SearchKind::Fast]
+            .into_iter()
+            .filter_map(|k| g.recomputations(&run_pass(m, limit, k, true).0))
+            .map(|r| Plan::new(&g, r))
+            .collect();
+        plans.push(Plan::recompute_all(&g));
+        plans.extend(Plan::greedy(&g, limit - g.output_bytes));
+        plans.sort_by_key(|p| p.flops(&g));
+        // Stop as soon as the bound proves the pass within 10%; a missed limit needs only a
+        // feasible solution.
+        let gap = if met {
+            (cost as f64 / 11.0 - 0.01).max(0.5)
+        } else {
+            1e15
+        };
+        let t0 = Instant::now();
+        let solved = support::solve_from(&g, limit, time, &plans, gap);
+        let milp_s = t0.elapsed().as_secs_f64();
+        self.milp_secs += milp_s;
+        self.started += usize::from(solved.started);
+        let opt = &solved.milp;
         let what = format!(
-            "{name} ({} instructions) at {pct}%: pass {cost} flops, reached {reached} of limit {limit}, MILP {opt:?} in {milp_s:.1} s",
-            g.len()
+            "{name} ({} instructions) at {pct}%: pass {cost} flops, reached {reached} of limit {limit}, \
+             MILP {opt:?} in {milp_s:.1} s ({} columns, {} rows, memory rows in {} of {} stages, start {})",
+            g.len(),
+            solved.size.columns,
+            solved.size.rows,
+            solved.size.stages_with_memory,
+            solved.size.stages,
+            if solved.started { "given" } else { "none" },
         );
-        match opt {
-            Milp::Optimal { flops: best } => {
-                self.feasible += 1;
-                if reached > limit {
-                    self.missed.push(what);
-                } else if cost * 10 <= best * 11 {
-                    self.within += 1;
-                    if cost < best {
-                        self.beat += 1;
-                    }
-                } else {
-                    self.far.push(what);
+        match (met, opt) {
+            (true, Milp::Infeasible) => self.beyond += 1,
+            (true, _) if opt.lower_bound().is_some_and(|lb| cost * 10 <= lb * 11) => {
+                self.within += 1;
+                if opt.lower_bound().is_some_and(|lb| cost < lb) {
+                    self.beat += 1;
                 }
             }
-            Milp::Infeasible => self.infeasible += 1,
-            Milp::TimedOut { .. } => self.timed_out.push(what),
+            (true, _) if opt.best().is_some_and(|b| cost * 10 > b * 11) => self.far.push(what),
+            (false, Milp::Infeasible) => self.infeasible += 1,
+            (false, _) if opt.best().is_some() => self.missed.push(what),
+            _ => self.undecided.push(what),
         }
     }
 
     fn report(&self) {
         println!(
-            "cases {}: MILP optimal (feasible) {}, infeasible {}, timed out {}; of the feasible, \
-             pass within 10% of the optimum's recompute flops {} (below it, by rescheduling: {}), \
-             met further from it {}, missed the limit {}",
+            "cases {}: pass met the limit with no recomputation {}, proven within 10% of the \
+             optimum {} (below its bound, by rescheduling or moves: {}; where the fixed schedule \
+             cannot: {}), proven further than 10% {}; pass missed, proven infeasible {} (below \
+             the floor: {}); pass missed, proven feasible (a miss) {}; undecided {}. HiGHS {:.1} s \
+             in all, started from a plan {} times",
             self.cases,
-            self.feasible,
-            self.infeasible,
-            self.timed_out.len(),
+            self.free,
             self.within,
             self.beat,
+            self.beyond,
             self.far.len(),
-            self.missed.len()
+            self.infeasible,
+            self.below_floor,
+            self.missed.len(),
+            self.undecided.len(),
+            self.milp_secs,
+            self.started,
         );
         for f in &self.far {
             println!("  far: {f}");
@@ -305,9 +368,16 @@ impl Tally {
         for f in &self.missed {
             println!("  missed: {f}");
         }
-        for f in &self.timed_out {
-            println!("  timed out: {f}");
+        for f in &self.undecided {
+            println!("  undecided: {f}");
         }
+    }
+
+    /// Proven within 10% (or met without recomputing) over the cases the MILP decided.
+    fn within_share_ok(&self) -> bool {
+        let ok = self.free + self.within + self.beyond;
+        let decided = ok + self.far.len();
+        ok * 10 >= decided * 9
     }
 }
 
@@ -439,13 +509,8 @@ fn sweep(cases: Vec<(String, Module)>, time: Duration) -> Tally {
     t
 }
 
-/// The pass against the MILP optimum on a handful of medium graphs. Ignored by default: the
-/// MILP proves 2 of its 12 cases in its 2 s each (28 s in all, debug), too little for the CI
-/// time it costs; `cargo test -p tessera-remat --test auto_vs_optimum -- --ignored medium`.
-#[test]
-#[ignore]
-fn auto_against_the_milp_on_medium_graphs() {
-    let t = sweep(medium(), Duration::from_secs(2));
+/// No proven miss.
+fn check_no_miss(t: &Tally) {
     assert!(
         t.missed.is_empty(),
         "missed feasible limits: {:#?}",
@@ -453,17 +518,59 @@ fn auto_against_the_milp_on_medium_graphs() {
     );
 }
 
-/// The full sweep up to 200 instructions, at 90/70/50% of the scheduled peak (minutes):
-/// `cargo test -p tessera-remat --test auto_vs_optimum -- --ignored --nocapture
-/// auto_against_the_milp_up_to_200` (each MILP limited to 10 s).
-/// Counts recorded in docs/rematerialization.md, "Against the optimum".
+/// No proven miss, and the pass proven within 10% on at least 90% of the cases decided.
+fn check(t: &Tally) {
+    check_no_miss(t);
+    assert!(
+        t.within_share_ok(),
+        "proven further than 10% from the optimum: {:#?}",
+        t.far
+    );
+}
+
+/// Small training-like graphs for the default run (a few seconds): a chain, a shared-operand
+/// chain, a ladder (residual skips) and one attention block, half a second a MILP.
+#[test]
+fn auto_against_the_milp_on_small_graphs() {
+    let t = sweep(
+        vec![
+            ("chain(19)".into(), gen::chain(19, 16)),
+            (
+                "shared_operand_chain(19)".into(),
+                gen::shared_operand_chain(19, 16),
+            ),
+            ("ladder(20,3,1)".into(), gen::ladder(20, 16, 3, 1)),
+            ("attention(1)".into(), attention(1, 4, 8)),
+        ],
+        Duration::from_millis(500),
+    );
+    check(&t);
+    // Not vacuous: most cases are decided.
+    assert!(
+        t.undecided.len() * 2 <= t.cases,
+        "{} of {} undecided",
+        t.undecided.len(),
+        t.cases
+    );
+}
+
+/// The pass against the MILP on a handful of medium graphs (about 40 instructions, 2 s a
+/// MILP): `cargo test -p tessera-remat --test auto_vs_optimum -- --ignored --nocapture medium`.
+/// Checks only that no miss is proven: at this size most cases are still undecided, and one
+/// (`random_dag(40, seed 7)` at 70%) is proven further than 10% (see the counts printed).
+#[test]
+#[ignore]
+fn auto_against_the_milp_on_medium_graphs() {
+    check_no_miss(&sweep(medium(), Duration::from_secs(2)));
+}
+
+/// The full sweep up to 200 instructions, at 90/70/50% of the scheduled peak, each MILP
+/// limited to 8 s (under 10 minutes in all): `cargo test -p tessera-remat --test
+/// auto_vs_optimum -- --ignored --nocapture auto_against_the_milp_up_to_200`. Counts recorded
+/// in docs/rematerialization.md, "MILP yardstick". Checks only that no miss is proven (most
+/// cases are undecided at this size, so the 90% share is not shown either way).
 #[test]
 #[ignore]
 fn auto_against_the_milp_up_to_200_instructions() {
-    let t = sweep(large(), Duration::from_secs(10));
-    assert!(
-        t.missed.is_empty(),
-        "missed feasible limits: {:#?}",
-        t.missed
-    );
+    check_no_miss(&sweep(large(), Duration::from_secs(8)));
 }

@@ -23,6 +23,25 @@
 //! `U[t][k] = U[t][prev] - sum F[t][i][prev] b_i + b_k R[t][k]`. The objective is the flops of
 //! the recomputations (`tessera_remat::cost::instruction_flops`, the pass's model).
 //!
+//! Reductions that keep the optimum (every one holds for some optimal solution, so none cuts
+//! it off; `milp_matches_the_exhaustive_optimum` checks the optimum against the exhaustive
+//! search):
+//!
+//! - *Windows.* Drop every recomputation nobody in its stage reads and that is not held on,
+//!   and every hold not read later: this never raises memory or cost, and afterwards a copy
+//!   of `i` exists in stage `t` only if `t <= last[i]`, where `last[i]` is the latest stage
+//!   in which a reader of `i` can be computed (`u` for a reader `u` that cannot be
+//!   recomputed, `last[u]` for one that can). So `R[t][i] = S[t][i] = 0` past `last[i]`.
+//! - *Forced holds.* A value that cannot be recomputed is held from its stage through the
+//!   stage of its last original reader: `S[t][i] = 1` there.
+//! - *One copy.* Holding `i` and recomputing it in the same stage is never better than
+//!   reading the held copy (the model frees one copy per stage): `R[t][i] + S[t][i] <= 1`.
+//! - *Slack stages.* A stage whose every possible copy fits in the budget at once needs no
+//!   memory rows: its `F` and `U` are left out.
+//! - *Forced frees.* A value with no possible later reader in the stage and no possible hold
+//!   into the next is freed exactly when its last reader is computed: `F = R[t][k]`
+//!   (a constant when `k` is the stage's original), not a column.
+//!
 //! Memory is counted as the pass and `tessera_remat::optimal` count it: the root is live-out
 //! (0 bytes inside, the output's bytes added to the module figure).
 
@@ -38,6 +57,7 @@ use tessera_remat::remat::search::is_rematerializable;
 
 /// The entry computation of a scheduled module, as the MILP sees it.
 pub struct Graph {
+    pub names: Vec<String>,
     pub sizes: Vec<i64>,
     pub flops: Vec<i64>,
     pub operands: Vec<Vec<usize>>,
@@ -57,6 +77,7 @@ impl Graph {
         }
         let mut index: HashMap<InstrId, usize> = HashMap::new();
         let mut g = Graph {
+            names: Vec::new(),
             sizes: Vec::new(),
             flops: Vec::new(),
             operands: Vec::new(),
@@ -83,6 +104,7 @@ impl Graph {
             ops.sort_unstable();
             ops.dedup();
             index.insert(i, g.sizes.len());
+            g.names.push(ins.name().to_string());
             g.sizes.push(if i == root { 0 } else { size(&ins.shape) });
             g.flops.push(instruction_flops(m, i));
             g.operands.push(ops);
@@ -94,6 +116,248 @@ impl Graph {
     pub fn len(&self) -> usize {
         self.sizes.len()
     }
+
+    /// The readers of each value, ascending.
+    fn users(&self) -> Vec<Vec<usize>> {
+        let mut users = vec![Vec::new(); self.len()];
+        for (k, ops) in self.operands.iter().enumerate() {
+            for &j in ops {
+                users[j].push(k);
+            }
+        }
+        users
+    }
+
+    /// `last[i]`: the latest stage in which a reader of `i` can be computed (`i` itself
+    /// when nothing reads it).
+    fn last_useful(&self, users: &[Vec<usize>]) -> Vec<usize> {
+        let mut last: Vec<usize> = (0..self.len()).collect();
+        for i in (0..self.len()).rev() {
+            for &u in &users[i] {
+                let l = if self.recomputable[u] { last[u] } else { u };
+                last[i] = last[i].max(l);
+            }
+        }
+        last
+    }
+
+    /// The recomputations of a rematerialized copy of the module this graph was made from,
+    /// as stages: `r[t][i]` when a clone of value `i` runs after original `t - 1` and before
+    /// original `t`. `None` when the originals are not all there in their order (the pass
+    /// rescheduled, or dropped dead originals) or a clone's name does not lead back to one.
+    pub fn recomputations(&self, out: &Module) -> Option<Vec<Vec<bool>>> {
+        let n = self.len();
+        let entry = out.entry()?;
+        let seq = out.schedule.as_ref()?.sequences.get(&entry)?;
+        let index: HashMap<&str, usize> = self
+            .names
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.as_str(), i))
+            .collect();
+        let mut r = vec![vec![false; n]; n];
+        let mut pending = Vec::new();
+        let mut next = 0;
+        for &id in seq {
+            let ins = out.instr(id);
+            if ins.opcode() == Opcode::Parameter {
+                continue;
+            }
+            let name = ins.name();
+            if let Some(&i) = index.get(name) {
+                if i != next {
+                    return None;
+                }
+                for p in pending.drain(..) {
+                    r[i][p] = true;
+                }
+                r[i][i] = true;
+                next += 1;
+            } else {
+                let base = &name[..name.find(".remat")?];
+                let &i = index.get(base)?;
+                if i >= next {
+                    return None;
+                }
+                pending.push(i);
+            }
+        }
+        (next == n && pending.is_empty()).then_some(r)
+    }
+}
+
+/// A solution of the model given by its recomputations: `r[t][i]` (with `r[t][t]`), and the
+/// holds that follow (`s[t][i]`: the first stage at or after `t` that touches `i` reads it
+/// without recomputing it), after dropping recomputations nobody uses.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    r: Vec<Vec<bool>>,
+    s: Vec<Vec<bool>>,
+}
+
+impl Plan {
+    pub fn new(g: &Graph, mut r: Vec<Vec<bool>>) -> Plan {
+        let n = g.len();
+        let users = g.users();
+        loop {
+            let s = Plan::holds(n, &users, &r);
+            let mut changed = false;
+            for t in 0..n {
+                for i in 0..t {
+                    if !r[t][i] {
+                        continue;
+                    }
+                    let read = users[i].iter().any(|&k| k <= t && r[t][k]);
+                    if !read && !s[t + 1][i] {
+                        r[t][i] = false;
+                        changed = true;
+                    }
+                }
+            }
+            if !changed {
+                return Plan { r, s };
+            }
+        }
+    }
+
+    /// Every recomputable value recomputed in each stage that reads it, from the values that
+    /// cannot be recomputed (held throughout): little held, many flops. A start for HiGHS
+    /// where the pass's own walk over the schedule goes over the limit.
+    pub fn recompute_all(g: &Graph) -> Plan {
+        let n = g.len();
+        let mut r = vec![vec![false; n]; n];
+        for (t, row) in r.iter_mut().enumerate() {
+            row[t] = true;
+            let mut need: Vec<usize> = g.operands[t].clone();
+            while let Some(j) = need.pop() {
+                if g.recomputable[j] && !row[j] {
+                    row[j] = true;
+                    need.extend(g.operands[j].iter().copied());
+                }
+            }
+        }
+        Plan::new(g, r)
+    }
+
+    /// A greedy walk in the model's own terms, for a start: while some program point is over
+    /// `budget`, take a value held across the worst one (into a later stage that reads it),
+    /// and recompute it in that stage instead, the most bytes for the fewest flops first,
+    /// as long as that lowers the total excess over the budget. Its operands are held on to
+    /// the recomputation instead. Not optimal; `None` if it gets stuck over the budget.
+    pub fn greedy(g: &Graph, budget: i64) -> Option<Plan> {
+        let n = g.len();
+        let users = g.users();
+        let mut r = vec![vec![false; n]; n];
+        for (t, row) in r.iter_mut().enumerate() {
+            row[t] = true;
+        }
+        let mut plan = Plan::new(g, r);
+        let mut now = plan.excess(g, &users, budget);
+        while now.0 > 0 {
+            let (t, k, live) = now.1.clone()?;
+            let mut candidates: Vec<(usize, usize)> = live
+                .into_iter()
+                .filter(|&i| {
+                    g.recomputable[i]
+                        && i != k
+                        && !g.operands[k].contains(&i)
+                        && plan.s[t + 1][i]
+                        && !users[i].iter().any(|&j| j > k && j <= t && plan.r[t][j])
+                })
+                .filter_map(|i| {
+                    let next =
+                        (t + 1..n).find(|&u| users[i].iter().any(|&j| j <= u && plan.r[u][j]))?;
+                    Some((i, next))
+                })
+                .collect();
+            candidates
+                .sort_by_key(|&(i, _)| std::cmp::Reverse(g.sizes[i] * 1024 / (g.flops[i] + 1)));
+            let mut better = None;
+            for (i, next) in candidates {
+                let mut r = plan.r.clone();
+                r[next][i] = true;
+                let tried = Plan::new(g, r);
+                let e = tried.excess(g, &users, budget);
+                if e.0 < now.0 {
+                    better = Some((tried, e));
+                    break;
+                }
+            }
+            (plan, now) = better?;
+        }
+        Some(plan)
+    }
+
+    /// The model's memory along this plan (frees as early as it allows): the total bytes over
+    /// `budget` summed over program points, and the worst point (stage, value computed, the
+    /// values live there).
+    fn excess(
+        &self,
+        g: &Graph,
+        users: &[Vec<usize>],
+        budget: i64,
+    ) -> (i64, Option<(usize, usize, Vec<usize>)>) {
+        let n = g.len();
+        let (mut total, mut worst, mut worst_bytes) = (0, None, budget);
+        for t in 0..n {
+            let mut live = vec![false; n];
+            let mut bytes = 0;
+            for (i, &held) in self.s[t].iter().enumerate().take(t) {
+                if held {
+                    live[i] = true;
+                    bytes += g.sizes[i];
+                }
+            }
+            for k in (0..=t).filter(|&k| self.r[t][k]) {
+                live[k] = true;
+                bytes += g.sizes[k];
+                if bytes > budget {
+                    total += bytes - budget;
+                    if bytes > worst_bytes {
+                        worst_bytes = bytes;
+                        worst = Some((t, k, (0..n).filter(|&i| live[i]).collect()));
+                    }
+                }
+                for i in g.operands[k].iter().copied().chain([k]) {
+                    let read_later = users[i].iter().any(|&j| j > k && j <= t && self.r[t][j]);
+                    if live[i] && !read_later && !self.s[t + 1][i] {
+                        live[i] = false;
+                        bytes -= g.sizes[i];
+                    }
+                }
+            }
+        }
+        (total, worst)
+    }
+
+    fn holds(n: usize, users: &[Vec<usize>], r: &[Vec<bool>]) -> Vec<Vec<bool>> {
+        let mut s = vec![vec![false; n]; n + 1];
+        for i in 0..n {
+            let mut need = false;
+            for t in (i + 1..n).rev() {
+                if r[t][i] {
+                    need = false;
+                } else if users[i].iter().any(|&k| k <= t && r[t][k]) {
+                    need = true;
+                }
+                s[t][i] = need;
+            }
+        }
+        s
+    }
+
+    /// Recompute flops.
+    pub fn flops(&self, g: &Graph) -> i64 {
+        let mut f = 0;
+        for (t, row) in self.r.iter().enumerate() {
+            for (i, &x) in row.iter().enumerate().take(t) {
+                if x {
+                    f += g.flops[i];
+                }
+            }
+        }
+        f
+    }
 }
 
 /// What HiGHS found for one limit.
@@ -103,93 +367,209 @@ pub enum Milp {
     Optimal { flops: i64 },
     /// Proven infeasible.
     Infeasible,
-    /// Stopped at the time limit: the best solution found, if any, and the proven bound.
+    /// Stopped at the time limit or the gap: the best solution found, if any, and the proven
+    /// bound.
     TimedOut { best: Option<i64>, bound: f64 },
 }
 
+impl Milp {
+    /// The least recompute flops proven necessary (`None`: infeasible or nothing proven).
+    pub fn lower_bound(&self) -> Option<i64> {
+        match *self {
+            Milp::Optimal { flops } => Some(flops),
+            Milp::Infeasible => None,
+            // Flops are whole numbers: round the bound up, less HiGHS's tolerance.
+            Milp::TimedOut { bound, .. } => bound
+                .is_finite()
+                .then(|| (bound - 1e-6).ceil().max(0.0) as i64),
+        }
+    }
+
+    /// The best feasible solution's flops, if one is known.
+    pub fn best(&self) -> Option<i64> {
+        match *self {
+            Milp::Optimal { flops } => Some(flops),
+            Milp::Infeasible => None,
+            Milp::TimedOut { best, .. } => best,
+        }
+    }
+}
+
 /// A 0/1 quantity: a column, or a constant.
-#[derive(Clone, Copy, PartialEq)]
+#[derive(Clone, Copy, PartialEq, Debug)]
 enum Var {
     Col(usize),
     Zero,
     One,
 }
 
-/// `a <= sum(bs)` as a row; constants folded.
-fn at_most_sum(p: &mut Program, a: Var, bs: &[Var]) {
-    let mut row = Vec::new();
-    let mut rhs = 0.0; // row: a - sum(bs) <= 0
-    match a {
-        Var::Col(c) => row.push((c, 1.0)),
-        Var::One => rhs -= 1.0,
-        Var::Zero => return,
-    }
-    for &b in bs {
-        match b {
-            Var::Col(c) => row.push((c, -1.0)),
-            Var::One => return, // always satisfied
-            Var::Zero => {}
-        }
-    }
-    p.row(row, f64::NEG_INFINITY, rhs);
+/// The program, and a start's value for each column when a plan was given (`None` once the
+/// plan turned out not to fit the model or the budget).
+struct Builder {
+    p: Program,
+    start: Option<Vec<f64>>,
 }
 
-fn build(g: &Graph, budget: i64) -> Program {
-    let n = g.len();
-    let mut p = Program::new();
-    let mut users: Vec<Vec<usize>> = vec![Vec::new(); n];
-    for (k, ops) in g.operands.iter().enumerate() {
-        for &j in ops {
-            users[j].push(k);
+impl Builder {
+    fn column(&mut self, cost: f64, upper: f64, integer: bool, value: f64) -> usize {
+        if let Some(s) = &mut self.start {
+            s.push(value);
+        }
+        self.p.column(cost, 0.0, upper, integer)
+    }
+
+    fn value(&self, v: Var) -> f64 {
+        match v {
+            Var::Zero => 0.0,
+            Var::One => 1.0,
+            Var::Col(c) => self.start.as_ref().map_or(0.0, |s| s[c]),
         }
     }
-    // R[t][i], S[t][i] as `Var`s.
+
+    /// A row, its terms on the same column merged (HiGHS refuses repeated columns).
+    fn row(&mut self, mut terms: Vec<(usize, f64)>, lower: f64, upper: f64) {
+        terms.sort_by_key(|&(c, _)| c);
+        let mut merged: Vec<(usize, f64)> = Vec::with_capacity(terms.len());
+        for (c, v) in terms {
+            match merged.last_mut() {
+                Some((lc, lv)) if *lc == c => *lv += v,
+                _ => merged.push((c, v)),
+            }
+        }
+        merged.retain(|&(_, v)| v != 0.0);
+        self.p.row(merged, lower, upper);
+    }
+
+    /// `a <= sum(bs)`; constants folded.
+    fn at_most_sum(&mut self, a: Var, bs: &[Var]) {
+        let mut row = Vec::new();
+        let mut rhs = 0.0; // row: a - sum(bs) <= rhs
+        match a {
+            Var::Col(c) => row.push((c, 1.0)),
+            Var::One => rhs -= 1.0,
+            Var::Zero => return,
+        }
+        for &b in bs {
+            match b {
+                Var::Col(c) => row.push((c, -1.0)),
+                Var::One => return, // always satisfied
+                Var::Zero => {}
+            }
+        }
+        self.p.row(row, f64::NEG_INFINITY, rhs);
+    }
+}
+
+/// Sizes of the program built for a limit.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Size {
+    pub columns: usize,
+    pub rows: usize,
+    pub nonzeros: usize,
+    /// Stages with memory rows, of all stages.
+    pub stages_with_memory: usize,
+    pub stages: usize,
+}
+
+fn build(g: &Graph, budget: i64, plan: Option<&Plan>) -> (Program, Option<Vec<f64>>, Size) {
+    let n = g.len();
+    let users = g.users();
+    let last = g.last_useful(&users);
+    let last_original_reader: Vec<Option<usize>> =
+        users.iter().map(|u| u.last().copied()).collect();
+    let mut b = Builder {
+        p: Program::new(),
+        start: plan.map(|_| Vec::new()),
+    };
+    let planned = |t: usize, i: usize, s: bool| -> f64 {
+        plan.map_or(0.0, |p| {
+            let x = if s { p.s[t][i] } else { p.r[t][i] };
+            if x {
+                1.0
+            } else {
+                0.0
+            }
+        })
+    };
+    // A plan's copy where the model fixes none: the plan is not a start.
+    let mut plan_fits = true;
     let mut r = vec![vec![Var::Zero; n]; n];
     let mut s = vec![vec![Var::Zero; n]; n + 1];
     for t in 0..n {
         r[t][t] = Var::One;
         for i in 0..t {
-            if g.recomputable[i] && !users[i].is_empty() {
-                r[t][i] = Var::Col(p.column(g.flops[i] as f64, 0.0, 1.0, true));
+            if t <= last[i] {
+                if g.recomputable[i] {
+                    r[t][i] =
+                        Var::Col(b.column(g.flops[i] as f64, 1.0, true, planned(t, i, false)));
+                }
+                s[t][i] = if !g.recomputable[i] && last_original_reader[i].is_some_and(|u| t <= u) {
+                    Var::One
+                } else {
+                    Var::Col(b.column(0.0, 1.0, true, planned(t, i, true)))
+                };
             }
-        }
-        for i in 0..t {
-            // Worth holding only if some original at or after `t` reads it.
-            if users[i].iter().any(|&u| u >= t) || users[i].iter().any(|&u| g.recomputable[u]) {
-                s[t][i] = Var::Col(p.column(0.0, 0.0, 1.0, true));
+            for (v, is_s) in [(r[t][i], false), (s[t][i], true)] {
+                let want = planned(t, i, is_s);
+                if (v == Var::Zero && want > 0.5) || (v == Var::One && want < 0.5) {
+                    plan_fits = false;
+                }
             }
         }
     }
+    let mut size = Size {
+        stages: n,
+        ..Size::default()
+    };
     for t in 0..n {
         // Operands available.
         for k in 0..=t {
             for &j in &g.operands[k] {
-                at_most_sum(&mut p, r[t][k], &[r[t][j], s[t][j]]);
+                b.at_most_sum(r[t][k], &[r[t][j], s[t][j]]);
             }
         }
-        // Holds into the next stage.
+        // Holds into the next stage, and one copy at a time.
+        for i in 0..t {
+            if let (Var::Col(a), Var::Col(c)) = (r[t][i], s[t][i]) {
+                b.p.row([(a, 1.0), (c, 1.0)], f64::NEG_INFINITY, 1.0);
+            }
+        }
         if t + 1 < n {
             for i in 0..=t {
-                at_most_sum(&mut p, s[t + 1][i], &[r[t][i], s[t][i]]);
+                b.at_most_sum(s[t + 1][i], &[r[t][i], s[t][i]]);
             }
         }
-        // Memory along the stage.
+        // Memory along the stage, unless every copy it can hold fits at once.
+        let most: i64 = (0..=t)
+            .filter(|&i| r[t][i] != Var::Zero || s[t][i] != Var::Zero)
+            .map(|i| g.sizes[i])
+            .sum();
+        if most <= budget {
+            continue;
+        }
+        size.stages_with_memory += 1;
         let computed: Vec<usize> = (0..=t).filter(|&k| r[t][k] != Var::Zero).collect();
         let mut prev: Option<(usize, usize)> = None; // (k, U column)
+        let mut u_value = 0.0;
         for &k in &computed {
-            let u = p.column(0.0, 0.0, budget as f64, false);
-            let mut row = vec![(u, 1.0)];
-            let mut rhs = 0.0; // U - ... = rhs
+            // terms + constant = 0 defines U.
+            let mut terms: Vec<(usize, f64)> = Vec::new();
+            let mut constant = 0.0;
+            let mut add = |terms: &mut Vec<(usize, f64)>, v: Var, coef: f64| match v {
+                Var::Col(c) => terms.push((c, coef)),
+                Var::One => constant += coef,
+                Var::Zero => {}
+            };
             match prev {
                 None => {
+                    u_value = 0.0;
                     for (i, &held) in s[t].iter().enumerate().take(t) {
-                        if let Var::Col(c) = held {
-                            row.push((c, -(g.sizes[i] as f64)));
-                        }
+                        add(&mut terms, held, -(g.sizes[i] as f64));
+                        u_value += b.value(held) * g.sizes[i] as f64;
                     }
                 }
                 Some((pk, pu)) => {
-                    row.push((pu, -1.0));
+                    terms.push((pu, -1.0));
                     for i in g.operands[pk].iter().copied().chain([pk]) {
                         if g.sizes[i] == 0 {
                             continue;
@@ -200,50 +580,96 @@ fn build(g: &Graph, budget: i64) -> Program {
                             .iter()
                             .filter(|&&j| j > pk && j <= t)
                             .map(|&j| r[t][j])
+                            .filter(|&v| v != Var::Zero)
                             .collect();
-                        if later.contains(&Var::One) {
+                        if later.contains(&Var::One) || s[t + 1][i] == Var::One {
                             continue;
                         }
-                        let f = p.column(0.0, 0.0, 1.0, false);
-                        at_most_sum(&mut p, Var::Col(f), &[r[t][pk]]);
-                        for v in later {
-                            if let Var::Col(c) = v {
-                                p.row([(f, 1.0), (c, 1.0)], f64::NEG_INFINITY, 1.0);
+                        let f = if later.is_empty() && s[t + 1][i] == Var::Zero {
+                            r[t][pk]
+                        } else {
+                            let mut value = b.value(r[t][pk]) * (1.0 - b.value(s[t + 1][i]));
+                            for &v in &later {
+                                value *= 1.0 - b.value(v);
                             }
-                        }
-                        if let Var::Col(c) = s[t + 1][i] {
-                            p.row([(f, 1.0), (c, 1.0)], f64::NEG_INFINITY, 1.0);
-                        }
-                        row.push((f, g.sizes[i] as f64));
+                            let f = b.column(0.0, 1.0, false, value);
+                            b.at_most_sum(Var::Col(f), &[r[t][pk]]);
+                            for &v in later.iter().chain([&s[t + 1][i]]) {
+                                if let Var::Col(c) = v {
+                                    b.p.row([(f, 1.0), (c, 1.0)], f64::NEG_INFINITY, 1.0);
+                                }
+                            }
+                            Var::Col(f)
+                        };
+                        u_value -= b.value(f) * g.sizes[i] as f64;
+                        add(&mut terms, f, g.sizes[i] as f64);
                     }
                 }
             }
-            match r[t][k] {
-                Var::Col(c) => row.push((c, -(g.sizes[k] as f64))),
-                Var::One => rhs += g.sizes[k] as f64,
-                Var::Zero => unreachable!(),
+            add(&mut terms, r[t][k], -(g.sizes[k] as f64));
+            u_value += b.value(r[t][k]) * g.sizes[k] as f64;
+            if b.start.is_some() && u_value > budget as f64 + 0.5 {
+                plan_fits = false;
             }
-            p.row(row, rhs, rhs);
+            let u = b.column(0.0, budget as f64, false, u_value.min(budget as f64));
+            terms.push((u, 1.0));
+            b.row(terms, -constant, -constant);
             prev = Some((k, u));
         }
     }
-    p
+    size.columns = b.p.columns();
+    size.rows = b.p.rows();
+    size.nonzeros = b.p.nonzeros();
+    let start = if plan_fits { b.start } else { None };
+    (b.p, start, size)
+}
+
+/// How a solve went, beyond its result.
+#[derive(Clone, Debug)]
+pub struct Solved {
+    pub milp: Milp,
+    pub size: Size,
+    /// Whether the plan given was a feasible start (fits the budget and the model).
+    pub started: bool,
 }
 
 /// The least recompute flops that keep `g` at or under the module-level `limit` (outputs
 /// included) over its fixed schedule, within `time`.
 pub fn solve(g: &Graph, limit: i64, time: Duration) -> Milp {
+    solve_from(g, limit, time, &[], 0.5).milp
+}
+
+/// [`solve`], starting from the first of `plans` that fits the budget, stopping once the best
+/// solution is within `gap` flops of the proven bound.
+pub fn solve_from(g: &Graph, limit: i64, time: Duration, plans: &[Plan], gap: f64) -> Solved {
     let budget = limit - g.output_bytes;
     if budget < 0 {
-        return Milp::Infeasible;
+        return Solved {
+            milp: Milp::Infeasible,
+            size: Size::default(),
+            started: false,
+        };
     }
-    let p = build(g, budget);
-    let options = Options::new(time).with_absolute_gap(0.5);
+    let mut built = None;
+    for plan in plans {
+        let b = build(g, budget, Some(plan));
+        if b.1.is_some() {
+            built = Some(b);
+            break;
+        }
+    }
+    let (p, start, size) = built.unwrap_or_else(|| build(g, budget, None));
+    let options = Options::new(time).with_absolute_gap(gap);
     let solved = p
-        .solve(&options, None)
+        .solve(&options, start.as_deref())
         .expect("HiGHS solves the yardstick's programs");
     let flops = solved.objective.map(|o| o.round() as i64);
-    match solved.status {
+    let milp = match solved.status {
+        // With a gap of a flop or more, "optimal" is only "within the gap".
+        Status::Optimal if gap >= 1.0 => Milp::TimedOut {
+            best: flops,
+            bound: solved.bound,
+        },
         Status::Optimal => Milp::Optimal {
             flops: flops.expect("an optimal solve has a solution"),
         },
@@ -252,5 +678,10 @@ pub fn solve(g: &Graph, limit: i64, time: Duration) -> Milp {
             best: flops,
             bound: solved.bound,
         },
+    };
+    Solved {
+        milp,
+        size,
+        started: start.is_some(),
     }
 }

@@ -43,6 +43,15 @@ def shape_bytes(text):
 
 
 def group_size(line, n):
+    # XLA's mesh form: `replica_groups=mesh['data'=2,'model'=4] {'model'}`, groups over the
+    # axes named in braces (a sub-axis `'model':(1)2` counts its size after the colon).
+    m = re.search(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}", line)
+    if m:
+        sizes = {a: int(k) for a, k in re.findall(r"'([^']+)'=(\d+)", m.group(1))}
+        g = 1
+        for ref in re.findall(r"'([^']+)'(?::\((\d+)\)(\d+))?", m.group(2)):
+            g *= int(ref[2]) if ref[2] else sizes[ref[0]]
+        return g
     m = re.search(r"replica_groups=\[([\d,]+)\]<=", line)
     if m:
         return int(m.group(1).split(",")[-1])
@@ -125,11 +134,14 @@ def xla_after(text, n):
     opts.num_replicas = 1
     build = opts.executable_build_options
     build.use_spmd_partitioning = True
+    # jax's Shardy-mode text (`xla.sdy.*` attributes) goes through XLA's Shardy pipeline.
+    build.use_shardy_partitioner = "xla.sdy." in text
     dump = tempfile.mkdtemp()
     build.debug_options.xla_dump_to = dump
     build.debug_options.xla_dump_hlo_pass_re = "spmd-partitioning"
     jax.devices()[0].client.compile_and_load(mlir, jax.devices()[:n], opts)
-    (after,) = glob.glob(os.path.join(dump, "*after_spmd-partitioning*"))
+    (after,) = [f for f in glob.glob(os.path.join(dump, "*after_spmd-partitioning*"))
+                if f.endswith(".txt")]
     with open(after) as f:
         return f.read()
 

@@ -820,10 +820,30 @@ pub fn compile_with_progress(
         report.auto_shard = Some(r);
     }
 
+    // What the frontend annotated (and the entry's parameters and root, whose shardings are
+    // the program's signature) keeps its sharding when reshards are placed below.
+    let mut keep: Vec<bool> = (0..module.instr_capacity())
+        .map(|k| {
+            module
+                .try_instr(tessera_hlo::InstrId::new(k))
+                .is_some_and(|i| i.sharding.is_some() || i.opcode() == Opcode::Parameter)
+        })
+        .collect();
+    if let Some(root) = module.entry().and_then(|e| module.comp(e).root()) {
+        keep[root.index()] = true;
+    }
     let prop = run.stage("sharding-propagation", || {
         let (changed, r) = tessera_spmd::propagate(&mut module, &s.propagation)
             .map_err(|e| pass_error("sharding-propagation", e))?;
-        Ok((r, changed))
+        // A reshard where a layout-only chain meets its user, moved back to the chain's
+        // inputs where those move fewer bytes (tessera_spmd::placement).
+        let n = options.num_partitions;
+        let placed = tessera_spmd::place_reshards(
+            &mut module,
+            &|id| keep.get(id.index()).copied().unwrap_or(true),
+            n,
+        );
+        Ok((r, changed || placed > 0))
     })?;
     if each {
         run.verify(&module, "sharding-propagation", false)?;

@@ -19,7 +19,9 @@ use std::sync::Arc;
 
 use hashbrown::HashTable;
 
-use super::spec::{ceil_div, fx, unravel_into, DeviceTable, Groups, Memo, MemoTable, Spec, Tiling};
+use super::spec::{
+    ceil_div, fx, ravel, unravel_into, DeviceTable, Groups, Memo, MemoTable, Spec, Tiling,
+};
 
 /// One step of a plan. `to` is the tiling after the step.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -384,7 +386,88 @@ fn permute_then_gather(
     Some(vec![permute_step(mid, &pre)?, gathered])
 }
 
+/// The direct routes, or a local slice and one permute where that moves fewer bytes.
 fn plan_tiled_direct(src: &Tiling, dst: &Tiling, dims: &[i64]) -> Plan {
+    let p = plan_tiled_routes(src, dst, dims);
+    // The permute receives one piece of `dst`: no better where `p` receives no more.
+    let piece = dst.shard_dims(dims).iter().product::<i64>() * 840;
+    if p.bytes(dims, 840) <= piece {
+        return p;
+    }
+    match slice_then_permute(src, dst, dims) {
+        Some(q) if q.bytes(dims, 840) < p.bytes(dims, 840) => q,
+        _ => p,
+    }
+}
+
+/// `dst` splits every dimension a multiple of the times `src` does, the pieces lining up, so
+/// each of `dst`'s pieces lies inside one of `src`'s (`{-, data}` to `{-, model}` on a 2x4
+/// mesh: each 8-row piece holds two of the 4-row pieces). The `n / src tiles` holders of a
+/// piece of `src` and the devices that want a piece of `dst` inside it are equally many, so
+/// each holder slices out one such piece (its own where it wants one there) and one
+/// collective-permute delivers them: one piece of `dst` received per device, where gathering
+/// first receives a piece of the gathered size. `None` where the pieces do not nest, or where
+/// every device keeps its own piece (a plain slice, planned before).
+fn slice_then_permute(src: &Tiling, dst: &Tiling, dims: &[i64]) -> Option<Plan> {
+    let rank = dims.len();
+    if src.rank() != rank || dst.rank() != rank || src.num_devices() != dst.num_devices() {
+        return None;
+    }
+    let mut ratio = vec![1i64; rank];
+    for d in 0..rank {
+        let (s, t) = (src.tiles[d], dst.tiles[d]);
+        if s < 1 || t % s != 0 || (t > s && ceil_div(dims[d], s) != (t / s) * ceil_div(dims[d], t))
+        {
+            return None;
+        }
+        ratio[d] = t / s;
+    }
+    let n = dst.num_devices() as usize;
+    let held = src.tile_index_table();
+    let wanted = dst.tile_index_table();
+    // The piece of `src` (row-major over its tiles) that holds a piece of `dst`.
+    let outer = |w: &[i64]| {
+        w.iter()
+            .zip(&ratio)
+            .zip(&src.tiles)
+            .fold(0i64, |acc, ((&t, &r), &k)| acc * k + t / r) as usize
+    };
+    let src_tile = |h: &[i64]| ravel(h, &src.tiles) as usize;
+    // The pieces of `dst` each piece of `src` still gives out, each once per device wanting it.
+    let mut left: Vec<Vec<usize>> = vec![Vec::new(); src.num_tiles() as usize];
+    for (dev, w) in wanted.iter().enumerate() {
+        left[outer(w)].push(dev);
+    }
+    // mid[dev]: the device whose wanted piece `dev` slices out.
+    let mut mid = vec![usize::MAX; n];
+    for (dev, (h, w)) in held.iter().zip(wanted.iter()).enumerate() {
+        let pieces = &mut left[src_tile(h)];
+        if outer(w) == src_tile(h) {
+            if let Some(p) = pieces.iter().position(|&x| x == dev) {
+                mid[dev] = pieces.swap_remove(p);
+            }
+        }
+    }
+    if mid.iter().enumerate().all(|(d, &m)| m == d) {
+        return None;
+    }
+    for (dev, h) in held.iter().enumerate() {
+        if mid[dev] == usize::MAX {
+            mid[dev] = left[src_tile(h)].pop()?;
+        }
+    }
+    let rows = wanted.to_rows();
+    let idx: Vec<Vec<i64>> = mid.iter().map(|&m| rows[m].clone()).collect();
+    let mid = Tiling::from_tile_indices(dst.tiles.clone(), dst.repl, &idx);
+    let slice = slice_step(src, &mid, dims)?;
+    let permute = permute_step(&mid, dst)?;
+    Some(Plan {
+        steps: vec![slice, permute],
+        last_resort: false,
+    })
+}
+
+fn plan_tiled_routes(src: &Tiling, dst: &Tiling, dims: &[i64]) -> Plan {
     let one = |s: Step| Plan {
         steps: vec![s],
         last_resort: false,
@@ -1052,5 +1135,16 @@ pub(crate) mod tests {
         assert!(p.bytes(&dims, 4) < gathers.bytes(&dims, 4), "{p:?}");
         let p = check_plan(&partial, &iota(&[1, 8, 1, 1], 1), &dims, 8);
         assert_eq!(names(&p)[..2], ["slice", "all-to-all"]);
+        // {-, data} to {-, model} on a 2x4 mesh (issue 34's reshape chain): each 4-row piece
+        // lies in one of the 8-row pieces, so each device slices one out and a permute
+        // delivers it: one 4-row piece received, where the gather received a whole 8-row one
+        // (and was the last resort).
+        let data = t(&[1, 2, 1], 4, &[0, 1, 2, 3, 4, 5, 6, 7]);
+        let model = t(&[1, 4, 1], 2, &[0, 4, 1, 5, 2, 6, 3, 7]);
+        let dims = [8, 16, 32];
+        let p = check_plan(&data, &model, &dims, 8);
+        assert_eq!(names(&p), ["slice", "collective-permute"]);
+        assert_eq!(p.bytes(&dims, 4), 8 * 4 * 32 * 4);
+        assert!(!p.last_resort);
     }
 }

@@ -29,24 +29,42 @@ use tessera_hlo::{Module, Sharding, ShardingKind, TileAssignment};
 
 const PARAM: &str = "f32[4] parameter(0), sharding={devices=[2]<=[2]}";
 
-/// `depth` computations in one call chain (`3 depth + 2` instructions).
-pub fn call_chain(depth: usize) -> String {
-    let mut s = String::from(
-        "HloModule call_chain, num_partitions=2\n\n%c0 (x: f32[4]) -> f32[4] {\n  %x = f32[4] parameter(0)\n  ROOT %r = f32[4] negate(%x)\n}\n\n",
+/// `depth` computations `%c0` .. `%c{depth-1}` in one call chain, after the `header` line:
+/// `%c0` negates its parameter `%x`, each other `%cI` holds `level(I)` (which calls
+/// `%c{I-1}`), and the entry passes its parameter (`%p = PARAM`) to the last.
+fn chain(header: &str, depth: usize, level: impl Fn(usize) -> String, param: &str) -> String {
+    let mut s = format!(
+        "{header}\n\n%c0 (x: f32[4]) -> f32[4] {{\n  %x = f32[4] parameter(0)\n  ROOT %r = f32[4] negate(%x)\n}}\n\n"
     );
     for i in 1..depth {
         let _ = write!(
             s,
-            "%c{i} (x: f32[4]) -> f32[4] {{\n  %x = f32[4] parameter(0)\n  %y = f32[4] call(%x), to_apply=%c{}\n  ROOT %r = f32[4] add(%y, %x)\n}}\n\n",
-            i - 1
+            "%c{i} (x: f32[4]) -> f32[4] {{\n  %x = f32[4] parameter(0)\n{}}}\n\n",
+            level(i)
         );
     }
     let _ = write!(
         s,
-        "ENTRY %main (p: f32[4]) -> f32[4] {{\n  %p = {PARAM}\n  ROOT %c = f32[4] call(%p), to_apply=%c{}\n}}\n",
+        "ENTRY %main (p: f32[4]) -> f32[4] {{\n  %p = {param}\n  ROOT %c = f32[4] call(%p), to_apply=%c{}\n}}\n",
         depth.max(1) - 1
     );
     s
+}
+
+/// `depth` computations in one call chain (`3 depth + 2` instructions).
+pub fn call_chain(depth: usize) -> String {
+    let level = |i: usize| {
+        format!(
+            "  %y = f32[4] call(%x), to_apply=%c{}\n  ROOT %r = f32[4] add(%y, %x)\n",
+            i - 1
+        )
+    };
+    chain(
+        "HloModule call_chain, num_partitions=2",
+        depth,
+        level,
+        PARAM,
+    )
 }
 
 /// `depth` computations in one call chain, each holding `%n = negate(x)` across its call to
@@ -55,22 +73,18 @@ pub fn call_chain(depth: usize) -> String {
 /// negate after the call by itself). The entry parameter is unsharded: this family is for
 /// the walks over the call graph (scheduling, liveness, rematerialization).
 pub fn remat_chain(depth: usize) -> String {
-    let mut s = String::from(
-        "HloModule remat_chain, is_scheduled=true\n\n%c0 (x: f32[4]) -> f32[4] {\n  %x = f32[4] parameter(0)\n  ROOT %r = f32[4] negate(%x)\n}\n\n",
-    );
-    for i in 1..depth {
-        let _ = write!(
-            s,
-            "%c{i} (x: f32[4]) -> f32[4] {{\n  %x = f32[4] parameter(0)\n  %n = f32[4] negate(%x)\n  %y = f32[4] call(%x), to_apply=%c{}\n  ROOT %r = f32[4] add(%y, %n)\n}}\n\n",
+    let level = |i: usize| {
+        format!(
+            "  %n = f32[4] negate(%x)\n  %y = f32[4] call(%x), to_apply=%c{}\n  ROOT %r = f32[4] add(%y, %n)\n",
             i - 1
-        );
-    }
-    let _ = write!(
-        s,
-        "ENTRY %main (p: f32[4]) -> f32[4] {{\n  %p = f32[4] parameter(0)\n  ROOT %c = f32[4] call(%p), to_apply=%c{}\n}}\n",
-        depth.max(1) - 1
-    );
-    s
+        )
+    };
+    chain(
+        "HloModule remat_chain, is_scheduled=true",
+        depth,
+        level,
+        "f32[4] parameter(0)",
+    )
 }
 
 /// `n` computations, each called once from the entry (`6 n + 1` instructions).

@@ -174,6 +174,15 @@ fn run_scheduled(m: &Module, pass: &str) -> (Module, String) {
     (out, format!("{report:?}"))
 }
 
+/// The instructions rematerialization made (named `X.remat...`), in every computation.
+fn remat_clones(m: &Module) -> usize {
+    m.computations()
+        .iter()
+        .flat_map(|&c| m.comp(c).instructions().iter())
+        .filter(|&&i| m.instr(i).name().contains(".remat"))
+        .count()
+}
+
 #[test]
 fn every_pass_walks_a_10000_deep_chain_in_a_test_thread() {
     // Rematerialization walked into callees by recursion and overflowed the stack here.
@@ -183,13 +192,11 @@ fn every_pass_walks_a_10000_deep_chain_in_a_test_thread() {
         let (out, _) = run_scheduled(&m, info.name);
         if info.name == "rematerialization" {
             // Every level's `%n` is recomputed after its call: one clone per level.
-            let clones = out
-                .computations()
-                .iter()
-                .flat_map(|&c| out.comp(c).instructions().iter())
-                .filter(|&&i| out.instr(i).name().contains(".remat"))
-                .count();
-            assert_eq!(clones, depth - 1, "one recomputed negate per level");
+            assert_eq!(
+                remat_clones(&out),
+                depth - 1,
+                "one recomputed negate per level"
+            );
         }
     }
 }
@@ -201,13 +208,7 @@ fn rematerialized_chain_computes_the_same_values() {
     let depth = 300;
     let m = parse(&remat_chain(depth));
     let (out, _) = run_scheduled(&m, "rematerialization");
-    let clones = out
-        .computations()
-        .iter()
-        .flat_map(|&c| out.comp(c).instructions().iter())
-        .filter(|&&i| out.instr(i).name().contains(".remat"))
-        .count();
-    assert_eq!(clones, depth - 1);
+    assert_eq!(remat_clones(&out), depth - 1);
     let worst = compare(&m, &out).unwrap();
     assert!(worst < 1e-3, "{worst}");
 }

@@ -7,11 +7,11 @@ for docs/BENCHMARKS.md (the counterpart of `cargo bench -p tessera-hlo --bench p
 Prints, per file: the proto's size, median serialize and median deserialize time over 5 runs.
 """
 import os
-import statistics
 import sys
-import time
 
 from jaxlib import _hlo
+
+from xla_text_times import median_times
 
 
 def main():
@@ -19,18 +19,9 @@ def main():
     for rel in sys.argv[2:]:
         with open(os.path.join(corpus, rel), encoding="utf-8") as f:
             m = _hlo.hlo_module_from_text(f.read())
-        ser, de = [], []
-        data = b""
-        for _ in range(5):
-            t0 = time.perf_counter()
-            data = m.as_serialized_hlo_module_proto()
-            t1 = time.perf_counter()
-            _hlo.HloModule.from_serialized_hlo_module_proto(data)
-            t2 = time.perf_counter()
-            ser.append(t1 - t0)
-            de.append(t2 - t1)
-        print(f"{rel}\t{len(data)} bytes\tserialize {statistics.median(ser)*1e3:.1f} ms"
-              f"\tdeserialize {statistics.median(de)*1e3:.1f} ms")
+        ser, de, data = median_times(m.as_serialized_hlo_module_proto,
+                                     _hlo.HloModule.from_serialized_hlo_module_proto)
+        print(f"{rel}\t{len(data)} bytes\tserialize {ser*1e3:.1f} ms\tdeserialize {de*1e3:.1f} ms")
 
 
 if __name__ == "__main__":

@@ -16,21 +16,15 @@ Exit status 0 when every module matched.
 import argparse
 import difflib
 import os
-import re
 import subprocess
 import sys
 import tempfile
 
 from jaxlib import _hlo
 
+from corpus_oracle import modules
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def split_modules(text):
-    """Modules of a corpus file, split as scripts/oracles/corpus_oracle.py does (module indices match
-    testdata/corpus/xla_rejects.txt)."""
-    chunks = re.split(r"(?m)^// -----[ \t]*$", text)
-    return [c for c in chunks if any(l.strip() and not l.strip().startswith("//") for l in c.splitlines())]
 
 
 def first_diff(a, b):
@@ -86,7 +80,7 @@ def main():
     text_cases = []  # the same, from HLO text through Tessera's parser
     rejected = 0
     for f in files:
-        for k, mod in enumerate(split_modules(open(f, encoding="utf-8", errors="replace").read())):
+        for k, mod in enumerate(modules(open(f, encoding="utf-8", errors="replace").read())):
             if args.limit and len(cases) >= args.limit:
                 break
             label = f"{os.path.relpath(f, args.corpus)}:{k}"

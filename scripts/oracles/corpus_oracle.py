@@ -16,13 +16,13 @@ from jaxlib import _hlo
 
 
 def modules(text):
+    """The modules of a corpus file: its chunks between `// -----` lines that hold more than comments."""
     chunks = re.split(r"(?m)^// -----[ \t]*$", text)
     return [c for c in chunks if any(l.strip() and not l.strip().startswith("//") for l in c.splitlines())]
 
 
-def main():
-    corpus, out = sys.argv[1], sys.argv[2]
-    rejects, total = [], 0
+def corpus_modules(corpus):
+    """Every module of the corpus as (`relative/path.hlo`, INDEX among its file's modules, text)."""
     for root, _, files in os.walk(corpus):
         for f in sorted(files):
             if not f.endswith(".hlo"):
@@ -32,12 +32,19 @@ def main():
             with open(path, encoding="utf-8") as fh:
                 text = fh.read()
             for i, m in enumerate(modules(text)):
-                total += 1
-                try:
-                    _hlo.hlo_module_from_text(m)
-                except Exception as e:  # XLA raises its status as a Python exception
-                    first = str(e).strip().splitlines()[0] if str(e).strip() else "error"
-                    rejects.append(f"{rel}:{i}\t{first[:200]}")
+                yield rel, i, m
+
+
+def main():
+    corpus, out = sys.argv[1], sys.argv[2]
+    rejects, total = [], 0
+    for rel, i, m in corpus_modules(corpus):
+        total += 1
+        try:
+            _hlo.hlo_module_from_text(m)
+        except Exception as e:  # XLA raises its status as a Python exception
+            first = str(e).strip().splitlines()[0] if str(e).strip() else "error"
+            rejects.append(f"{rel}:{i}\t{first[:200]}")
     rejects.sort()
     with open(out, "w", encoding="utf-8") as fh:
         fh.write(f"# {total} modules; XLA's parser rejects {len(rejects)}. Made by scripts/oracles/corpus_oracle.py.\n")

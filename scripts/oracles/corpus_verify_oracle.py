@@ -24,12 +24,13 @@ of this jaxlib as empty groups and then refuses use_global_device_ids=true with 
 must be specified in flattened-id mode". Such rejections are dropped (the text has the groups).
 """
 import os
-import re
 import subprocess
 import sys
 import tempfile
 
 from jaxlib import _hlo
+
+from corpus_oracle import corpus_modules
 
 ARTIFACTS = ["Replica groups must be specified in flattened-id mode"]
 
@@ -40,11 +41,6 @@ MANUAL = {
     "HLO all-to-all has operands with different shapes: the 0th operand shape f32[128,4], but "
     "the 1th operand has shape f32[128,4] (layouts differ); for instruction %all-to-all.1",
 }
-
-
-def modules(text):
-    chunks = re.split(r"(?m)^// -----[ \t]*$", text)
-    return [c for c in chunks if any(l.strip() and not l.strip().startswith("//") for l in c.splitlines())]
 
 
 def classify(proc):
@@ -74,36 +70,28 @@ def main():
     total, checked, rejects, notes = 0, 0, [], {}
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     with tempfile.TemporaryDirectory() as tmp:
-        for root, _, files in os.walk(corpus):
-            for f in sorted(files):
-                if not f.endswith(".hlo"):
-                    continue
-                path = os.path.join(root, f)
-                rel = os.path.relpath(path, corpus)
-                with open(path, encoding="utf-8") as fh:
-                    text = fh.read()
-                for i, m in enumerate(modules(text)):
-                    total += 1
-                    name = f"{rel}:{i}"
-                    if wanted is not None and name not in wanted:
-                        continue
-                    try:
-                        proto = _hlo.hlo_module_from_text(m).as_serialized_hlo_module_proto()
-                    except Exception:
-                        continue  # XLA's parser rejects it: listed in xla_rejects.txt
-                    pb = os.path.join(tmp, "m.pb")
-                    with open(pb, "wb") as fh:
-                        fh.write(proto)
-                    checked += 1
-                    try:
-                        proc = subprocess.run([binary, pb], capture_output=True, text=True, env=env, timeout=300)
-                        kind, msg = classify(proc)
-                    except subprocess.TimeoutExpired:
-                        kind, msg = "later", "timeout"
-                    notes[kind] = notes.get(kind, 0) + 1
-                    if kind in ("verifier", "crash"):
-                        rejects.append(f"{name}\t{msg[:200]}")
-                    print(f"{name}\t{kind}", file=sys.stderr)
+        for rel, i, m in corpus_modules(corpus):
+            total += 1
+            name = f"{rel}:{i}"
+            if wanted is not None and name not in wanted:
+                continue
+            try:
+                proto = _hlo.hlo_module_from_text(m).as_serialized_hlo_module_proto()
+            except Exception:
+                continue  # XLA's parser rejects it: listed in xla_rejects.txt
+            pb = os.path.join(tmp, "m.pb")
+            with open(pb, "wb") as fh:
+                fh.write(proto)
+            checked += 1
+            try:
+                proc = subprocess.run([binary, pb], capture_output=True, text=True, env=env, timeout=300)
+                kind, msg = classify(proc)
+            except subprocess.TimeoutExpired:
+                kind, msg = "later", "timeout"
+            notes[kind] = notes.get(kind, 0) + 1
+            if kind in ("verifier", "crash"):
+                rejects.append(f"{name}\t{msg[:200]}")
+            print(f"{name}\t{kind}", file=sys.stderr)
     for name, msg in MANUAL.items():
         if (wanted is None or name in wanted) and not any(r.startswith(name + "\t") for r in rejects):
             rejects.append(f"{name}\t{msg}")

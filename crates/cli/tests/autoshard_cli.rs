@@ -2,27 +2,20 @@
 //! as the last line, and errors that name the file. `tessera compile --auto-shard` and
 //! `tessera explain --auto-shard` on a module without shardings, and their refusals.
 
-use std::path::Path;
-use std::process::Command;
+mod support;
 
-fn tessera(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_tessera"))
-        .args(args)
-        .output()
-        .expect("runs tessera")
-}
+use support::{repo, scratch, tessera};
 
 fn example() -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../passes/autoshard/testdata/example.json")
+    repo()
+        .join("passes/autoshard/testdata/example.json")
         .display()
         .to_string()
 }
 
 #[test]
 fn solve_writes_the_solution_and_prints_the_cost_last() {
-    let dir = std::env::temp_dir().join(format!("tessera-autoshard-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("autoshard-cli");
     let out_path = dir.join("solution.json");
     let out = tessera(&[
         "auto-shard",
@@ -75,8 +68,7 @@ ENTRY main {
 /// The module in a file of its own per test (tests run in parallel).
 fn unsharded_file(name: &str) -> String {
     // Not the solve test's folder: it removes its own when done.
-    let dir = std::env::temp_dir().join(format!("tessera-auto-shard-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("auto-shard-cli");
     let p = dir.join(name);
     std::fs::write(&p, UNSHARDED).unwrap();
     p.display().to_string()

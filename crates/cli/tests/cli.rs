@@ -1,42 +1,18 @@
 //! The driver as a user runs it: exit codes, messages, and the text it prints.
 
-use std::io::Write;
-use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
+mod support;
+
+use support::{command, output_with_stdin, scratch, stderr, stdout, testdata};
+
+/// Runs `tessera ARGS` with `stdin` (if any) on its standard input.
 fn tessera(args: &[&str], stdin: Option<&str>) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tessera"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn tessera");
-    if let Some(text) = stdin {
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(text.as_bytes())
-            .unwrap();
-    }
-    drop(child.stdin.take());
-    child.wait_with_output().unwrap()
+    output_with_stdin(command().args(args), stdin.unwrap_or_default().as_bytes())
 }
 
 fn example() -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../testdata/examples/mlp_train_step.hlo")
-        .to_string_lossy()
-        .into_owned()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
+    testdata("examples/mlp_train_step.hlo")
 }
 
 #[test]
@@ -109,8 +85,7 @@ fn malformed_text_is_an_error_with_a_position_not_a_panic() {
 
 #[test]
 fn proto_round_trip_through_the_driver() {
-    let dir = std::env::temp_dir().join(format!("tessera-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("cli");
     let pb = dir.join("m.pb");
     let to = tessera(&["to-proto", &example(), "-o", pb.to_str().unwrap()], None);
     assert!(to.status.success(), "{}", stderr(&to));
@@ -155,7 +130,7 @@ fn npy_scalar_i32(v: i32) -> Vec<u8> {
 /// them as `[body, condition]`, the IR as `[condition, body]`).
 #[test]
 fn run_executes_a_while_loop_on_pjrt() {
-    let dir = std::env::temp_dir().join(format!("tessera-cli-while-{}", std::process::id()));
+    let dir = scratch("cli-while");
     let inputs = dir.join("in");
     std::fs::create_dir_all(&inputs).unwrap();
     let module = "HloModule w\n\ncond {\n  p = s32[] parameter(0)\n  c = s32[] constant(10)\n  ROOT lt = pred[] compare(p, c), direction=LT\n}\n\nbody {\n  p = s32[] parameter(0)\n  three = s32[] constant(3)\n  ROOT n = s32[] add(p, three)\n}\n\nENTRY e {\n  i = s32[] parameter(0)\n  ROOT w = s32[] while(i), condition=cond, body=body\n}\n";

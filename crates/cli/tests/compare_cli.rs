@@ -1,21 +1,12 @@
 //! `tessera compare` as a user runs it: exit 0 with per-output errors when XLA's partitioned
 //! module matches its original, exit 1 when one collective of it is replaced by a copy.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+mod support;
 
-fn tessera(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tessera"))
-        .args(args)
-        .output()
-        .expect("spawn tessera")
-}
+use support::{scratch, tessera, testdata};
 
 fn pair(name: &str, side: &str) -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join(format!("../../testdata/spmd_pairs/{name}.{side}.hlo"))
-        .to_string_lossy()
-        .into_owned()
+    testdata(&format!("spmd_pairs/{name}.{side}.hlo"))
 }
 
 #[test]
@@ -42,8 +33,7 @@ fn compare_exit_codes() {
         .expect("the all-reduce");
     let end = start + original[start..].find('\n').unwrap();
     let broken = format!("{}copy(%reduce){}", &original[..start], &original[end..]);
-    let dir = std::env::temp_dir().join(format!("tessera-compare-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("compare");
     let file = dir.join("broken.hlo");
     std::fs::write(&file, broken).unwrap();
     let bad = tessera(&["compare", &before, file.to_str().unwrap(), "--devices", "4"]);
@@ -53,14 +43,6 @@ fn compare_exit_codes() {
     assert!(text.contains("replica disagreements"), "{text}");
     assert!(text.contains("NOT equivalent on 4 devices"), "{text}");
     std::fs::remove_dir_all(&dir).ok();
-}
-
-fn testdata(rel: &str) -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../testdata")
-        .join(rel)
-        .to_string_lossy()
-        .into_owned()
 }
 
 /// An output that depends on a stateful rng and differs is not comparable, and says why; the

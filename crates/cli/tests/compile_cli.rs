@@ -2,54 +2,39 @@
 //! XLA dump file (`%x#N`), a proto in and out, dedup, the report, the verification on PJRT
 //! devices, and every refusal of settings that cannot go together.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 
-fn tessera(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tessera"))
-        .args(args)
-        .output()
-        .expect("spawn tessera")
-}
+mod support;
 
-fn data(rel: &str) -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../testdata")
-        .join(rel)
+use support::{scratch, tessera, testdata, text};
+
+/// A file in this test file's scratch folder.
+fn scratch_file(name: &str) -> String {
+    scratch("compile-cli")
+        .join(name)
         .to_string_lossy()
         .into_owned()
 }
 
-fn text(o: &Output) -> String {
-    format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn scratch(name: &str) -> String {
-    let d = std::env::temp_dir().join(format!("tessera-compile-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d.join(name).to_string_lossy().into_owned()
+/// Runs `tessera compile INPUT FLAGS... -o OUT` and expects it to succeed.
+fn compile_ok(input: &str, flags: &[&str], out: &str) -> Output {
+    let mut args = vec!["compile", input];
+    args.extend_from_slice(flags);
+    args.extend(["-o", out]);
+    let o = tessera(&args);
+    assert!(o.status.success(), "{args:?}: {}", text(&o));
+    o
 }
 
 /// The README's main job: the bundled jax training step, verified and reported.
 #[test]
 fn compiles_the_bundled_example_with_report_and_verify() {
-    let out = scratch("transformer.hlo");
-    let o = tessera(&[
-        "compile",
-        &data("examples/transformer_train_step.hlo"),
-        "--num-partitions",
-        "8",
-        "--verify",
-        "--report",
-        "-o",
+    let out = scratch_file("transformer.hlo");
+    let o = compile_ok(
+        &testdata("examples/transformer_train_step.hlo"),
+        &["--num-partitions", "8", "--verify", "--report"],
         &out,
-    ]);
-    let t = text(&o);
-    assert!(o.status.success(), "{t}");
+    );
     let stdout = String::from_utf8_lossy(&o.stdout);
     for want in [
         "compile jit_step for 8 partitions",
@@ -74,19 +59,18 @@ fn compiles_the_bundled_example_with_report_and_verify() {
 /// An XLA dump file (with the `%x#N` shorthand), given as a proto and written as a proto.
 #[test]
 fn dump_files_and_protos_in_and_out() {
-    let pb = scratch("scan.pb");
+    let pb = scratch_file("scan.pb");
     let o = tessera(&[
         "to-proto",
-        &data("dumps/scan_loop.gspmd.before-propagation.txt"),
+        &testdata("dumps/scan_loop.gspmd.before-propagation.txt"),
         "-o",
         &pb,
     ]);
     assert!(o.status.success(), "{}", text(&o));
-    let out = scratch("scan.out.pb");
+    let out = scratch_file("scan.out.pb");
     // The recurrence amplifies the split dot's other summation order beyond f32's tolerance:
     // the default verdict is decided in f64, the f32 errors beside it.
-    let o = tessera(&["compile", &pb, "--verify", "-o", &out]);
-    assert!(o.status.success(), "{}", text(&o));
+    let o = compile_ok(&pb, &["--verify"], &out);
     let stdout = String::from_utf8_lossy(&o.stdout);
     for want in [
         "as given: ",
@@ -105,18 +89,12 @@ fn dump_files_and_protos_in_and_out() {
 /// through its map and computes the same on 4 devices.
 #[test]
 fn dedup_then_partition_verifies() {
-    let out = scratch("dedup.hlo");
-    let o = tessera(&[
-        "compile",
-        &data("dedup/modules/train_step_sharded.hlo"),
-        "--dedup",
-        "--verify",
-        "--report",
-        "-o",
+    let out = scratch_file("dedup.hlo");
+    let t = text(&compile_ok(
+        &testdata("dedup/modules/train_step_sharded.hlo"),
+        &["--dedup", "--verify", "--report"],
         &out,
-    ]);
-    let t = text(&o);
-    assert!(o.status.success(), "{t}");
+    ));
     assert!(
         t.contains("variable-dedup:") && t.contains("equivalent on 4 devices"),
         "{t}"
@@ -129,7 +107,7 @@ fn dedup_then_partition_verifies() {
 fn explain_says_why_each_collective_exists() {
     let o = tessera(&[
         "explain",
-        &data("models/transformer_block.before-propagation.hlo"),
+        &testdata("models/transformer_block.before-propagation.hlo"),
     ]);
     let t = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{}", text(&o));
@@ -144,8 +122,8 @@ fn explain_says_why_each_collective_exists() {
 /// Settings that cannot go together are refused (exit 1) with a message naming them.
 #[test]
 fn incompatible_settings_are_refused_by_name() {
-    let model = data("models/mlp.before-propagation.hlo");
-    let dedup = data("dedup/modules/train_step_sharded.hlo");
+    let model = testdata("models/mlp.before-propagation.hlo");
+    let dedup = testdata("dedup/modules/train_step_sharded.hlo");
     let cases: &[(&[&str], &[&str])] = &[
         (
             &["--num-replicas", "2"],
@@ -223,7 +201,7 @@ fn incompatible_settings_are_refused_by_name() {
         text(&o)
     );
     // A malformed input names its line and column.
-    let bad = scratch("bad.hlo");
+    let bad = scratch_file("bad.hlo");
     std::fs::write(
         &bad,
         "HloModule m\n\nENTRY e {\n  ROOT x = f32[2] bogus()\n}\n",
@@ -245,18 +223,10 @@ fn incompatible_settings_are_refused_by_name() {
 #[test]
 #[ignore = "long: PJRT compiles two 17k-instruction programs"]
 fn transformer48_compiles_and_verifies_on_8_devices() {
-    let o = tessera(&[
-        "compile",
-        &data("models/transformer48.before-propagation.hlo"),
-        "--num-partitions",
-        "8",
-        "--verify",
-        "--f64",
-        "--report",
-        "-o",
-        &scratch("transformer48.hlo"),
-    ]);
-    let t = text(&o);
-    assert!(o.status.success(), "{t}");
+    let t = text(&compile_ok(
+        &testdata("models/transformer48.before-propagation.hlo"),
+        &["--num-partitions", "8", "--verify", "--f64", "--report"],
+        &scratch_file("transformer48.hlo"),
+    ));
     assert!(t.contains("equivalent on 8 devices"), "{t}");
 }

@@ -6,35 +6,14 @@
 //! and OUT itself with `--partition-with-xla`. `tessera run` feeds OUT the original's argument files
 //! through its argument map.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
 
-fn tessera(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tessera"))
-        .args(args)
-        .output()
-        .expect("spawn tessera")
-}
+mod support;
+
+use support::{scratch, tessera, testdata, text};
 
 fn module(name: &str) -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join(format!("../../testdata/dedup/modules/{name}.hlo"))
-        .to_string_lossy()
-        .into_owned()
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn scratch(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("tessera-dedup-cli-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    testdata(&format!("dedup/modules/{name}.hlo"))
 }
 
 fn opt(input: &str, out: &Path) {
@@ -56,7 +35,7 @@ fn opt(input: &str, out: &Path) {
 
 #[test]
 fn opt_then_compare_on_one_device() {
-    let dir = scratch("one");
+    let dir = scratch("dedup-cli-one");
     let input = module("train_step");
     let out = dir.join("out.hlo");
     opt(&input, &out);
@@ -149,7 +128,7 @@ fn npy_f32(dims: &[usize], v: f32) -> Vec<u8> {
 
 #[test]
 fn opt_then_compare_sharded_on_four_devices() {
-    let dir = scratch("four");
+    let dir = scratch("dedup-cli-four");
     let input = module("train_step_sharded");
     let out = dir.join("out.hlo");
     opt(&input, &out);

@@ -1,35 +1,42 @@
 //! `tessera embedding`: the worked example of docs/embedding.md through the binary, with
 //! numpy-written batches (stored and deflated) and a CSR.npz read back.
 
-use std::path::PathBuf;
-use std::process::Command;
-
 use tessera_runtime::npz;
 
+mod support;
+
+use support::{scratch, stderr, stdout, testdata};
+
 fn example(file: &str) -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../testdata/embedding/example")
-        .join(file)
-        .to_string_lossy()
-        .into_owned()
+    testdata(&format!("embedding/example/{file}"))
 }
 
 fn tessera(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_tessera"))
-        .args(args)
-        .output()
-        .expect("spawn tessera");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let out = support::tessera(args);
+    (out.status.success(), stdout(&out), stderr(&out))
+}
+
+/// Runs `tessera embedding preprocess --config CONFIG --input INPUT`, expects it to fail, and
+/// returns its standard error.
+fn preprocess_refuses(config: &str, input: &str) -> String {
+    let (ok, _, stderr) = tessera(&[
+        "embedding",
+        "preprocess",
+        "--config",
+        config,
+        "--input",
+        input,
+    ]);
+    assert!(
+        !ok,
+        "preprocess --config {config} --input {input} succeeded"
+    );
+    stderr
 }
 
 #[test]
 fn preprocess_writes_the_csr_of_the_worked_example() {
-    let dir = std::env::temp_dir().join(format!("tessera-embedding-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("embedding-cli");
     for batch in ["batch.npz", "batch_compressed.npz"] {
         let out = dir.join(format!("{batch}.csr.npz"));
         let (ok, stdout, stderr) = tessera(&[
@@ -84,34 +91,16 @@ fn layout_and_errors() {
         "{stdout}"
     );
 
-    let (ok, _, stderr) = tessera(&[
-        "embedding",
-        "preprocess",
-        "--config",
-        &example("batch.npz"),
-        "--input",
-        &example("batch.npz"),
-    ]);
-    assert!(!ok);
+    let stderr = preprocess_refuses(&example("batch.npz"), &example("batch.npz"));
     assert!(
         stderr.contains("not valid UTF-8") || stderr.contains("valid UTF-8"),
         "{stderr}"
     );
-    let (ok, _, stderr) = tessera(&[
-        "embedding",
-        "preprocess",
-        "--config",
-        &example("config.json"),
-        "--input",
-        &example("config.json"),
-    ]);
-    assert!(!ok);
+    let stderr = preprocess_refuses(&example("config.json"), &example("config.json"));
     assert!(stderr.contains("not an .npz"), "{stderr}");
 
     // An array no feature owns, and a feature without input.
-    let dir =
-        std::env::temp_dir().join(format!("tessera-embedding-cli-bad-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("embedding-cli-bad");
     let ids = tessera_runtime::HostArray::s32(&[4, 2], &[0, 3, 1, 1, 4, 2, 3, 3]).unwrap();
     let fb = tessera_runtime::HostArray::s32(&[4, 1], &[2, 0, 1, 1]).unwrap();
     for (name, want) in [
@@ -125,36 +114,20 @@ fn layout_and_errors() {
             vec![("fa", &ids)]
         };
         std::fs::write(&bad, npz::write(arrays)).unwrap();
-        let (ok, _, stderr) = tessera(&[
-            "embedding",
-            "preprocess",
-            "--config",
-            &example("config.json"),
-            "--input",
-            bad.to_str().unwrap(),
-        ]);
-        assert!(!ok);
+        let stderr = preprocess_refuses(&example("config.json"), bad.to_str().unwrap());
         assert!(stderr.contains(want), "{stderr}");
     }
     std::fs::remove_dir_all(&dir).ok();
 }
 
 fn write_f32(path: &std::path::Path, dims: &[i64], data: &[f32]) {
-    let a = tessera_runtime::HostArray::new(
-        tessera_hlo::ElementType::F32,
-        dims.to_vec(),
-        data.iter().flat_map(|x| x.to_le_bytes()).collect(),
-    )
-    .unwrap();
+    let a = tessera_runtime::HostArray::f32(dims, data).unwrap();
     std::fs::write(path, tessera_runtime::npy::write(&a)).unwrap();
 }
 
 fn read_f32(path: &std::path::Path) -> Vec<f32> {
     let a = tessera_runtime::npy::read(&std::fs::read(path).unwrap(), None).unwrap();
-    a.data
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect()
+    a.to_f32().expect("an f32 array")
 }
 
 /// `lookup` and `step` on the worked example: activations summed by hand, and two Adagrad
@@ -162,8 +135,7 @@ fn read_f32(path: &std::path::Path) -> Vec<f32> {
 /// the accumulator files do not exist before and start at 0.1).
 #[test]
 fn lookup_and_step_on_the_worked_example() {
-    let dir = std::env::temp_dir().join(format!("tessera-embedding-dev-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("embedding-dev");
     let a: Vec<f32> = (0..20).map(|i| i as f32 * 0.25 - 1.0).collect();
     let b: Vec<f32> = (0..9).map(|i| 1.0 + i as f32).collect();
     write_f32(&dir.join("a.npy"), &[5, 4], &a);
@@ -186,13 +158,7 @@ fn lookup_and_step_on_the_worked_example() {
     ]);
     assert!(ok, "{stdout}{stderr}");
     let arrays = npz::read(&std::fs::read(&act).unwrap()).unwrap();
-    let got = |name: &str| -> Vec<f32> {
-        arrays[name]
-            .data
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect()
-    };
+    let got = |name: &str| -> Vec<f32> { arrays[name].to_f32().expect("an f32 array") };
     let row = |t: &[f32], d: usize, i: usize| t[i * d..(i + 1) * d].to_vec();
     let add = |x: Vec<f32>, y: Vec<f32>| x.iter().zip(&y).map(|(p, q)| p + q).collect::<Vec<_>>();
     // fa = [[0, 3], [1, 1], [4, 2], [3, 3]], fb = [[2], [], [0, 1, 2], [1]].
@@ -214,12 +180,7 @@ fn lookup_and_step_on_the_worked_example() {
     assert_eq!(got("fa"), want_fa);
     assert_eq!(got("fb"), want_fb);
 
-    let ones = tessera_runtime::HostArray::new(
-        tessera_hlo::ElementType::F32,
-        vec![4, 4],
-        [1f32; 16].iter().flat_map(|x| x.to_le_bytes()).collect(),
-    )
-    .unwrap();
+    let ones = tessera_runtime::HostArray::f32(&[4, 4], &[1f32; 16]).unwrap();
     let grads = dir.join("grad.npz");
     std::fs::write(&grads, npz::write([("fa", &ones)])).unwrap();
     let (ok, stdout, stderr) = tessera(&[

@@ -1,17 +1,10 @@
 //! `tessera memory` as a user runs it: the peak, where, the live buffers, the SVG.
 
-use std::path::PathBuf;
 use std::process::Command;
 
-fn tessera() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_tessera"))
-}
+mod support;
 
-fn testdata(rel: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../testdata")
-        .join(rel)
-}
+use support::{command, scratch, testdata};
 
 fn run_ok(cmd: &mut Command) -> String {
     let out = cmd.output().unwrap();
@@ -26,7 +19,7 @@ fn run_ok(cmd: &mut Command) -> String {
 #[test]
 fn reports_peak_place_and_live_buffers() {
     let out = run_ok(
-        tessera()
+        command()
             .arg("memory")
             .arg(testdata("remat/schedule-while-callees.hlo")),
     );
@@ -50,11 +43,10 @@ computations (peak, where):
 
 #[test]
 fn top_limits_the_list_and_scheduled_input_keeps_its_schedule() {
-    let dir = std::env::temp_dir().join(format!("tessera-memory-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("memory");
     let scheduled = dir.join("scheduled.hlo");
     let text = run_ok(
-        tessera()
+        command()
             .arg("opt")
             .arg(testdata("remat/schedule-list-aliasing.hlo"))
             .args([
@@ -65,7 +57,7 @@ fn top_limits_the_list_and_scheduled_input_keeps_its_schedule() {
             ]),
     );
     std::fs::write(&scheduled, text).unwrap();
-    let out = run_ok(tessera().arg("memory").arg(&scheduled).args(["--top", "1"]));
+    let out = run_ok(command().arg("memory").arg(&scheduled).args(["--top", "1"]));
     assert!(
         out.starts_with("module test_aliasing_module: the schedule of the input\n"),
         "{out}"
@@ -81,12 +73,11 @@ fn top_limits_the_list_and_scheduled_input_keeps_its_schedule() {
 
 #[test]
 fn svg_overlays_before_and_after_deterministically() {
-    let dir = std::env::temp_dir().join(format!("tessera-memory-svg-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("memory-svg");
     let svg = |name: &str| {
         let path = dir.join(name);
         let out = run_ok(
-            tessera()
+            command()
                 .arg("memory")
                 .arg(testdata("remat/schedule-list-counterexample.hlo"))
                 .args(["--scheduler", "list", "--passes", "schedule"])
@@ -119,7 +110,7 @@ fn svg_overlays_before_and_after_deterministically() {
 
 #[test]
 fn bad_scheduler_is_an_error() {
-    let out = tessera()
+    let out = command()
         .arg("memory")
         .arg(testdata("remat/schedule-list-aliasing.hlo"))
         .args(["--scheduler", "greedy"])

@@ -1,23 +1,14 @@
 //! `tessera opt`, `tessera stats`, `tessera passes` as a user runs them.
 
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
+mod support;
 
-fn tessera() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_tessera"))
-}
-
-fn testdata(rel: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../testdata")
-        .join(rel)
-}
+use support::{command, output_with_stdin, testdata};
 
 #[test]
 fn opt_with_timing_and_dump_dir() {
     let dir = std::env::temp_dir().join(format!("tessera-cli-dump-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let out = tessera()
+    let out = command()
         .arg("opt")
         .arg(testdata("passes/flatten-shared-while.hlo"))
         .args([
@@ -64,24 +55,14 @@ fn opt_with_timing_and_dump_dir() {
 
 #[test]
 fn opt_reads_stdin_and_writes_a_file_and_reports_errors() {
-    use std::io::Write;
     let out_file = std::env::temp_dir().join(format!("tessera-cli-out-{}.hlo", std::process::id()));
-    let mut child = tessera()
-        .args(["opt", "-", "--passes", "tuple-simplify", "-o"])
-        .arg(&out_file)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
     let input = std::fs::read_to_string(testdata("passes/tuple-simplify-gte-chain.hlo")).unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = output_with_stdin(
+        command()
+            .args(["opt", "-", "--passes", "tuple-simplify", "-o"])
+            .arg(&out_file),
+        input.as_bytes(),
+    );
     assert!(
         out.status.success(),
         "{}",
@@ -94,7 +75,7 @@ fn opt_reads_stdin_and_writes_a_file_and_reports_errors() {
     );
     std::fs::remove_file(&out_file).unwrap();
 
-    let out = tessera()
+    let out = command()
         .arg("opt")
         .arg(testdata("passes/dce-dead-chain.hlo"))
         .args(["--passes", "dce", "--pass-option", "dce.nope=1"])
@@ -107,7 +88,7 @@ fn opt_reads_stdin_and_writes_a_file_and_reports_errors() {
 
 #[test]
 fn stats_and_passes() {
-    let out = tessera()
+    let out = command()
         .arg("stats")
         .arg(testdata("passes/flatten-shared-while.hlo"))
         .output()
@@ -117,7 +98,7 @@ fn stats_and_passes() {
     assert!(s.contains("computations: 5"), "{s}");
     assert!(s.contains("entry parameters: 1 (16 B)"), "{s}");
     assert!(s.contains("  while                               2"), "{s}");
-    let out = tessera().arg("passes").output().unwrap();
+    let out = command().arg("passes").output().unwrap();
     let s = String::from_utf8(out.stdout).unwrap();
     for p in [
         "dce",
@@ -132,23 +113,12 @@ fn stats_and_passes() {
 
 #[test]
 fn a_failing_pass_is_reported_once() {
-    use std::io::Write;
     // A `Sharding` custom-call without a sharding: sharding-propagation refuses it.
     let input = "HloModule m\nENTRY e {\n  p = f32[4]{0} parameter(0)\n  ROOT s = f32[4]{0} custom-call(p), custom_call_target=\"Sharding\"\n}\n";
-    let mut child = tessera()
-        .args(["opt", "-", "--passes", "sharding-propagation"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = output_with_stdin(
+        command().args(["opt", "-", "--passes", "sharding-propagation"]),
+        input.as_bytes(),
+    );
     assert!(!out.status.success());
     let err = String::from_utf8(out.stderr).unwrap();
     let message = "%s: a Sharding custom-call must carry a sharding";

@@ -2,28 +2,18 @@
 //! answers within its contract, exit 0 or a located refusal with exit 1, never a panic or an
 //! abort, and says what was wrong where.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+mod support;
 
-fn tessera(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tessera"))
-        .args(args)
-        .output()
-        .expect("spawn tessera")
-}
+use support::{scratch, stderr, tessera, testdata, text};
 
 fn probe(name: &str) -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../testdata/probe3")
-        .join(name)
-        .to_string_lossy()
-        .into_owned()
+    testdata(&format!("probe3/{name}"))
 }
 
 /// Runs `args`, expects exit `code` and every `wants` in stderr (once each).
 fn check(args: &[&str], code: i32, wants: &[&str]) -> String {
     let o = tessera(args);
-    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    let err = stderr(&o);
     assert_eq!(o.status.code(), Some(code), "{args:?}: {err}");
     for w in wants {
         assert_eq!(err.matches(w).count(), 1, "{args:?}: `{w}` once in {err}");
@@ -59,8 +49,7 @@ fn an_operand_from_outside_a_partially_manual_region_is_refused_not_a_panic() {
 
 #[test]
 fn aliases_keep_one_size() {
-    let dir = std::env::temp_dir().join(format!("tessera-probe3-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("probe3");
     let out = dir.join("a.hlo");
     let out = out.to_str().unwrap();
     let err = check(
@@ -109,8 +98,7 @@ fn embedding_inputs_are_checked_before_they_size_anything() {
 #[test]
 fn batch_errors_name_the_file() {
     use tessera_runtime::HostArray;
-    let dir = std::env::temp_dir().join(format!("tessera-probe3-m1-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("probe3-m1");
     let fa = HostArray::new(
         tessera_hlo::ElementType::S32,
         vec![4, 2],
@@ -154,51 +142,32 @@ fn batch_errors_name_the_file() {
 
 #[test]
 fn memory_refuses_a_pass_option_no_pass_reads() {
-    let f = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../testdata/examples/mlp_train_step.hlo");
+    let f = testdata("examples/mlp_train_step.hlo");
     check(
-        &["memory", f.to_str().unwrap(), "--pass-option", "x.y=z"],
+        &["memory", &f, "--pass-option", "x.y=z"],
         1,
         &["--pass-option x.y=z: options configure the passes of --passes"],
     );
+}
+
+/// `tessera compile PROBE --verify` succeeds, and the output computes what the input does.
+fn compiles_and_verifies_on_2_devices(name: &str) {
+    let o = tessera(&["compile", &probe(name), "--verify", "-o", "/dev/null"]);
+    let text = text(&o);
+    assert!(o.status.success(), "{name}: {text}");
+    assert!(text.contains("equivalent on 2 devices"), "{name}: {text}");
 }
 
 /// XLA's TiledDot and DotInputsAreIdentical tests write a dot as a convolution without
 /// spatial dimensions and without `window=`: read, partitioned and verified equal.
 #[test]
 fn a_convolution_without_a_window_is_a_dot() {
-    let o = tessera(&[
-        "compile",
-        &probe("conv_without_window.hlo"),
-        "--verify",
-        "-o",
-        "/dev/null",
-    ]);
-    let out = String::from_utf8_lossy(&o.stdout);
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.success(), "{out}\n{err}");
-    assert!(
-        format!("{out}{err}").contains("equivalent on 2 devices"),
-        "{out}\n{err}"
-    );
+    compiles_and_verifies_on_2_devices("conv_without_window.hlo");
 }
 
 /// A computation called from two places: `compile` flattens the call graph itself (M3), and
 /// the result verifies equal.
 #[test]
 fn compile_flattens_a_computation_called_twice() {
-    let o = tessera(&[
-        "compile",
-        &probe("called_twice.hlo"),
-        "--verify",
-        "-o",
-        "/dev/null",
-    ]);
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    assert!(o.status.success(), "{text}");
-    assert!(text.contains("equivalent on 2 devices"), "{text}");
+    compiles_and_verifies_on_2_devices("called_twice.hlo");
 }

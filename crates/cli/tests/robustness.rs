@@ -5,41 +5,32 @@
 //! computation, the module or the flag), within 2 s and under a 1 GB address-space limit.
 //! A pass output must verify again.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use prost::Message;
 use tessera_hlo::proto::{module_to_proto, HloModuleProto};
 
+mod support;
+
+use support::{output_with_stdin, repo, scratch};
+
 const TIME_LIMIT: Duration = Duration::from_secs(2);
 /// `ulimit -v` in KiB: 1 GiB of address space.
 const MEMORY_LIMIT_KIB: u64 = 1 << 20;
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
 /// Runs `tessera ARGS` under the memory limit, with `stdin` if given.
 fn tessera(args: &[&str], stdin: Option<&[u8]>) -> (Output, Duration) {
     let start = Instant::now();
-    let mut child = Command::new("sh")
-        .arg("-c")
-        .arg(format!("ulimit -v {MEMORY_LIMIT_KIB}; exec \"$0\" \"$@\""))
-        .arg(env!("CARGO_BIN_EXE_tessera"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn tessera");
-    let mut input = child.stdin.take().unwrap();
-    if let Some(bytes) = stdin {
-        input.write_all(bytes).unwrap();
-    }
-    drop(input);
-    let out = child.wait_with_output().unwrap();
+    let out = output_with_stdin(
+        Command::new("sh")
+            .arg("-c")
+            .arg(format!("ulimit -v {MEMORY_LIMIT_KIB}; exec \"$0\" \"$@\""))
+            .arg(env!("CARGO_BIN_EXE_tessera"))
+            .args(args),
+        stdin.unwrap_or_default(),
+    );
     (out, start.elapsed())
 }
 
@@ -117,9 +108,7 @@ fn check_text_commands(file: &str, want: i32) {
 
 /// `from-proto` and `run` on proto bytes; both exit `want`.
 fn check_proto_commands(name: &str, bytes: &[u8], want: i32) {
-    let dir = std::env::temp_dir().join(format!("tessera-robust-pb-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("{name}.pb"));
+    let path = scratch("robust-pb").join(format!("{name}.pb"));
     std::fs::write(&path, bytes).unwrap();
     let p = path.to_str().unwrap();
     check(&["from-proto", p], None, want);
@@ -247,20 +236,15 @@ fn corrupt_protos_are_refused_by_from_proto_and_run() {
     let mut p = base.clone();
     instr(&mut p, "main", "c").name = "c\0d".into();
     cases.push(("instruction-name-nul", p));
-    // f calls itself.
-    let mut p = base.clone();
-    let f = id_of(&p, "f");
-    let n = instr(&mut p, "f", "n");
-    n.opcode = "call".into();
-    n.called_computation_ids = vec![f];
-    cases.push(("self-call", p));
-    // main's call of f, and f calling main: a cycle through the entry.
-    let mut p = base.clone();
-    let main = id_of(&p, "main");
-    let n = instr(&mut p, "f", "n");
-    n.opcode = "call".into();
-    n.called_computation_ids = vec![main];
-    cases.push(("mutual-call", p));
+    // f calls itself; or f calls main, which calls f: a cycle through the entry.
+    for (case, callee) in [("self-call", "f"), ("mutual-call", "main")] {
+        let mut p = base.clone();
+        let callee = id_of(&p, callee);
+        let n = instr(&mut p, "f", "n");
+        n.opcode = "call".into();
+        n.called_computation_ids = vec![callee];
+        cases.push((case, p));
+    }
     let mut p = base.clone();
     instr(&mut p, "main", "c").called_computation_ids.clear();
     cases.push(("call-without-callee", p));
@@ -351,32 +335,24 @@ fn hostile_command_lines_are_refused_with_a_place() {
         );
     }
     std::fs::remove_file(&tmp).unwrap();
-    // Flag lists: unbalanced, nested, or of the wrong length.
-    for v in ["{true", "true}", "{{true}}", "{}", "{true,false}"] {
-        let opt = format!("sharding-propagation.propagate_to_parameters={v}");
-        check(
-            &[
-                "opt",
-                ok,
-                "--passes",
-                "sharding-propagation",
-                "--pass-option",
-                &opt,
-            ],
-            None,
-            1,
-        );
-    }
-    check(
-        &[
+    // Flag lists: unbalanced, nested, or of the wrong length; then one of the right length.
+    for (key, value, want) in [
+        ("propagate_to_parameters", "{true", 1),
+        ("propagate_to_parameters", "true}", 1),
+        ("propagate_to_parameters", "{{true}}", 1),
+        ("propagate_to_parameters", "{}", 1),
+        ("propagate_to_parameters", "{true,false}", 1),
+        ("propagate_to_output", "{true}", 0),
+    ] {
+        let opt = format!("sharding-propagation.{key}={value}");
+        let args = [
             "opt",
             ok,
             "--passes",
             "sharding-propagation",
             "--pass-option",
-            "sharding-propagation.propagate_to_output={true}",
-        ],
-        None,
-        0,
-    );
+            &opt,
+        ];
+        check(&args, None, want);
+    }
 }

@@ -7,6 +7,7 @@
 //! directory is a mistake and panics. Every corpus test and bench of the workspace goes
 //! through here (no crate of ours depends on this one except as a dev-dependency).
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 /// The environment variable that names the corpus directory.
@@ -92,6 +93,43 @@ fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
             out.push(p);
         }
     }
+}
+
+/// A module's key is `REL:INDEX`: `REL` is the path of its file inside the corpus `root`, with
+/// `/` between folders, and `INDEX` its place among [`split_modules`] of the file.
+///
+/// # Panics
+/// When `file` is not under `root`.
+pub fn relative(root: &Path, file: &Path) -> String {
+    file.strip_prefix(root)
+        .unwrap()
+        .to_string_lossy()
+        .replace('\\', "/")
+}
+
+/// The module keys listed in the repository's `testdata/corpus/NAME` (`xla_rejects.txt`,
+/// `xla_verify_rejects.txt`): the first tab-separated field of each line that is neither blank
+/// nor a `#` comment. Empty when there is no such file.
+pub fn listed(name: &str) -> HashSet<String> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../testdata/corpus")
+        .join(name);
+    std::fs::read_to_string(p)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| l.split('\t').next().unwrap_or("").trim().to_string())
+        .collect()
+}
+
+/// The first line (numbered from 1) where two printed modules differ, and the line of each;
+/// `(1, "", "")` when one text is the other's beginning.
+pub fn first_difference<'a>(a: &'a str, b: &'a str) -> (usize, &'a str, &'a str) {
+    a.lines()
+        .zip(b.lines())
+        .enumerate()
+        .find(|(_, (x, y))| x != y)
+        .map_or((1, "", ""), |(n, (x, y))| (n + 1, x, y))
 }
 
 /// Splits a file into modules on lines that are exactly `// -----` (trailing blanks allowed),

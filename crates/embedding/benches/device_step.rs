@@ -74,25 +74,7 @@ fn setup() -> (
             .wrapping_add(1442695040888963407);
         state >> 33
     };
-    let mut ckpt = Checkpoint {
-        tables: vec![],
-        slots: vec![],
-    };
-    for t in &config.tables {
-        let (v, d) = (t.vocabulary_size as usize, t.embedding_dim as usize);
-        let mut m = Matrix::new(v, d, 0.0);
-        m.data
-            .iter_mut()
-            .for_each(|x| *x = (next() % 2000) as f32 / 1000.0 - 1.0);
-        ckpt.tables.push(m);
-        ckpt.slots.push(
-            t.optimizer
-                .slots()
-                .iter()
-                .map(|&(_, init)| Matrix::new(v, d, init))
-                .collect(),
-        );
-    }
+    let ckpt = Checkpoint::filled(&config, || (next() % 2000) as f32 / 1000.0 - 1.0);
     // Skewed ids: half from the first 1% of the vocabulary.
     let batches: Vec<FeatureBatch> = config
         .features

@@ -155,6 +155,31 @@ pub struct Checkpoint {
     pub slots: Vec<Vec<Matrix>>,
 }
 
+impl Checkpoint {
+    /// The tables of `config` filled with `value()`, table after table in row-major order, and
+    /// every optimizer slot at its initial value: a start for tests and benchmarks.
+    pub fn filled(config: &EmbeddingConfig, mut value: impl FnMut() -> f32) -> Checkpoint {
+        let mut ckpt = Checkpoint {
+            tables: vec![],
+            slots: vec![],
+        };
+        for t in &config.tables {
+            let (v, d) = (t.vocabulary_size as usize, t.embedding_dim as usize);
+            let mut m = Matrix::new(v, d, 0.0);
+            m.data.iter_mut().for_each(|x| *x = value());
+            ckpt.tables.push(m);
+            ckpt.slots.push(
+                t.optimizer
+                    .slots()
+                    .iter()
+                    .map(|&(_, init)| Matrix::new(v, d, init))
+                    .collect(),
+            );
+        }
+        ckpt
+    }
+}
+
 fn io_err(path: &Path, e: impl std::fmt::Display) -> EmbeddingError {
     EmbeddingError::Io {
         path: path.display().to_string(),

@@ -434,24 +434,7 @@ fn batches(config: &EmbeddingConfig, seed: u64, form: Form) -> Vec<FeatureBatch>
 
 fn initial(config: &EmbeddingConfig, seed: u64) -> Checkpoint {
     let mut rng = Rng(seed);
-    let mut ckpt = Checkpoint {
-        tables: vec![],
-        slots: vec![],
-    };
-    for t in &config.tables {
-        let (v, d) = (t.vocabulary_size as usize, t.embedding_dim as usize);
-        let mut m = Matrix::new(v, d, 0.0);
-        m.data.iter_mut().for_each(|x| *x = rng.signed());
-        ckpt.tables.push(m);
-        ckpt.slots.push(
-            t.optimizer
-                .slots()
-                .iter()
-                .map(|&(_, init)| Matrix::new(v, d, init))
-                .collect(),
-        );
-    }
-    ckpt
+    Checkpoint::filled(config, || rng.signed())
 }
 
 fn gradients(config: &EmbeddingConfig, seed: u64) -> Vec<Matrix> {

@@ -5,10 +5,7 @@
 //! (`module_diff`) and print the same text as text -> module. This covers every attribute the
 //! text format can hold, with real-world values, through both directions of the conversion.
 
-use tessera_corpus::{hlo_files, split_modules};
-
-use std::collections::HashSet;
-use std::path::Path;
+use tessera_corpus::{first_difference, hlo_files, listed, relative, split_modules};
 
 use prost::Message;
 use tessera_hlo::proto::{from_proto_bytes, to_proto_bytes};
@@ -21,23 +18,12 @@ fn corpus_round_trips_through_proto() {
     let Some(root) = tessera_corpus::root_or_skip("corpus_round_trips_through_proto") else {
         return;
     };
-    let rejects_path =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/corpus/xla_rejects.txt");
-    let rejects: HashSet<String> = std::fs::read_to_string(&rejects_path)
-        .unwrap_or_default()
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-        .map(|l| l.split('\t').next().unwrap_or("").trim().to_string())
-        .collect();
+    let rejects = listed("xla_rejects.txt");
     let files = hlo_files(&root);
     let (mut checked, mut skipped, mut large_skipped) = (0, 0, 0);
     let mut failures: Vec<String> = Vec::new();
     for f in &files {
-        let rel = f
-            .strip_prefix(&root)
-            .unwrap()
-            .to_string_lossy()
-            .replace('\\', "/");
+        let rel = relative(&root, f);
         // 18 files above 300 KB hold 92% of the corpus bytes. The IR crate is optimized in the
         // test profile, so the whole corpus takes seconds; TESSERA_CORPUS_SMALL=1 skips them
         // for a quicker local run.
@@ -82,15 +68,9 @@ fn corpus_round_trips_through_proto() {
             let want = print_module(&module, &PrintOptions::default());
             let got = print_module(&back, &PrintOptions::default());
             if want != got {
-                let (n, (x, y)) = want
-                    .lines()
-                    .zip(got.lines())
-                    .enumerate()
-                    .find(|(_, (x, y))| x != y)
-                    .unwrap_or((0, ("", "")));
+                let (n, x, y) = first_difference(&want, &got);
                 failures.push(format!(
-                    "{key}: the text differs after the proto at line {}:\n    {x}\n    {y}",
-                    n + 1
+                    "{key}: the text differs after the proto at line {n}:\n    {x}\n    {y}"
                 ));
                 continue;
             }

@@ -6,9 +6,8 @@
 //! error, never a panic. Files split into modules on lines `// -----`, as XLA's tests do;
 //! chunks holding only comments are skipped (the same rule as scripts/oracles/corpus_oracle.py).
 
-use tessera_corpus::{hlo_files, split_modules};
+use tessera_corpus::{first_difference, hlo_files, listed, relative, split_modules};
 
-use std::collections::HashSet;
 use std::path::Path;
 
 use tessera_hlo::text::{module_diff, parse_module, print_module, PrintOptions};
@@ -18,23 +17,12 @@ fn corpus_round_trips() {
     let Some(root) = tessera_corpus::root_or_skip("corpus_round_trips") else {
         return;
     };
-    let rejects_path =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/corpus/xla_rejects.txt");
-    let rejects: HashSet<String> = std::fs::read_to_string(&rejects_path)
-        .unwrap_or_default()
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-        .map(|l| l.split('\t').next().unwrap_or("").trim().to_string())
-        .collect();
+    let rejects = listed("xla_rejects.txt");
     let files = hlo_files(&root);
     let (mut accepted, mut rejected) = (0, 0);
     let mut failures: Vec<String> = Vec::new();
     for f in &files {
-        let rel = f
-            .strip_prefix(&root)
-            .unwrap()
-            .to_string_lossy()
-            .replace('\\', "/");
+        let rel = relative(&root, f);
         let Ok(text) = std::fs::read_to_string(f) else {
             failures.push(format!("{rel}: not UTF-8"));
             continue;
@@ -77,15 +65,9 @@ fn corpus_round_trips() {
             }
             let reprinted = print_module(&again, &PrintOptions::default());
             if reprinted != printed {
-                let (n, (x, y)) = printed
-                    .lines()
-                    .zip(reprinted.lines())
-                    .enumerate()
-                    .find(|(_, (x, y))| x != y)
-                    .unwrap_or((0, ("", "")));
+                let (n, x, y) = first_difference(&printed, &reprinted);
                 failures.push(format!(
-                    "{key}: printing again differs at line {}:\n    {x}\n    {y}",
-                    n + 1
+                    "{key}: printing again differs at line {n}:\n    {x}\n    {y}"
                 ));
                 continue;
             }

@@ -6,26 +6,9 @@
 //! module our parser cannot read is the text parser's business (tests/corpus_text.rs) and is
 //! only counted here.
 
-use tessera_corpus::{hlo_files, split_modules};
-
-use std::collections::HashSet;
-use std::path::Path;
+use tessera_corpus::{hlo_files, listed, relative, split_modules};
 
 use tessera_hlo::verify::{findings, VerifyOptions};
-
-fn listed(name: &str) -> HashSet<String> {
-    let p = Path::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../testdata/corpus"
-    ))
-    .join(name);
-    std::fs::read_to_string(p)
-        .unwrap_or_default()
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-        .map(|l| l.split('\t').next().unwrap_or("").trim().to_string())
-        .collect()
-}
 
 /// Modules whose text gives an instruction a shape that XLA's parser replaces with the shape it
 /// derives itself (it builds recv-done, send-done, get-tuple-element, ... from their operands and
@@ -49,11 +32,7 @@ fn corpus_modules_xla_accepts_verify() {
     let mut rejected_names = Vec::new();
     let opts = VerifyOptions::default();
     for f in &files {
-        let rel = f
-            .strip_prefix(&root)
-            .unwrap()
-            .to_string_lossy()
-            .replace('\\', "/");
+        let rel = relative(&root, f);
         let text = std::fs::read_to_string(f).unwrap();
         for (i, m) in split_modules(&text).iter().enumerate() {
             total += 1;

@@ -314,15 +314,8 @@ impl Runtime {
     pub fn compile(&self, request: &CompileRequest) -> Result<ExecutableHandle> {
         let key = cache_key(request)?;
         let aliases = key.aliases.clone();
-        {
-            let mut st = self.lock();
-            if let Some(&h) = st.by_key.get(&key) {
-                st.executables
-                    .get_mut(&h)
-                    .expect("cache index is consistent")
-                    .refs += 1;
-                return Ok(h);
-            }
+        if let Some(h) = self.lock().retain_cached(&key) {
+            return Ok(h);
         }
         // Compile without holding the lock; a concurrent identical request
         // may win the race, in which case its entry is used.
@@ -384,11 +377,7 @@ impl Runtime {
             devices,
         });
         let mut st = self.lock();
-        if let Some(&h) = st.by_key.get(&key) {
-            st.executables
-                .get_mut(&h)
-                .expect("cache index is consistent")
-                .refs += 1;
+        if let Some(h) = st.retain_cached(&key) {
             return Ok(h);
         }
         let h = ExecutableHandle(st.fresh_id());
@@ -1252,6 +1241,17 @@ impl State {
         Ok(())
     }
 
+    /// The cached executable compiled for `key`, if any, with one more reference (the
+    /// caller's).
+    fn retain_cached(&mut self, key: &CacheKey) -> Option<ExecutableHandle> {
+        let &h = self.by_key.get(key)?;
+        self.executables
+            .get_mut(&h)
+            .expect("cache index is consistent")
+            .refs += 1;
+        Some(h)
+    }
+
     fn fresh_id(&mut self) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
@@ -1362,6 +1362,23 @@ impl State {
         Ok(())
     }
 
+    /// The arrays that could move from `device` to host memory (held on it and not pinned),
+    /// each with its last use.
+    fn evictable(&self, device: usize) -> impl Iterator<Item = (u64, BufferHandle)> + '_ {
+        self.buffers
+            .iter()
+            .filter_map(move |(&h, e)| match &e.node {
+                Node::Array(a)
+                    if a.device == device
+                        && a.pins == 0
+                        && matches!(a.data, Placement::Device(_)) =>
+                {
+                    Some((a.last_use, h))
+                }
+                _ => None,
+            })
+    }
+
     /// Evicts least-recently-used unpinned arrays of `device` (never those in
     /// `keep`) until `needed` more bytes fit in its budget.
     fn make_room(&mut self, device: usize, needed: u64, keep: &[BufferHandle]) -> Result<()> {
@@ -1370,19 +1387,8 @@ impl State {
         };
         while self.memory[device].resident_bytes + needed > budget {
             let victim = self
-                .buffers
-                .iter()
-                .filter_map(|(&h, e)| match &e.node {
-                    Node::Array(a)
-                        if a.device == device
-                            && a.pins == 0
-                            && matches!(a.data, Placement::Device(_))
-                            && !keep.contains(&h) =>
-                    {
-                        Some((a.last_use, h))
-                    }
-                    _ => None,
-                })
+                .evictable(device)
+                .filter(|(_, h)| !keep.contains(h))
                 .min();
             let Some((_, victim)) = victim else {
                 let resident = self.memory[device].resident_bytes;
@@ -1416,20 +1422,7 @@ impl State {
     }
 
     fn evict_all(&mut self, device: usize) -> Result<()> {
-        let victims: Vec<BufferHandle> = self
-            .buffers
-            .iter()
-            .filter_map(|(&h, e)| match &e.node {
-                Node::Array(a)
-                    if a.device == device
-                        && a.pins == 0
-                        && matches!(a.data, Placement::Device(_)) =>
-                {
-                    Some(h)
-                }
-                _ => None,
-            })
-            .collect();
+        let victims: Vec<BufferHandle> = self.evictable(device).map(|(_, h)| h).collect();
         for h in victims {
             self.evict(h)?;
         }

@@ -8,8 +8,8 @@ mod common;
 use common::{all_devices_group, manual_module};
 use std::sync::OnceLock;
 use tessera_runtime::{
-    BufferHandle, Client, CompileOptions, CompileRequest, Error, ExecuteConfig, Plan, PlanInput,
-    PlanStep, Program, Runtime,
+    BufferHandle, Client, CompileOptions, CompileRequest, Error, ExecutableHandle, ExecuteConfig,
+    Plan, PlanInput, PlanStep, Program, Runtime,
 };
 
 /// One runtime per test: the store and memory counters are per runtime, so
@@ -32,10 +32,30 @@ fn add_request(n: usize) -> CompileRequest {
     CompileRequest::new(binary("add", n), CompileOptions::default())
 }
 
+/// A plan on one device whose steps each take two arguments; it keeps `outputs`.
+fn binary_plan(steps: &[(ExecutableHandle, [PlanInput; 2])], outputs: &[(usize, usize)]) -> Plan {
+    Plan {
+        steps: steps
+            .iter()
+            .map(|&(executable, args)| PlanStep {
+                executable,
+                args: vec![args.to_vec()],
+            })
+            .collect(),
+        outputs: outputs.to_vec(),
+    }
+}
+
 const SINGLE: ExecuteConfig = ExecuteConfig {
     release_inputs: false,
     explode_tuple: true,
     release_executable: false,
+};
+
+/// [`SINGLE`], releasing its inputs (an input aliased to an output may be donated).
+const RELEASING: ExecuteConfig = ExecuteConfig {
+    release_inputs: true,
+    ..SINGLE
 };
 
 #[test]
@@ -163,16 +183,7 @@ fn aliased_input_is_donated_only_when_released_and_unshared() {
 
     // Released, sole reference: donated; the handle is gone, b is released.
     let resident_before = rt.memory_stats(0).unwrap().resident_bytes;
-    let out2 = rt
-        .execute(
-            exe,
-            &[vec![a, b]],
-            ExecuteConfig {
-                release_inputs: true,
-                ..SINGLE
-            },
-        )
-        .unwrap();
+    let out2 = rt.execute(exe, &[vec![a, b]], RELEASING).unwrap();
     assert_eq!(rt.download::<f32>(out2[0][0]).unwrap(), sum);
     assert!(!rt.is_live(a));
     assert!(!rt.is_live(b));
@@ -193,32 +204,14 @@ fn aliased_input_is_donated_only_when_released_and_unshared() {
     let a = rt.upload(0, &a_vals, &[3]).unwrap();
     let b = rt.upload(0, &b_vals, &[3]).unwrap();
     rt.retain(a).unwrap();
-    let out3 = rt
-        .execute(
-            exe,
-            &[vec![a, b]],
-            ExecuteConfig {
-                release_inputs: true,
-                ..SINGLE
-            },
-        )
-        .unwrap();
+    let out3 = rt.execute(exe, &[vec![a, b]], RELEASING).unwrap();
     assert_eq!(rt.download::<f32>(out3[0][0]).unwrap(), sum);
     assert_eq!(rt.ref_count(a).unwrap(), 1);
     assert_eq!(rt.download::<f32>(a).unwrap(), a_vals);
     assert_eq!(rt.memory_stats(0).unwrap().donated, 1);
 
     // The same handle twice: never donated (the plugin would refuse).
-    let out4 = rt
-        .execute(
-            exe,
-            &[vec![a, a]],
-            ExecuteConfig {
-                release_inputs: true,
-                ..SINGLE
-            },
-        )
-        .unwrap();
+    let out4 = rt.execute(exe, &[vec![a, a]], RELEASING).unwrap();
     assert_eq!(rt.download::<f32>(out4[0][0]).unwrap(), vec![2.0, 4.0, 6.0]);
     assert!(!rt.is_live(a));
 
@@ -254,16 +247,7 @@ fn donation_works_on_several_devices() {
             ]
         })
         .collect();
-    let out = rt
-        .execute(
-            exe,
-            &args,
-            ExecuteConfig {
-                release_inputs: true,
-                ..SINGLE
-            },
-        )
-        .unwrap();
+    let out = rt.execute(exe, &args, RELEASING).unwrap();
     for (k, o) in out.iter().enumerate() {
         assert_eq!(rt.device_of(o[0]).unwrap(), k);
         assert_eq!(
@@ -336,23 +320,14 @@ fn chained_plan_keeps_only_requested_outputs() {
     let live = rt.live_buffers();
     // s0 = x + y; s1 = s0 * x; s2 = s1 + s0; keep s2 and s0.
     let out = |step, index| PlanInput::Output { step, index };
-    let plan = Plan {
-        steps: vec![
-            PlanStep {
-                executable: add,
-                args: vec![vec![PlanInput::Handle(x), PlanInput::Handle(y)]],
-            },
-            PlanStep {
-                executable: mul,
-                args: vec![vec![out(0, 0), PlanInput::Handle(x)]],
-            },
-            PlanStep {
-                executable: add,
-                args: vec![vec![out(1, 0), out(0, 0)]],
-            },
+    let plan = binary_plan(
+        &[
+            (add, [PlanInput::Handle(x), PlanInput::Handle(y)]),
+            (mul, [out(0, 0), PlanInput::Handle(x)]),
+            (add, [out(1, 0), out(0, 0)]),
         ],
-        outputs: vec![(2, 0), (0, 0)],
-    };
+        &[(2, 0), (0, 0)],
+    );
     let kept = rt.execute_plan(&plan).unwrap();
     let (xs, ys) = ([1f32, 2.0, 3.0], [4f32, 5.0, 6.0]);
     let s0: Vec<f32> = xs.iter().zip(&ys).map(|(a, b)| a + b).collect();
@@ -372,19 +347,13 @@ fn chained_plan_keeps_only_requested_outputs() {
     // A failing step reports its index and leaks nothing.
     let z = rt.upload(0, &[1f32; 4], &[4]).unwrap();
     let live = rt.live_buffers();
-    let bad = Plan {
-        steps: vec![
-            PlanStep {
-                executable: add,
-                args: vec![vec![PlanInput::Handle(x), PlanInput::Handle(y)]],
-            },
-            PlanStep {
-                executable: add,
-                args: vec![vec![out(0, 0), PlanInput::Handle(z)]],
-            },
+    let bad = binary_plan(
+        &[
+            (add, [PlanInput::Handle(x), PlanInput::Handle(y)]),
+            (add, [out(0, 0), PlanInput::Handle(z)]),
         ],
-        outputs: vec![(1, 0)],
-    };
+        &[(1, 0)],
+    );
     let err = rt.execute_plan(&bad).unwrap_err();
     assert_eq!(
         err.to_string(),
@@ -392,13 +361,7 @@ fn chained_plan_keeps_only_requested_outputs() {
     );
     assert_eq!(rt.live_buffers(), live);
     // Forward references are refused.
-    let fwd = Plan {
-        steps: vec![PlanStep {
-            executable: add,
-            args: vec![vec![out(0, 0), PlanInput::Handle(x)]],
-        }],
-        outputs: vec![],
-    };
+    let fwd = binary_plan(&[(add, [out(0, 0), PlanInput::Handle(x)])], &[]);
     assert!(matches!(
         rt.execute_plan(&fwd),
         Err(Error::Plan { step: 0, .. })
@@ -563,16 +526,7 @@ fn runtime_is_shared_between_threads() {
                         rt.release(b).unwrap();
                         continue;
                     }
-                    let out = rt
-                        .execute(
-                            exe_t,
-                            &[vec![a, b]],
-                            ExecuteConfig {
-                                release_inputs: true,
-                                ..SINGLE
-                            },
-                        )
-                        .unwrap();
+                    let out = rt.execute(exe_t, &[vec![a, b]], RELEASING).unwrap();
                     assert_eq!(
                         rt.download::<f32>(out[0][0]).unwrap(),
                         vec![v + 1.0, v + 1.0]
@@ -602,23 +556,14 @@ fn plan_donates_intermediates_at_their_last_use() {
     let out = |step, index| PlanInput::Output { step, index };
     // s0 = x + y; s1 = s0 * y (s0's last use: donated); s2 = s1 * x (s1 is
     // requested, so it is kept and copied, not donated).
-    let plan = Plan {
-        steps: vec![
-            PlanStep {
-                executable: add,
-                args: vec![vec![PlanInput::Handle(x), PlanInput::Handle(y)]],
-            },
-            PlanStep {
-                executable: mul,
-                args: vec![vec![out(0, 0), PlanInput::Handle(y)]],
-            },
-            PlanStep {
-                executable: mul,
-                args: vec![vec![out(1, 0), PlanInput::Handle(x)]],
-            },
+    let plan = binary_plan(
+        &[
+            (add, [PlanInput::Handle(x), PlanInput::Handle(y)]),
+            (mul, [out(0, 0), PlanInput::Handle(y)]),
+            (mul, [out(1, 0), PlanInput::Handle(x)]),
         ],
-        outputs: vec![(1, 0), (2, 0)],
-    };
+        &[(1, 0), (2, 0)],
+    );
     let kept = rt.execute_plan(&plan).unwrap();
     let (xs, ys) = ([1f32, 2.0, 3.0], [4f32, 5.0, 6.0]);
     let s1: Vec<f32> = (0..3).map(|i| (xs[i] + ys[i]) * ys[i]).collect();

@@ -285,15 +285,21 @@ impl Model {
         self.emat[e][xa * self.k(b) + xb]
     }
 
+    /// Cost of edge `e` seen from one end, listed in an adjacency with `first` (whether it is
+    /// the edge's first end): this end at strategy `here`, the other at `there`.
+    fn edge_cost_at(&self, e: usize, first: bool, here: usize, there: usize) -> f64 {
+        if first {
+            self.edge_cost(e, here, there)
+        } else {
+            self.edge_cost(e, there, here)
+        }
+    }
+
     /// Cost of node `i` at strategy `s` with its neighbours as in `x` (node + incident edges).
     fn local(&self, x: &[usize], i: usize, s: usize) -> f64 {
         let mut c = self.cost[i][s];
         for &(j, e, first) in &self.adj[i] {
-            c += if first {
-                self.edge_cost(e, s, x[j])
-            } else {
-                self.edge_cost(e, x[j], s)
-            };
+            c += self.edge_cost_at(e, first, s, x[j]);
         }
         c
     }
@@ -303,11 +309,7 @@ impl Model {
     fn local_lex(&self, x: &[usize], i: usize, s: usize) -> Lex {
         let mut c = Lex::of(self.cost[i][s]);
         for &(j, e, first) in &self.adj[i] {
-            c = c.add(Lex::of(if first {
-                self.edge_cost(e, s, x[j])
-            } else {
-                self.edge_cost(e, x[j], s)
-            }));
+            c = c.add(Lex::of(self.edge_cost_at(e, first, s, x[j])));
         }
         c
     }
@@ -1158,11 +1160,7 @@ impl<'a> Search<'a> {
                         let mut c = m.cost[i][s] + scale * self.weights[i] * m.usage[i][s] as f64;
                         for &(j, e, first) in &m.adj[i] {
                             if !sel[j] {
-                                c += if first {
-                                    m.edge_cost(e, s, x[j])
-                                } else {
-                                    m.edge_cost(e, x[j], s)
-                                };
+                                c += m.edge_cost_at(e, first, s, x[j]);
                             }
                         }
                         c
@@ -1272,11 +1270,7 @@ impl<'a> Search<'a> {
                 if seen.contains(&j) || seen.len() >= 64 {
                     continue;
                 }
-                let bad = if first {
-                    m.edge_cost(e, x[v], x[j])
-                } else {
-                    m.edge_cost(e, x[j], x[v])
-                } >= BIG;
+                let bad = m.edge_cost_at(e, first, x[v], x[j]) >= BIG;
                 if bad {
                     let t = (0..m.k(j))
                         .min_by(|&a, &b| {
@@ -1460,11 +1454,7 @@ impl<'a> Search<'a> {
                 if inside[j] && !first {
                     continue; // counted from its first end
                 }
-                let v = if first {
-                    m.edge_cost(e, x[i], x[j])
-                } else {
-                    m.edge_cost(e, x[j], x[i])
-                };
+                let v = m.edge_cost_at(e, first, x[i], x[j]);
                 c = c.add(Lex::of(v));
             }
         }
@@ -1497,11 +1487,7 @@ impl<'a> Search<'a> {
                 if changed.iter().any(|&(c, _)| c == j) {
                     continue;
                 }
-                let bad = if first {
-                    m.edge_cost(e, x[v], x[j])
-                } else {
-                    m.edge_cost(e, x[j], x[v])
-                } >= BIG;
+                let bad = m.edge_cost_at(e, first, x[v], x[j]) >= BIG;
                 if !bad {
                     continue;
                 }

@@ -152,6 +152,14 @@ pub fn shape_to_string(shape: &Shape) -> String {
     printer::shape_string(shape)
 }
 
+/// A shape as the text format writes it but without layout (`f32[128,64]`, `(f32[2], s32[])`,
+/// `s32[<=8]`), as messages name shapes.
+pub(crate) fn shape_to_string_without_layout(shape: &Shape) -> String {
+    let mut out = String::new();
+    printer::write_shape(&mut out, shape, false);
+    out
+}
+
 /// A sharding as the text format writes it (`{devices=[2]0,1}`).
 pub fn sharding_to_string(s: &crate::sharding::Sharding) -> String {
     let mut out = String::new();

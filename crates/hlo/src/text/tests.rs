@@ -31,6 +31,26 @@ fn err(text: &str) -> ParseError {
     }
 }
 
+/// `testdata/text/xla_printed/NAME` from its `HloModule` line on: jaxlib 0.12's printing, below
+/// our comment lines.
+fn xla_printed(name: &str) -> String {
+    let path = format!(
+        "{}/../../testdata/text/xla_printed/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let file = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    file[file.find("HloModule").unwrap()..].to_string()
+}
+
+/// `(instruction name, shape index)` of each key of a module table keyed by original arrays.
+fn original_array_keys<V>(
+    t: &std::collections::BTreeMap<crate::module::OriginalArray, V>,
+) -> Vec<(&str, &[i64])> {
+    t.keys()
+        .map(|k| (k.instruction_name.as_str(), k.shape_index.as_slice()))
+        .collect()
+}
+
 fn constant_line(shape: &str, value: &str) -> String {
     let text = format!("HloModule m\nENTRY e {{\n  ROOT c = {shape} constant({value})\n}}\n");
     let (_, printed) = roundtrip(&text);
@@ -39,53 +59,55 @@ fn constant_line(shape: &str, value: &str) -> String {
     l[start..l.len() - 1].to_string()
 }
 
+/// Each `(shape, value, printed)`: a constant of `shape` written `value` prints as `printed`.
+fn check_constants(cases: &[(&str, &str, &str)]) {
+    for &(shape, value, printed) in cases {
+        assert_eq!(
+            constant_line(shape, value),
+            printed,
+            "{shape} constant({value})"
+        );
+    }
+}
+
 #[test]
 fn float_literals_round_like_xla() {
-    assert_eq!(
-        constant_line("f32[4]", "{0.1, 1e-45, -inf, nan}"),
-        "{0.1, 1.4013e-45, -inf, nan}"
-    );
-    assert_eq!(
-        constant_line("f32[2]", "{nan(0x1), -nan}"),
-        "{nan(0x1), -nan}"
-    );
-    assert_eq!(constant_line("f64[2]", "{0.1, 1e300}"), "{0.1, 1e+300}");
-    assert_eq!(
-        constant_line("bf16[3]", "{1.00390625, 3.3e38, -0}"),
-        "{1, 3.296e+38, 0}"
-    );
-    assert_eq!(
-        constant_line("bf16[3]", "{nan(0x3), -nan, -0.0}"),
-        "{nan(0x3), -nan, -0.0}"
-    );
-    assert_eq!(constant_line("f16[2]", "{nan, -nan}"), "{nan, -nan}");
-    assert_eq!(
-        constant_line("f16[3]", "{65504, 0.1, 6e-8}"),
-        "{65504, 0.099976, 5.9605e-08}"
-    );
-    assert_eq!(
-        constant_line("f8e4m3fn[3]", "{448, -100, 0.1}"),
-        "{448, -96, 0.102}"
-    );
-    assert_eq!(
-        constant_line("f8e5m2[2]", "{57344, 0.1}"),
-        "{5.7e+04, 0.094}"
-    );
-    assert_eq!(constant_line("f8e4m3[2]", "{240, inf}"), "{240, inf}");
-    assert_eq!(constant_line("f8e3m4[2]", "{15.5, 0.3}"), "{15.5, 0.297}");
-    assert_eq!(constant_line("f8e4m3fnuz[2]", "{240, nan}"), "{240, -nan}");
-    assert_eq!(constant_line("f8e5m2fnuz[1]", "{-3}"), "{-3}");
-    assert_eq!(constant_line("f8e4m3b11fnuz[1]", "{30}"), "{30}");
-    assert_eq!(
-        constant_line("f4e2m1fn[4]", "{6, -0.5, 0.1, 2.5}"),
-        "{6, -0.5, 0, 2}"
-    );
-    assert_eq!(constant_line("f8e8m0fnu[3]", "{1, 0.5, 4}"), "{1, 0.5, 4}");
-    assert_eq!(
-        constant_line("c64[2]", "{(1, 2), (0.5, -1e10)}"),
-        "{(1, 2), (0.5, -1e+10)}"
-    );
-    assert_eq!(constant_line("c128[]", "(1, -0.1)"), "(1, -0.1)");
+    check_constants(&[
+        (
+            "f32[4]",
+            "{0.1, 1e-45, -inf, nan}",
+            "{0.1, 1.4013e-45, -inf, nan}",
+        ),
+        ("f32[2]", "{nan(0x1), -nan}", "{nan(0x1), -nan}"),
+        ("f64[2]", "{0.1, 1e300}", "{0.1, 1e+300}"),
+        ("bf16[3]", "{1.00390625, 3.3e38, -0}", "{1, 3.296e+38, 0}"),
+        (
+            "bf16[3]",
+            "{nan(0x3), -nan, -0.0}",
+            "{nan(0x3), -nan, -0.0}",
+        ),
+        ("f16[2]", "{nan, -nan}", "{nan, -nan}"),
+        (
+            "f16[3]",
+            "{65504, 0.1, 6e-8}",
+            "{65504, 0.099976, 5.9605e-08}",
+        ),
+        ("f8e4m3fn[3]", "{448, -100, 0.1}", "{448, -96, 0.102}"),
+        ("f8e5m2[2]", "{57344, 0.1}", "{5.7e+04, 0.094}"),
+        ("f8e4m3[2]", "{240, inf}", "{240, inf}"),
+        ("f8e3m4[2]", "{15.5, 0.3}", "{15.5, 0.297}"),
+        ("f8e4m3fnuz[2]", "{240, nan}", "{240, -nan}"),
+        ("f8e5m2fnuz[1]", "{-3}", "{-3}"),
+        ("f8e4m3b11fnuz[1]", "{30}", "{30}"),
+        ("f4e2m1fn[4]", "{6, -0.5, 0.1, 2.5}", "{6, -0.5, 0, 2}"),
+        ("f8e8m0fnu[3]", "{1, 0.5, 4}", "{1, 0.5, 4}"),
+        (
+            "c64[2]",
+            "{(1, 2), (0.5, -1e10)}",
+            "{(1, 2), (0.5, -1e+10)}",
+        ),
+        ("c128[]", "(1, -0.1)", "(1, -0.1)"),
+    ]);
     // Out of range values are errors, as in XLA.
     let e = err("HloModule m\nENTRY e {\n  ROOT c = f8e4m3fn[1] constant({1000})\n}\n");
     assert!(e.message.contains("out of range"), "{e}");
@@ -95,39 +117,25 @@ fn float_literals_round_like_xla() {
 
 #[test]
 fn integer_pred_and_tuple_literals() {
-    assert_eq!(constant_line("s4[2]", "{-8, 7}"), "{-8, 7}");
-    assert_eq!(
-        constant_line("u64[1]", "{18446744073709551615}"),
-        "{18446744073709551615}"
-    );
-    assert_eq!(
-        constant_line("s64[]", "-9223372036854775808"),
-        "-9223372036854775808"
-    );
-    assert_eq!(constant_line("pred[2]", "{true, false}"), "{1, 0}");
-    assert_eq!(constant_line("pred[]", "true"), "true");
-    assert_eq!(
-        constant_line("s32[2,2]", "{{1, 2}, {3, 4}}"),
-        "{ { 1, 2 }, { 3, 4 } }"
-    );
-    assert_eq!(constant_line("s32[2,0]", "{{}, {}}"), "{ {}, {} }");
-    assert_eq!(
-        constant_line("(f32[], s32[2])", "(1, {2, 3})"),
-        "(1, {2, 3})"
-    );
+    check_constants(&[
+        ("s4[2]", "{-8, 7}", "{-8, 7}"),
+        ("u64[1]", "{18446744073709551615}", "{18446744073709551615}"),
+        ("s64[]", "-9223372036854775808", "-9223372036854775808"),
+        ("pred[2]", "{true, false}", "{1, 0}"),
+        ("pred[]", "true", "true"),
+        ("s32[2,2]", "{{1, 2}, {3, 4}}", "{ { 1, 2 }, { 3, 4 } }"),
+        ("s32[2,0]", "{{}, {}}", "{ {}, {} }"),
+        ("(f32[], s32[2])", "(1, {2, 3})", "(1, {2, 3})"),
+    ]);
     // One value sets the first element (as in XLA); `{...}` (elided) reads as zeros, also
     // spaced out and per tuple element (XLA accepts these and leaves the values unset).
-    assert_eq!(constant_line("s8[3]", "7"), "{7, 0, 0}");
-    assert_eq!(constant_line("f32[2]", "{...}"), "{0, 0}");
-    assert_eq!(
-        constant_line("s32[2,2]", "{ ... }"),
-        "{ { 0, 0 }, { 0, 0 } }"
-    );
-    assert_eq!(constant_line("s32[0]", "{...}"), "{}");
-    assert_eq!(
-        constant_line("(f32[2], s32[1])", "({...}, {\n...\n})"),
-        "({0, 0}, {0})"
-    );
+    check_constants(&[
+        ("s8[3]", "7", "{7, 0, 0}"),
+        ("f32[2]", "{...}", "{0, 0}"),
+        ("s32[2,2]", "{ ... }", "{ { 0, 0 }, { 0, 0 } }"),
+        ("s32[0]", "{...}", "{}"),
+        ("(f32[2], s32[1])", "({...}, {\n...\n})", "({0, 0}, {0})"),
+    ]);
     // What XLA's parser refuses: an elided tuple or scalar, `...` nested below the top level.
     for bad in [
         "s4[1] constant({8})",
@@ -445,6 +453,26 @@ fn comments_are_skipped() {
     assert_eq!(m.instruction_count(), 2);
 }
 
+/// `count` copies of `text`, each with one byte replaced by one of `noise` (the place and the
+/// byte drawn by a linear congruential generator from `seed`), less those that are no longer
+/// UTF-8: a cheap stand-in for the fuzzer.
+fn corrupted(text: &str, noise: &[u8], seed: u32, count: usize) -> Vec<String> {
+    let bytes = text.as_bytes();
+    let mut state = seed;
+    let mut out = Vec::new();
+    for _ in 0..count {
+        state = state.wrapping_mul(1_103_515_245).wrapping_add(12345);
+        let pos = (state >> 8) as usize % bytes.len();
+        let b = noise[(state >> 20) as usize % noise.len()];
+        let mut v = bytes.to_vec();
+        v[pos] = b;
+        if let Ok(s) = String::from_utf8(v) {
+            out.push(s);
+        }
+    }
+    out
+}
+
 /// Cut and corrupted inputs give errors, never panics (a cheap stand-in for the fuzzer).
 #[test]
 fn never_panics_on_damaged_input() {
@@ -471,17 +499,9 @@ ENTRY %e (p: f32[4]) -> f32[4] {
     let noise = [
         b'{', b'}', b'(', b')', b',', b'=', b'"', b'%', b'[', b']', b'-', b'9', b'/', b'*',
     ];
-    let mut state: u32 = 12345;
-    for _ in 0..600 {
-        state = state.wrapping_mul(1_103_515_245).wrapping_add(12345);
-        let pos = (state >> 8) as usize % bytes.len();
-        let b = noise[(state >> 20) as usize % noise.len()];
-        let mut v = bytes.to_vec();
-        v[pos] = b;
-        if let Ok(s) = std::str::from_utf8(&v) {
-            let _ = parse_module(s);
-            checked += 1;
-        }
+    for s in corrupted(text, &noise, 12345, 600) {
+        let _ = parse_module(&s);
+        checked += 1;
     }
     // Deep nesting is refused, not a stack overflow.
     let deep = format!(
@@ -543,10 +563,12 @@ ENTRY %e (p: f32[8]) -> f32[8] {
 /// an array and leaves the rest zero; an empty array takes no value.
 #[test]
 fn one_unbraced_value_sets_the_first_element_as_in_xla() {
-    assert_eq!(constant_line("f32[3]", "1"), "{1, 0, 0}");
-    assert_eq!(constant_line("s32[4]", "7"), "{7, 0, 0, 0}");
-    assert_eq!(constant_line("f32[2,2]", "2.5"), "{ { 2.5, 0 }, { 0, 0 } }");
-    assert_eq!(constant_line("pred[3]", "true"), "{1, 0, 0}");
+    check_constants(&[
+        ("f32[3]", "1", "{1, 0, 0}"),
+        ("s32[4]", "7", "{7, 0, 0, 0}"),
+        ("f32[2,2]", "2.5", "{ { 2.5, 0 }, { 0, 0 } }"),
+        ("pred[3]", "true", "{1, 0, 0}"),
+    ]);
     let e = err("HloModule m\nENTRY e {\n  ROOT c = f32[0] constant(1)\n}\n");
     assert!(e.message.contains("without elements"), "{e}");
 }
@@ -559,7 +581,7 @@ fn minus_zero_integer_token_is_positive_zero() {
         assert_eq!(constant_line(&format!("{ty}[]"), "-0"), "0", "{ty}");
         assert_eq!(constant_line(&format!("{ty}[]"), "-0.0"), "-0.0", "{ty}");
     }
-    assert_eq!(constant_line("c64[]", "(-0, -0.0)"), "(0, -0.0)");
+    check_constants(&[("c64[]", "(-0, -0.0)", "(0, -0.0)")]);
 }
 
 /// XLA prints `largest=` and `is_stable=` on every topk and reads a missing one as true.
@@ -1069,23 +1091,17 @@ fn malformed_named_shardings_are_errors() {
 
 #[test]
 fn origin_recovery_table_prints_as_xla() {
-    let file = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../testdata/text/xla_printed/origin_recovery_table.hlo"
-    ))
-    .unwrap();
-    // Everything after the comment line is jaxlib 0.12's printing; no instruction there has
-    // operands, so XLA's printing and ours (operand shapes) coincide byte for byte.
-    let xla = &file[file.find("HloModule").unwrap()..];
-    let (m, printed) = roundtrip(xla);
+    // No instruction of jaxlib 0.12's printing has operands, so XLA's printing and ours
+    // (operand shapes) coincide byte for byte.
+    let xla = xla_printed("origin_recovery_table.hlo");
+    let (m, printed) = roundtrip(&xla);
     assert_eq!(printed, xla);
     let t = &m.config.origin_recovery_table;
     assert_eq!(t.len(), 4);
-    let keys: Vec<(&str, &[i64])> = t
-        .keys()
-        .map(|k| (k.instruction_name.as_str(), k.shape_index.as_slice()))
-        .collect();
-    assert_eq!(keys, [("", &[][..]), ("c2", &[]), ("q", &[]), ("r", &[1])]);
+    assert_eq!(
+        original_array_keys(t),
+        [("", &[][..]), ("c2", &[]), ("q", &[]), ("r", &[1])]
+    );
     let q = t.values().nth(2).unwrap();
     assert_eq!(q.replacing.shape_index, vec![0, 1]);
     let rec2 = q.module.as_ref().unwrap();
@@ -1164,12 +1180,7 @@ fn never_panics_on_damaged_named_shardings_or_recovery_tables() {
         "origin_recovery_table.hlo",
         "debug_attributes.hlo",
     ] {
-        let path = format!(
-            "{}/../../testdata/text/xla_printed/{name}",
-            env!("CARGO_MANIFEST_DIR")
-        );
-        let text = std::fs::read_to_string(&path).unwrap();
-        let text = &text[text.find("HloModule").unwrap()..];
+        let text = &xla_printed(name);
         parse_module(text).unwrap();
         let bytes = text.as_bytes();
         for cut in (0..bytes.len()).step_by(7) {
@@ -1180,20 +1191,12 @@ fn never_panics_on_damaged_named_shardings_or_recovery_tables() {
         let noise = [
             b'{', b'}', b'[', b']', b',', b'=', b'\'', b'"', b':', b'?', b'(', b')', b'0', b'9',
         ];
-        let mut state: u32 = 777;
-        for _ in 0..800 {
-            state = state.wrapping_mul(1_103_515_245).wrapping_add(12345);
-            let pos = (state >> 8) as usize % bytes.len();
-            let b = noise[(state >> 20) as usize % noise.len()];
-            let mut v = bytes.to_vec();
-            v[pos] = b;
-            if let Ok(s) = std::str::from_utf8(&v) {
-                if let Ok(m) = parse_module(s) {
-                    // Whatever parses also prints and reads back.
-                    let printed = m.to_text();
-                    let again = parse_module(&printed).unwrap_or_else(|e| panic!("{e}\n{printed}"));
-                    assert_eq!(again.to_text(), printed);
-                }
+        for s in corrupted(text, &noise, 777, 800) {
+            if let Ok(m) = parse_module(&s) {
+                // Whatever parses also prints and reads back.
+                let printed = m.to_text();
+                let again = parse_module(&printed).unwrap_or_else(|e| panic!("{e}\n{printed}"));
+                assert_eq!(again.to_text(), printed);
             }
         }
     }
@@ -1215,22 +1218,12 @@ fn strings_print_with_c_escapes() {
 #[test]
 fn debug_attributes_print_as_xla() {
     use crate::module::{DebugAttributes, DebugLogMode, OriginalArray};
-    let file = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../testdata/text/xla_printed/debug_attributes.hlo"
-    ))
-    .unwrap();
-    // Everything after the comment line is jaxlib 0.12's printing.
-    let xla = &file[file.find("HloModule").unwrap()..];
-    let (m, printed) = roundtrip(xla);
+    let xla = xla_printed("debug_attributes.hlo");
+    let (m, printed) = roundtrip(&xla);
     assert_eq!(printed, xla);
     let t = &m.config.debug_attributes;
-    let keys: Vec<(&str, &[i64])> = t
-        .keys()
-        .map(|k| (k.instruction_name.as_str(), k.shape_index.as_slice()))
-        .collect();
     assert_eq!(
-        keys,
+        original_array_keys(t),
         [("", &[][..]), ("p", &[]), ("p", &[1]), ("zeta", &[0, 2])]
     );
     let p = OriginalArray {

@@ -1324,14 +1324,25 @@ fn verify_reducer(
     Ok(())
 }
 
-fn reduce(ops: &[&Shape], inp: &InferInput<'_>) -> Result<Shape> {
-    let op = Opcode::Reduce;
+/// The operands of reduce and reduce-window are N inputs of one set of dimensions, then N
+/// scalar init values: checks that there are an even number of them, at least two.
+fn check_inputs_then_inits(op: Opcode, ops: &[&Shape]) -> Result<()> {
     if ops.len() < 2 || !ops.len().is_multiple_of(2) {
         bail!(
-            "reduce expects an even number (>= 2) of operands, got {}",
+            "{op} expects an even number (>= 2) of operands, got {}",
             ops.len()
         );
     }
+    Ok(())
+}
+
+/// The element types of the inputs and of the init values of reduce or reduce-window (whose
+/// operand count [`check_inputs_then_inits`] has passed), checking that the inputs are arrays
+/// of the first one's dimensions and the init values scalars.
+fn input_and_init_types(
+    op: Opcode,
+    ops: &[&Shape],
+) -> Result<(Vec<ElementType>, Vec<ElementType>)> {
     let n = ops.len() / 2;
     let first = array(op, ops[0], "input")?;
     let mut input_types = Vec::with_capacity(n);
@@ -1340,7 +1351,7 @@ fn reduce(ops: &[&Shape], inp: &InferInput<'_>) -> Result<Shape> {
         let a = array(op, ops[i], "input")?;
         if a.dims != first.dims {
             bail!(
-                "reduce inputs must have the same dimensions, got {} and {}",
+                "{op} inputs must have the same dimensions, got {} and {}",
                 shape_str(ops[0]),
                 shape_str(ops[i])
             );
@@ -1349,12 +1360,20 @@ fn reduce(ops: &[&Shape], inp: &InferInput<'_>) -> Result<Shape> {
         let init = array(op, ops[n + i], "init value")?;
         if init.rank() != 0 {
             bail!(
-                "reduce's init value {} must be a scalar",
+                "{op}'s init value {} must be a scalar",
                 shape_str(ops[n + i])
             );
         }
         init_types.push(init.ty);
     }
+    Ok((input_types, init_types))
+}
+
+fn reduce(ops: &[&Shape], inp: &InferInput<'_>) -> Result<Shape> {
+    let op = Opcode::Reduce;
+    check_inputs_then_inits(op, ops)?;
+    let first = array(op, ops[0], "input")?;
+    let (input_types, init_types) = input_and_init_types(op, ops)?;
     let dims = dims_attr(op, inp.attrs)?;
     let mut seen = vec![false; first.rank()];
     for &d in dims {
@@ -1438,38 +1457,12 @@ fn window_shape(op: Opcode, a: &ArrayShape, s: &Shape, window: &Window) -> Resul
 
 fn reduce_window(ops: &[&Shape], inp: &InferInput<'_>) -> Result<Shape> {
     let op = Opcode::ReduceWindow;
-    if ops.len() < 2 || !ops.len().is_multiple_of(2) {
-        bail!(
-            "reduce-window expects an even number (>= 2) of operands, got {}",
-            ops.len()
-        );
-    }
-    let n = ops.len() / 2;
+    check_inputs_then_inits(op, ops)?;
     let first = array(op, ops[0], "input")?;
     let Some(window) = inp.attrs.window.as_deref() else {
         bail!("reduce-window needs window={{...}}");
     };
-    let mut input_types = Vec::new();
-    let mut init_types = Vec::new();
-    for i in 0..n {
-        let a = array(op, ops[i], "input")?;
-        if a.dims != first.dims {
-            bail!(
-                "reduce-window inputs must have the same dimensions, got {} and {}",
-                shape_str(ops[0]),
-                shape_str(ops[i])
-            );
-        }
-        input_types.push(a.ty);
-        let init = array(op, ops[n + i], "init value")?;
-        if init.rank() != 0 {
-            bail!(
-                "reduce-window's init value {} must be a scalar",
-                shape_str(ops[n + i])
-            );
-        }
-        init_types.push(init.ty);
-    }
+    let (input_types, init_types) = input_and_init_types(op, ops)?;
     let reducer = called(op, inp, 0, "to_apply")?;
     verify_reducer(op, &reducer, &init_types, &input_types)?;
     let dims = window_shape(op, first, ops[0], window)?;

@@ -75,21 +75,24 @@ pub(super) fn dot_core(
 ) -> Result<Shape> {
     let a = array(op, l, "lhs")?;
     let b = array(op, r, "rhs")?;
-    if dn.lhs_contracting_dimensions.len() != dn.rhs_contracting_dimensions.len() {
-        bail!(
-            "{} must have as many lhs contracting dimensions ({}) as rhs contracting dimensions ({})",
-            op,
-            dn.lhs_contracting_dimensions.len(),
-            dn.rhs_contracting_dimensions.len()
-        );
-    }
-    if dn.lhs_batch_dimensions.len() != dn.rhs_batch_dimensions.len() {
-        bail!(
-            "{} must have as many lhs batch dimensions ({}) as rhs batch dimensions ({})",
-            op,
-            dn.lhs_batch_dimensions.len(),
-            dn.rhs_batch_dimensions.len()
-        );
+    let contracting = (
+        "contracting",
+        &dn.lhs_contracting_dimensions[..],
+        &dn.rhs_contracting_dimensions[..],
+    );
+    let batch = (
+        "batch",
+        &dn.lhs_batch_dimensions[..],
+        &dn.rhs_batch_dimensions[..],
+    );
+    for (kind, x, y) in [contracting, batch] {
+        if x.len() != y.len() {
+            bail!(
+                "{op} must have as many lhs {kind} dimensions ({}) as rhs {kind} dimensions ({})",
+                x.len(),
+                y.len()
+            );
+        }
     }
     check_dot_dims(
         "lhs",
@@ -105,34 +108,19 @@ pub(super) fn dot_core(
         &dn.rhs_batch_dimensions,
         &dn.rhs_contracting_dimensions,
     )?;
-    for (&x, &y) in dn
-        .lhs_contracting_dimensions
-        .iter()
-        .zip(&dn.rhs_contracting_dimensions)
-    {
-        if !dims_match(a.dims[x as usize], b.dims[y as usize]) {
-            bail!(
-                "contracting dimension sizes differ: lhs dimension {} of {} is {}, rhs dimension {} of {} is {}",
-                x,
-                shape_str(l),
-                a.dims[x as usize],
-                y,
-                shape_str(r),
-                b.dims[y as usize]
-            );
-        }
-    }
-    for (&x, &y) in dn.lhs_batch_dimensions.iter().zip(&dn.rhs_batch_dimensions) {
-        if !dims_match(a.dims[x as usize], b.dims[y as usize]) {
-            bail!(
-                "batch dimension sizes differ: lhs dimension {} of {} is {}, rhs dimension {} of {} is {}",
-                x,
-                shape_str(l),
-                a.dims[x as usize],
-                y,
-                shape_str(r),
-                b.dims[y as usize]
-            );
+    for (kind, xs, ys) in [contracting, batch] {
+        for (&x, &y) in xs.iter().zip(ys) {
+            if !dims_match(a.dims[x as usize], b.dims[y as usize]) {
+                bail!(
+                    "{kind} dimension sizes differ: lhs dimension {} of {} is {}, rhs dimension {} of {} is {}",
+                    x,
+                    shape_str(l),
+                    a.dims[x as usize],
+                    y,
+                    shape_str(r),
+                    b.dims[y as usize]
+                );
+            }
         }
     }
     let mut dims: Vec<i64> = dn
@@ -444,6 +432,39 @@ pub(super) fn unique_in(v: &[i64], bound: usize, what: &str, op: Opcode) -> Resu
     Ok(())
 }
 
+/// The batch dimensions of gather's or scatter's indices: all but `index_vector_dim` (when it
+/// is a real dimension). Checks that `index_vector_dim` is in range for the indices (named
+/// `what`, of shape `shape`, the array `ix`) and that the index map (`start_index_map`,
+/// `scatter_dims_to_operand_dims`) has one entry per element of the index vector.
+fn index_batch_dims(
+    op: Opcode,
+    ivd: i64,
+    (what, shape, ix): (&str, &Shape, &ArrayShape),
+    (map_name, map_len): (&str, usize),
+) -> Result<Vec<i64>> {
+    if ivd < 0 || ivd as usize > ix.rank() {
+        bail!(
+            "{op}'s index_vector_dim {} is out of range for {what} {}",
+            ivd,
+            shape_str(shape)
+        );
+    }
+    let mut idx_dims: Vec<i64> = ix.dims.to_vec();
+    let index_vector_size = if (ivd as usize) < ix.rank() {
+        idx_dims.remove(ivd as usize)
+    } else {
+        1
+    };
+    if map_len as i64 != index_vector_size {
+        bail!(
+            "{op}'s {map_name} has {} entries but the index vector has size {}",
+            map_len,
+            index_vector_size
+        );
+    }
+    Ok(idx_dims)
+}
+
 pub(super) fn gather(operand: &Shape, indices: &Shape, attrs: &Attrs) -> Result<Shape> {
     let op = Opcode::Gather;
     let a = array(op, operand, "operand")?;
@@ -460,27 +481,12 @@ pub(super) fn gather(operand: &Shape, indices: &Shape, attrs: &Attrs) -> Result<
         bail!("gather needs slice_sizes={{...}}");
     };
     let ivd = dn.index_vector_dim;
-    if ivd < 0 || ivd as usize > ix.rank() {
-        bail!(
-            "gather's index_vector_dim {} is out of range for start indices {}",
-            ivd,
-            shape_str(indices)
-        );
-    }
-    // Batch dims of the indices: all but index_vector_dim (when it is a real dimension).
-    let mut idx_dims: Vec<i64> = ix.dims.to_vec();
-    let index_vector_size = if (ivd as usize) < ix.rank() {
-        idx_dims.remove(ivd as usize)
-    } else {
-        1
-    };
-    if dn.start_index_map.len() as i64 != index_vector_size {
-        bail!(
-            "gather's start_index_map has {} entries but the index vector has size {}",
-            dn.start_index_map.len(),
-            index_vector_size
-        );
-    }
+    let idx_dims = index_batch_dims(
+        op,
+        ivd,
+        ("start indices", indices, ix),
+        ("start_index_map", dn.start_index_map.len()),
+    )?;
     let orank = a.rank();
     let out_rank = dn.offset_dims.len() + idx_dims.len();
     sorted_unique_in(&dn.offset_dims, out_rank, "offset_dims", op)?;
@@ -591,27 +597,15 @@ pub(super) fn scatter(ops: &[&Shape], inp: &InferInput<'_>) -> Result<Shape> {
             shape_str(ops[n])
         );
     }
-    let ivd = dn.index_vector_dim;
-    if ivd < 0 || ivd as usize > ix.rank() {
-        bail!(
-            "scatter's index_vector_dim {} is out of range for indices {}",
-            ivd,
-            shape_str(ops[n])
-        );
-    }
-    let mut idx_dims: Vec<i64> = ix.dims.to_vec();
-    let ivs = if (ivd as usize) < ix.rank() {
-        idx_dims.remove(ivd as usize)
-    } else {
-        1
-    };
-    if dn.scatter_dims_to_operand_dims.len() as i64 != ivs {
-        bail!(
-            "scatter's scatter_dims_to_operand_dims has {} entries but the index vector has size {}",
+    let idx_dims = index_batch_dims(
+        op,
+        dn.index_vector_dim,
+        ("indices", ops[n], ix),
+        (
+            "scatter_dims_to_operand_dims",
             dn.scatter_dims_to_operand_dims.len(),
-            ivs
-        );
-    }
+        ),
+    )?;
     let orank = first.rank();
     sorted_unique_in(&dn.inserted_window_dims, orank, "inserted_window_dims", op)?;
     sorted_unique_in(&dn.input_batching_dims, orank, "input_batching_dims", op)?;

@@ -22,6 +22,7 @@ use tessera_hlo::{
     Builder, CompId, ElementType, InstrId, Instruction, Literal, Module, Opcode, Shape, Sharding,
     ShardingKind,
 };
+use tessera_pass::passes::FlattenCallGraph;
 use tessera_pass::{Pass, PassError, Result};
 
 use super::plan::{self, Step};
@@ -247,6 +248,11 @@ pub fn partition(
         )));
     }
     let replicas = replicas.max(1);
+    // Each call site of a while body or condition, conditional branch or call body is
+    // partitioned with its own operand and result shardings, as XLA partitions call sites
+    // whose shardings differ: a computation with several call sites gets a copy per site
+    // (`<name>.clone`, shardings kept). A module already flat is left as it is.
+    FlattenCallGraph::default().run(module)?;
     creator.set_device_counts(n, replicas);
     let entry = module
         .entry()
@@ -422,9 +428,11 @@ impl Engine<'_> {
         params: &[Tree],
         root: &Tree,
     ) -> Result<()> {
+        // `partition` flattened the call graph first: a second walk would partition a
+        // computation already holding local shapes.
         if !self.done.insert(comp) {
             return Err(fail(format!(
-                "computation {} is called from more than one place; run flatten-call-graph first",
+                "computation {} is reached twice after flatten-call-graph (a partitioner bug)",
                 b.module().comp(comp).name()
             )));
         }

@@ -6,7 +6,8 @@
 //! ```text
 //! verify -> [shardy-import] -> [flatten-call-graph] -> [auto-sharding] -> sharding-propagation
 //!        -> [variable-dedup]
-//!        -> spmd-partitioning -> schedule -> [rematerialization] -> verify
+//!        -> spmd-partitioning -> [all-reduce-reassociate] -> schedule -> [rematerialization]
+//!        -> verify
 //! ```
 //!
 //! [`compile`] runs it; [`verify_on_devices`] runs the original and the result on PJRT devices
@@ -907,6 +908,23 @@ pub fn compile_with_progress(
     })?;
     if each {
         run.verify(&module, "spmd-partitioning", false)?;
+    }
+    // A sum of partial sums (two dots contracting a split dimension, then added: what jax's
+    // explicit mode keeps `unreduced`) is all-reduced once, as XLA's AllReduceReassociate
+    // does after its partitioner. Shown as a stage only when it merged something.
+    let t0 = Instant::now();
+    let mut reassociate = tessera_pass::passes::AllReduceReassociate::default();
+    if tessera_pass::Pass::run(&mut reassociate, &mut module)
+        .map_err(|e| pass_error("all-reduce-reassociate", e))?
+    {
+        run.stages.push(StageTime {
+            name: "all-reduce-reassociate".into(),
+            time: t0.elapsed(),
+            changed: true,
+        });
+        if each {
+            run.verify(&module, "all-reduce-reassociate", false)?;
+        }
     }
     declare_root_sharding(&mut module, &sharded);
     let spmd_report = std::mem::take(&mut spmd.report);

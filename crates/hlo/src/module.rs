@@ -1275,6 +1275,29 @@ impl Module {
 
     // ----- whole-computation helpers -----
 
+    /// The element-wise opcode of a scalar combiner `(a, b) -> op(a, b)` (either operand
+    /// order), for add, multiply, maximum, minimum, or and and: what a reduce, all-reduce or
+    /// scatter computes when its `to_apply` is one of these. `None` for any other computation.
+    pub fn combiner_opcode(&self, comp: CompId) -> Option<Opcode> {
+        let c = self.comp(comp);
+        let root = self.instr(c.root()?);
+        let (p0, p1) = (c.parameter(0)?, c.parameter(1)?);
+        let ops = root.operands();
+        let plain = c.num_parameters() == 2
+            && ops.len() == 2
+            && ((ops[0] == p0 && ops[1] == p1) || (ops[0] == p1 && ops[1] == p0));
+        let combines = matches!(
+            root.opcode(),
+            Opcode::Add
+                | Opcode::Multiply
+                | Opcode::Maximum
+                | Opcode::Minimum
+                | Opcode::Or
+                | Opcode::And
+        );
+        (plain && combines).then(|| root.opcode())
+    }
+
     /// The signature of computation `c` as its instructions give it: parameter shapes by
     /// number (an empty tuple for a number not added) and the root's shape (an empty tuple
     /// when there is no root yet).

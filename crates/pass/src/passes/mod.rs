@@ -1,5 +1,6 @@
 //! Generic passes that later passes rely on.
 
+pub mod all_reduce_reassociate;
 pub mod dce;
 pub mod flatten_call_graph;
 pub mod inline;
@@ -9,6 +10,7 @@ pub mod tuple_simplify;
 #[cfg(test)]
 pub(crate) mod testutil;
 
+pub use all_reduce_reassociate::AllReduceReassociate;
 pub use dce::{Dce, DceOptions};
 pub use flatten_call_graph::FlattenCallGraph;
 pub use inline::{CallInliner, InlineOptions};
@@ -20,6 +22,7 @@ use crate::Registry;
 /// Registers the generic passes.
 pub fn register(r: &mut Registry) {
     r.add::<Dce>()
+        .add::<AllReduceReassociate>()
         .add::<CallInliner>()
         .add::<FlattenCallGraph>()
         .add::<TupleSimplifier>()

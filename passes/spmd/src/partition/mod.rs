@@ -260,10 +260,6 @@ impl DefaultCollectives {
     }
 }
 
-fn built<T>(r: std::result::Result<T, tessera_hlo::BuildError>) -> Result<T> {
-    r.map_err(|e| PassError::Failed(e.to_string()))
-}
-
 impl CollectiveOps for DefaultCollectives {
     fn set_device_counts(&mut self, num_partitions: i64, num_replicas: i64) {
         self.num_partitions = num_partitions;
@@ -271,7 +267,7 @@ impl CollectiveOps for DefaultCollectives {
     }
 
     fn partition_id(&mut self, b: &mut Builder) -> Result<InstrId> {
-        built(b.partition_id())
+        Ok(b.partition_id()?)
     }
 
     fn all_reduce(
@@ -289,7 +285,7 @@ impl CollectiveOps for DefaultCollectives {
             use_global_device_ids: true,
             ..Default::default()
         };
-        built(b.op(Opcode::AllReduce, &[x], a, &[reducer], None))
+        Ok(b.op(Opcode::AllReduce, &[x], a, &[reducer], None)?)
     }
 
     fn all_gather(
@@ -299,11 +295,11 @@ impl CollectiveOps for DefaultCollectives {
         dimension: i64,
         groups: &[Vec<i64>],
     ) -> Result<InstrId> {
-        built(b.all_gather(
+        Ok(b.all_gather(
             x,
             dimension,
             tessera_hlo::attrs::ReplicaGroups::explicit(self.global(groups)),
-        ))
+        )?)
     }
 
     fn all_to_all(
@@ -313,11 +309,11 @@ impl CollectiveOps for DefaultCollectives {
         dimension: i64,
         groups: &[Vec<i64>],
     ) -> Result<InstrId> {
-        built(b.all_to_all(
+        Ok(b.all_to_all(
             x,
             dimension,
             tessera_hlo::attrs::ReplicaGroups::explicit(groups.to_vec()),
-        ))
+        )?)
     }
 
     fn collective_permute(
@@ -326,7 +322,7 @@ impl CollectiveOps for DefaultCollectives {
         x: InstrId,
         pairs: &[(i64, i64)],
     ) -> Result<InstrId> {
-        built(b.collective_permute(x, pairs))
+        Ok(b.collective_permute(x, pairs)?)
     }
 
     fn reduce_scatter(
@@ -337,12 +333,12 @@ impl CollectiveOps for DefaultCollectives {
         op: Opcode,
         groups: &[Vec<i64>],
     ) -> Result<InstrId> {
-        built(b.reduce_scatter(
+        Ok(b.reduce_scatter(
             x,
             dimension,
             op,
             tessera_hlo::attrs::ReplicaGroups::explicit(self.global(groups)),
-        ))
+        )?)
     }
 }
 

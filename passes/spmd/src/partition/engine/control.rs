@@ -12,7 +12,7 @@ impl Engine<'_> {
             locals.push(v.local);
             trees.push(v.tree);
         }
-        let t = built(b.tuple(&locals))?;
+        let t = b.tuple(&locals)?;
         self.name_later(b.module(), t, i.name().to_string());
         let v = Value {
             local: t,
@@ -46,7 +46,7 @@ impl Engine<'_> {
         } else {
             own
         };
-        let g = built(b.get_tuple_element(v.local, k as i64))?;
+        let g = b.get_tuple_element(v.local, k as i64)?;
         self.name_later(b.module(), g, i.name().to_string());
         let ev = Value {
             local: g,

@@ -789,7 +789,7 @@ impl Engine<'_> {
         let (mut x, whole) = self.conv_operand(b, c, Side::Lhs, lhs, &target)?;
         let r_t = w.project(&c.dims.operand_from_out(Side::Rhs, c.rhs.len()));
         let r = self.operand_of(b, rhs, &r_t)?;
-        let zero = built(b.scalar(b.module().instr(x).shape.element_type(), 0.0))?;
+        let zero = b.scalar(b.module().instr(x).shape.element_type(), 0.0)?;
         let mut local_win = i.attrs.window.as_deref().cloned().unwrap_or_default();
         for (k, s) in c.dims.spatial.iter().enumerate() {
             let d = s.lhs.expect("spatial");
@@ -840,8 +840,8 @@ impl Engine<'_> {
         let mut k_local = self.operand_of(b, rhs, r)?;
         let lty = b.module().instr(x).shape.element_type();
         let rty = b.module().instr(k_local).shape.element_type();
-        let lzero = built(b.scalar(lty, 0.0))?;
-        let rzero = built(b.scalar(rty, 0.0))?;
+        let lzero = b.scalar(lty, 0.0)?;
+        let rzero = b.scalar(rty, 0.0)?;
         // Kernel padding of an uneven split and padding of split contracting dimensions
         // multiply nothing.
         let summed = c.summed(r, Side::Rhs);
@@ -891,8 +891,8 @@ impl Engine<'_> {
         let (mut k_local, whole) = self.conv_operand(b, c, Side::Rhs, rhs, &target)?;
         let lty = b.module().instr(x).shape.element_type();
         let rty = b.module().instr(k_local).shape.element_type();
-        let lzero = built(b.scalar(lty, 0.0))?;
-        let rzero = built(b.scalar(rty, 0.0))?;
+        let lzero = b.scalar(lty, 0.0)?;
+        let rzero = b.scalar(rty, 0.0)?;
         // The padded ends of uneven input pieces (spatial and contracting) multiply nothing.
         let summed = c.summed(l, Side::Lhs);
         x = self.mask_padding(b, x, &c.lhs, l, &summed, lzero)?;
@@ -940,7 +940,7 @@ impl Engine<'_> {
             high: kw.max_shift,
             interior: 0,
         };
-        let padded = built(b.pad_dim(x, zero, d, pads))?;
+        let padded = b.pad_dim(x, zero, d, pads)?;
         let mut sizes: Vec<i64> = b.module().instr(x).shape.dims().to_vec();
         let rank = sizes.len();
         sizes[d] += kw.max_shift;
@@ -957,7 +957,7 @@ impl Engine<'_> {
                 self.table(b, &[0])?
             });
         }
-        built(b.dynamic_slice(padded, &starts, &sizes))
+        Ok(b.dynamic_slice(padded, &starts, &sizes)?)
     }
 
     /// The local convolution of `i` on `(lhs, kernel, lhs tiling)` with window `win`, whose
@@ -977,7 +977,7 @@ impl Engine<'_> {
         let shape = local_shape(&i.shape, &tree);
         let d = self.local_dot_like(b, &local, x, k, lhs_tiling, shape)?;
         let groups = p.split.groups(p.summed, false);
-        let reducer = built(b.reducer(i.shape.element_type(), Opcode::Add))?;
+        let reducer = b.reducer(i.shape.element_type(), Opcode::Add)?;
         let sum = self.all_reduce(b, d, reducer, &groups)?;
         let g = groups[0].len() as i64;
         let out_bytes = b.module().instr(sum).shape.byte_size(8);

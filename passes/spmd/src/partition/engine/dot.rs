@@ -298,9 +298,9 @@ impl Engine<'_> {
             // Padding may hold anything (NaN too): zeroed on both sides of a split sum.
             let lsplit: Vec<usize> = dims.contracting.iter().filter_map(|t| t.lhs).collect();
             let rsplit: Vec<usize> = dims.contracting.iter().filter_map(|t| t.rhs).collect();
-            let z = built(b.scalar(la.ty, 0.0))?;
+            let z = b.scalar(la.ty, 0.0)?;
             l = self.mask_padding(b, l, &shapes.lhs, &c.lhs, &lsplit, z)?;
-            let z = built(b.scalar(ra.ty, 0.0))?;
+            let z = b.scalar(ra.ty, 0.0)?;
             r = self.mask_padding(b, r, &shapes.rhs, &c.rhs, &rsplit, z)?;
         }
         let partial_shape = local_shape(&i.shape, &Tree::Leaf(Spec::Tiled(c.partial.clone())));
@@ -317,7 +317,7 @@ impl Engine<'_> {
             Combine::Nothing | Combine::Windowed(_) => {}
             Combine::AllReduce => {
                 let bytes = c.partial.shard_dims(&shapes.out).iter().product::<i64>() * elem;
-                let reducer = built(b.reducer(oa.ty, op))?;
+                let reducer = b.reducer(oa.ty, op)?;
                 out = self.all_reduce(b, out, reducer, &groups)?;
                 self.report.collectives.push(CollectiveNote {
                     original: i.name().to_string(),
@@ -329,12 +329,12 @@ impl Engine<'_> {
             Combine::ReduceScatter { dim, padded } => {
                 let have = b.module().instr(out).shape.dims()[dim];
                 if padded > have {
-                    let z = built(b.scalar(oa.ty, 0.0))?;
+                    let z = b.scalar(oa.ty, 0.0)?;
                     let pads = PaddingDim {
                         high: padded - have,
                         ..PaddingDim::default()
                     };
-                    out = built(b.pad_dim(out, z, dim, pads))?;
+                    out = b.pad_dim(out, z, dim, pads)?;
                 }
                 out = self.reduce_scatter(b, out, dim as i64, op, &groups)?;
                 let bytes = c.result.shard_dims(&shapes.out).iter().product::<i64>() * elem;
@@ -425,8 +425,8 @@ impl Engine<'_> {
                     local.dims[k].base_dilation = 1;
                 }
                 let ty = b.module().instr(l).shape.element_type();
-                let zero = built(b.scalar(ty, 0.0))?;
-                l = built(b.pad(l, zero, &pads))?;
+                let zero = b.scalar(ty, 0.0)?;
+                l = b.pad(l, zero, &pads)?;
                 c.attrs.window = Some(Box::new(local));
             }
         }

@@ -122,19 +122,19 @@ impl Engine<'_> {
             .collect();
         let ty = global.element_type();
         let flag = self.table(b, &first)?;
-        let one = built(b.scalar(ElementType::S32, 1.0))?;
-        let is = built(b.compare(flag, one, ComparisonDirection::Eq))?;
+        let one = b.scalar(ElementType::S32, 1.0)?;
+        let is = b.compare(flag, one, ComparisonDirection::Eq)?;
         let local: Vec<i64> = b.module().instr(v.local).shape.dims().to_vec();
         let pred = broadcast_scalar(b, is, &local)?;
-        let zero = built(b.scalar(ty, 0.0))?;
+        let zero = b.scalar(ty, 0.0)?;
         let zeros = broadcast_scalar(b, zero, &local)?;
-        let masked = built(b.select(pred, v.local, zeros))?;
+        let masked = b.select(pred, v.local, zeros)?;
         let op = if ty == ElementType::Pred {
             Opcode::Or
         } else {
             Opcode::Add
         };
-        let reducer = built(b.reducer(ty, op))?;
+        let reducer = b.reducer(ty, op)?;
         let groups = t.groups(dims, false);
         let out = self.all_reduce(b, masked, reducer, &groups)?;
         let bytes = 2 * b.module().instr(out).shape.byte_size(8) * (group - 1) / group;
@@ -195,7 +195,7 @@ impl Engine<'_> {
         let shard = t.shard_dims(&dims);
         let starts = t.starts(&dims);
         // Pad the update by a shard on both sides of every partly updated dimension.
-        let zero = built(b.scalar(ty, 0.0))?;
+        let zero = b.scalar(ty, 0.0)?;
         let mut pads = vec![PaddingDim::default(); rank];
         for &d in &partial {
             pads[d] = PaddingDim {
@@ -204,7 +204,7 @@ impl Engine<'_> {
                 interior: 0,
             };
         }
-        u = built(b.pad(u, zero, &pads))?;
+        u = b.pad(u, zero, &pads)?;
         let mut ds_starts = Vec::with_capacity(rank);
         let mut mask: Option<InstrId> = None;
         let mut clamped = Vec::new();
@@ -217,32 +217,32 @@ impl Engine<'_> {
             let c = self.clamped_start(b, id, d + 2, dims[d] - upd[d])?;
             let s: Vec<i64> = starts.iter().map(|s| s[d] + shard[d]).collect();
             let s = self.table(b, &s)?;
-            ds_starts.push(built(b.binary(Opcode::Subtract, s, c))?);
+            ds_starts.push(b.binary(Opcode::Subtract, s, c)?);
             clamped.push(Some(c));
         }
-        let piece = built(b.dynamic_slice(u, &ds_starts, &shard))?;
+        let piece = b.dynamic_slice(u, &ds_starts, &shard)?;
         for &d in &partial {
             let c = clamped[d].expect("set for partial dimensions");
             // Lands where start + position - c is in [0, upd[d]).
             let own_starts: Vec<i64> = starts.iter().map(|s| s[d]).collect();
-            let iota = built(b.iota(Shape::array(ElementType::S32, &shard), d as i64))?;
+            let iota = b.iota(Shape::array(ElementType::S32, &shard), d as i64)?;
             let base = self.table(b, &own_starts)?;
-            let rel = built(b.binary(Opcode::Subtract, base, c))?;
+            let rel = b.binary(Opcode::Subtract, base, c)?;
             let relb = broadcast_scalar(b, rel, &shard)?;
-            let g = built(b.binary(Opcode::Add, iota, relb))?;
-            let zero = built(b.scalar(ElementType::S32, 0.0))?;
-            let lim = built(b.scalar(ElementType::S32, upd[d] as f64))?;
+            let g = b.binary(Opcode::Add, iota, relb)?;
+            let zero = b.scalar(ElementType::S32, 0.0)?;
+            let lim = b.scalar(ElementType::S32, upd[d] as f64)?;
             let zb = broadcast_scalar(b, zero, &shard)?;
             let lb = broadcast_scalar(b, lim, &shard)?;
-            let ge = built(b.compare(g, zb, ComparisonDirection::Ge))?;
-            let lt = built(b.compare(g, lb, ComparisonDirection::Lt))?;
-            let m = built(b.binary(Opcode::And, ge, lt))?;
+            let ge = b.compare(g, zb, ComparisonDirection::Ge)?;
+            let lt = b.compare(g, lb, ComparisonDirection::Lt)?;
+            let m = b.binary(Opcode::And, ge, lt)?;
             mask = Some(match mask {
                 None => m,
-                Some(prev) => built(b.binary(Opcode::And, prev, m))?,
+                Some(prev) => b.binary(Opcode::And, prev, m)?,
             });
         }
-        let out = built(b.select(mask.expect("a partial dimension"), piece, x))?;
+        let out = b.select(mask.expect("a partial dimension"), piece, x)?;
         self.name_result(b, out, i.name());
         self.set(id, out, own);
         Ok(())
@@ -259,13 +259,13 @@ impl Engine<'_> {
     ) -> Result<InstrId> {
         let s = self.scalar_operand(b, id, k)?;
         let ty = b.module().instr(s).shape.element_type();
-        let lo = built(b.scalar(ty, 0.0))?;
-        let hi = built(b.scalar(ty, max as f64))?;
-        let c = built(b.op(Opcode::Clamp, &[lo, s, hi], Default::default(), &[], None))?;
+        let lo = b.scalar(ty, 0.0)?;
+        let hi = b.scalar(ty, max as f64)?;
+        let c = b.op(Opcode::Clamp, &[lo, s, hi], Default::default(), &[], None)?;
         if ty == ElementType::S32 {
             Ok(c)
         } else {
-            built(b.convert(c, ElementType::S32))
+            Ok(b.convert(c, ElementType::S32)?)
         }
     }
 }

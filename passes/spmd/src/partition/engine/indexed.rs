@@ -407,16 +407,16 @@ impl Engine<'_> {
             let batch: Vec<i64> = (0..g.indices.len())
                 .filter_map(|d| g.output_dim_of_indices_dim(d).map(|o| o as i64))
                 .collect();
-            let mask = built(b.broadcast(ok, &local_dims, &batch))?;
-            let zero = built(b.scalar(out_ty, 0.0))?;
+            let mask = b.broadcast(ok, &local_dims, &batch)?;
+            let zero = b.scalar(out_ty, 0.0)?;
             let zeros = broadcast_scalar(b, zero, &local_dims)?;
-            let masked = built(b.select(mask, out, zeros))?;
+            let masked = b.select(mask, out, zeros)?;
             let op = if out_ty == ElementType::Pred {
                 Opcode::Or
             } else {
                 Opcode::Add
             };
-            let reducer = built(b.reducer(out_ty, op))?;
+            let reducer = b.reducer(out_ty, op)?;
             let groups = l.operand.groups(&l.trivial, false);
             let gsize = groups[0].len() as i64;
             let bytes: i64 = local_dims.iter().product::<i64>() * out_ty.byte_size() as i64;
@@ -472,18 +472,18 @@ impl Engine<'_> {
             let lit =
                 Literal::from_bytes(Shape::array(ElementType::S32, &[per.len() as i64]), bytes)
                     .expect("one s32 per entry");
-            let c = built(b.constant(lit))?;
+            let c = b.constant(lit)?;
             let c = if ty == ElementType::S32 {
                 c
             } else {
-                built(b.convert(c, ty))?
+                b.convert(c, ty)?
             };
             let _ = this;
             if implicit {
-                let r = built(b.reshape(c, &[]))?;
+                let r = b.reshape(c, &[])?;
                 broadcast_scalar(b, r, &dims)
             } else {
-                built(b.broadcast(c, &dims, &[g.index_vector_dim as i64]))
+                Ok(b.broadcast(c, &dims, &[g.index_vector_dim as i64])?)
             }
         };
         let mut idx = x;
@@ -494,15 +494,15 @@ impl Engine<'_> {
                 .map(|&o| g.operand[o] - g.slice_sizes[o])
                 .collect();
             let hi = vec_of(b, self, &hi)?;
-            let zero = built(b.scalar(ty, 0.0))?;
+            let zero = b.scalar(ty, 0.0)?;
             let zeros = broadcast_scalar(b, zero, &dims)?;
-            idx = built(b.op(
+            idx = b.op(
                 Opcode::Clamp,
                 &[zeros, idx, hi],
                 Default::default(),
                 &[],
                 None,
-            ))?;
+            )?;
         }
         // The device's offsets: a [devices, components] table sliced at the partition id.
         let n = starts.len() as i64;
@@ -512,28 +512,28 @@ impl Engine<'_> {
             .collect();
         let lit = Literal::from_bytes(Shape::array(ElementType::S32, &[n, comps as i64]), bytes)
             .expect("one s32 per device and component");
-        let table = built(b.constant(lit))?;
+        let table = b.constant(lit)?;
         let pid = self.partition_id(b)?;
         let pid = if b.module().instr(pid).shape.element_type() == ElementType::S32 {
             pid
         } else {
-            built(b.convert(pid, ElementType::S32))?
+            b.convert(pid, ElementType::S32)?
         };
-        let zero_i = built(b.scalar(ElementType::S32, 0.0))?;
-        let row = built(b.dynamic_slice(table, &[pid, zero_i], &[1, comps as i64]))?;
-        let row = built(b.reshape(row, &[comps as i64]))?;
+        let zero_i = b.scalar(ElementType::S32, 0.0)?;
+        let row = b.dynamic_slice(table, &[pid, zero_i], &[1, comps as i64])?;
+        let row = b.reshape(row, &[comps as i64])?;
         let row = if ty == ElementType::S32 {
             row
         } else {
-            built(b.convert(row, ty))?
+            b.convert(row, ty)?
         };
         let off = if implicit {
-            let r = built(b.reshape(row, &[]))?;
+            let r = b.reshape(row, &[])?;
             broadcast_scalar(b, r, &dims)?
         } else {
-            built(b.broadcast(row, &dims, &[g.index_vector_dim as i64]))?
+            b.broadcast(row, &dims, &[g.index_vector_dim as i64])?
         };
-        let moved = built(b.binary(Opcode::Subtract, idx, off))?;
+        let moved = b.binary(Opcode::Subtract, idx, off)?;
         if !clamp {
             return Ok((moved, None));
         }
@@ -551,17 +551,17 @@ impl Engine<'_> {
             })
             .collect();
         let upper = vec_of(b, self, &upper)?;
-        let zero = built(b.scalar(ty, 0.0))?;
+        let zero = b.scalar(ty, 0.0)?;
         let zeros = broadcast_scalar(b, zero, &dims)?;
-        let ge = built(b.compare(moved, zeros, ComparisonDirection::Ge))?;
-        let lt = built(b.compare(moved, upper, ComparisonDirection::Lt))?;
-        let ok = built(b.binary(Opcode::And, ge, lt))?;
+        let ge = b.compare(moved, zeros, ComparisonDirection::Ge)?;
+        let lt = b.compare(moved, upper, ComparisonDirection::Lt)?;
+        let ok = b.binary(Opcode::And, ge, lt)?;
         let ok = if implicit {
             ok
         } else {
-            let t = built(b.scalar(ElementType::Pred, 1.0))?;
-            let and = built(b.reducer(ElementType::Pred, Opcode::And))?;
-            built(b.reduce(ok, t, &[g.index_vector_dim as i64], and))?
+            let t = b.scalar(ElementType::Pred, 1.0)?;
+            let and = b.reducer(ElementType::Pred, Opcode::And)?;
+            b.reduce(ok, t, &[g.index_vector_dim as i64], and)?
         };
         Ok((moved, Some(ok)))
     }
@@ -721,7 +721,7 @@ impl Engine<'_> {
         tilings: &[Tiling],
     ) -> Option<IndexPassthrough> {
         let ty = i.shape.element_type();
-        let op = combiner_op(b.module(), i.to_apply()?)?;
+        let op = b.module().combiner_opcode(i.to_apply()?)?;
         combiner_identity(ty, op)?;
         let to_idx = Self::output_to_indices(g);
         let upd = &tilings[2];
@@ -786,7 +786,7 @@ impl Engine<'_> {
         } else {
             -1.0
         };
-        let oob = built(b.scalar(idx_ty, oob))?;
+        let oob = b.scalar(idx_ty, oob)?;
         idx = self.mask_padding(b, idx, &g.indices, &p.indices, &idx_split, oob)?;
         let upd = self.operand(b, id, 2, &Tree::Leaf(Spec::Tiled(p.updates.clone())))?;
         // One device per reduction group keeps the operand: the one holding the first tile
@@ -798,13 +798,13 @@ impl Engine<'_> {
             .map(|t| i64::from(p.split.iter().all(|&d| t[d] == 0)))
             .collect();
         let keep = self.table(b, &keeps)?;
-        let one = built(b.scalar(ElementType::S32, 1.0))?;
-        let is = built(b.compare(keep, one, ComparisonDirection::Eq))?;
+        let one = b.scalar(ElementType::S32, 1.0)?;
+        let is = b.compare(keep, one, ComparisonDirection::Eq)?;
         let pred = broadcast_scalar(b, is, &g.operand)?;
         let identity = combiner_identity(ty, p.op).expect("checked by the plan");
-        let fill = built(b.scalar(ty, identity))?;
+        let fill = b.scalar(ty, identity)?;
         let fills = broadcast_scalar(b, fill, &g.operand)?;
-        let masked = built(b.select(pred, x, fills))?;
+        let masked = b.select(pred, x, fills)?;
         let local = self.clone_with(b, &i, &[masked, idx, upd], i.shape.clone())?;
         let groups = p.updates.groups(&p.split, false);
         let gsize = groups[0].len() as i64;
@@ -833,30 +833,6 @@ impl Engine<'_> {
 /// The global dimensions of operand `k` of `i`.
 fn operand_dims(b: &Builder, i: &Instruction, k: usize) -> Vec<i64> {
     b.module().instr(i.operands()[k]).shape.dims().to_vec()
-}
-
-/// The element-wise op of a scalar combiner `(a, b) -> op(a, b)` (either operand order).
-fn combiner_op(m: &Module, comp: CompId) -> Option<Opcode> {
-    let c = m.comp(comp);
-    let root = m.instr(c.root()?);
-    let (p0, p1) = (c.parameter(0)?, c.parameter(1)?);
-    let ops = root.operands();
-    let plain = ops.len() == 2
-        && ((ops[0] == p0 && ops[1] == p1) || (ops[0] == p1 && ops[1] == p0))
-        && c.num_parameters() == 2;
-    match root.opcode() {
-        Opcode::Add
-        | Opcode::Multiply
-        | Opcode::Maximum
-        | Opcode::Minimum
-        | Opcode::Or
-        | Opcode::And
-            if plain =>
-        {
-            Some(root.opcode())
-        }
-        _ => None,
-    }
 }
 
 /// The identity of `op` on `ty` (`None` where it has none this code can write exactly).
@@ -910,11 +886,11 @@ fn fence_dynamic_slice(b: &mut Builder, x: InstrId) -> Result<InstrId> {
 
 /// `opt-barrier(x)`: see [`fence_dynamic_slice`].
 fn fence(b: &mut Builder, x: InstrId) -> Result<InstrId> {
-    built(b.op(
+    Ok(b.op(
         Opcode::OptimizationBarrier,
         &[x],
         Default::default(),
         &[],
         None,
-    ))
+    )?)
 }

@@ -68,10 +68,6 @@ fn fail(msg: impl Into<String>) -> PassError {
     PassError::Failed(msg.into())
 }
 
-fn built<T>(r: std::result::Result<T, tessera_hlo::BuildError>) -> Result<T> {
-    r.map_err(|e| fail(e.to_string()))
-}
-
 /// The tree of `sharding` for `shape` (`None`: replicated); a non-tuple sharding on a tuple
 /// applies to every leaf.
 fn tree_for(
@@ -737,14 +733,14 @@ impl Engine<'_> {
             {
                 let mut parts = Vec::with_capacity(dst.len());
                 for k in 0..dst.len() {
-                    let g = built(b.get_tuple_element(v.local, k as i64))?;
+                    let g = b.get_tuple_element(v.local, k as i64)?;
                     let ev = Value {
                         local: g,
                         tree: src[k].clone(),
                     };
                     parts.push(self.reshard(b, &ev, &shapes[k], &dst[k])?);
                 }
-                built(b.tuple(&parts))?
+                b.tuple(&parts)?
             }
             (Tree::Leaf(s), Tree::Leaf(t), Shape::Array(a)) => {
                 self.reshard_array(b, v.local, s, t, &a.dims, a.ty)?
@@ -866,7 +862,7 @@ impl Engine<'_> {
             return Ok(t);
         }
         let s = if uniform {
-            built(b.scalar(ElementType::S32, values[0] as f64))?
+            b.scalar(ElementType::S32, values[0] as f64)?
         } else {
             let bytes: Vec<u8> = values
                 .iter()
@@ -877,10 +873,10 @@ impl Engine<'_> {
                 bytes,
             )
             .expect("one s32 per device");
-            let c = built(b.constant(lit))?;
+            let c = b.constant(lit)?;
             let pid = self.partition_id(b)?;
-            let one = built(b.dynamic_slice(c, &[pid], &[1]))?;
-            built(b.reshape(one, &[]))?
+            let one = b.dynamic_slice(c, &[pid], &[1])?;
+            b.reshape(one, &[])?
         };
         self.tables.insert(key, s);
         Ok(s)
@@ -904,7 +900,7 @@ impl Engine<'_> {
             } => {
                 let mut x = x;
                 if pad_high.iter().any(|&p| p > 0) {
-                    let zero = built(b.scalar(ty, 0.0))?;
+                    let zero = b.scalar(ty, 0.0)?;
                     let pads: Vec<PaddingDim> = pad_high
                         .iter()
                         .map(|&h| PaddingDim {
@@ -913,7 +909,7 @@ impl Engine<'_> {
                             interior: 0,
                         })
                         .collect();
-                    x = built(b.pad(x, zero, &pads))?;
+                    x = b.pad(x, zero, &pads)?;
                 }
                 let local: Vec<i64> = b.module().instr(x).shape.dims().to_vec();
                 let same = (0..rank).all(|i| offsets.iter().all(|o| o[i] == offsets[0][i]));
@@ -922,14 +918,14 @@ impl Engine<'_> {
                         return Ok(x);
                     }
                     let limits: Vec<i64> = (0..rank).map(|i| offsets[0][i] + sizes[i]).collect();
-                    return built(b.slice(x, &offsets[0], &limits, &vec![1; rank]));
+                    return Ok(b.slice(x, &offsets[0], &limits, &vec![1; rank])?);
                 }
                 let mut starts = Vec::with_capacity(rank);
                 for i in 0..rank {
                     let per: Vec<i64> = offsets.iter().map(|o| o[i]).collect();
                     starts.push(self.table(b, &per)?);
                 }
-                built(b.dynamic_slice(x, &starts, sizes))
+                Ok(b.dynamic_slice(x, &starts, sizes)?)
             }
             Step::AllGather {
                 dims: along,
@@ -945,11 +941,11 @@ impl Engine<'_> {
                     // dimension, then move each gathered tile axis next to its dimension.
                     let mut lead = vec![1];
                     lead.extend_from_slice(&local);
-                    let r = built(b.reshape(x, &lead))?;
+                    let r = b.reshape(x, &lead)?;
                     let g = self.all_gather(b, r, 0, groups)?;
                     let mut split: Vec<i64> = tiles.clone();
                     split.extend_from_slice(&local);
-                    let g = built(b.reshape(g, &split))?;
+                    let g = b.reshape(g, &split)?;
                     let k = along.len();
                     let mut perm = Vec::new();
                     let mut merged = Vec::new();
@@ -962,8 +958,8 @@ impl Engine<'_> {
                         }
                         perm.push((k + d) as i64);
                     }
-                    let t = built(b.transpose(g, &perm))?;
-                    built(b.reshape(t, &merged))?
+                    let t = b.transpose(g, &perm)?;
+                    b.reshape(t, &merged)?
                 };
                 self.trim(b, gathered, dims, along)
             }
@@ -976,19 +972,19 @@ impl Engine<'_> {
             Step::Permute { pairs, .. } => self.collective_permute(b, x, pairs),
             Step::FromMaximal { device, .. } => {
                 let pid = self.partition_id(b)?;
-                let d = built(b.scalar(ElementType::U32, *device as f64))?;
-                let is = built(b.compare(pid, d, ComparisonDirection::Eq))?;
+                let d = b.scalar(ElementType::U32, *device as f64)?;
+                let is = b.compare(pid, d, ComparisonDirection::Eq)?;
                 let shape = b.module().instr(x).shape.clone();
                 let pred = broadcast_scalar(b, is, shape.dims())?;
-                let zero = built(b.scalar(ty, 0.0))?;
+                let zero = b.scalar(ty, 0.0)?;
                 let zeros = broadcast_scalar(b, zero, shape.dims())?;
-                let masked = built(b.select(pred, x, zeros))?;
+                let masked = b.select(pred, x, zeros)?;
                 let op = if ty == ElementType::Pred {
                     Opcode::Or
                 } else {
                     Opcode::Add
                 };
-                let reducer = built(b.reducer(ty, op))?;
+                let reducer = b.reducer(ty, op)?;
                 // The device is a real one, also inside a partially manual region: its value
                 // goes to every device, so every manual subgroup holds it whole.
                 // The one collective built with real ids, past the door on purpose.
@@ -1016,7 +1012,7 @@ impl Engine<'_> {
             return Ok(x);
         }
         let rank = dims.len();
-        built(b.slice(x, &vec![0; rank], &limits, &vec![1; rank]))
+        Ok(b.slice(x, &vec![0; rank], &limits, &vec![1; rank])?)
     }
 
     /// `x` (the local piece of an array of `dims` tiled by `t`) with the padding of the
@@ -1047,16 +1043,16 @@ impl Engine<'_> {
                 .map(|s| (dims[d] - s[d]).clamp(0, shard[d]))
                 .collect();
             let v = self.table(b, &valid)?;
-            let iota = built(b.iota(Shape::array(ElementType::S32, &shard), d as i64))?;
+            let iota = b.iota(Shape::array(ElementType::S32, &shard), d as i64)?;
             let vb = broadcast_scalar(b, v, &shard)?;
-            let m = built(b.compare(iota, vb, ComparisonDirection::Lt))?;
+            let m = b.compare(iota, vb, ComparisonDirection::Lt)?;
             mask = Some(match mask {
                 None => m,
-                Some(prev) => built(b.binary(Opcode::And, prev, m))?,
+                Some(prev) => b.binary(Opcode::And, prev, m)?,
             });
         }
         let fills = broadcast_scalar(b, fill, &shard)?;
-        built(b.select(mask.expect("a padded dimension"), x, fills))
+        Ok(b.select(mask.expect("a padded dimension"), x, fills)?)
     }
 
     // ----- handlers -----
@@ -1156,9 +1152,9 @@ fn clone_of(
     if let Some(bc) = i.backend_config.as_ref() {
         c.backend_config = Some(bc.clone());
     }
-    built(b.add(c))
+    Ok(b.add(c)?)
 }
 
 fn broadcast_scalar(b: &mut Builder, x: InstrId, dims: &[i64]) -> Result<InstrId> {
-    built(b.broadcast(x, dims, &[]))
+    Ok(b.broadcast(x, dims, &[])?)
 }

@@ -39,14 +39,14 @@ impl Engine<'_> {
             }
             let ty = i.shape.element_type();
             let flag = self.table(b, &first)?;
-            let one = built(b.scalar(ElementType::S32, 1.0))?;
-            let is = built(b.compare(flag, one, ComparisonDirection::Eq))?;
+            let one = b.scalar(ElementType::S32, 1.0)?;
+            let is = b.compare(flag, one, ComparisonDirection::Eq)?;
             let dims: Vec<i64> = b.module().instr(out).shape.dims().to_vec();
             let pred = broadcast_scalar(b, is, &dims)?;
-            let zero = built(b.scalar(ty, 0.0))?;
+            let zero = b.scalar(ty, 0.0)?;
             let zeros = broadcast_scalar(b, zero, &dims)?;
-            let masked = built(b.select(pred, out, zeros))?;
-            let reducer = built(b.reducer(ty, Opcode::Add))?;
+            let masked = b.select(pred, out, zeros)?;
+            let reducer = b.reducer(ty, Opcode::Add)?;
             out = self.all_reduce(b, masked, reducer, &groups)?;
             let g = groups.first().map_or(1, |g| g.len() as i64);
             let bytes = 2 * b.module().instr(out).shape.byte_size(8) * (g - 1) / g.max(1);

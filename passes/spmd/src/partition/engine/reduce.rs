@@ -89,8 +89,8 @@ impl Engine<'_> {
                 with_one.push(1);
                 let mut gathered = Vec::with_capacity(2 * k);
                 for j in 0..k {
-                    let e = built(b.get_tuple_element(r, j as i64))?;
-                    let e = built(b.reshape(e, &with_one))?;
+                    let e = b.get_tuple_element(r, j as i64)?;
+                    let e = b.reshape(e, &with_one)?;
                     let a = self.all_gather(b, e, last, &groups)?;
                     let bytes = array_bytes(b, a) * (g - 1) / g;
                     self.note(i.name(), "all-gather", "a variadic reduce", bytes);
@@ -99,13 +99,13 @@ impl Engine<'_> {
                 gathered.extend_from_slice(&inits);
                 let mut attrs = i.attrs.clone();
                 attrs.dimensions = Some(vec![last]);
-                r = built(b.op(
+                r = b.op(
                     Opcode::Reduce,
                     &gathered,
                     attrs,
                     &[reducer],
                     Some(&local_shape),
-                ))?;
+                )?;
             }
         }
         let kept: Vec<Option<usize>> = (0..dims.len())

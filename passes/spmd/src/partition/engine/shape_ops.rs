@@ -170,7 +170,7 @@ impl Engine<'_> {
         {
             x
         } else {
-            let c = built(b.slice(x, &starts, &limits, &strides))?;
+            let c = b.slice(x, &starts, &limits, &strides)?;
             self.name_later(b.module(), c, i.name().to_string());
             c
         };
@@ -197,10 +197,10 @@ impl Engine<'_> {
             let off = if ty == ElementType::S32 {
                 off
             } else {
-                built(b.convert(off, ty))?
+                b.convert(off, ty)?
             };
             let offs = broadcast_scalar(b, off, local.dims())?;
-            built(b.binary(Opcode::Add, out, offs))?
+            b.binary(Opcode::Add, out, offs)?
         } else {
             out
         };
@@ -233,8 +233,8 @@ impl Engine<'_> {
             local[d] = c * g;
         }
         if pads.iter().any(|p| p.high > 0) {
-            let zero = built(b.scalar(ty, 0.0))?;
-            x = built(b.pad(x, zero, &pads))?;
+            let zero = b.scalar(ty, 0.0)?;
+            x = b.pad(x, zero, &pads)?;
         }
         // [.., g*c, ..] -> [.., g, c, ..]; the g axes to the front, merged into one.
         let mut expanded = Vec::with_capacity(rank + split.len());
@@ -258,21 +258,21 @@ impl Engine<'_> {
             }
         }
         let group: i64 = split.iter().map(|&(_, g)| g).product();
-        let mut x = built(b.reshape(x, &expanded))?;
+        let mut x = b.reshape(x, &expanded)?;
         let mut perm = g_axes.clone();
         perm.extend(&rest_axes);
         if perm.iter().enumerate().any(|(i, &p)| i as i64 != p) {
-            x = built(b.transpose(x, &perm))?;
+            x = b.transpose(x, &perm)?;
         }
         let mut front = vec![group];
         front.extend(&rest);
-        let x = built(b.reshape(x, &front))?;
+        let x = b.reshape(x, &front)?;
         let a = self.all_to_all(b, x, 0, groups)?;
         // Axis 0 is the sender's place over the concat minor parts: unfold it and put each
         // part before its dimension.
         let mut unfolded: Vec<i64> = concat.iter().map(|&(_, f)| f).collect();
         unfolded.extend(&rest);
-        let a = built(b.reshape(a, &unfolded))?;
+        let a = b.reshape(a, &unfolded)?;
         let k = concat.len();
         let mut perm = Vec::with_capacity(rank + k);
         let mut merged = Vec::with_capacity(rank);
@@ -286,8 +286,8 @@ impl Engine<'_> {
             }
             perm.push((k + d) as i64);
         }
-        let t = built(b.transpose(a, &perm))?;
-        let m = built(b.reshape(t, &merged))?;
+        let t = b.transpose(a, &perm)?;
+        let m = b.reshape(t, &merged)?;
         let along: Vec<usize> = concat.iter().map(|&(c, _)| c).collect();
         self.trim(b, m, dims, &along)
     }

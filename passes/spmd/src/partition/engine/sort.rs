@@ -225,8 +225,8 @@ impl Engine<'_> {
         let types = [xs.element_type(), ElementType::S32];
         let mut gathered = Vec::with_capacity(2);
         for (e, ty) in types.iter().enumerate() {
-            let g = built(b.get_tuple_element(first, e as i64))?;
-            let top = built(b.slice(g, &zeros, &local, &ones))?;
+            let g = b.get_tuple_element(first, e as i64)?;
+            let top = b.slice(g, &zeros, &local, &ones)?;
             let part = Value {
                 local: top,
                 tree: Tree::Leaf(Spec::Tiled(t.clone())),
@@ -241,9 +241,9 @@ impl Engine<'_> {
         };
         let mut parts = Vec::with_capacity(2);
         for (e, ty) in types.iter().enumerate() {
-            let g = built(b.get_tuple_element(sorted, e as i64))?;
-            let zero = built(b.scalar(*ty, 0.0))?;
-            parts.push(built(b.pad_dim(g, zero, d, padding))?);
+            let g = b.get_tuple_element(sorted, e as i64)?;
+            let zero = b.scalar(*ty, 0.0)?;
+            parts.push(b.pad_dim(g, zero, d, padding)?);
         }
         self.set_top_k_pair(b, id, &parts, whole, own)?;
         Ok(true)
@@ -259,7 +259,7 @@ impl Engine<'_> {
         whole: Tiling,
         own: &Tree,
     ) -> Result<()> {
-        let tuple = built(b.tuple(parts))?;
+        let tuple = b.tuple(parts)?;
         let leaf = Tree::Leaf(Spec::Tiled(whole));
         let v = Value {
             local: tuple,
@@ -339,13 +339,13 @@ impl Engine<'_> {
             Shape::array(ElementType::S32, &local),
         ]);
         let first = self.clone_with(b, &i, &[local_x], shape)?;
-        let lv = built(b.get_tuple_element(first, 0))?;
-        let li = built(b.get_tuple_element(first, 1))?;
+        let lv = b.get_tuple_element(first, 0)?;
+        let li = b.get_tuple_element(first, 1)?;
         // Positions in the piece become positions in the row.
         let starts: Vec<i64> = t.starts(xs.dims()).iter().map(|s| s[d]).collect();
         let start = self.table(b, &starts)?;
         let start = broadcast_scalar(b, start, &local)?;
-        let li = built(b.binary(Opcode::Add, li, start))?;
+        let li = b.binary(Opcode::Add, li, start)?;
         // The k candidates of every piece, side by side on every device of the row.
         let mut cand = xs.dims().to_vec();
         cand[d] = k * pieces;
@@ -366,7 +366,7 @@ impl Engine<'_> {
         for (local, ty) in [(lv, ty), (li, ElementType::S32)] {
             if values_only && ty == ElementType::S32 && !gathered.is_empty() {
                 let shape = Shape::array(ElementType::S32, &whole.shard_dims(&cand));
-                gathered.push(built(b.iota(shape, d as i64))?);
+                gathered.push(b.iota(shape, d as i64)?);
                 continue;
             }
             let part = Value {
@@ -383,8 +383,8 @@ impl Engine<'_> {
         let ones = vec![1i64; rank];
         let mut parts = Vec::with_capacity(2);
         for e in 0..2 {
-            let g = built(b.get_tuple_element(sorted, e))?;
-            parts.push(built(b.slice(g, &zeros, &out_local, &ones))?);
+            let g = b.get_tuple_element(sorted, e)?;
+            parts.push(b.slice(g, &zeros, &out_local, &ones)?);
         }
         self.set_top_k_pair(b, id, &parts, whole, own)?;
         Ok(true)
@@ -415,7 +415,7 @@ fn stable_sort(b: &mut Builder, xs: &[InstrId], d: usize, cmp: CompId) -> Result
         is_stable: true,
         ..Default::default()
     };
-    built(b.op(Opcode::Sort, xs, a, &[cmp], None))
+    Ok(b.op(Opcode::Sort, xs, a, &[cmp], None)?)
 }
 
 /// The device of a value held whole by one device (every leaf on the same one).

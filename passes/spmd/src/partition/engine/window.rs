@@ -501,7 +501,7 @@ impl Engine<'_> {
             let valid = self.in_range(b, piece, d, &los, &[0], &[w.size])?;
             let dims: Vec<i64> = b.module().instr(piece).shape.dims().to_vec();
             let fills = broadcast_scalar(b, fill, &dims)?;
-            piece = built(b.select(valid, piece, fills))?;
+            piece = b.select(valid, piece, fills)?;
         }
         Ok(piece)
     }
@@ -548,7 +548,7 @@ impl Engine<'_> {
                     } => {
                         let s = slice_dim(b, x, d, *start, *end)?;
                         if to.is_empty() {
-                            let zero = built(b.scalar(ty, 0.0))?;
+                            let zero = b.scalar(ty, 0.0)?;
                             let dims: Vec<i64> = b.module().instr(s).shape.dims().to_vec();
                             pieces.push(broadcast_scalar(b, zero, &dims)?);
                             continue;
@@ -569,17 +569,17 @@ impl Engine<'_> {
             if pieces.len() == 1 {
                 pieces[0]
             } else {
-                built(b.concatenate(&pieces, d as i64))?
+                b.concatenate(&pieces, d as i64)?
             }
         };
         if plan.pad_low > 0 || plan.pad_high > 0 {
-            let zero = built(b.scalar(ty, 0.0))?;
+            let zero = b.scalar(ty, 0.0)?;
             let pads = PaddingDim {
                 low: plan.pad_low,
                 high: plan.pad_high,
                 interior: 0,
             };
-            ext = built(b.pad_dim(ext, zero, d, pads))?;
+            ext = b.pad_dim(ext, zero, d, pads)?;
         }
         let offsets: Vec<i64> = index.iter().map(|&k| plan.offsets[k as usize]).collect();
         self.cut(b, ext, d, &offsets, plan.width)
@@ -610,7 +610,7 @@ impl Engine<'_> {
             });
         }
         sizes[d] = width;
-        built(b.dynamic_slice(x, &starts, &sizes))
+        Ok(b.dynamic_slice(x, &starts, &sizes)?)
     }
 
     /// The windows of [`Engine::windowed_piece`] by the direct fetch `direct`: per round, each
@@ -632,7 +632,7 @@ impl Engine<'_> {
         let shard = b.module().instr(x).shape.dims()[d];
         let index: Vec<usize> = t.tile_indices().iter().map(|ix| ix[d] as usize).collect();
         let origin = self.origin_name(b);
-        let zero = built(b.scalar(ty, 0.0))?;
+        let zero = b.scalar(ty, 0.0)?;
         let mut acc: Option<InstrId> = None;
         for round in &direct.rounds {
             let len = round.len;
@@ -679,7 +679,7 @@ impl Engine<'_> {
                     high,
                     interior: 0,
                 };
-                piece = built(b.pad_dim(piece, zero, d, pads))?;
+                piece = b.pad_dim(piece, zero, d, pads)?;
             }
             let starts: Vec<i64> = place.iter().map(|&q| low - q).collect();
             let placed = self.cut(b, piece, d, &per_device(&starts), width)?;
@@ -690,7 +690,7 @@ impl Engine<'_> {
                     let lo: Vec<i64> = index.iter().map(|&k| keep[k].0).collect();
                     let hi: Vec<i64> = index.iter().map(|&k| keep[k].1).collect();
                     let mine = self.in_range(b, placed, d, &[0], &lo, &hi)?;
-                    built(b.select(mine, placed, prev))?
+                    b.select(mine, placed, prev)?
                 }
             });
         }
@@ -746,7 +746,7 @@ impl Engine<'_> {
             high: bd - 1,
             interior: bd - 1,
         };
-        let dilated = built(b.pad_dim(piece, fill, d, pads))?;
+        let dilated = b.pad_dim(piece, fill, d, pads)?;
         let index: Vec<i64> = t.tile_indices().iter().map(|ix| ix[d]).collect();
         let offsets: Vec<i64> = index.iter().map(|&k| bd - 1 - lead[k as usize]).collect();
         self.cut(b, dilated, d, &offsets, width)
@@ -765,19 +765,19 @@ impl Engine<'_> {
         hi: &[i64],
     ) -> Result<InstrId> {
         let dims: Vec<i64> = b.module().instr(x).shape.dims().to_vec();
-        let mut g = built(b.iota(Shape::array(ElementType::S32, &dims), d as i64))?;
+        let mut g = b.iota(Shape::array(ElementType::S32, &dims), d as i64)?;
         if base.iter().any(|&v| v != 0) {
             let off = self.table(b, base)?;
             let offs = broadcast_scalar(b, off, &dims)?;
-            g = built(b.binary(Opcode::Add, g, offs))?;
+            g = b.binary(Opcode::Add, g, offs)?;
         }
         let lo_s = self.table(b, lo)?;
         let hi_s = self.table(b, hi)?;
         let lo_b = broadcast_scalar(b, lo_s, &dims)?;
         let hi_b = broadcast_scalar(b, hi_s, &dims)?;
-        let ge = built(b.compare(g, lo_b, ComparisonDirection::Ge))?;
-        let lt = built(b.compare(g, hi_b, ComparisonDirection::Lt))?;
-        built(b.binary(Opcode::And, ge, lt))
+        let ge = b.compare(g, lo_b, ComparisonDirection::Ge)?;
+        let lt = b.compare(g, hi_b, ComparisonDirection::Lt)?;
+        Ok(b.binary(Opcode::And, ge, lt)?)
     }
 
     /// The operand `k` of `id` as a replicated scalar.
@@ -976,7 +976,7 @@ impl Engine<'_> {
             Some(e) => match number_bytes(ty, e) {
                 Some(bytes) => {
                     let lit = Literal::from_bytes(Shape::scalar(ty), bytes).expect("one element");
-                    Some(built(b.constant(lit))?)
+                    Some(b.constant(lit)?)
                 }
                 None => return self.default(b, id, own),
             },
@@ -985,7 +985,7 @@ impl Engine<'_> {
         let mut x = self.operand(b, id, 0, &own)?;
         let mut src = self.operand(b, id, 1, &own)?;
         let init = self.operand(b, id, 2, &Tree::Leaf(Spec::replicated(0, n)))?;
-        let zero = built(b.scalar(ty, 0.0))?;
+        let zero = b.scalar(ty, 0.0)?;
         let mut local_win = (*win).clone();
         // Per split dimension: where each tile's operand piece starts, and its width.
         let mut cut: Vec<(usize, Vec<i64>, i64, i64, i64)> = Vec::new();
@@ -1074,7 +1074,7 @@ impl Engine<'_> {
                     interior: 0,
                 };
             }
-            let padded = built(b.pad(out, init, &pads))?;
+            let padded = b.pad(out, init, &pads)?;
             let index = t.tile_indices();
             let mut starts = Vec::with_capacity(rank);
             let mut sizes: Vec<i64> = b.module().instr(padded).shape.dims().to_vec();
@@ -1091,7 +1091,7 @@ impl Engine<'_> {
                     None => starts.push(self.table(b, &[0])?),
                 }
             }
-            out = built(b.dynamic_slice(padded, &starts, &sizes))?;
+            out = b.dynamic_slice(padded, &starts, &sizes)?;
         }
         self.set(id, out, own);
         Ok(())
@@ -1177,7 +1177,7 @@ impl Engine<'_> {
             };
         }
         if local.iter().any(|p| *p != PaddingDim::default()) {
-            x = built(b.pad(x, v, &local))?;
+            x = b.pad(x, v, &local)?;
         }
         Ok(x)
     }
@@ -1289,7 +1289,7 @@ impl Engine<'_> {
         let out = if (0..rank).all(|d| starts[d] == 0 && strides[d] == 1 && limits[d] == dims[d]) {
             x
         } else {
-            let c = built(b.slice(x, &starts, &limits, &strides))?;
+            let c = b.slice(x, &starts, &limits, &strides)?;
             self.name_later(b.module(), c, i.name().to_string());
             c
         };
@@ -1361,7 +1361,7 @@ impl Engine<'_> {
             let mut start = zeros.clone();
             start[dim] = from;
             local[dim] = from + len;
-            let part = built(b.slice(xl, &start, &local, &ones))?;
+            let part = b.slice(xl, &start, &local, &ones)?;
             let ahead = ahead % tiles;
             let part = if ahead == 0 {
                 part
@@ -1386,7 +1386,7 @@ impl Engine<'_> {
         let out = if parts.len() == 1 {
             parts[0]
         } else {
-            built(b.concatenate(&parts, dim as i64))?
+            b.concatenate(&parts, dim as i64)?
         };
         self.set(id, out, own);
         Ok(true)
@@ -1454,7 +1454,7 @@ impl Engine<'_> {
                 Some(prev) => {
                     let mine =
                         self.in_range(b, piece, dim, &base, &[offset], &[i64::from(i32::MAX)])?;
-                    built(b.select(mine, piece, prev))?
+                    b.select(mine, piece, prev)?
                 }
             });
             offset += size;
@@ -1626,7 +1626,7 @@ fn slice_dim(b: &mut Builder, x: InstrId, d: usize, start: i64, end: i64) -> Res
     let mut limits = dims.clone();
     starts[d] = start;
     limits[d] = end;
-    built(b.slice(x, &starts, &limits, &vec![1; dims.len()]))
+    Ok(b.slice(x, &starts, &limits, &vec![1; dims.len()])?)
 }
 
 #[cfg(test)]

@@ -44,47 +44,47 @@ impl<'c> Engine<'c> {
         step: &mut Trip<'c, '_>,
     ) -> Result<Vec<InstrId>> {
         let outer = b.computation();
-        let zero = built(b.scalar(ElementType::S32, 0.0))?;
+        let zero = b.scalar(ElementType::S32, 0.0)?;
         let mut elems = vec![zero];
         elems.extend_from_slice(init);
-        let state0 = built(b.tuple(&elems))?;
+        let state0 = b.tuple(&elems)?;
         let shape = b.module().instr(state0).shape.clone();
         let name = self.origin_name(b);
         // Condition: counter < trips.
         let cond = self.new_computation(b, &format!("windowed_dot_cond.{name}"))?;
         b.set_computation(cond);
-        let p = built(b.parameter(0, shape.clone(), "windowed_state"))?;
-        let k = built(b.get_tuple_element(p, 0))?;
-        let lim = built(b.scalar(ElementType::S32, trips as f64))?;
-        let lt = built(b.compare(k, lim, ComparisonDirection::Lt))?;
+        let p = b.parameter(0, shape.clone(), "windowed_state")?;
+        let k = b.get_tuple_element(p, 0)?;
+        let lim = b.scalar(ElementType::S32, trips as f64)?;
+        let lt = b.compare(k, lim, ComparisonDirection::Lt)?;
         b.module_mut().set_root(cond, lt);
         // Body: one trip.
         let body = self.new_computation(b, &format!("windowed_dot_body.{name}"))?;
         b.set_computation(body);
-        let p = built(b.parameter(0, shape, "windowed_state"))?;
+        let p = b.parameter(0, shape, "windowed_state")?;
         let mut state = Vec::with_capacity(init.len());
         for e in 0..init.len() {
-            state.push(built(b.get_tuple_element(p, e as i64 + 1))?);
+            state.push(b.get_tuple_element(p, e as i64 + 1)?);
         }
-        let k = built(b.get_tuple_element(p, 0))?;
+        let k = b.get_tuple_element(p, 0)?;
         let next = step(self, b, k, &state)?;
-        let one = built(b.scalar(ElementType::S32, 1.0))?;
-        let k1 = built(b.binary(Opcode::Add, k, one))?;
+        let one = b.scalar(ElementType::S32, 1.0)?;
+        let k1 = b.binary(Opcode::Add, k, one)?;
         let mut out = vec![k1];
         out.extend(next);
-        let root = built(b.tuple(&out))?;
+        let root = b.tuple(&out)?;
         b.module_mut().set_root(body, root);
         b.set_computation(outer);
-        let w = built(b.op(
+        let w = b.op(
             Opcode::While,
             &[state0],
             tessera_hlo::Attrs::default(),
             &[cond, body],
             None,
-        ))?;
+        )?;
         let mut res = Vec::with_capacity(init.len());
         for e in 0..init.len() {
-            res.push(built(b.get_tuple_element(w, e as i64 + 1))?);
+            res.push(b.get_tuple_element(w, e as i64 + 1)?);
         }
         Ok(res)
     }
@@ -367,28 +367,28 @@ impl Engine<'_> {
         size: i64,
     ) -> Result<InstrId> {
         let r = self.table(b, pos)?;
-        let s = built(b.binary(Opcode::Add, r, k))?;
-        let n = built(b.scalar(ElementType::S32, ring as f64))?;
-        let w = built(b.binary(Opcode::Remainder, s, n))?;
-        let z = built(b.scalar(ElementType::S32, size as f64))?;
-        built(b.binary(Opcode::Multiply, w, z))
+        let s = b.binary(Opcode::Add, r, k)?;
+        let n = b.scalar(ElementType::S32, ring as f64)?;
+        let w = b.binary(Opcode::Remainder, s, n)?;
+        let z = b.scalar(ElementType::S32, size as f64)?;
+        Ok(b.binary(Opcode::Multiply, w, z)?)
     }
 
     /// Step index `k` as an s32 scalar: `trip * per + j` in a loop body, `j` outside.
     fn step_index(b: &mut Builder, trip: Option<InstrId>, per: i64, j: i64) -> Result<InstrId> {
-        let jc = built(b.scalar(ElementType::S32, j as f64))?;
+        let jc = b.scalar(ElementType::S32, j as f64)?;
         let Some(trip) = trip else {
             return Ok(jc);
         };
         if per == 1 {
             return match j {
                 0 => Ok(trip),
-                _ => built(b.binary(Opcode::Add, trip, jc)),
+                _ => Ok(b.binary(Opcode::Add, trip, jc)?),
             };
         }
-        let pc = built(b.scalar(ElementType::S32, per as f64))?;
-        let base = built(b.binary(Opcode::Multiply, trip, pc))?;
-        built(b.binary(Opcode::Add, base, jc))
+        let pc = b.scalar(ElementType::S32, per as f64)?;
+        let base = b.binary(Opcode::Multiply, trip, pc)?;
+        Ok(b.binary(Opcode::Add, base, jc)?)
     }
 
     /// `x` sent one step around the ring (`pairs`): a tuple element by element.
@@ -398,10 +398,10 @@ impl Engine<'_> {
         };
         let mut out = Vec::with_capacity(parts.len());
         for k in 0..parts.len() {
-            let e = built(b.get_tuple_element(x, k as i64))?;
+            let e = b.get_tuple_element(x, k as i64)?;
             out.push(self.collective_permute(b, e, pairs)?);
         }
-        built(b.tuple(&out))
+        Ok(b.tuple(&out)?)
     }
 
     fn permute_note(&mut self, b: &Builder, piece: InstrId, count: i64, what: &str) {
@@ -478,7 +478,7 @@ impl Engine<'_> {
         let mut acc_shape = own_shape.clone();
         set_dim(&mut acc_shape, o, piece * ring);
         let out_ty = i.shape.element_type();
-        let zero = built(b.scalar(out_ty, 0.0))?;
+        let zero = b.scalar(out_ty, 0.0)?;
         let acc0 = broadcast_scalar(b, zero, acc_shape.dims())?;
         let lhs_t = match mine {
             Side::Lhs => mine_t.clone(),
@@ -508,9 +508,9 @@ impl Engine<'_> {
             };
             let f = this.local_dot_like(b, &i, l, r, &lhs_t, frag_shape.clone())?;
             let start = this.window_start(b, &ring_of.pos, k, ring, piece)?;
-            let z = built(b.scalar(ElementType::S32, 0.0))?;
+            let z = b.scalar(ElementType::S32, 0.0)?;
             let starts: Vec<InstrId> = (0..rank).map(|x| if x == o { start } else { z }).collect();
-            built(b.dynamic_update_slice(acc, f, &starts))
+            Ok(b.dynamic_update_slice(acc, f, &starts)?)
         };
         let acc = if bidirectional {
             // Trip j (1-based) multiplies the pieces j steps ahead and j steps behind, while
@@ -526,11 +526,11 @@ impl Engine<'_> {
                     let (m, f, bw, a) = (s[0], s[1], s[2], s[3]);
                     let f2 = this.send(b, f, &pairs)?;
                     let b2 = this.send(b, bw, &back)?;
-                    let one = built(b.scalar(ElementType::S32, 1.0))?;
-                    let j = built(b.binary(Opcode::Add, trip, one))?;
+                    let one = b.scalar(ElementType::S32, 1.0)?;
+                    let j = b.binary(Opcode::Add, trip, one)?;
                     let a = window(this, b, a, m, f, j)?;
-                    let rj = built(b.scalar(ElementType::S32, ring as f64))?;
-                    let back_j = built(b.binary(Opcode::Subtract, rj, j))?;
+                    let rj = b.scalar(ElementType::S32, ring as f64)?;
+                    let back_j = b.binary(Opcode::Subtract, rj, j)?;
                     let a = window(this, b, a, m, bw, back_j)?;
                     Ok(vec![m, f2, b2, a])
                 })?;
@@ -600,7 +600,7 @@ impl Engine<'_> {
         }
         let mut limits = acc_shape.dims().to_vec();
         limits[o] = ext;
-        built(b.slice(acc, &vec![0; rank], &limits, &vec![1; rank]))
+        Ok(b.slice(acc, &vec![0; rank], &limits, &vec![1; rank])?)
     }
 
     /// The reduce-scatter-like loop; see the module docs.
@@ -646,9 +646,9 @@ impl Engine<'_> {
         };
         let mty = b.module().instr(mid).shape.element_type();
         let oty = b.module().instr(oid).shape.element_type();
-        let mz = built(b.scalar(mty, 0.0))?;
+        let mz = b.scalar(mty, 0.0)?;
         let ml = self.mask_padding(b, mv.local, &mdims, mine_t, &[cm], mz)?;
-        let oz = built(b.scalar(oty, 0.0))?;
+        let oz = b.scalar(oty, 0.0)?;
         let ol = self.mask_padding(b, ol, &odims, other_t, &[co], oz)?;
         // The holder's split dimension, padded to whole windows.
         let own_shape = local_shape(&i.shape, &Tree::Leaf(Spec::Tiled(t.clone())));
@@ -665,7 +665,7 @@ impl Engine<'_> {
             hl = mo.enter(b, win * ring)?;
         } else if hdims[hd] < win * ring {
             let hty = b.module().instr(hl).shape.element_type();
-            let z = built(b.scalar(hty, 0.0))?;
+            let z = b.scalar(hty, 0.0)?;
             let pads: Vec<PaddingDim> = (0..hdims.len())
                 .map(|x| PaddingDim {
                     low: 0,
@@ -673,7 +673,7 @@ impl Engine<'_> {
                     interior: 0,
                 })
                 .collect();
-            hl = built(b.pad(hl, z, &pads))?;
+            hl = b.pad(hl, z, &pads)?;
         }
         let mut hsizes = hdims.clone();
         hsizes[hd] = win;
@@ -691,16 +691,16 @@ impl Engine<'_> {
                        f: InstrId,
                        k: InstrId|
          -> Result<InstrId> {
-            let one = built(b.scalar(ElementType::S32, 1.0))?;
-            let k1 = built(b.binary(Opcode::Add, k, one))?;
+            let one = b.scalar(ElementType::S32, 1.0)?;
+            let k1 = b.binary(Opcode::Add, k, one)?;
             let start = this.window_start(b, &ring_of.pos, k1, ring, win)?;
-            let z = built(b.scalar(ElementType::S32, 0.0))?;
+            let z = b.scalar(ElementType::S32, 0.0)?;
             let hw = match &motion {
                 None => {
                     let starts: Vec<InstrId> = (0..hrank)
                         .map(|x| if x == hd { start } else { z })
                         .collect();
-                    built(b.dynamic_slice(h, &starts, &hsizes))?
+                    b.dynamic_slice(h, &starts, &hsizes)?
                 }
                 Some(mo) => mo.rebuild(b, h, Some(start), win)?,
             };
@@ -729,14 +729,14 @@ impl Engine<'_> {
                     let (hh, f, fa, ba) = (st[0], st[1], st[2], st[3]);
                     let fm = this.collective_permute(b, fa, &pairs)?;
                     let bm = this.collective_permute(b, ba, &back)?;
-                    let c = built(b.scalar(ElementType::S32, (ring - h) as f64))?;
-                    let kf = built(b.binary(Opcode::Add, trip, c))?;
+                    let c = b.scalar(ElementType::S32, (ring - h) as f64)?;
+                    let kf = b.binary(Opcode::Add, trip, c)?;
                     let pf = partial(this, b, hh, f, kf)?;
-                    let c = built(b.scalar(ElementType::S32, (h2 - 2) as f64))?;
-                    let kb = built(b.binary(Opcode::Subtract, c, trip))?;
+                    let c = b.scalar(ElementType::S32, (h2 - 2) as f64)?;
+                    let kb = b.binary(Opcode::Subtract, c, trip)?;
                     let pb = partial(this, b, hh, f, kb)?;
-                    let fa = built(b.binary(Opcode::Add, fm, pf))?;
-                    let ba = built(b.binary(Opcode::Add, bm, pb))?;
+                    let fa = b.binary(Opcode::Add, fm, pf)?;
+                    let ba = b.binary(Opcode::Add, bm, pb)?;
                     Ok(vec![hh, f, fa, ba])
                 })?;
             }
@@ -746,14 +746,14 @@ impl Engine<'_> {
                 let bm = self.collective_permute(b, ba, &back)?;
                 let k = at(b, h2 - 1 - st)?;
                 let pb = partial(self, b, hl, fixed, k)?;
-                ba = built(b.binary(Opcode::Add, bm, pb))?;
+                ba = b.binary(Opcode::Add, bm, pb)?;
             }
             fa = self.collective_permute(b, fa, &pairs)?;
             ba = self.collective_permute(b, ba, &back)?;
             let k = at(b, -1)?;
             let own = partial(self, b, hl, fixed, k)?;
-            let sum = built(b.binary(Opcode::Add, fa, ba))?;
-            let acc = built(b.binary(Opcode::Add, sum, own))?;
+            let sum = b.binary(Opcode::Add, fa, ba)?;
+            let acc = b.binary(Opcode::Add, sum, own)?;
             self.permute_note(b, own, ring - 1, "partial sums, both ways");
             return Ok(acc);
         }
@@ -768,10 +768,10 @@ impl Engine<'_> {
                 for j in 0..per {
                     let moved = this.collective_permute(b, a, &pairs)?;
                     let k = Self::step_index(b, Some(trip), per, j)?;
-                    let one = built(b.scalar(ElementType::S32, 1.0))?;
-                    let k = built(b.binary(Opcode::Add, k, one))?;
+                    let one = b.scalar(ElementType::S32, 1.0)?;
+                    let k = b.binary(Opcode::Add, k, one)?;
                     let p = partial(this, b, h, f, k)?;
-                    a = built(b.binary(Opcode::Add, moved, p))?;
+                    a = b.binary(Opcode::Add, moved, p)?;
                 }
                 Ok(vec![h, f, a])
             })?;
@@ -781,7 +781,7 @@ impl Engine<'_> {
             let moved = self.collective_permute(b, acc, &pairs)?;
             let kc = Self::step_index(b, None, 1, k)?;
             let p = partial(self, b, hl, fixed, kc)?;
-            acc = built(b.binary(Opcode::Add, moved, p))?;
+            acc = b.binary(Opcode::Add, moved, p)?;
         }
         self.permute_note(b, acc0, ring - 1, "partial sums");
         Ok(acc)
@@ -926,19 +926,19 @@ impl Motion {
                 let dims = b.module().instr(l).shape.dims().to_vec();
                 if dims[k] < whole {
                     let ty = b.module().instr(l).shape.element_type();
-                    let z = built(b.scalar(ty, 0.0))?;
+                    let z = b.scalar(ty, 0.0)?;
                     let pads = PaddingDim {
                         high: whole - dims[k],
                         ..PaddingDim::default()
                     };
-                    x = built(b.pad_dim(x, z, k, pads))?;
+                    x = b.pad_dim(x, z, k, pads)?;
                 }
             }
             xs.push(x);
         }
         match xs[..] {
             [x] => Ok(x),
-            _ => built(b.tuple(&xs)),
+            _ => Ok(b.tuple(&xs)?),
         }
     }
 
@@ -956,16 +956,16 @@ impl Motion {
         for (k, &(l, md)) in self.leaves.iter().enumerate() {
             let mut x = match self.leaves.len() {
                 1 => leaves,
-                _ => built(b.get_tuple_element(leaves, k as i64))?,
+                _ => b.get_tuple_element(leaves, k as i64)?,
             };
             if let (Some(d), Some(s)) = (md, start) {
                 let mut sizes = b.module().instr(x).shape.dims().to_vec();
                 sizes[d] = size;
-                let z = built(b.scalar(ElementType::S32, 0.0))?;
+                let z = b.scalar(ElementType::S32, 0.0)?;
                 let starts: Vec<InstrId> = (0..sizes.len())
                     .map(|x| if x == d { s } else { z })
                     .collect();
-                x = built(b.dynamic_slice(x, &starts, &sizes))?;
+                x = b.dynamic_slice(x, &starts, &sizes)?;
             }
             at.insert(l, x);
         }

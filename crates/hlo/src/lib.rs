@@ -22,6 +22,7 @@ pub mod proto;
 pub mod rare;
 pub mod replica_groups;
 pub mod resource;
+pub mod rng;
 pub mod shape;
 pub mod sharding;
 pub mod sharding_util;

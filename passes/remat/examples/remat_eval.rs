@@ -296,7 +296,7 @@ fn optimum(args: &Args) {
     // Print the first N cases whose summary's peak differs from the measured peak.
     let show_lies = args.num("--show-lies", 0);
     let mut lies_shown = 0;
-    let mut rng = gen::SplitMix::new(0x0b7);
+    let mut rng = tessera_hlo::rng::Rng::new(0x0b7);
     let mut tallies: Vec<((usize, i64), Tally)> = Vec::new();
     for &b in &blocks {
         for &pct in &pcts {

@@ -17,6 +17,7 @@
 //! it is `is_scheduled=true` and ready for rematerialization without a scheduler. Names are
 //! deterministic; the same arguments give the same module.
 
+use tessera_hlo::rng::Rng;
 use tessera_hlo::{CompId, ElementType, InstrId, Instruction, Module, Opcode, Schedule, Shape};
 
 struct Gen {
@@ -172,42 +173,19 @@ pub fn ladder(instructions: usize, width: i64, skip: usize, rung: usize) -> Modu
     g.finish(acc)
 }
 
-/// A small deterministic generator (splitmix64).
-#[derive(Clone, Debug)]
-pub struct SplitMix(u64);
-
-impl SplitMix {
-    pub fn new(seed: u64) -> SplitMix {
-        SplitMix(seed)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (n > 0).
-    pub fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n as u64) as usize
-    }
-}
-
 /// A random DAG of `ops` element-wise instructions on `f32[width]` over `params` parameters:
 /// each instruction is unary (tanh, sine, negate) or binary (add, multiply, maximum) on
 /// earlier values, with operands drawn either from the last few values or from anywhere before
 /// (long-lived values). Values nobody reads are summed into the root by a final chain of adds
 /// (part of the `ops` count when possible), so nothing is dead. Deterministic in `seed`.
 pub fn random_dag(ops: usize, params: usize, width: i64, seed: u64) -> Module {
-    let mut rng = SplitMix::new(seed);
+    let mut rng = Rng::new(seed);
     let mut g = Gen::new(&format!("dag_{ops}_{seed}"));
     let mut values: Vec<InstrId> = (0..params.max(1))
         .map(|n| g.param(n as i64, value_shape(width)))
         .collect();
     let mut used = vec![false; values.len()];
-    let pick = |rng: &mut SplitMix, values: &[InstrId]| -> usize {
+    let pick = |rng: &mut Rng, values: &[InstrId]| -> usize {
         let n = values.len();
         if rng.below(3) == 0 {
             rng.below(n)

@@ -1,32 +1,12 @@
-//! Inputs for the equivalence harness: a small deterministic generator ([`Rng`]), random
+//! Inputs for the equivalence harness: the workspace's deterministic generator ([`Rng`]), random
 //! arrays by element type, random values for a module's entry parameters, parameters of one
 //! resource fed one value, and a deduplicated module's per-parameter values from the caller's
 //! per-argument values (`tessera.argument_map`).
 
 use super::*;
 
-/// A small deterministic generator (splitmix64) for test inputs.
-#[derive(Clone, Debug)]
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [-1, 1).
-    pub fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
-    }
-}
+/// The harness's generator is the workspace's one (splitmix64).
+pub use tessera_hlo::rng::Rng;
 
 /// A random array: floats uniform in [-1, 1) (finite fp8/fp4 values drawn from their bit
 /// patterns), integers small (in [-8, 8) for signed, [0, 16) for unsigned, narrower for

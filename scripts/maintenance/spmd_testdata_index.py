@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Rewrites the table of testdata/spmd-partitioning/README.md from the files themselves.
 
-Each filetest's second line names the XLA test it follows (`// XLA FooBar: ...`, or
+Each filetest's first comment after RUN (and after `// NOEXEC:`, where there is one) names
+the XLA test it follows (`// XLA FooBar: ...`, or
 `// XLA FooBar-like: ...` for a variant in our own words). Everything in the README above the
 table is kept; the table and the count line after it are replaced.
 
@@ -22,7 +23,11 @@ def main():
     for path in files:
         with open(path) as f:
             lines = f.read().split("\n")
-        m = NAME.match(lines[1]) if len(lines) > 1 else None
+        # The name is on the first comment line after RUN, past a `// NOEXEC:` line if any.
+        m = next(
+            (NAME.match(l) for l in lines[1:4] if l.startswith("// XLA")),
+            None,
+        )
         if m:
             rows.append((m.group(1), os.path.basename(path)))
     rows.sort(key=lambda r: (r[0].lower(), r[1]))

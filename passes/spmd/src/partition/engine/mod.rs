@@ -491,6 +491,21 @@ impl Engine<'_> {
         Ok(c)
     }
 
+    /// A new computation, placed before every other (callees come before their callers).
+    fn new_computation(&mut self, b: &mut Builder, name: &str) -> Result<CompId> {
+        let origin = self.origin_name(b);
+        let m = b.module_mut();
+        let name = m.unique_computation_name(name);
+        let c = m
+            .add_computation(name)
+            .map_err(|e| fail(format!("%{origin}: {e}")))?;
+        let mut order = m.computations().to_vec();
+        order.retain(|&x| x != c);
+        order.insert(0, c);
+        m.set_computation_order(order);
+        Ok(c)
+    }
+
     /// The global shape of original instruction `id`.
     fn global(&self, m: &Module, id: InstrId) -> Shape {
         match self.globals.get(&id) {

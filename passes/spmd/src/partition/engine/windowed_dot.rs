@@ -343,20 +343,6 @@ impl Engine<'_> {
         Ok(plans)
     }
 
-    /// A new computation, placed before every other (callees come before their callers).
-    fn new_computation(&mut self, b: &mut Builder, name: &str) -> Result<CompId> {
-        let m = b.module_mut();
-        let name = m.unique_computation_name(name);
-        let c = m
-            .add_computation(name)
-            .map_err(|e| fail(format!("windowed einsum: {e}")))?;
-        let mut order = m.computations().to_vec();
-        order.retain(|&x| x != c);
-        order.insert(0, c);
-        m.set_computation_order(order);
-        Ok(c)
-    }
-
     /// `((pos + k) mod ring) * size` as an s32 scalar on each device, `k` an s32 scalar.
     fn window_start(
         &mut self,

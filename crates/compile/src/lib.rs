@@ -731,6 +731,29 @@ impl Runner<'_> {
         Ok(value)
     }
 
+    /// Runs a cleanup pass (call-graph flattening, all-reduce reassociation) that shows in the
+    /// report as a stage only when it changed the module, verified after it with `each`.
+    fn cleanup(
+        &mut self,
+        module: &mut Module,
+        pass: &mut dyn tessera_pass::Pass,
+        each: bool,
+    ) -> Result<()> {
+        let t0 = Instant::now();
+        if pass.run(module)? {
+            let name = pass.name().to_string();
+            self.stages.push(StageTime {
+                name: name.clone(),
+                time: t0.elapsed(),
+                changed: true,
+            });
+            if each {
+                self.verify(module, &name, false)?;
+            }
+        }
+        Ok(())
+    }
+
     fn verify(&mut self, module: &Module, after: &str, input: bool) -> Result<()> {
         self.stage("verify", || {
             check(module).map_err(|message| {
@@ -795,18 +818,11 @@ pub fn compile_with_progress(
     // jax outlines helpers (`jnp.tril`, ...) into computations that every layer `call`s; the
     // partitioner rewrites a called computation for its one call site. Shown as a stage only
     // when it cloned something.
-    let t0 = Instant::now();
-    let mut flatten = tessera_pass::passes::FlattenCallGraph::default();
-    if tessera_pass::Pass::run(&mut flatten, &mut module)? {
-        run.stages.push(StageTime {
-            name: "flatten-call-graph".into(),
-            time: t0.elapsed(),
-            changed: true,
-        });
-        if each {
-            run.verify(&module, "flatten-call-graph", false)?;
-        }
-    }
+    run.cleanup(
+        &mut module,
+        &mut tessera_pass::passes::FlattenCallGraph::default(),
+        each,
+    )?;
 
     if let Some(a) = &s.auto_shard {
         let r = run.stage("auto-sharding", || {
@@ -912,20 +928,11 @@ pub fn compile_with_progress(
     // A sum of partial sums (two dots contracting a split dimension, then added: what jax's
     // explicit mode keeps `unreduced`) is all-reduced once, as XLA's AllReduceReassociate
     // does after its partitioner. Shown as a stage only when it merged something.
-    let t0 = Instant::now();
-    let mut reassociate = tessera_pass::passes::AllReduceReassociate::default();
-    if tessera_pass::Pass::run(&mut reassociate, &mut module)
-        .map_err(|e| pass_error("all-reduce-reassociate", e))?
-    {
-        run.stages.push(StageTime {
-            name: "all-reduce-reassociate".into(),
-            time: t0.elapsed(),
-            changed: true,
-        });
-        if each {
-            run.verify(&module, "all-reduce-reassociate", false)?;
-        }
-    }
+    run.cleanup(
+        &mut module,
+        &mut tessera_pass::passes::AllReduceReassociate::default(),
+        each,
+    )?;
     declare_root_sharding(&mut module, &sharded);
     let spmd_report = std::mem::take(&mut spmd.report);
     report

@@ -8,6 +8,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/install-build-tools.sh
 bash scripts/install-pjrt.sh
 cargo fmt --all -- --check
-cargo clippy --workspace --all-targets --quiet -- -D warnings
+# `--profile test`: build scripts and their dependencies then hash as in `cargo test` below,
+# so the HiGHS C++ library (highs-sys) is built once, not once per command.
+cargo clippy --workspace --all-targets --profile test --quiet -- -D warnings
 cargo test --workspace
 bash scripts/test-python.sh
